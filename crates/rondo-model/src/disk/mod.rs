@@ -1,0 +1,1 @@
+//! Disk timing models (placeholder; see the disk-model work).

@@ -1,0 +1,1 @@
+//! Stride allocation, variable-grain striping and replica placement (placeholder).

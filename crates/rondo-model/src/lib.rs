@@ -1,0 +1,16 @@
+//! rondo's pure core: every decision the server and the simulator share.
+//!
+//! This crate owns units and ids, disk timing models, stream schedules, stride
+//! allocation and variable-grain striping, replica placement, reservations and
+//! admission, round planning and failure handling. It does no I/O, reads no
+//! clock, spawns no threads and draws no unseeded random numbers: callers hand
+//! it the time, the inputs and any seeded PRNG state. The simulator
+//! (`rondo-sim`) and the server (`rondo-server`) are two drivers of this code,
+//! so a simulated result is a statement about the code that serves streams.
+
+pub mod disk;
+pub mod layout;
+pub mod schedule;
+pub mod units;
+
+pub use units::*;

@@ -1,0 +1,1 @@
+//! Stream schedules (placeholder).

@@ -1,0 +1,50 @@
+//! Units and ids shared by every crate.
+//!
+//! Time is integer nanoseconds (`_ns`) at every interface so that runs are
+//! bit-for-bit reproducible; sizes are bytes (`_bytes`) or 512-byte sectors
+//! (`_sectors`). Ids are newtypes so a disk index is never mistaken for a
+//! stream id.
+
+use serde::{Deserialize, Serialize};
+
+/// Nanoseconds per millisecond.
+pub const NS_PER_MS: u64 = 1_000_000;
+/// Nanoseconds per second.
+pub const NS_PER_S: u64 = 1_000_000_000;
+/// Physical sector size B_p (seed 000 §6.3: 512 bytes).
+pub const SECTOR_BYTES: u64 = 512;
+/// Logical block size B_l (seed 000 §6.3: 16 KB), the unit of transfer and buffering.
+pub const BLOCK_BYTES_DEFAULT: u64 = 16 * 1024;
+/// Stride size B_s (seed 000 §6.3: 2 MB), the unit of disk-space allocation.
+pub const STRIDE_BYTES_DEFAULT: u64 = 2 * 1024 * 1024;
+/// Round length T (seed 000 §6.3: one second).
+pub const ROUND_DURATION_NS_DEFAULT: u64 = NS_PER_S;
+
+/// A disk of the array, numbered from 0: the unit of striping, failure and scheduling.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct DiskIndex(pub u32);
+
+/// A stored video.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TitleId(pub u64);
+
+/// One playback of a title: the unit admitted and scheduled.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct StreamId(pub u64);
+
+/// Converts milliseconds (a datasheet value) to integer nanoseconds, rounding to nearest.
+pub fn ms_to_ns(ms: f64) -> u64 {
+    debug_assert!(ms >= 0.0, "negative duration {ms} ms");
+    (ms * NS_PER_MS as f64).round() as u64
+}
+
+/// Converts integer nanoseconds to milliseconds for display.
+pub fn ns_to_ms(ns: u64) -> f64 {
+    ns as f64 / NS_PER_MS as f64
+}
+
+/// Rounds `bytes` up to a whole number of `unit_bytes`.
+pub fn round_up(bytes: u64, unit_bytes: u64) -> u64 {
+    assert!(unit_bytes > 0);
+    bytes.div_ceil(unit_bytes) * unit_bytes
+}
