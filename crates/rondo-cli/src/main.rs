@@ -1,1 +1,42 @@
-fn main(){}
+//! The `rondo` binary: argument parsing, dispatch and printing only.
+//!
+//! Every decision lives in the library crates; each subcommand module here
+//! turns parsed arguments into library calls and prints a table or `--json`.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// rondo: a video-on-demand server that guarantees every admitted stream its
+/// data on time, and a capacity planner that predicts, by simulating the same
+/// code, how many streams a configuration carries.
+#[derive(Parser, Debug)]
+#[command(name = "rondo", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Disk profiles: list them, describe one (geometry, zone rates, seek,
+    /// round capacity), or replay a request trace through the disk model.
+    #[command(subcommand)]
+    Disk(cmd::disk::DiskCommand),
+    /// Synthetic VBR/CBR traces: generate one, or describe a trace's
+    /// per-round statistics.
+    #[command(subcommand)]
+    Trace(cmd::trace::TraceCommand),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Disk(c) => cmd::disk::run(c),
+        Command::Trace(c) => cmd::trace::run(c),
+    };
+    if let Err(err) = result {
+        eprintln!("rondo: error: {err:#}");
+        std::process::exit(1);
+    }
+}
