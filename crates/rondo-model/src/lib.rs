@@ -10,6 +10,7 @@
 
 pub mod disk;
 pub mod layout;
+pub mod reservation;
 pub mod schedule;
 pub mod units;
 

@@ -1,0 +1,154 @@
+//! Workloads: when playback requests arrive and which title each asks for.
+//!
+//! Seed 000 §6.2: requests arrive as a Poisson process of rate λ per round;
+//! the mixed benchmark submits the titles round-robin (§6.3). Zipf popularity
+//! is provided for the server's load generator and other experiments. All
+//! randomness is a ChaCha8 stream seeded by the caller, so a run is a pure
+//! function of its seed.
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// A Poisson arrival process, sampled round by round.
+#[derive(Clone, Debug)]
+pub struct PoissonArrivals {
+    rng: ChaCha8Rng,
+    rate_per_round: f64,
+    /// Time of the next arrival, in rounds since time 0.
+    next_arrival_rounds: f64,
+}
+
+impl PoissonArrivals {
+    pub fn new(rate_per_round: f64, seed: u64) -> PoissonArrivals {
+        assert!(
+            rate_per_round > 0.0 && rate_per_round.is_finite(),
+            "arrival rate must be positive"
+        );
+        let mut arrivals = PoissonArrivals {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            rate_per_round,
+            next_arrival_rounds: 0.0,
+        };
+        arrivals.next_arrival_rounds = arrivals.gap();
+        arrivals
+    }
+
+    /// An exponential inter-arrival gap, by inversion (value-stable across
+    /// rand_distr versions).
+    fn gap(&mut self) -> f64 {
+        let u: f64 = self.rng.random::<f64>();
+        -(1.0 - u).ln() / self.rate_per_round
+    }
+
+    /// Number of requests arriving during round `round` (`[round, round + 1)`).
+    /// Must be called for consecutive rounds.
+    pub fn arrivals_in_round(&mut self, round: u64) -> u32 {
+        let end = (round + 1) as f64;
+        let mut count = 0;
+        while self.next_arrival_rounds < end {
+            count += 1;
+            self.next_arrival_rounds += self.gap();
+        }
+        count
+    }
+}
+
+/// Which title each arriving request asks for.
+#[derive(Clone, Debug)]
+pub enum TitleChoice {
+    /// Titles in turn: 0, 1, …, n−1, 0, … (seed 000's mixed benchmark).
+    RoundRobin { titles: usize, next: usize },
+    /// Title k with probability ∝ 1/(k+1)^exponent.
+    Zipf {
+        cumulative: Vec<f64>,
+        rng: ChaCha8Rng,
+    },
+}
+
+impl TitleChoice {
+    pub fn round_robin(titles: usize) -> TitleChoice {
+        assert!(titles > 0);
+        TitleChoice::RoundRobin { titles, next: 0 }
+    }
+
+    pub fn zipf(titles: usize, exponent: f64, seed: u64) -> TitleChoice {
+        assert!(titles > 0);
+        let weights: Vec<f64> = (0..titles)
+            .map(|k| 1.0 / ((k + 1) as f64).powf(exponent))
+            .collect();
+        let total: f64 = weights.iter().sum();
+        let mut acc = 0.0;
+        let cumulative = weights
+            .iter()
+            .map(|w| {
+                acc += w / total;
+                acc
+            })
+            .collect();
+        TitleChoice::Zipf {
+            cumulative,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        }
+    }
+
+    pub fn next_title(&mut self) -> usize {
+        match self {
+            TitleChoice::RoundRobin { titles, next } => {
+                let t = *next;
+                *next = (*next + 1) % *titles;
+                t
+            }
+            TitleChoice::Zipf { cumulative, rng } => {
+                let u: f64 = rng.random::<f64>();
+                cumulative
+                    .partition_point(|&c| c < u)
+                    .min(cumulative.len() - 1)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poisson_mean_and_variance_match_the_rate() {
+        let rate = 0.37;
+        let mut a = PoissonArrivals::new(rate, 7);
+        let n = 200_000u64;
+        let counts: Vec<f64> = (0..n).map(|r| a.arrivals_in_round(r) as f64).collect();
+        let mean = counts.iter().sum::<f64>() / n as f64;
+        let var = counts.iter().map(|c| (c - mean).powi(2)).sum::<f64>() / n as f64;
+        // Standard error of the mean is sqrt(0.37/200000) ≈ 0.0014.
+        assert!((mean - rate).abs() < 0.006, "mean {mean}");
+        assert!((var - rate).abs() < 0.02, "variance {var}");
+    }
+
+    #[test]
+    fn arrivals_are_reproducible_for_a_seed() {
+        let run = |seed| {
+            let mut a = PoissonArrivals::new(1.5, seed);
+            (0..1000)
+                .map(|r| a.arrivals_in_round(r))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(3), run(3));
+        assert_ne!(run(3), run(4));
+    }
+
+    #[test]
+    fn round_robin_cycles_and_zipf_prefers_low_ranks() {
+        let mut rr = TitleChoice::round_robin(3);
+        let seq: Vec<usize> = (0..7).map(|_| rr.next_title()).collect();
+        assert_eq!(seq, vec![0, 1, 2, 0, 1, 2, 0]);
+        let mut z = TitleChoice::zipf(10, 1.0, 1);
+        let mut hits = [0u32; 10];
+        for _ in 0..100_000 {
+            hits[z.next_title()] += 1;
+        }
+        // P(0) = 1/H_10 ≈ 0.3414, P(9) ≈ 0.0341.
+        assert!((hits[0] as f64 / 1e5 - 0.3414).abs() < 0.01, "{hits:?}");
+        assert!((hits[9] as f64 / 1e5 - 0.0341).abs() < 0.005, "{hits:?}");
+    }
+}
