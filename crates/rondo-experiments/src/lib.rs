@@ -1,1 +1,9 @@
-//! placeholder
+//! Experiments: sweeps of simulator runs, replicated until their confidence
+//! intervals are tight, summarised as tables, JSON, CSV and plots.
+//!
+//! Owns experiment definitions as data (TOML under `experiments/`), running
+//! independent seeded replications in parallel across cores, confidence
+//! intervals, and output. It contains no decision that belongs in the core:
+//! every run is a `rondo-sim` run of `rondo-model` code.
+
+pub mod stats;
