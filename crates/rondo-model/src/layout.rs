@@ -1,1 +1,0 @@
-//! Stride allocation, variable-grain striping and replica placement (placeholder).

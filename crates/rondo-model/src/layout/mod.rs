@@ -1,0 +1,236 @@
+//! Where a title's bytes live: stride allocation, variable-grain striping and
+//! replica placement (seed 000 §2.2, §2.4, §3.1, §3.2, §5; DESIGN.md
+//! "Reservation schemes and placement"; the rules with a worked example are in
+//! `docs/layout.md`).
+//!
+//! Layout is two steps so that admission-only runs never touch disk space:
+//!
+//! 1. [`TitlePlan::new`] is a pure function of (per-round stored sizes, D,
+//!    stride and block size, start disk, placement policy, seed, B_d). It says,
+//!    for every round, which disk holds the primary and which disks hold the
+//!    backup fragments, how many bytes and how many extents each request has,
+//!    and where each request sits in the title's own packed byte space on that
+//!    disk. Admission reads it through the allocation-free
+//!    [`TitlePlan::primary`] and [`TitlePlan::backups`].
+//! 2. [`ArrayAllocator::place`] maps the title-local strides of a plan onto real
+//!    strides of each disk, first fit from LBN 0, all or nothing, and returns a
+//!    [`TitleLayout`] with device extents. [`TitleLayout::from_strides`] rebuilds
+//!    the same layout from persisted stride lists without allocating.
+//!
+//! This module does no I/O and uses only the seeded [`rng::SplitMix64`].
+
+mod alloc;
+mod extent;
+mod plan;
+pub mod rng;
+
+#[cfg(test)]
+mod tests;
+
+pub use alloc::{ArrayAllocator, StrideAllocator};
+pub use extent::{BackupExtents, Extent, Extents, RoundLayout, TitleLayout, TitleStrides};
+pub use plan::{DiskRead, TitlePlan};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::schedule::Schedule;
+use crate::units::{BLOCK_BYTES_DEFAULT, DiskIndex, SECTOR_BYTES, STRIDE_BYTES_DEFAULT, TitleId};
+
+/// Where backups go (DESIGN.md: `deterministic` or `random`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplicaPlacement {
+    /// Round-robin over the other disks (seed 000 §3.1, Figure 2).
+    Deterministic,
+    /// Uniform over the other disks, drawn from the title's seed (seed 000 §3.2).
+    Random,
+}
+
+/// One of the two copies of a round's data.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Replica {
+    Primary,
+    Backup,
+}
+
+/// How the backup replica is stored, when there is one.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BackupParams {
+    pub placement: ReplicaPlacement,
+    /// B_d: cut each round's backup into fragments of this size (seed 000 §5);
+    /// `None` keeps each round's backup whole on one disk.
+    pub backup_block_bytes: Option<u64>,
+}
+
+/// The array-wide layout parameters, fixed when a data directory is created.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LayoutParams {
+    /// D, the number of disks a title is striped over.
+    pub disk_count: u32,
+    /// B_s, the allocation unit; larger than any round's data.
+    pub stride_bytes: u64,
+    /// B_l; every round's stored size is a whole number of blocks.
+    pub block_bytes: u64,
+    /// `None` stores the primary only (reservation scheme `none`).
+    pub backup: Option<BackupParams>,
+}
+
+impl LayoutParams {
+    /// Default strides and blocks over `disk_count` disks with whole
+    /// deterministic backups (what `rondo serve` uses).
+    pub fn with_defaults(disk_count: u32) -> LayoutParams {
+        LayoutParams {
+            disk_count,
+            stride_bytes: STRIDE_BYTES_DEFAULT,
+            block_bytes: BLOCK_BYTES_DEFAULT,
+            backup: Some(BackupParams {
+                placement: ReplicaPlacement::Deterministic,
+                backup_block_bytes: None,
+            }),
+        }
+    }
+
+    /// Checks the relations the layout relies on: blocks are whole sectors,
+    /// strides and B_d are whole blocks, and a backup has a disk to go to.
+    pub fn validate(&self) -> Result<(), LayoutError> {
+        if self.disk_count == 0 {
+            return Err(LayoutError::NoDisks);
+        }
+        if self.block_bytes == 0 || !self.block_bytes.is_multiple_of(SECTOR_BYTES) {
+            return Err(LayoutError::BlockNotSectors {
+                block_bytes: self.block_bytes,
+            });
+        }
+        if self.stride_bytes == 0 || !self.stride_bytes.is_multiple_of(self.block_bytes) {
+            return Err(LayoutError::StrideNotBlocks {
+                stride_bytes: self.stride_bytes,
+                block_bytes: self.block_bytes,
+            });
+        }
+        if let Some(backup) = self.backup {
+            if self.disk_count < 2 {
+                return Err(LayoutError::BackupNeedsTwoDisks);
+            }
+            if let Some(b_d) = backup.backup_block_bytes
+                && (b_d == 0 || !b_d.is_multiple_of(self.block_bytes))
+            {
+                return Err(LayoutError::BackupBlockNotBlocks {
+                    backup_block_bytes: b_d,
+                    block_bytes: self.block_bytes,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a title cannot be laid out, placed, released or rebuilt.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum LayoutError {
+    #[error("the array needs at least one disk")]
+    NoDisks,
+    #[error("a backup replica needs at least two disks")]
+    BackupNeedsTwoDisks,
+    #[error("block size {block_bytes} bytes is not a positive multiple of the 512-byte sector")]
+    BlockNotSectors { block_bytes: u64 },
+    #[error(
+        "stride size {stride_bytes} bytes is not a positive multiple of the block size {block_bytes} bytes"
+    )]
+    StrideNotBlocks { stride_bytes: u64, block_bytes: u64 },
+    #[error(
+        "backup block size B_d = {backup_block_bytes} bytes is not a positive multiple of the \
+         block size {block_bytes} bytes"
+    )]
+    BackupBlockNotBlocks {
+        backup_block_bytes: u64,
+        block_bytes: u64,
+    },
+    #[error(
+        "the schedule uses {schedule_block_bytes}-byte blocks but the array uses {block_bytes}-byte blocks"
+    )]
+    BlockSizeMismatch {
+        schedule_block_bytes: u64,
+        block_bytes: u64,
+    },
+    #[error("start disk {start} is not a disk of a {disk_count}-disk array")]
+    StartDiskOutOfRange { start: u32, disk_count: u32 },
+    #[error("round {round} stores {bytes} bytes, not a whole number of {block_bytes}-byte blocks")]
+    RoundNotBlocks {
+        round: usize,
+        bytes: u64,
+        block_bytes: u64,
+    },
+    #[error(
+        "round {round} needs {bytes} bytes from one disk but a stride holds {stride_bytes} bytes: \
+         use a larger stride or shorter rounds"
+    )]
+    RoundExceedsStride {
+        round: usize,
+        bytes: u64,
+        stride_bytes: u64,
+    },
+    #[error("the plan is for {plan_disks} disks but the array has {array_disks}")]
+    DiskCountMismatch { plan_disks: u32, array_disks: u32 },
+    #[error(
+        "disk {} is full: the title needs {needed_strides} strides there and {free_strides} are free",
+        .disk.0
+    )]
+    DiskFull {
+        disk: DiskIndex,
+        needed_strides: u64,
+        free_strides: u64,
+    },
+    #[error("stride {stride} is beyond the end of disk {} ({stride_count} strides)", .disk.0)]
+    StrideOutOfRange {
+        disk: DiskIndex,
+        stride: u64,
+        stride_count: u64,
+    },
+    #[error("stride {stride} of disk {} is held twice", .disk.0)]
+    StrideHeldTwice { disk: DiskIndex, stride: u64 },
+    #[error("stride {stride} of disk {} is not allocated", .disk.0)]
+    StrideNotAllocated { disk: DiskIndex, stride: u64 },
+    #[error(
+        "the title holds {found} {replica:?} strides on disk {} but its plan needs {expected}",
+        .disk.0
+    )]
+    StrideListMismatch {
+        disk: DiskIndex,
+        replica: Replica,
+        expected: u64,
+        found: u64,
+    },
+}
+
+/// The start disk of the `title_ordinal`-th title the catalog stores (from 0):
+/// round-robin over titles, so title n's round 0 is on disk n mod D.
+pub fn round_robin_start_disk(title_ordinal: u64, disk_count: u32) -> DiskIndex {
+    assert!(disk_count > 0, "an array has at least one disk");
+    DiskIndex((title_ordinal % u64::from(disk_count)) as u32)
+}
+
+/// A per-title placement seed derived from an array-wide seed, for catalogs
+/// that do not draw one per title. Value-stable: it fixes stored layouts.
+pub fn derive_title_seed(array_seed: u64, title: TitleId) -> u64 {
+    rng::mix64(array_seed ^ rng::mix64(title.0.wrapping_add(0x9E37_79B9_7F4A_7C15)))
+}
+
+impl TitlePlan {
+    /// The plan of a title with schedule `schedule` (its `disk_read_bytes`).
+    pub fn for_schedule(
+        schedule: &Schedule,
+        params: &LayoutParams,
+        start_disk: DiskIndex,
+        seed: u64,
+    ) -> Result<TitlePlan, LayoutError> {
+        if schedule.block_bytes != params.block_bytes {
+            return Err(LayoutError::BlockSizeMismatch {
+                schedule_block_bytes: schedule.block_bytes,
+                block_bytes: params.block_bytes,
+            });
+        }
+        TitlePlan::new(&schedule.disk_read_bytes, params, start_disk, seed)
+    }
+}

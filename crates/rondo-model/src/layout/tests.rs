@@ -1,0 +1,844 @@
+//! Layout tests across plan, allocation and extents: hand-computed worked
+//! examples (D = 4, 64 KiB strides, 16 KiB blocks) and property tests of the
+//! invariants listed in `docs/layout.md`.
+
+use std::collections::BTreeSet;
+use std::ops::Range;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::units::DiskIndex;
+
+const K: u64 = 1024;
+const S: u64 = 64 * K;
+
+fn params(disk_count: u32, backup: Option<BackupParams>) -> LayoutParams {
+    LayoutParams {
+        disk_count,
+        stride_bytes: S,
+        block_bytes: 16 * K,
+        backup,
+    }
+}
+
+fn deterministic(backup_block_bytes: Option<u64>) -> Option<BackupParams> {
+    Some(BackupParams {
+        placement: ReplicaPlacement::Deterministic,
+        backup_block_bytes,
+    })
+}
+
+fn random(backup_block_bytes: Option<u64>) -> Option<BackupParams> {
+    Some(BackupParams {
+        placement: ReplicaPlacement::Random,
+        backup_block_bytes,
+    })
+}
+
+/// An extent of the worked examples: stride, offset and length in KiB.
+fn ext(stride_index: u64, offset_kib: u64, length_kib: u64) -> Extent {
+    Extent {
+        stride_index,
+        offset_in_stride_bytes: offset_kib * K,
+        device_offset_bytes: stride_index * S + offset_kib * K,
+        length_bytes: length_kib * K,
+    }
+}
+
+fn extents_of(round: &RoundLayout) -> Vec<Extent> {
+    round.primary.as_slice().to_vec()
+}
+
+fn backup_of(round: &RoundLayout) -> Vec<(u32, Vec<Extent>, Vec<Range<u64>>)> {
+    round
+        .backup
+        .iter()
+        .map(|b| (b.disk.0, b.extents.as_slice().to_vec(), b.fragments.clone()))
+        .collect()
+}
+
+fn kib(r: Range<u64>) -> Range<u64> {
+    r.start * K..r.end * K
+}
+
+#[test]
+fn worked_example_deterministic_whole_backups() {
+    // Sizes in KiB; round i on disk (1 + i) mod 4. See docs/layout.md.
+    let sizes = [48, 32, 16, 64, 48, 48, 32, 16, 32, 0, 64, 48].map(|s| s * K);
+    let plan = TitlePlan::new(&sizes, &params(4, deterministic(None)), DiskIndex(1), 0).unwrap();
+    let mut array = ArrayAllocator::uniform(4, 16);
+    let layout = array.place(&plan).unwrap();
+    let r = layout.rounds();
+    let whole = |kib_len: u64| vec![kib(0..kib_len)];
+
+    assert_eq!(r[0].primary_disk, DiskIndex(1));
+    assert_eq!(extents_of(&r[0]), vec![ext(0, 0, 48)]);
+    assert_eq!(backup_of(&r[0]), vec![(2, vec![ext(0, 0, 48)], whole(48))]);
+    assert_eq!(extents_of(&r[1]), vec![ext(1, 0, 32)]);
+    assert_eq!(backup_of(&r[1]), vec![(3, vec![ext(0, 0, 32)], whole(32))]);
+    assert_eq!(extents_of(&r[2]), vec![ext(1, 0, 16)]);
+    assert_eq!(backup_of(&r[2]), vec![(0, vec![ext(0, 0, 16)], whole(16))]);
+    assert_eq!(extents_of(&r[3]), vec![ext(1, 0, 64)]);
+    assert_eq!(backup_of(&r[3]), vec![(1, vec![ext(1, 0, 64)], whole(64))]);
+    // Round 4 is the second round on disk 1: 48 KiB at local offset 48 KiB
+    // crosses into the title's second stride there.
+    assert_eq!(extents_of(&r[4]), vec![ext(0, 48, 16), ext(2, 0, 32)]);
+    assert_eq!(
+        backup_of(&r[4]),
+        vec![(3, vec![ext(0, 32, 32), ext(2, 0, 16)], whole(48))]
+    );
+    assert_eq!(extents_of(&r[5]), vec![ext(1, 32, 32), ext(2, 0, 16)]);
+    assert_eq!(backup_of(&r[5]), vec![(0, vec![ext(0, 16, 48)], whole(48))]);
+    assert_eq!(extents_of(&r[6]), vec![ext(1, 16, 32)]);
+    assert_eq!(backup_of(&r[6]), vec![(1, vec![ext(3, 0, 32)], whole(32))]);
+    assert_eq!(extents_of(&r[7]), vec![ext(2, 0, 16)]);
+    assert_eq!(backup_of(&r[7]), vec![(2, vec![ext(0, 48, 16)], whole(16))]);
+    assert_eq!(extents_of(&r[8]), vec![ext(2, 32, 32)]);
+    assert_eq!(backup_of(&r[8]), vec![(0, vec![ext(3, 0, 32)], whole(32))]);
+    assert_eq!(r[9].primary_disk, DiskIndex(2));
+    assert!(r[9].primary.is_empty() && r[9].backup.is_empty());
+    assert_eq!(extents_of(&r[10]), vec![ext(1, 48, 16), ext(3, 0, 48)]);
+    assert_eq!(backup_of(&r[10]), vec![(2, vec![ext(3, 0, 64)], whole(64))]);
+    assert_eq!(extents_of(&r[11]), vec![ext(2, 16, 48)]);
+    assert_eq!(
+        backup_of(&r[11]),
+        vec![(3, vec![ext(2, 16, 48)], whole(48))]
+    );
+
+    let held = |k: u32, replica| layout.strides().strides(DiskIndex(k), replica).to_vec();
+    use Replica::{Backup, Primary};
+    assert_eq!(
+        (held(0, Primary), held(0, Backup)),
+        (vec![1, 2], vec![0, 3])
+    );
+    assert_eq!(
+        (held(1, Primary), held(1, Backup)),
+        (vec![0, 2], vec![1, 3])
+    );
+    assert_eq!(
+        (held(2, Primary), held(2, Backup)),
+        (vec![1, 2], vec![0, 3])
+    );
+    assert_eq!(
+        (held(3, Primary), held(3, Backup)),
+        (vec![1, 3], vec![0, 2])
+    );
+
+    // What admission sees: disk, bytes and stride accesses only.
+    assert_eq!(
+        plan.primary(4),
+        DiskRead {
+            disk: DiskIndex(1),
+            extent_count: 2,
+            bytes: 48 * K
+        }
+    );
+    assert_eq!(
+        plan.backups(4),
+        &[DiskRead {
+            disk: DiskIndex(3),
+            extent_count: 2,
+            bytes: 48 * K
+        }]
+    );
+    assert_eq!(plan.backups(9), &[]);
+    // LBNs in 512-byte sectors: stride 0 offset 48 KiB, then stride 2.
+    let lbns: Vec<(u64, u64)> = r[4]
+        .primary
+        .as_slice()
+        .iter()
+        .map(|e| (e.first_sector(), e.sector_count()))
+        .collect();
+    assert_eq!(lbns, vec![(96, 32), (256, 64)]);
+}
+
+#[test]
+fn worked_example_deterministic_declustered() {
+    // B_d = 16 KiB; round i on disk i mod 4. Round 4 has four fragments, more
+    // than the three other disks: fragments 0 and 3 share disk 1 and are
+    // stored back to back there, read with one request.
+    let sizes = [48, 16, 0, 32, 64, 32].map(|s| s * K);
+    let plan = TitlePlan::new(
+        &sizes,
+        &params(4, deterministic(Some(16 * K))),
+        DiskIndex(0),
+        0,
+    )
+    .unwrap();
+    let mut array = ArrayAllocator::uniform(4, 16);
+    let layout = array.place(&plan).unwrap();
+    let r = layout.rounds();
+
+    assert_eq!(extents_of(&r[0]), vec![ext(0, 0, 48)]);
+    assert_eq!(
+        backup_of(&r[0]),
+        vec![
+            (1, vec![ext(0, 0, 16)], vec![kib(0..16)]),
+            (2, vec![ext(0, 0, 16)], vec![kib(16..32)]),
+            (3, vec![ext(0, 0, 16)], vec![kib(32..48)]),
+        ]
+    );
+    assert_eq!(extents_of(&r[1]), vec![ext(1, 0, 16)]);
+    assert_eq!(
+        backup_of(&r[1]),
+        vec![(2, vec![ext(0, 16, 16)], vec![kib(0..16)])]
+    );
+    assert!(r[2].primary.is_empty() && r[2].backup.is_empty());
+    assert_eq!(extents_of(&r[3]), vec![ext(1, 0, 32)]);
+    assert_eq!(
+        backup_of(&r[3]),
+        vec![
+            (0, vec![ext(1, 0, 16)], vec![kib(0..16)]),
+            (1, vec![ext(0, 16, 16)], vec![kib(16..32)]),
+        ]
+    );
+    assert_eq!(extents_of(&r[4]), vec![ext(0, 48, 16), ext(2, 0, 48)]);
+    assert_eq!(
+        backup_of(&r[4]),
+        vec![
+            (1, vec![ext(0, 32, 32)], vec![kib(0..16), kib(48..64)]),
+            (2, vec![ext(0, 32, 16)], vec![kib(16..32)]),
+            (3, vec![ext(0, 16, 16)], vec![kib(32..48)]),
+        ]
+    );
+    assert_eq!(extents_of(&r[5]), vec![ext(1, 16, 32)]);
+    assert_eq!(
+        backup_of(&r[5]),
+        vec![
+            (3, vec![ext(0, 32, 16)], vec![kib(0..16)]),
+            (0, vec![ext(1, 16, 16)], vec![kib(16..32)]),
+        ]
+    );
+    let held = |k: u32, replica| layout.strides().strides(DiskIndex(k), replica).to_vec();
+    use Replica::{Backup, Primary};
+    assert_eq!((held(0, Primary), held(0, Backup)), (vec![0, 2], vec![1]));
+    assert_eq!((held(1, Primary), held(1, Backup)), (vec![1], vec![0]));
+    assert_eq!((held(2, Primary), held(2, Backup)), (vec![], vec![0]));
+    assert_eq!((held(3, Primary), held(3, Backup)), (vec![1], vec![0]));
+    assert_eq!(
+        plan.backups(4)[0],
+        DiskRead {
+            disk: DiskIndex(1),
+            extent_count: 1,
+            bytes: 32 * K
+        }
+    );
+}
+
+#[test]
+fn random_placement_is_pinned_to_splitmix64_draws() {
+    // Value-stability pin, computed outside Rust from the documented rule:
+    // the backup of round i is (k + 1 + next_below(D − 1)) mod D.
+    let sizes = [16 * K; 12];
+    let plan = TitlePlan::new(&sizes, &params(4, random(None)), DiskIndex(0), 42).unwrap();
+    let disks: Vec<u32> = (0..12).map(|i| plan.backups(i)[0].disk.0).collect();
+    assert_eq!(disks, vec![3, 2, 3, 1, 1, 0, 3, 2, 2, 3, 3, 1]);
+
+    // Declustered: round 1 (on disk 1) has five 16 KiB fragments; the first
+    // pass draws disks 3, 2, 0 without replacement, the second pass 3, 2.
+    let sizes = [48 * K, 80 * K];
+    let p = LayoutParams {
+        stride_bytes: 128 * K,
+        ..params(4, random(Some(16 * K)))
+    };
+    let plan = TitlePlan::new(&sizes, &p, DiskIndex(0), 7).unwrap();
+    let disks = |i| plan.backups(i).iter().map(|b| b.disk.0).collect::<Vec<_>>();
+    assert_eq!(disks(0), vec![2, 1, 3]);
+    assert_eq!(disks(1), vec![3, 2, 0]);
+    assert_eq!(plan.fragment_ordinals(1, 0), &[0, 3]);
+    assert_eq!(plan.fragment_ordinals(1, 1), &[1, 4]);
+    assert_eq!(plan.fragment_ordinals(1, 2), &[2]);
+}
+
+#[test]
+fn invalid_inputs_get_clear_errors() {
+    let p = params(4, deterministic(None));
+    let err = TitlePlan::new(&[16 * K, 80 * K], &p, DiskIndex(0), 0).unwrap_err();
+    assert_eq!(
+        err,
+        LayoutError::RoundExceedsStride {
+            round: 1,
+            bytes: 80 * K,
+            stride_bytes: S
+        }
+    );
+    assert!(err.to_string().contains("round 1 needs 81920 bytes"));
+    assert_eq!(
+        TitlePlan::new(&[1000], &p, DiskIndex(0), 0),
+        Err(LayoutError::RoundNotBlocks {
+            round: 0,
+            bytes: 1000,
+            block_bytes: 16 * K
+        })
+    );
+    assert_eq!(
+        TitlePlan::new(&[], &p, DiskIndex(4), 0),
+        Err(LayoutError::StartDiskOutOfRange {
+            start: 4,
+            disk_count: 4
+        })
+    );
+    assert_eq!(
+        TitlePlan::new(&[], &params(1, deterministic(None)), DiskIndex(0), 0),
+        Err(LayoutError::BackupNeedsTwoDisks)
+    );
+    assert_eq!(
+        TitlePlan::new(&[], &params(4, deterministic(Some(1000))), DiskIndex(0), 0),
+        Err(LayoutError::BackupBlockNotBlocks {
+            backup_block_bytes: 1000,
+            block_bytes: 16 * K
+        })
+    );
+    let schedule =
+        crate::schedule::Schedule::from_client_bytes(vec![100], 1_000_000_000, 512).unwrap();
+    assert_eq!(
+        TitlePlan::for_schedule(&schedule, &p, DiskIndex(0), 0),
+        Err(LayoutError::BlockSizeMismatch {
+            schedule_block_bytes: 512,
+            block_bytes: 16 * K
+        })
+    );
+    // A single disk without backups is a valid array.
+    let plan = TitlePlan::new(&[16 * K, 0], &params(1, None), DiskIndex(0), 0).unwrap();
+    assert_eq!(plan.primary(1).disk, DiskIndex(0));
+}
+
+#[test]
+fn start_disks_go_round_robin_over_titles() {
+    let starts: Vec<u32> = (0..7).map(|n| round_robin_start_disk(n, 3).0).collect();
+    assert_eq!(starts, vec![0, 1, 2, 0, 1, 2, 0]);
+    assert_ne!(
+        derive_title_seed(1, TitleId(1)),
+        derive_title_seed(1, TitleId(2))
+    );
+    assert_ne!(
+        derive_title_seed(1, TitleId(1)),
+        derive_title_seed(2, TitleId(1))
+    );
+}
+
+#[test]
+fn full_disk_is_an_error_and_changes_nothing() {
+    let sizes = [48, 32, 16, 64, 48, 48, 32, 16, 32, 0, 64, 48].map(|s| s * K);
+    let plan = TitlePlan::new(&sizes, &params(4, deterministic(None)), DiskIndex(1), 0).unwrap();
+    // Every disk needs 4 strides (see the worked example); disk 2 has 3.
+    let mut array = ArrayAllocator::new(&[4, 4, 3, 9]);
+    let before = array.clone();
+    let err = array.place(&plan).unwrap_err();
+    assert_eq!(
+        err,
+        LayoutError::DiskFull {
+            disk: DiskIndex(2),
+            needed_strides: 4,
+            free_strides: 3
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "disk 2 is full: the title needs 4 strides there and 3 are free"
+    );
+    assert_eq!(array, before);
+    let mut wrong = ArrayAllocator::uniform(3, 100);
+    assert!(matches!(
+        wrong.place(&plan),
+        Err(LayoutError::DiskCountMismatch { .. })
+    ));
+}
+
+#[test]
+fn release_is_all_or_nothing() {
+    let sizes = [48 * K, 32 * K, 64 * K];
+    let plan = TitlePlan::new(&sizes, &params(4, deterministic(None)), DiskIndex(0), 0).unwrap();
+    let mut array = ArrayAllocator::uniform(4, 8);
+    let layout = array.place(&plan).unwrap();
+    let mut bogus = layout.strides().clone();
+    bogus.push(DiskIndex(3), Replica::Backup, 7); // never allocated
+    let before = array.clone();
+    assert_eq!(
+        array.release(&bogus),
+        Err(LayoutError::StrideNotAllocated {
+            disk: DiskIndex(3),
+            stride: 7
+        })
+    );
+    assert_eq!(array, before);
+    let mut twice = layout.strides().clone();
+    let (disk, replica, stride) = twice.iter().next().unwrap();
+    twice.push(disk, replica, stride);
+    assert_eq!(
+        array.release(&twice),
+        Err(LayoutError::StrideHeldTwice { disk, stride })
+    );
+    assert_eq!(array, before);
+    array.release(layout.strides()).unwrap();
+    assert_eq!(array, ArrayAllocator::uniform(4, 8));
+    assert_eq!(
+        array.release(layout.strides()),
+        Err(LayoutError::StrideNotAllocated { disk, stride })
+    );
+}
+
+#[test]
+fn restart_rebuilds_allocators_and_layouts_from_stride_lists() {
+    let p = params(4, random(Some(16 * K)));
+    let plans: Vec<TitlePlan> = (0..3)
+        .map(|t| {
+            let sizes: Vec<u64> = (0..20).map(|i| ((i * 7 + t) % 5) * 16 * K).collect();
+            TitlePlan::new(&sizes, &p, round_robin_start_disk(t, 4), t).unwrap()
+        })
+        .collect();
+    let mut array = ArrayAllocator::uniform(4, 64);
+    let layouts: Vec<TitleLayout> = plans
+        .iter()
+        .map(|plan| array.place(plan).unwrap())
+        .collect();
+    // The store keeps (disk, replica, ordinal, stride) rows and recomputes plans.
+    let reloaded: Vec<TitleStrides> = layouts
+        .iter()
+        .map(|l| {
+            let mut s = TitleStrides::empty(4);
+            for (disk, replica, stride) in l.strides().iter() {
+                s.push(disk, replica, stride);
+            }
+            s
+        })
+        .collect();
+    let rebuilt = ArrayAllocator::rebuild(&[64; 4], &reloaded).unwrap();
+    assert_eq!(rebuilt, array);
+    for ((plan, strides), layout) in plans.iter().zip(&reloaded).zip(&layouts) {
+        assert_eq!(
+            &TitleLayout::from_strides(plan, strides.clone()).unwrap(),
+            layout
+        );
+    }
+    let mut short = reloaded[0].clone();
+    let disk = short.iter().next().unwrap().0;
+    let mut truncated = TitleStrides::empty(4);
+    for (d, r, s) in short.iter().skip(1) {
+        truncated.push(d, r, s);
+    }
+    assert!(matches!(
+        TitleLayout::from_strides(&plans[0], truncated),
+        Err(LayoutError::StrideListMismatch { disk: d, .. }) if d == disk
+    ));
+    short.push(DiskIndex(0), Replica::Primary, 0);
+    assert!(matches!(
+        ArrayAllocator::rebuild(&[64; 4], [&reloaded[1], &short]),
+        Err(LayoutError::StrideHeldTwice { .. })
+    ));
+}
+
+// ---------------------------------------------------------------------------
+// Randomness quality of random placement.
+
+/// Pearson's statistic of `counts` against a uniform expectation.
+fn chi_square(counts: &[u64]) -> f64 {
+    let total: u64 = counts.iter().sum();
+    let expected = total as f64 / counts.len() as f64;
+    counts
+        .iter()
+        .map(|&c| (c as f64 - expected).powi(2) / expected)
+        .sum()
+}
+
+/// Wilson–Hilferty approximation of the chi-square quantile at p = 1e-6
+/// (z = 4.75): a correct generator exceeds it once in a million runs.
+fn chi_square_bound(df: usize) -> f64 {
+    let df = df as f64;
+    let h = 2.0 / (9.0 * df);
+    df * (1.0 - h + 4.75 * h.sqrt()).powi(3)
+}
+
+/// Per primary disk: chi-square of the backup offsets (df D−2) and of pairs of
+/// offsets of consecutive rounds on that disk (df (D−1)²−1). Round-robin is
+/// uniform in the first and fails the second; a biased draw fails the first.
+fn backup_offset_statistics(plan: &TitlePlan) -> Vec<(f64, f64)> {
+    let d = plan.disk_count() as usize;
+    let others = d - 1;
+    let mut single = vec![vec![0u64; others]; d];
+    let mut pairs = vec![vec![0u64; others * others]; d];
+    let mut previous = vec![None; d];
+    for i in 0..plan.rounds() {
+        let k = plan.primary(i).disk.0 as usize;
+        let b = plan.backups(i)[0].disk.0 as usize;
+        let offset = (b + d - k - 1) % d;
+        single[k][offset] += 1;
+        if let Some(prev) = previous[k] {
+            pairs[k][prev * others + offset] += 1;
+        }
+        previous[k] = Some(offset);
+    }
+    (0..d)
+        .map(|k| (chi_square(&single[k]), chi_square(&pairs[k])))
+        .collect()
+}
+
+#[test]
+fn random_backups_are_uniform_and_independent() {
+    let d = 5u32;
+    let sizes = vec![16 * K; 60_000];
+    let single_bound = chi_square_bound(d as usize - 2);
+    let pair_bound = chi_square_bound((d as usize - 1).pow(2) - 1);
+    for seed in [1, 2, 3] {
+        let plan = TitlePlan::new(&sizes, &params(d, random(None)), DiskIndex(2), seed).unwrap();
+        for (k, (single, pair)) in backup_offset_statistics(&plan).into_iter().enumerate() {
+            assert!(
+                single < single_bound,
+                "seed {seed} disk {k}: chi2 {single} ≥ {single_bound}"
+            );
+            assert!(
+                pair < pair_bound,
+                "seed {seed} disk {k}: pair chi2 {pair} ≥ {pair_bound}"
+            );
+        }
+    }
+    // The statistics do reject non-random placements.
+    let rr = TitlePlan::new(&sizes, &params(d, deterministic(None)), DiskIndex(2), 0).unwrap();
+    assert!(
+        backup_offset_statistics(&rr)
+            .iter()
+            .all(|&(s, p)| s < 1.0 && p > 100.0 * pair_bound)
+    );
+    let skew = [3100u64, 3000, 3000, 2900].map(|c| c * 10);
+    assert!(chi_square(&skew) > single_bound);
+}
+
+#[test]
+fn random_declustered_fragments_are_uniform() {
+    // D = 6 and three 16 KiB fragments per round: each fragment's disk is
+    // uniform over the five others, and the three are distinct.
+    let d = 6usize;
+    let sizes = vec![48 * K; 30_000];
+    let plan = TitlePlan::new(
+        &sizes,
+        &params(d as u32, random(Some(16 * K))),
+        DiskIndex(0),
+        9,
+    )
+    .unwrap();
+    let mut by_position = vec![vec![0u64; d - 1]; 3];
+    for i in 0..plan.rounds() {
+        let k = plan.primary(i).disk.0 as usize;
+        let backups = plan.backups(i);
+        assert_eq!(backups.len(), 3);
+        for (position, b) in backups.iter().enumerate() {
+            by_position[position][(b.disk.0 as usize + d - k - 1) % d] += 1;
+        }
+    }
+    for counts in by_position {
+        assert!(chi_square(&counts) < chi_square_bound(d - 2), "{counts:?}");
+    }
+}
+
+#[test]
+fn random_placement_is_reproducible_per_seed() {
+    let sizes: Vec<u64> = (0..200).map(|i| (i % 4) * 16 * K).collect();
+    let p = params(4, random(Some(16 * K)));
+    let a = TitlePlan::new(&sizes, &p, DiskIndex(3), 11).unwrap();
+    assert_eq!(a, TitlePlan::new(&sizes, &p, DiskIndex(3), 11).unwrap());
+    assert_ne!(a, TitlePlan::new(&sizes, &p, DiskIndex(3), 12).unwrap());
+    let mut one = ArrayAllocator::uniform(4, 100);
+    let mut two = ArrayAllocator::uniform(4, 100);
+    assert_eq!(one.place(&a).unwrap(), two.place(&a).unwrap());
+}
+
+// ---------------------------------------------------------------------------
+// Property tests.
+
+/// A title's block-multiple round sizes with a few empty rounds.
+fn round_sizes(block_bytes: u64, stride_blocks: u64) -> impl Strategy<Value = Vec<u64>> {
+    proptest::collection::vec(
+        prop_oneof![1 => Just(0u64), 6 => 1..=stride_blocks].prop_map(move |b| b * block_bytes),
+        0..80,
+    )
+}
+
+fn layout_params() -> impl Strategy<Value = LayoutParams> {
+    let backup = prop_oneof![
+        1 => Just(None),
+        4 => (any::<bool>(), prop_oneof![Just(None), (1u64..=10).prop_map(Some)]).prop_map(
+            |(det, b_d_blocks)| Some(BackupParams {
+                placement: if det {
+                    ReplicaPlacement::Deterministic
+                } else {
+                    ReplicaPlacement::Random
+                },
+                backup_block_bytes: b_d_blocks.map(|n| n * 512),
+            })
+        ),
+    ];
+    (1u32..=7, 1u64..=8, backup).prop_map(|(d, stride_blocks, backup)| LayoutParams {
+        disk_count: if backup.is_some() { d + 1 } else { d },
+        stride_bytes: stride_blocks * 512,
+        block_bytes: 512,
+        backup,
+    })
+}
+
+/// Some titles over one parameter set: (sizes, start disk, seed) each.
+fn titles() -> impl Strategy<Value = (LayoutParams, Vec<(Vec<u64>, u32, u64)>)> {
+    layout_params().prop_flat_map(|p| {
+        let title = (
+            round_sizes(512, p.stride_bytes / 512),
+            0..p.disk_count,
+            any::<u64>(),
+        );
+        (Just(p), proptest::collection::vec(title, 1..5))
+    })
+}
+
+fn fragment_bytes(p: &LayoutParams, round_bytes: u64) -> u64 {
+    p.backup
+        .and_then(|b| b.backup_block_bytes)
+        .unwrap_or(round_bytes.max(1))
+}
+
+/// Plan-level invariants that need no allocation.
+fn check_plan(plan: &TitlePlan, sizes: &[u64], start: u32) -> Result<(), TestCaseError> {
+    let p = *plan.params();
+    let d = p.disk_count;
+    prop_assert_eq!(plan.rounds(), sizes.len());
+    // Deterministic rule, simulated independently: fragment counter per disk.
+    let mut counter = vec![0u64; d as usize];
+    for (i, &bytes) in sizes.iter().enumerate() {
+        let primary = plan.primary(i);
+        let k = (start + i as u32) % d;
+        prop_assert_eq!(primary.disk, DiskIndex(k));
+        prop_assert_eq!(primary.bytes, bytes);
+        prop_assert!(primary.extent_count <= 2 && (primary.extent_count == 0) == (bytes == 0));
+        let backups = plan.backups(i);
+        let Some(backup) = p.backup else {
+            prop_assert!(backups.is_empty());
+            continue;
+        };
+        let disks: BTreeSet<u32> = backups.iter().map(|b| b.disk.0).collect();
+        prop_assert_eq!(
+            disks.len(),
+            backups.len(),
+            "two backup requests on one disk"
+        );
+        prop_assert!(!disks.contains(&k), "backup on the primary's disk");
+        let fb = fragment_bytes(&p, bytes);
+        let fragments = bytes.div_ceil(fb).max(1);
+        let mut pieces = Vec::new();
+        for (e, b) in backups.iter().enumerate() {
+            prop_assert!((1..=2).contains(&b.extent_count));
+            let ranges: Vec<Range<u64>> = plan.fragment_ranges(i, e).collect();
+            prop_assert_eq!(ranges.iter().map(|r| r.end - r.start).sum::<u64>(), b.bytes);
+            for &q in plan.fragment_ordinals(i, e) {
+                if backup.placement == ReplicaPlacement::Deterministic {
+                    let c = counter[k as usize] + u64::from(q);
+                    let want = (u64::from(k) + 1 + c % u64::from(d - 1)) % u64::from(d);
+                    prop_assert_eq!(u64::from(b.disk.0), want, "round {} fragment {}", i, q);
+                }
+            }
+            pieces.extend(ranges);
+        }
+        // Each byte of the round is in exactly one backup fragment.
+        pieces.sort_by_key(|r| r.start);
+        let mut next = 0;
+        for r in &pieces {
+            prop_assert_eq!(r.start, next);
+            prop_assert!(r.end > r.start);
+            next = r.end;
+        }
+        prop_assert_eq!(next, bytes);
+        let wanted_disks = if bytes == 0 {
+            0
+        } else {
+            fragments.min(u64::from(d - 1))
+        };
+        prop_assert_eq!(
+            backups.len() as u64,
+            wanted_disks,
+            "fragments spread over too few disks"
+        );
+        counter[k as usize] += fragments;
+        if backup.backup_block_bytes.is_none() && bytes > 0 {
+            // Seed 000 Figure 2: j-th round of the title on disk k.
+            let j = i as u64 / u64::from(d);
+            let want = (u64::from(k) + 1 + j % u64::from(d - 1)) % u64::from(d);
+            if backup.placement == ReplicaPlacement::Deterministic {
+                prop_assert_eq!(u64::from(backups[0].disk.0), want);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Device byte ranges of every extent, checked against the held strides.
+fn check_layout(
+    plan: &TitlePlan,
+    layout: &TitleLayout,
+    ranges: &mut Vec<(u32, u64, u64)>,
+) -> Result<(), TestCaseError> {
+    let s = plan.params().stride_bytes;
+    let mut check_extents = |disk: DiskIndex, replica, extents: &Extents, bytes: u64| {
+        prop_assert!(extents.len() <= 2);
+        prop_assert_eq!(extents.bytes(), bytes);
+        let held = layout.strides().strides(disk, replica);
+        for e in extents.as_slice() {
+            prop_assert!(e.length_bytes > 0 && e.offset_in_stride_bytes + e.length_bytes <= s);
+            prop_assert!(
+                held.contains(&e.stride_index),
+                "extent outside the title's strides"
+            );
+            prop_assert_eq!(
+                e.device_offset_bytes,
+                e.stride_index * s + e.offset_in_stride_bytes
+            );
+            ranges.push((disk.0, e.device_offset_bytes, e.device_end_bytes()));
+        }
+        Ok(())
+    };
+    for (i, round) in layout.rounds().iter().enumerate() {
+        let primary = plan.primary(i);
+        prop_assert_eq!(round.primary_disk, primary.disk);
+        prop_assert_eq!(round.primary.len() as u32, primary.extent_count);
+        check_extents(
+            primary.disk,
+            Replica::Primary,
+            &round.primary,
+            primary.bytes,
+        )?;
+        prop_assert_eq!(round.backup.len(), plan.backups(i).len());
+        for (b, read) in round.backup.iter().zip(plan.backups(i)) {
+            prop_assert_eq!(b.disk, read.disk);
+            prop_assert_eq!(b.extents.len() as u32, read.extent_count);
+            let fragment_total: u64 = b.fragments.iter().map(|r| r.end - r.start).sum();
+            prop_assert_eq!(fragment_total, read.bytes);
+            check_extents(b.disk, Replica::Backup, &b.extents, read.bytes)?;
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn plans_follow_the_placement_rules((p, titles) in titles()) {
+        for (sizes, start, seed) in &titles {
+            let plan = TitlePlan::new(sizes, &p, DiskIndex(*start), *seed).unwrap();
+            check_plan(&plan, sizes, *start)?;
+            // B_d at least as large as every round places exactly as no B_d.
+            if let Some(backup) = p.backup {
+                let whole = LayoutParams {
+                    backup: Some(BackupParams { backup_block_bytes: None, ..backup }),
+                    ..p
+                };
+                let big = LayoutParams {
+                    backup: Some(BackupParams {
+                        backup_block_bytes: Some(p.stride_bytes),
+                        ..backup
+                    }),
+                    ..p
+                };
+                let a = TitlePlan::new(sizes, &whole, DiskIndex(*start), *seed).unwrap();
+                let b = TitlePlan::new(sizes, &big, DiskIndex(*start), *seed).unwrap();
+                for i in 0..a.rounds() {
+                    prop_assert_eq!(a.backups(i), b.backups(i));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn placed_titles_never_overlap_and_free_cleanly(
+        (p, titles) in titles(),
+        release_order in any::<proptest::sample::Index>(),
+    ) {
+        let d = p.disk_count;
+        let plans: Vec<TitlePlan> = titles
+            .iter()
+            .map(|(sizes, start, seed)| TitlePlan::new(sizes, &p, DiskIndex(*start), *seed).unwrap())
+            .collect();
+        let capacity = 2 + plans.iter().map(|plan| {
+            (0..d).map(|k| plan.strides_needed_on(DiskIndex(k))).max().unwrap()
+        }).sum::<u64>();
+        let mut array = ArrayAllocator::uniform(d, capacity);
+        let layouts: Vec<TitleLayout> = plans.iter().map(|plan| array.place(plan).unwrap()).collect();
+
+        let mut ranges = Vec::new();
+        let mut held = BTreeSet::new();
+        for (plan, layout) in plans.iter().zip(&layouts) {
+            check_layout(plan, layout, &mut ranges)?;
+            for (disk, replica, stride) in layout.strides().iter() {
+                prop_assert!(held.insert((disk, stride)), "stride held twice");
+                prop_assert!(!array.disk(disk).is_free(stride));
+                let _ = replica;
+            }
+            prop_assert_eq!(
+                layout.strides().count(),
+                (0..d).map(|k| plan.strides_needed_on(DiskIndex(k))).sum::<u64>()
+            );
+        }
+        let free: u64 = (0..d).map(|k| array.disk(DiskIndex(k)).free_count()).sum();
+        prop_assert_eq!(free + held.len() as u64, capacity * u64::from(d));
+        ranges.sort();
+        for w in ranges.windows(2) {
+            prop_assert!(w[0].0 != w[1].0 || w[0].2 <= w[1].1, "extents overlap: {:?}", w);
+        }
+        let strides: Vec<TitleStrides> = layouts.iter().map(|l| l.strides().clone()).collect();
+        prop_assert_eq!(&ArrayAllocator::rebuild(&vec![capacity; d as usize], &strides).unwrap(), &array);
+
+        // Free one title and place it again: first fit hands back the same strides.
+        let victim = release_order.index(plans.len());
+        array.release(layouts[victim].strides()).unwrap();
+        let again = array.place(&plans[victim]).unwrap();
+        prop_assert_eq!(&again, &layouts[victim]);
+        // Free everything: the next title starts again from LBN 0 on every disk.
+        for l in &layouts {
+            array.release(l.strides()).unwrap();
+        }
+        prop_assert_eq!(&array, &ArrayAllocator::uniform(d, capacity));
+        let fresh = array.place(&plans[victim]).unwrap();
+        for k in 0..d {
+            let disk = DiskIndex(k);
+            let mut got: Vec<u64> = [Replica::Primary, Replica::Backup]
+                .iter()
+                .flat_map(|&r| fresh.strides().strides(disk, r).to_vec())
+                .collect();
+            got.sort_unstable();
+            let n = plans[victim].strides_needed_on(disk);
+            prop_assert_eq!(got, (0..n).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn a_full_disk_fails_without_side_effects(
+        (p, titles) in titles(),
+        short_disk in any::<proptest::sample::Index>(),
+        shortfall in 1u64..4,
+    ) {
+        let d = p.disk_count;
+        let (sizes, start, seed) = &titles[0];
+        let plan = TitlePlan::new(sizes, &p, DiskIndex(*start), *seed).unwrap();
+        let needing: Vec<u32> = (0..d).filter(|&k| plan.strides_needed_on(DiskIndex(k)) > 0).collect();
+        prop_assume!(!needing.is_empty());
+        let short = needing[short_disk.index(needing.len())];
+        // Another title occupies some space first, so "unchanged" is not trivial.
+        let (other_sizes, other_start, other_seed) = titles.last().unwrap();
+        let other = TitlePlan::new(other_sizes, &p, DiskIndex(*other_start), *other_seed).unwrap();
+        let counts: Vec<u64> = (0..d)
+            .map(|k| {
+                let disk = DiskIndex(k);
+                let base = other.strides_needed_on(disk);
+                let need = plan.strides_needed_on(disk);
+                if k == short { base + need.saturating_sub(shortfall) } else { base + need + 3 }
+            })
+            .collect();
+        let mut array = ArrayAllocator::new(&counts);
+        array.place(&other).unwrap();
+        let before = array.clone();
+        let err = array.place(&plan).unwrap_err();
+        let need = plan.strides_needed_on(DiskIndex(short));
+        prop_assert_eq!(err, LayoutError::DiskFull {
+            disk: DiskIndex(short),
+            needed_strides: need,
+            free_strides: need.saturating_sub(shortfall),
+        });
+        prop_assert_eq!(&array, &before);
+    }
+}
