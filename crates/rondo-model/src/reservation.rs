@@ -23,6 +23,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::layout::{DiskRead, Replica, TitlePlan};
+use crate::schedule::Schedule;
 use crate::units::{StreamId, TitleId};
 
 /// Disk bandwidth reservation scheme (DESIGN.md, "Reservation schemes").
@@ -180,6 +182,49 @@ impl TitleCharges {
         })
     }
 
+    /// Charges of a title laid out by `plan` with `schedule` (the same
+    /// rounds), where `request_cost_ns(round, read, backup_entry)` is the
+    /// round bound's cost of one request (`backup_entry` is `None` for the
+    /// primary). Empty rounds issue no request and cost nothing. Backups are
+    /// included only when the plan has them.
+    pub fn from_plan(
+        plan: &TitlePlan,
+        schedule: &Schedule,
+        mut request_cost_ns: impl FnMut(usize, &DiskRead, Option<usize>) -> u64,
+    ) -> Result<TitleCharges, ChargesError> {
+        assert_eq!(
+            plan.rounds(),
+            schedule.rounds(),
+            "plan and schedule of one title"
+        );
+        let mut cost = |round: usize, read: &DiskRead, entry: Option<usize>| Charge {
+            disk: read.disk.0,
+            cost_ns: if read.extent_count == 0 {
+                0
+            } else {
+                request_cost_ns(round, read, entry)
+            },
+        };
+        let primary = (0..plan.rounds())
+            .map(|i| cost(i, &plan.primary(i), None))
+            .collect();
+        let backups = (0..plan.rounds())
+            .map(|i| {
+                plan.backups(i)
+                    .iter()
+                    .enumerate()
+                    .map(|(e, read)| cost(i, read, Some(e)))
+                    .collect()
+            })
+            .collect();
+        TitleCharges::new(
+            primary,
+            backups,
+            schedule.buffer_bytes.clone(),
+            &schedule.client_bytes,
+        )
+    }
+
     pub fn rounds(&self) -> usize {
         self.primary.len()
     }
@@ -239,14 +284,6 @@ pub enum Rejection {
     UnknownTitle(TitleId),
 }
 
-/// Which replica a stream reads in a round.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Replica {
-    Primary,
-    /// The backup piece with this index in the round's backup list.
-    Backup(u16),
-}
-
 /// One read a disk performs in a round, as planned from the reservations.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedRead {
@@ -256,6 +293,9 @@ pub struct PlannedRead {
     pub playback_round: u32,
     pub disk: u32,
     pub replica: Replica,
+    /// For a backup read, which entry of the round's backup list
+    /// (`TitlePlan::backups`); 0 for the primary.
+    pub backup_entry: u16,
     /// The disk time reserved for this read (its bound cost).
     pub cost_ns: u64,
 }
@@ -752,14 +792,16 @@ impl Reservations {
             if i >= charges.rounds() {
                 continue;
             }
-            let read = |disk: u32, replica: Replica, cost_ns: u64| PlannedRead {
-                stream,
-                title: record.title,
-                playback_round: i as u32,
-                disk,
-                replica,
-                cost_ns,
-            };
+            let read =
+                |disk: u32, replica: Replica, backup_entry: usize, cost_ns: u64| PlannedRead {
+                    stream,
+                    title: record.title,
+                    playback_round: i as u32,
+                    disk,
+                    replica,
+                    backup_entry: backup_entry as u16,
+                    cost_ns,
+                };
             let primary = charges.primary(i);
             let backup = charges.backup(i);
             let backup_ok =
@@ -770,7 +812,8 @@ impl Reservations {
                 for (n, piece) in backup.iter().enumerate() {
                     per_disk[piece.disk as usize].push(read(
                         piece.disk,
-                        Replica::Backup(n as u16),
+                        Replica::Backup,
+                        n,
                         piece.cost_ns,
                     ));
                 }
@@ -778,10 +821,11 @@ impl Reservations {
                 per_disk[primary.disk as usize].push(read(
                     primary.disk,
                     Replica::Primary,
+                    0,
                     primary.cost_ns,
                 ));
             } else {
-                lost.push(read(primary.disk, Replica::Primary, primary.cost_ns));
+                lost.push(read(primary.disk, Replica::Primary, 0, primary.cost_ns));
             }
         }
         (per_disk, lost)
@@ -993,7 +1037,7 @@ mod tests {
         assert!(lost.is_empty());
         assert_eq!(plan[0].len(), 1);
         assert_eq!(plan[1].len(), 1);
-        assert_eq!(plan[1][0].replica, Replica::Backup(0));
+        assert_eq!(plan[1][0].replica, Replica::Backup);
     }
 
     #[test]
@@ -1006,7 +1050,7 @@ mod tests {
         assert!(lost.is_empty());
         assert!(plan[0].is_empty());
         assert_eq!(plan[1][0].stream, a.stream);
-        assert_eq!(plan[1][0].replica, Replica::Backup(0));
+        assert_eq!(plan[1][0].replica, Replica::Backup);
         // A new stream on the degraded array is charged for the rerouted reads.
         r.try_admit(TitleId(0), 1, 1).unwrap();
         assert_eq!(r.reserved_primary_ns(0, 1), 0);
