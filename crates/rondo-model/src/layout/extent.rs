@@ -45,7 +45,7 @@ impl Extent {
 }
 
 /// The 0–2 extents of one request (at most two partial stride accesses).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct Extents {
     count: u8,
     /// Unused slots stay `Extent::default()` so that equality is by content.
@@ -96,7 +96,7 @@ impl Extents {
 }
 
 /// The part of a round's backup stored on one disk: one request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct BackupExtents {
     pub disk: DiskIndex,
     pub extents: Extents,
@@ -106,7 +106,7 @@ pub struct BackupExtents {
 }
 
 /// One round of a placed title.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RoundLayout {
     pub primary_disk: DiskIndex,
     /// Empty for an empty round.
@@ -119,7 +119,7 @@ pub struct RoundLayout {
 /// entry n of a list holds bytes `[n·stride_bytes, (n+1)·stride_bytes)` of
 /// the title's packed space for that disk and replica. This is what the store
 /// persists and frees on delete.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TitleStrides {
     primary: Vec<Vec<u64>>,
     backup: Vec<Vec<u64>>,
@@ -188,7 +188,7 @@ impl TitleStrides {
 
 /// A title with its data placed: extents per round and replica, and the
 /// strides it holds.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TitleLayout {
     stride_bytes: u64,
     rounds: Vec<RoundLayout>,

@@ -113,13 +113,20 @@ impl LayoutParams {
             if self.disk_count < 2 {
                 return Err(LayoutError::BackupNeedsTwoDisks);
             }
-            if let Some(b_d) = backup.backup_block_bytes
-                && (b_d == 0 || !b_d.is_multiple_of(self.block_bytes))
-            {
-                return Err(LayoutError::BackupBlockNotBlocks {
-                    backup_block_bytes: b_d,
-                    block_bytes: self.block_bytes,
-                });
+            if let Some(b_d) = backup.backup_block_bytes {
+                if b_d == 0 || !b_d.is_multiple_of(self.block_bytes) {
+                    return Err(LayoutError::BackupBlockNotBlocks {
+                        backup_block_bytes: b_d,
+                        block_bytes: self.block_bytes,
+                    });
+                }
+                // Fragment ordinals within a round are stored as u32.
+                if self.stride_bytes / b_d > u64::from(u32::MAX) {
+                    return Err(LayoutError::TooManyFragments {
+                        stride_bytes: self.stride_bytes,
+                        backup_block_bytes: b_d,
+                    });
+                }
             }
         }
         Ok(())
@@ -146,6 +153,14 @@ pub enum LayoutError {
     BackupBlockNotBlocks {
         backup_block_bytes: u64,
         block_bytes: u64,
+    },
+    #[error(
+        "B_d = {backup_block_bytes} bytes cuts a {stride_bytes}-byte stride into more than \
+         2^32 fragments"
+    )]
+    TooManyFragments {
+        stride_bytes: u64,
+        backup_block_bytes: u64,
     },
     #[error(
         "the schedule uses {schedule_block_bytes}-byte blocks but the array uses {block_bytes}-byte blocks"

@@ -28,8 +28,9 @@ pub struct DiskRead {
 /// `docs/layout.md` for the rules).
 ///
 /// Storage is flat so that per-round queries are two slice lookups: backups of
-/// round i are `backup[backup_start[i]..backup_start[i + 1]]`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// round i are `backup[backup_start[i]..backup_start[i + 1]]`. Serialisable
+/// for inspection only; it is rebuilt from its inputs, never deserialised.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TitlePlan {
     params: LayoutParams,
     start_disk: DiskIndex,
@@ -219,6 +220,7 @@ struct Builder {
     entry_disks: Vec<u32>,
     fragment_entry: Vec<u32>,
     entry_fill: Vec<usize>,
+    entry_next: Vec<usize>,
 }
 
 impl Builder {
@@ -255,6 +257,7 @@ impl Builder {
             entry_disks: Vec::new(),
             fragment_entry: Vec::new(),
             entry_fill: Vec::new(),
+            entry_next: Vec::new(),
         }
     }
 
@@ -353,10 +356,11 @@ impl Builder {
         self.plan
             .fragments
             .resize(base + self.fragment_entry.len(), 0);
-        let mut fill = self.entry_fill.clone();
+        self.entry_next.clear();
+        self.entry_next.extend_from_slice(&self.entry_fill);
         for (q, &e) in self.fragment_entry.iter().enumerate() {
-            self.plan.fragments[base + fill[e as usize]] = q as u32;
-            fill[e as usize] += 1;
+            self.plan.fragments[base + self.entry_next[e as usize]] = q as u32;
+            self.entry_next[e as usize] += 1;
         }
         let stride_bytes = self.plan.params.stride_bytes;
         for (e, &target) in self.entry_disks.iter().enumerate() {

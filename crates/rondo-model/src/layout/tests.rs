@@ -290,6 +290,17 @@ fn invalid_inputs_get_clear_errors() {
             block_bytes: 16 * K
         })
     );
+    let huge = LayoutParams {
+        stride_bytes: 1 << 46,
+        ..params(4, random(Some(16 * K)))
+    };
+    assert_eq!(
+        huge.validate(),
+        Err(LayoutError::TooManyFragments {
+            stride_bytes: 1 << 46,
+            backup_block_bytes: 16 * K
+        })
+    );
     let schedule =
         crate::schedule::Schedule::from_client_bytes(vec![100], 1_000_000_000, 512).unwrap();
     assert_eq!(
