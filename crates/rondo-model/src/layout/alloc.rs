@@ -160,6 +160,19 @@ impl ArrayAllocator {
         Ok(array)
     }
 
+    /// Marks one stride of one disk allocated outside any title (e.g. space
+    /// the store keeps for itself, or data placed further in for a test).
+    pub fn mark_allocated(&mut self, disk: DiskIndex, stride: u64) -> Result<(), LayoutError> {
+        self.check_disk(disk)?;
+        self.disks[disk.0 as usize].mark_allocated(disk, stride)
+    }
+
+    /// Frees one stride marked with [`ArrayAllocator::mark_allocated`].
+    pub fn free(&mut self, disk: DiskIndex, stride: u64) -> Result<(), LayoutError> {
+        self.check_disk(disk)?;
+        self.disks[disk.0 as usize].free(disk, stride)
+    }
+
     /// D.
     pub fn disk_count(&self) -> u32 {
         self.disks.len() as u32
@@ -249,6 +262,16 @@ impl ArrayAllocator {
             self.disks[disk.0 as usize]
                 .free(disk, stride)
                 .expect("checked allocated above");
+        }
+        Ok(())
+    }
+
+    fn check_disk(&self, disk: DiskIndex) -> Result<(), LayoutError> {
+        if disk.0 >= self.disk_count() {
+            return Err(LayoutError::NoSuchDisk {
+                disk,
+                disk_count: self.disk_count(),
+            });
         }
         Ok(())
     }

@@ -111,8 +111,9 @@ pub struct RoundLayout {
     pub primary_disk: DiskIndex,
     /// Empty for an empty round.
     pub primary: Extents,
-    /// One entry per disk holding part of the backup; empty without backups.
-    pub backup: Vec<BackupExtents>,
+    /// One entry per disk holding part of the backup, in the order of
+    /// [`TitlePlan::backups`]; empty without backups.
+    pub backups: Vec<BackupExtents>,
 }
 
 /// The strides a title holds, per disk and replica, in title-local order:
@@ -228,7 +229,7 @@ impl TitleLayout {
         let rounds = (0..plan.rounds())
             .map(|round| {
                 let primary = plan.primary(round);
-                let backup = plan
+                let backups = plan
                     .backups(round)
                     .iter()
                     .zip(plan.backup_offset_bytes(round))
@@ -252,7 +253,7 @@ impl TitleLayout {
                         primary.bytes,
                         stride_bytes,
                     ),
-                    backup,
+                    backups,
                 }
             })
             .collect();

@@ -197,6 +197,8 @@ pub enum LayoutError {
         needed_strides: u64,
         free_strides: u64,
     },
+    #[error("disk {} is not a disk of a {disk_count}-disk array", .disk.0)]
+    NoSuchDisk { disk: DiskIndex, disk_count: u32 },
     #[error("stride {stride} is beyond the end of disk {} ({stride_count} strides)", .disk.0)]
     StrideOutOfRange {
         disk: DiskIndex,

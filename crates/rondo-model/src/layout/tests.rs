@@ -52,7 +52,7 @@ fn extents_of(round: &RoundLayout) -> Vec<Extent> {
 
 fn backup_of(round: &RoundLayout) -> Vec<(u32, Vec<Extent>, Vec<Range<u64>>)> {
     round
-        .backup
+        .backups
         .iter()
         .map(|b| (b.disk.0, b.extents.as_slice().to_vec(), b.fragments.clone()))
         .collect()
@@ -97,7 +97,7 @@ fn worked_example_deterministic_whole_backups() {
     assert_eq!(extents_of(&r[8]), vec![ext(2, 32, 32)]);
     assert_eq!(backup_of(&r[8]), vec![(0, vec![ext(3, 0, 32)], whole(32))]);
     assert_eq!(r[9].primary_disk, DiskIndex(2));
-    assert!(r[9].primary.is_empty() && r[9].backup.is_empty());
+    assert!(r[9].primary.is_empty() && r[9].backups.is_empty());
     assert_eq!(extents_of(&r[10]), vec![ext(1, 48, 16), ext(3, 0, 48)]);
     assert_eq!(backup_of(&r[10]), vec![(2, vec![ext(3, 0, 64)], whole(64))]);
     assert_eq!(extents_of(&r[11]), vec![ext(2, 16, 48)]);
@@ -184,7 +184,7 @@ fn worked_example_deterministic_declustered() {
         backup_of(&r[1]),
         vec![(2, vec![ext(0, 16, 16)], vec![kib(0..16)])]
     );
-    assert!(r[2].primary.is_empty() && r[2].backup.is_empty());
+    assert!(r[2].primary.is_empty() && r[2].backups.is_empty());
     assert_eq!(extents_of(&r[3]), vec![ext(1, 0, 32)]);
     assert_eq!(
         backup_of(&r[3]),
@@ -713,8 +713,8 @@ fn check_layout(
             &round.primary,
             primary.bytes,
         )?;
-        prop_assert_eq!(round.backup.len(), plan.backups(i).len());
-        for (b, read) in round.backup.iter().zip(plan.backups(i)) {
+        prop_assert_eq!(round.backups.len(), plan.backups(i).len());
+        for (b, read) in round.backups.iter().zip(plan.backups(i)) {
             prop_assert_eq!(b.disk, read.disk);
             prop_assert_eq!(b.extents.len() as u32, read.extent_count);
             let fragment_total: u64 = b.fragments.iter().map(|r| r.end - r.start).sum();
@@ -852,4 +852,32 @@ proptest! {
         });
         prop_assert_eq!(&array, &before);
     }
+}
+
+#[test]
+fn strides_kept_outside_titles_are_skipped_by_first_fit() {
+    let sizes = [48 * K, 32 * K, 64 * K, 16 * K];
+    let plan = TitlePlan::new(&sizes, &params(2, deterministic(None)), DiskIndex(0), 0).unwrap();
+    let mut array = ArrayAllocator::uniform(2, 8);
+    array.mark_allocated(DiskIndex(0), 0).unwrap();
+    array.mark_allocated(DiskIndex(1), 1).unwrap();
+    assert_eq!(
+        array.mark_allocated(DiskIndex(2), 0),
+        Err(LayoutError::NoSuchDisk {
+            disk: DiskIndex(2),
+            disk_count: 2
+        })
+    );
+    let layout = array.place(&plan).unwrap();
+    // Disk 0 holds rounds 0 and 2 (112 KiB: 2 strides) and the backups of
+    // rounds 1 and 3 (48 KiB: 1 stride); round 0's primary comes first.
+    let held = |k: u32, replica| layout.strides().strides(DiskIndex(k), replica).to_vec();
+    assert_eq!(held(0, Replica::Primary), vec![1, 3]);
+    assert_eq!(held(0, Replica::Backup), vec![2]);
+    assert_eq!(held(1, Replica::Backup), vec![0, 3]);
+    assert_eq!(held(1, Replica::Primary), vec![2]);
+    array.release(layout.strides()).unwrap();
+    array.free(DiskIndex(0), 0).unwrap();
+    array.free(DiskIndex(1), 1).unwrap();
+    assert_eq!(array, ArrayAllocator::uniform(2, 8));
 }
