@@ -1,0 +1,497 @@
+//! Composite tests: the whole model against expectations computed here from
+//! its parts (geometry angles, the seek table, overheads, bus), on the
+//! workloads of the acceptance criteria. The parts are tested on their own in
+//! their modules; these tests check that they compose as the model claims.
+//! Measured numbers are printed with `--nocapture` and recorded in
+//! docs/disk-model.md.
+
+use super::geometry::{Geometry, Track};
+use super::profiles::{self, CacheSpec, DiskModelSpec};
+use super::service::Mechanism;
+use super::*;
+use proptest::prelude::*;
+
+/// SplitMix64 (Steele, Lea & Flood 2014): a tiny seeded generator for workloads.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+const MS: f64 = 1e6;
+
+fn cheetah() -> Disk {
+    Disk::new(profiles::cheetah_4lp()).unwrap()
+}
+
+fn mech(disk: &Disk) -> &Mechanism {
+    disk.mechanism().expect("mechanical")
+}
+
+/// Time from the start of `lbn`'s sector to the end of the last of `n`
+/// sectors when the head streams through them, computed from the geometry's
+/// angles alone: within a track sectors follow at the zone's sector time; a
+/// switch to the next run costs the angular distance to its first sector,
+/// plus a revolution if the switch itself takes longer.
+fn stream_ns(m: &Mechanism, lbn: u64, n: u64) -> f64 {
+    let g: &Geometry = &m.geometry;
+    let rev = m.revolution_ns;
+    let (mut t, mut at, mut left) = (0.0, lbn, n);
+    let mut previous: Option<(f64, Track)> = None;
+    while left > 0 {
+        let run = g.track_run(at, left);
+        let spt = g.sectors_per_track(run.zone) as f64;
+        let start = g.sector_angle(run.start, run.zone);
+        let track = Track {
+            cylinder: run.start.cylinder,
+            head: run.start.head,
+        };
+        if let Some((end_angle, from)) = previous {
+            // The next run's first sector passes under the head after this
+            // angular distance, or whole revolutions later if the heads are
+            // still moving (e.g. the spares at a sparing range's end are on the
+            // track just read, so the next cylinder's skew is measured from
+            // before them).
+            let mut gap = (start - end_angle).rem_euclid(1.0) * rev;
+            while gap < m.reposition_ns(from, track) {
+                gap += rev;
+            }
+            t += gap;
+        }
+        t += run.sectors as f64 * rev / spt;
+        previous = Some(((start + run.sectors as f64 / spt).rem_euclid(1.0), track));
+        at += run.sectors;
+        left -= run.sectors;
+    }
+    t
+}
+
+fn cylinder_of(m: &Mechanism, lbn: u64) -> u32 {
+    m.geometry.lbn_to_pbn(lbn).cylinder
+}
+
+fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len() as f64
+}
+
+fn p95(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[(v.len() as f64 * 0.95) as usize - 1]
+}
+
+/// Random reads of `sectors` issued 100 ms apart over the whole disk: the
+/// model's responses against the analytic expectation per request: read-miss
+/// overhead, seek from the previous cylinder, rotation, streaming time and one
+/// bus sector, with half a revolution of rotation for the mean and a uniform
+/// draw for the distribution.
+fn random_reads(sectors: u64, count: usize, seed: u64) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let mut disk = cheetah();
+    let capacity = disk.capacity_sectors();
+    let mut rng = SplitMix64(seed);
+    let requests: Vec<TimedRequest> = (0..count)
+        .map(|i| TimedRequest {
+            arrival_ns: i as u64 * 100_000_000,
+            op: Op::Read,
+            extent: Extent::new(rng.below(capacity - sectors + 1), sectors),
+        })
+        .collect();
+    let timings = disk.replay(&requests, Scheduler::Fcfs).unwrap();
+    let m = mech(&disk);
+    let fixed = m.overheads.read_miss_after_read_ns as f64 + m.bus_sector_ns;
+    let mut model = vec![];
+    let mut expected_mean = vec![];
+    let mut expected_draw = vec![];
+    // The heads start on cylinder 0; after each read, read-ahead carries them
+    // `max_read_ahead_sectors` on before the next arrival 100 ms later.
+    let mut cylinder: u32 = 0;
+    for (r, t) in requests.iter().zip(&timings) {
+        assert_eq!(t.service, ServiceKind::Miss);
+        model.push((t.completion_ns - r.arrival_ns) as f64);
+        let lbn = r.extent.lbn;
+        let seek = m.seek.seek_ns(cylinder.abs_diff(cylinder_of(m, lbn)));
+        let stream = stream_ns(m, lbn, sectors);
+        expected_mean.push(fixed + seek + m.revolution_ns / 2.0 + stream);
+        expected_draw.push(fixed + seek + rng.unit() * m.revolution_ns + stream);
+        let ahead = (lbn + sectors + m.max_read_ahead_sectors).min(capacity) - 1;
+        cylinder = cylinder_of(m, ahead);
+    }
+    (model, expected_mean, expected_draw)
+}
+
+#[test]
+fn random_4k_reads_match_the_analytic_composite_and_disksim() {
+    let (model, expected, draws) = random_reads(8, 2000, 4);
+    let (m, e) = (mean(&model), mean(&expected));
+    eprintln!(
+        "random 4 KB: model mean {:.3} ms p95 {:.3} ms; analytic mean {:.3} ms p95 {:.3} ms",
+        m / MS,
+        p95(&model) / MS,
+        e / MS,
+        p95(&draws) / MS
+    );
+    // Only the rotational waits differ from the analytic terms (σ ≈ 1.7 ms per
+    // request, ≈ 0.04 ms on the mean of 2000).
+    assert!((m - e).abs() < 0.015 * e, "model {m} vs analytic {e}");
+    assert!((p95(&model) - p95(&draws)).abs() < 0.04 * p95(&draws));
+    // DiskSim 4.0 SEAGATE_ST34501N_validate with a 40 MB/s bus: about 11.8 ms.
+    assert!((m / MS - 11.8).abs() < 0.05 * 11.8, "mean {} ms", m / MS);
+}
+
+#[test]
+fn random_64k_reads_match_the_analytic_composite_and_disksim() {
+    let (model, expected, draws) = random_reads(128, 2000, 64);
+    let (m, e) = (mean(&model), mean(&expected));
+    eprintln!(
+        "random 64 KB: model mean {:.3} ms p95 {:.3} ms; analytic mean {:.3} ms p95 {:.3} ms",
+        m / MS,
+        p95(&model) / MS,
+        e / MS,
+        p95(&draws) / MS
+    );
+    assert!((m - e).abs() < 0.015 * e, "model {m} vs analytic {e}");
+    assert!((p95(&model) - p95(&draws)).abs() < 0.04 * p95(&draws));
+    // DiskSim: about 16.6 ms.
+    assert!((m / MS - 16.6).abs() < 0.05 * 16.6, "mean {} ms", m / MS);
+}
+
+/// 256 KB reads, each issued 0.1 ms after the previous completes: after the
+/// first (a miss), each rides the read-ahead stream, so its response is the
+/// streaming time of its 512 sectors minus the 0.1 ms the stream ran ahead.
+fn sequential_256k(first_lbn: u64, count: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut disk = cheetah();
+    let mut lbn = first_lbn;
+    let mut arrival = 0;
+    let (mut model, mut expected) = (vec![], vec![]);
+    for i in 0..count {
+        let t = disk
+            .execute(Op::Read, Extent::new(lbn, 512), arrival)
+            .unwrap();
+        if i > 0 {
+            assert_eq!(t.service, ServiceKind::StreamingHit, "request {i}");
+            model.push((t.completion_ns - arrival) as f64);
+            // The stream ran for 0.1 ms plus the rounding of the completion to a whole ns.
+            expected.push(stream_ns(mech(&disk), lbn, 512) - 0.1 * MS);
+        }
+        lbn += 512;
+        arrival = t.completion_ns + 100_000;
+    }
+    (model, expected)
+}
+
+#[test]
+fn sequential_256k_reads_ride_the_read_ahead() {
+    let m = {
+        let d = cheetah();
+        mech(&d).clone()
+    };
+    let zone6_first = m.geometry.zone_lbns(6).0;
+    for (name, first, zone) in [("outer", 0u64, 0usize), ("inner", zone6_first, 6)] {
+        let (model, expected) = sequential_256k(first, 60);
+        for (k, (a, b)) in model.iter().zip(&expected).enumerate() {
+            assert!(
+                (a - b).abs() < 2.0,
+                "{name} request {k}: model {a} vs stream {b}"
+            );
+        }
+        // The mean against the zone's effective sequential rate (skews paid).
+        let s = DiskSummary::of(&profiles::cheetah_4lp()).unwrap();
+        let rate = s.zones[zone].effective_rate_mb_per_s * 1e6;
+        let analytic = 512.0 * 512.0 / rate * 1e9 - 0.1 * MS;
+        let measured = mean(&model);
+        eprintln!(
+            "sequential 256 KB ({name} zone {zone}): model mean {:.3} ms, effective-rate analytic {:.3} ms",
+            measured / MS,
+            analytic / MS
+        );
+        // Spares at range ends add a little beyond the effective-rate figure.
+        assert!((measured - analytic).abs() < 0.02 * analytic);
+    }
+}
+
+/// Rounds of 15 reads of 300–1200 KiB anywhere on the disk arriving together,
+/// served in C-SCAN order: each round's busy time against Σ (read-miss
+/// overhead + seek from the previous extent's last cylinder + half a
+/// revolution + streaming time + one bus sector), the order and the first
+/// seek derived here independently.
+#[test]
+fn cscan_rounds_match_the_analytic_composite() {
+    let mut disk = cheetah();
+    let capacity = disk.capacity_sectors();
+    let mut rng = SplitMix64(15);
+    let (mut busy, mut expected) = (0.0, 0.0);
+    let mut start = 0u64;
+    let mut prev_end: Option<u64> = None;
+    let rounds = 40;
+    for _ in 0..rounds {
+        let requests: Vec<BatchRequest> = (0..15)
+            .map(|_| {
+                let sectors = 600 + rng.below(1801);
+                BatchRequest::read(rng.below(capacity - sectors), sectors)
+            })
+            .collect();
+        let m = mech(&disk).clone();
+        // Independent C-SCAN order from the last dispatched LBN.
+        let last = disk.last_dispatched_lbn();
+        let mut order: Vec<&BatchRequest> = requests.iter().collect();
+        order.sort_by_key(|r| r.first.lbn);
+        let wrap = order.iter().position(|r| r.first.lbn >= last).unwrap_or(0);
+        order.rotate_left(wrap);
+        // The previous round's read-ahead ran to completion before this one.
+        let mut cylinder = prev_end.map_or(0, |e| {
+            cylinder_of(&m, (e + m.max_read_ahead_sectors).min(capacity) - 1)
+        });
+        let mut round = 0.0;
+        for r in order {
+            let e = r.first;
+            round += m.overheads.read_miss_after_read_ns as f64
+                + m.seek.seek_ns(cylinder.abs_diff(cylinder_of(&m, e.lbn)))
+                + m.revolution_ns / 2.0
+                + stream_ns(&m, e.lbn, e.sectors)
+                + m.bus_sector_ns;
+            cylinder = cylinder_of(&m, e.lbn + e.sectors - 1);
+        }
+        let out = disk
+            .execute_batch(&requests, start, Scheduler::Cscan)
+            .unwrap();
+        let lbns: Vec<u64> = out
+            .commands
+            .iter()
+            .map(|(i, _)| requests[*i].first.lbn)
+            .collect();
+        assert!(
+            lbns.windows(2).filter(|w| w[1] < w[0]).count() <= 1,
+            "one wrap at most"
+        );
+        for (_, t) in &out.commands {
+            assert_eq!(t.service, ServiceKind::Miss);
+        }
+        let (i, _) = out.commands.last().unwrap();
+        prev_end = Some(requests[*i].first.lbn + requests[*i].first.sectors);
+        busy += out.busy_ns as f64;
+        expected += round;
+        start = out.end_ns + 200_000_000;
+    }
+    eprintln!(
+        "C-SCAN rounds of 15 × 300–1200 KiB: model mean busy {:.2} ms, analytic {:.2} ms",
+        busy / rounds as f64 / MS,
+        expected / rounds as f64 / MS
+    );
+    // Rotation is the only random term: σ ≈ 1.7 ms × √(15·40) ≈ 42 ms on ≈ 24 s.
+    assert!(
+        (busy - expected).abs() < 0.01 * expected,
+        "{busy} vs {expected}"
+    );
+}
+
+#[test]
+fn replay_queues_fcfs_and_cscan() {
+    let mut disk = cheetah();
+    // Three reads arrive together at t = 0: FCFS serves them in input order,
+    // each starting when the previous completes.
+    let at0 = |lbn| TimedRequest {
+        arrival_ns: 0,
+        op: Op::Read,
+        extent: Extent::new(lbn, 8),
+    };
+    let requests = [at0(5_000_000), at0(1_000), at0(3_000_000)];
+    let fcfs = disk.replay(&requests, Scheduler::Fcfs).unwrap();
+    assert_eq!(fcfs[0].start_ns, 0);
+    assert_eq!(fcfs[1].start_ns, fcfs[0].completion_ns);
+    assert_eq!(fcfs[2].start_ns, fcfs[1].completion_ns);
+    // C-SCAN from the last dispatched LBN (0 for a new disk): ascending LBNs.
+    let mut disk = cheetah();
+    let cscan = disk.replay(&requests, Scheduler::Cscan).unwrap();
+    assert_eq!(cscan[1].start_ns, 0);
+    assert_eq!(cscan[2].start_ns, cscan[1].completion_ns);
+    assert_eq!(cscan[0].start_ns, cscan[2].completion_ns);
+    // The disk keeps its state: from LBN 5,000,000 C-SCAN wraps past the
+    // end to the lowest LBN after serving what lies above.
+    let later = cscan[0].completion_ns + 1_000_000;
+    let next = [
+        TimedRequest {
+            arrival_ns: later,
+            ..at0(100)
+        },
+        TimedRequest {
+            arrival_ns: later,
+            ..at0(6_000_000)
+        },
+    ];
+    let t = disk.replay(&next, Scheduler::Cscan).unwrap();
+    assert_eq!(t[1].start_ns, later);
+    assert_eq!(t[0].start_ns, t[1].completion_ns);
+    // An idle disk takes an arriving request at once.
+    let idle = [TimedRequest {
+        arrival_ns: t[0].completion_ns + 5,
+        ..at0(7)
+    }];
+    let t2 = disk.replay(&idle, Scheduler::Fcfs).unwrap();
+    assert_eq!(t2[0].start_ns, t[0].completion_ns + 5);
+    // Invalid input executes nothing.
+    let before = disk.free_ns();
+    let bad = [at0(1), at0(disk.capacity_sectors())];
+    assert!(matches!(
+        disk.replay(&bad, Scheduler::Fcfs),
+        Err(DiskError::BeyondCapacity { .. })
+    ));
+    assert_eq!(disk.free_ns(), before);
+}
+
+#[test]
+fn batches_keep_backlog_and_serve_two_extent_requests_as_one() {
+    let mut disk = cheetah();
+    let requests = [
+        BatchRequest::read_two(Extent::new(8_000_000, 100), Extent::new(10, 100)),
+        BatchRequest::read(4_000_000, 100),
+    ];
+    let out = disk
+        .execute_batch(&requests, 1_000, Scheduler::Cscan)
+        .unwrap();
+    assert_eq!(out.service_start_ns, 1_000);
+    // Three media accesses in ascending LBN order: 10, 4,000,000, 8,000,000.
+    let order: Vec<usize> = out.commands.iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, vec![0, 1, 0]);
+    assert_eq!(out.completion_ns[0], out.commands[2].1.completion_ns);
+    assert_eq!(out.completion_ns[1], out.commands[1].1.completion_ns);
+    assert_eq!(out.end_ns, out.completion_ns[0]);
+    assert_eq!(out.busy_ns, out.end_ns - 1_000);
+    // A batch arriving while the disk is still busy starts at its backlog's end.
+    let next = disk
+        .execute_batch(
+            &[BatchRequest::read(500, 8)],
+            out.end_ns - 5_000_000,
+            Scheduler::Cscan,
+        )
+        .unwrap();
+    assert_eq!(next.service_start_ns, out.end_ns);
+    assert_eq!(next.busy_ns, next.end_ns - out.end_ns);
+    // An empty batch takes no time.
+    let empty = disk
+        .execute_batch(&[], next.end_ns + 7, Scheduler::Cscan)
+        .unwrap();
+    assert_eq!((empty.busy_ns, empty.end_ns), (0, next.end_ns + 7));
+}
+
+/// The Cheetah with its cache switched off.
+fn cheetah_without_cache() -> Disk {
+    let mut p = profiles::cheetah_4lp();
+    if let DiskModelSpec::Mechanical(m) = &mut p.model {
+        m.cache = CacheSpec {
+            segments: 0,
+            segment_sectors: 0,
+            max_read_ahead_sectors: 0,
+        };
+    }
+    Disk::new(p).unwrap()
+}
+
+/// Media time of an extent's sectors at its zones' rates, from the geometry.
+fn media_ns(m: &Mechanism, e: Extent) -> f64 {
+    (e.lbn..e.lbn + e.sectors)
+        .map(|l| m.sector_ns(m.geometry.zone_of_lbn(l)))
+        .sum()
+}
+
+fn arb_batch(capacity: u64) -> impl Strategy<Value = Vec<BatchRequest>> {
+    let extent = (0.0f64..1.0, 1u64..2500).prop_map(move |(at, n)| {
+        let n = n.min(capacity);
+        Extent::new(((capacity - n) as f64 * at) as u64, n)
+    });
+    prop::collection::vec((extent.clone(), prop::option::of(extent)), 0..12).prop_map(|v| {
+        v.into_iter()
+            .map(|(first, second)| BatchRequest {
+                op: Op::Read,
+                first,
+                second,
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Without a cache every sector comes off the media inside the batch, so the
+    /// busy time is at least the media time of all requested sectors.
+    #[test]
+    fn busy_time_covers_all_media_transfers(
+        prior in arb_batch(8_887_200),
+        batch in arb_batch(8_887_200),
+        gap_ns in 0u64..50_000_000,
+        fcfs in any::<bool>(),
+    ) {
+        let mut disk = cheetah_without_cache();
+        let scheduler = if fcfs { Scheduler::Fcfs } else { Scheduler::Cscan };
+        let first = disk.execute_batch(&prior, 0, Scheduler::Cscan).unwrap();
+        let out = disk.execute_batch(&batch, first.end_ns.saturating_sub(gap_ns), scheduler).unwrap();
+        let m = mech(&disk);
+        let media: f64 = batch.iter().flat_map(|r| r.extents()).map(|e| media_ns(m, e)).sum();
+        prop_assert!(out.busy_ns as f64 >= media, "busy {} < media {}", out.busy_ns, media);
+        let reported: u64 = out.commands.iter().map(|(_, t)| t.transfer_ns).sum();
+        prop_assert!((reported as f64 - media).abs() <= out.commands.len() as f64);
+        for &c in &out.completion_ns {
+            prop_assert!(c > out.service_start_ns && c <= out.end_ns);
+        }
+    }
+
+    /// With the cache on, a batch whose extents are far apart (no read-ahead can
+    /// reach the next one) still pays every sector's media time; and whatever
+    /// the cache does, the bus must carry every sector.
+    #[test]
+    fn busy_time_covers_transfers_with_the_cache(
+        prior in arb_batch(8_887_200),
+        starts in prop::collection::btree_set(0u64..1_500, 1..12),
+        sizes in prop::collection::vec(1u64..2_400, 12),
+        batch in arb_batch(8_887_200),
+    ) {
+        let mut disk = cheetah();
+        let first = disk.execute_batch(&prior, 0, Scheduler::Cscan).unwrap();
+        // Extents at least 4,400 sectors apart: more than any extent plus read-ahead.
+        let far: Vec<BatchRequest> = starts
+            .iter()
+            .zip(&sizes)
+            .map(|(&s, &n)| BatchRequest::read(1_000_000 + s * 4_400, n))
+            .collect();
+        let out = disk.execute_batch(&far, first.end_ns, Scheduler::Cscan).unwrap();
+        let m = mech(&disk).clone();
+        let media: f64 = far.iter().map(|r| media_ns(&m, r.first)).sum();
+        prop_assert!(out.busy_ns as f64 >= media);
+        let out = disk.execute_batch(&batch, out.end_ns, Scheduler::Cscan).unwrap();
+        let sectors: u64 = batch.iter().flat_map(|r| r.extents()).map(|e| e.sectors).sum();
+        prop_assert!(out.busy_ns as f64 >= sectors as f64 * m.bus_sector_ns - 1.0);
+    }
+}
+
+#[test]
+fn batch_requests_from_extent_lists() {
+    assert_eq!(
+        BatchRequest::read_extents(&[(5, 8)]).unwrap(),
+        BatchRequest::read(5, 8)
+    );
+    let two = BatchRequest::read_extents(&[(5, 8), (100, 2)]).unwrap();
+    assert_eq!(
+        two.extents().collect::<Vec<_>>(),
+        vec![Extent::new(5, 8), Extent::new(100, 2)]
+    );
+    assert_eq!(
+        BatchRequest::read_extents(&[]),
+        Err(DiskError::ExtentCount { count: 0 })
+    );
+    assert!(BatchRequest::read_extents(&[(1, 1), (2, 2), (3, 3)]).is_err());
+    let mut disk = cheetah();
+    let zero = disk.execute_batch(&[BatchRequest::read(5, 0)], 0, Scheduler::Fcfs);
+    assert_eq!(zero, Err(DiskError::EmptyExtent { lbn: 5 }));
+}
