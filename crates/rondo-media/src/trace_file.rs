@@ -165,10 +165,16 @@ struct Header {
 }
 
 fn parse_header(line: &str) -> Result<Header, Problem> {
-    let Some(rest) = line.strip_prefix(MAGIC) else {
-        return Err(Problem::MissingHeader {
-            found: excerpt(line),
-        });
+    // The magic must be a whole word: "# rondo-tracev1" is not a header.
+    let rest = match line.strip_prefix(MAGIC) {
+        Some(rest) if rest.is_empty() || rest.starts_with(|c: char| c.is_ascii_whitespace()) => {
+            rest
+        }
+        _ => {
+            return Err(Problem::MissingHeader {
+                found: excerpt(line),
+            });
+        }
     };
     let mut tokens = rest.split_ascii_whitespace();
     match tokens.next() {
@@ -403,6 +409,8 @@ mod tests {
         assert_eq!(e.line, 1);
         assert!(matches!(e.problem, Problem::MissingHeader { .. }));
         assert!(e.to_string().starts_with("line 1: missing header"), "{e}");
+        let e = parse_err(&GOOD.replace("# rondo-trace v1", "# rondo-tracev1"));
+        assert!(matches!(e.problem, Problem::MissingHeader { .. }));
     }
 
     #[test]

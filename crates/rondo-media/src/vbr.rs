@@ -167,7 +167,7 @@ pub struct FrameTypeWeights {
     pub b: f64,
 }
 
-/// MPEG-2 Test Model 5 (ISO/IEC JTC1/SC29/WG11 N0400, §10.1): initial
+/// MPEG-2 Test Model 5 (ISO/IEC JTC1/SC29/WG11 N0400, rate control step 1): initial
 /// complexities X_i:X_p:X_b = 160:60:42 with quantiser ratios K_p = 1.0 and
 /// K_b = 1.4, so target sizes are 160 : 60/1.0 : 42/1.4 = 160 : 60 : 30.
 pub const TM5_WEIGHTS: FrameTypeWeights = FrameTypeWeights {
