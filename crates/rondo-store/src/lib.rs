@@ -1,1 +1,41 @@
-//! placeholder
+//! rondo's on-disk format: the data directory, device headers, extents with
+//! checksums, the SQLite catalog, crash recovery and fsck (see `docs/store.md`).
+//!
+//! The store persists what the pure core (`rondo-model`) decided and decides
+//! nothing itself: layouts come from `TitlePlan` and `ArrayAllocator`, and the
+//! start disk and seed of a title follow the model's rules. A data directory
+//! holds `rondo.toml` (what is fixed at creation), one device per disk (sparse
+//! files `disk-N.dev` by default, or block devices), `catalog.sqlite` (WAL,
+//! `synchronous=FULL`) and `rondo.lock`, which one process at a time holds.
+//!
+//! ```text
+//! Store::create(dir, StoreConfig) / Store::open(dir)
+//!   begin_title(meta, &plan) -> TitleWriter   title `writing`, strides held
+//!   writer.write_round(i, bytes) …            primary + backup extents, CRC32C
+//!   writer.commit()                           fsync devices, then `complete`
+//!   load_title(id) -> StoredTitle; read_round / Device::read_at
+//!   delete_title(id)
+//! fsck(dir) -> FsckReport
+//! ```
+
+mod catalog;
+mod config;
+mod device;
+mod error;
+mod fsck;
+mod store;
+
+pub use catalog::{
+    CATALOG_FILE, ExtentRecord, SCHEMA_VERSION, decode_client_bytes, encode_client_bytes,
+};
+pub use config::{
+    ArrayConfig, ArrayId, CONFIG_FILE, DeviceEntry, DirectoryFlags, FORMAT_VERSION,
+    HEADER_REGION_BYTES, IO_ALIGN_BYTES, StoreConfig,
+};
+pub use device::{AlignedBuf, Device, DeviceError, DeviceHeader, HeaderMismatch, IoMode};
+pub use error::{Result, StoreError};
+pub use fsck::{FsckProblem, FsckReport, Orphan, ProblemKind, fsck};
+pub use store::{
+    LOCK_FILE, LayoutInputs, MAX_TITLE_NAME_BYTES, Store, StoredTitle, TitleMeta, TitleRecord,
+    TitleWriter, checksum, validate_title_name, verify_extent,
+};

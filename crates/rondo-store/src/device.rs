@@ -1,0 +1,605 @@
+//! Devices: the file or block device behind each disk, its header, and
+//! aligned positional I/O.
+//!
+//! A device starts with a header region of `header_region_bytes` (1 MiB); its
+//! first 4096 bytes are the [`DeviceHeader`] (magic, format version, array id,
+//! disk index, stride area offset, capacity), so a device of another array, or
+//! one moved to another disk slot, is refused by name. The stride area follows;
+//! every offset a [`Device`] takes is relative to it, exactly the layout's
+//! `Extent::device_offset_bytes`. All I/O is aligned to [`IO_ALIGN_BYTES`] in
+//! offset, length and buffer address and uses O_DIRECT where the filesystem
+//! allows it (buffered otherwise, see [`IoMode`]). A `Device` is `Send + Sync`;
+//! the server gives each one to its own I/O thread.
+
+use std::alloc::Layout;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::ops::{Deref, DerefMut};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use rondo_model::units::DiskIndex;
+use thiserror::Error;
+
+use crate::config::{ArrayId, FORMAT_VERSION, IO_ALIGN_BYTES};
+
+/// A zero-initialised byte buffer whose start is aligned to
+/// [`IO_ALIGN_BYTES`], as O_DIRECT requires. Sub-slices starting at multiples
+/// of 4096 bytes are aligned too.
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+    layout: Layout,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access only hands out &[u8].
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        // Allocate whole 4096-byte pages (at least one, as a zero-size
+        // allocation is not allowed).
+        let size = len.max(1).next_multiple_of(IO_ALIGN_BYTES as usize);
+        let layout = Layout::from_size_align(size, IO_ALIGN_BYTES as usize)
+            .expect("buffer size fits the address space");
+        // SAFETY: the layout has a non-zero size.
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, len, layout }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `len` ≤ the allocation, which is initialised (zeroed).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Clone for AlignedBuf {
+    fn clone(&self) -> AlignedBuf {
+        let mut copy = AlignedBuf::zeroed(self.len);
+        copy.copy_from_slice(self);
+        copy
+    }
+}
+
+impl fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AlignedBuf({} bytes)", self.len)
+    }
+}
+
+/// How a device is accessed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum IoMode {
+    /// O_DIRECT: reads bypass the page cache, so measured disk time is real.
+    Direct,
+    /// The filesystem refused O_DIRECT (e.g. an old tmpfs); reads go through
+    /// the page cache. Alignment is still enforced, so code that works here
+    /// works with O_DIRECT.
+    Buffered,
+}
+
+/// Why a device read or write was refused or failed.
+#[derive(Debug, Error)]
+pub enum DeviceError {
+    #[error(
+        "disk {} ({}): {what} is not aligned to {IO_ALIGN_BYTES} bytes (device offset \
+         {device_offset_bytes}, length {length_bytes})",
+        .disk.0, .path.display()
+    )]
+    Misaligned {
+        disk: DiskIndex,
+        path: PathBuf,
+        what: &'static str,
+        device_offset_bytes: u64,
+        length_bytes: u64,
+    },
+    #[error(
+        "disk {} ({}): {length_bytes} bytes at device offset {device_offset_bytes} run past the \
+         end of the stride area ({capacity_bytes} bytes)",
+        .disk.0, .path.display()
+    )]
+    OutOfRange {
+        disk: DiskIndex,
+        path: PathBuf,
+        device_offset_bytes: u64,
+        length_bytes: u64,
+        capacity_bytes: u64,
+    },
+    #[error(
+        "disk {} ({}): {op} of {length_bytes} bytes at device offset {device_offset_bytes} \
+         failed: {source}",
+        .disk.0, .path.display()
+    )]
+    Io {
+        disk: DiskIndex,
+        path: PathBuf,
+        op: &'static str,
+        device_offset_bytes: u64,
+        length_bytes: u64,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Bytes of the encoded header that carry data (the rest of its 4096-byte
+/// block is zero).
+const HEADER_USED_BYTES: usize = 68;
+const MAGIC: [u8; 8] = *b"RONDODEV";
+
+/// The header at the start of every device.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct DeviceHeader {
+    pub format_version: u32,
+    pub array_id: ArrayId,
+    pub disk_index: u32,
+    pub disk_count: u32,
+    /// Where the stride area begins on the device.
+    pub stride_area_offset_bytes: u64,
+    /// Size of the stride area.
+    pub capacity_bytes: u64,
+    pub stride_bytes: u64,
+}
+
+/// How a device's header differs from what rondo.toml expects.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum HeaderMismatch {
+    #[error("not a rondo device (no rondo header at its start)")]
+    NotARondoDevice,
+    #[error("the header's checksum is wrong: the header is damaged")]
+    DamagedHeader,
+    #[error("header format version {found} is not supported (this rondo reads {supported})")]
+    UnsupportedVersion { found: u32, supported: u32 },
+    #[error(
+        "belongs to array {found}, not this directory's array {expected}: a device of another \
+         array"
+    )]
+    ForeignArray { found: ArrayId, expected: ArrayId },
+    #[error(
+        "holds disk {found} of this array, but rondo.toml lists it as disk {expected}: the \
+         devices were reordered"
+    )]
+    WrongDisk { found: u32, expected: u32 },
+    #[error("header says {found} {what}, rondo.toml says {expected}")]
+    Geometry {
+        what: &'static str,
+        found: u64,
+        expected: u64,
+    },
+    #[error("the device has {size_bytes} bytes but its header and stride area need {needed_bytes}")]
+    TooSmall { size_bytes: u64, needed_bytes: u64 },
+}
+
+impl DeviceHeader {
+    /// The header as its 4096-byte block.
+    pub fn encode(&self) -> AlignedBuf {
+        let mut block = AlignedBuf::zeroed(IO_ALIGN_BYTES as usize);
+        block[0..8].copy_from_slice(&MAGIC);
+        block[8..12].copy_from_slice(&self.format_version.to_le_bytes());
+        block[12..16].copy_from_slice(&self.disk_index.to_le_bytes());
+        block[16..20].copy_from_slice(&self.disk_count.to_le_bytes());
+        // 20..24 reserved, zero.
+        block[24..40].copy_from_slice(&self.array_id.0);
+        block[40..48].copy_from_slice(&self.stride_area_offset_bytes.to_le_bytes());
+        block[48..56].copy_from_slice(&self.capacity_bytes.to_le_bytes());
+        block[56..64].copy_from_slice(&self.stride_bytes.to_le_bytes());
+        let crc = crc32c::crc32c(&block[..64]);
+        block[64..HEADER_USED_BYTES].copy_from_slice(&crc.to_le_bytes());
+        block
+    }
+
+    /// Parses a header block.
+    pub fn decode(block: &[u8]) -> Result<DeviceHeader, HeaderMismatch> {
+        if block.len() < HEADER_USED_BYTES || block[0..8] != MAGIC {
+            return Err(HeaderMismatch::NotARondoDevice);
+        }
+        let u32_at = |at: usize| u32::from_le_bytes(block[at..at + 4].try_into().expect("4"));
+        let u64_at = |at: usize| u64::from_le_bytes(block[at..at + 8].try_into().expect("8"));
+        if crc32c::crc32c(&block[..64]) != u32_at(64) {
+            return Err(HeaderMismatch::DamagedHeader);
+        }
+        let format_version = u32_at(8);
+        if format_version != FORMAT_VERSION {
+            return Err(HeaderMismatch::UnsupportedVersion {
+                found: format_version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        Ok(DeviceHeader {
+            format_version,
+            disk_index: u32_at(12),
+            disk_count: u32_at(16),
+            array_id: ArrayId(block[24..40].try_into().expect("16")),
+            stride_area_offset_bytes: u64_at(40),
+            capacity_bytes: u64_at(48),
+            stride_bytes: u64_at(56),
+        })
+    }
+
+    /// The first difference from `expected`, checked in the order that
+    /// explains it best: another array before another slot before geometry.
+    pub fn compare(&self, expected: &DeviceHeader) -> Result<(), HeaderMismatch> {
+        if self.array_id != expected.array_id {
+            return Err(HeaderMismatch::ForeignArray {
+                found: self.array_id,
+                expected: expected.array_id,
+            });
+        }
+        if self.disk_index != expected.disk_index {
+            return Err(HeaderMismatch::WrongDisk {
+                found: self.disk_index,
+                expected: expected.disk_index,
+            });
+        }
+        let fields = [
+            ("disks", self.disk_count.into(), expected.disk_count.into()),
+            (
+                "bytes of header region (stride area offset)",
+                self.stride_area_offset_bytes,
+                expected.stride_area_offset_bytes,
+            ),
+            (
+                "bytes of stride area capacity",
+                self.capacity_bytes,
+                expected.capacity_bytes,
+            ),
+            ("bytes per stride", self.stride_bytes, expected.stride_bytes),
+        ];
+        for (what, found, expected) in fields {
+            if found != expected {
+                return Err(HeaderMismatch::Geometry {
+                    what,
+                    found,
+                    expected,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One disk's device, opened for aligned positional reads and writes.
+#[derive(Debug)]
+pub struct Device {
+    disk: DiskIndex,
+    path: PathBuf,
+    file: File,
+    io_mode: IoMode,
+    stride_area_offset_bytes: u64,
+    capacity_bytes: u64,
+}
+
+/// The size of a regular file or block device.
+pub(crate) fn device_size_bytes(file: &File) -> std::io::Result<u64> {
+    let meta = file.metadata()?;
+    if meta.file_type().is_block_device() {
+        // A block device reports size 0 in its metadata; its end is its size.
+        use std::io::{Seek, SeekFrom};
+        let mut handle = file;
+        let end = handle.seek(SeekFrom::End(0))?;
+        handle.seek(SeekFrom::Start(0))?;
+        Ok(end)
+    } else {
+        Ok(meta.len())
+    }
+}
+
+/// Opens `path` read-write, with O_DIRECT unless the filesystem refuses it
+/// or `io_mode` asks for buffered access.
+pub(crate) fn open_file(path: &Path, io_mode: IoMode) -> std::io::Result<(File, IoMode)> {
+    if io_mode == IoMode::Direct {
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+        {
+            Ok(file) => return Ok((file, IoMode::Direct)),
+            // EINVAL: this filesystem does not do O_DIRECT.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let file = OpenOptions::new().read(true).write(true).open(path)?;
+    Ok((file, IoMode::Buffered))
+}
+
+impl Device {
+    /// Opens disk `disk`'s device at `path` and checks its header against
+    /// `expected`. `io_mode` = `Buffered` forces buffered access (tests).
+    pub fn open(
+        path: &Path,
+        disk: DiskIndex,
+        expected: &DeviceHeader,
+        io_mode: IoMode,
+    ) -> Result<Device, crate::StoreError> {
+        let unusable = |reason: String| crate::StoreError::DeviceUnusable {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let (file, io_mode) =
+            open_file(path, io_mode).map_err(|e| unusable(format!("cannot open: {e}")))?;
+        let mismatch = |problem| crate::StoreError::DeviceHeader {
+            path: path.to_path_buf(),
+            disk,
+            problem,
+        };
+        let size_bytes =
+            device_size_bytes(&file).map_err(|e| unusable(format!("cannot size: {e}")))?;
+        if size_bytes < IO_ALIGN_BYTES {
+            return Err(mismatch(HeaderMismatch::NotARondoDevice));
+        }
+        let mut block = AlignedBuf::zeroed(IO_ALIGN_BYTES as usize);
+        file.read_exact_at(&mut block, 0)
+            .map_err(|e| unusable(format!("cannot read the header: {e}")))?;
+        let header = DeviceHeader::decode(&block).map_err(mismatch)?;
+        header.compare(expected).map_err(mismatch)?;
+        let needed_bytes = header.stride_area_offset_bytes + header.capacity_bytes;
+        if size_bytes < needed_bytes {
+            return Err(mismatch(HeaderMismatch::TooSmall {
+                size_bytes,
+                needed_bytes,
+            }));
+        }
+        Ok(Device {
+            disk,
+            path: path.to_path_buf(),
+            file,
+            io_mode,
+            stride_area_offset_bytes: header.stride_area_offset_bytes,
+            capacity_bytes: header.capacity_bytes,
+        })
+    }
+
+    /// Writes `header` at the start of the device at `path` (which must hold
+    /// the header region and stride area) and flushes it.
+    pub(crate) fn write_header(path: &Path, header: &DeviceHeader) -> std::io::Result<()> {
+        let (file, _) = open_file(path, IoMode::Direct)?;
+        file.write_all_at(&header.encode(), 0)?;
+        file.sync_all()
+    }
+
+    /// The disk this device serves.
+    pub fn disk(&self) -> DiskIndex {
+        self.disk
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether O_DIRECT is in effect.
+    pub fn io_mode(&self) -> IoMode {
+        self.io_mode
+    }
+
+    /// Size of the stride area.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+
+    /// Where the stride area begins on the underlying file or block device.
+    pub fn stride_area_offset_bytes(&self) -> u64 {
+        self.stride_area_offset_bytes
+    }
+
+    fn check(&self, device_offset_bytes: u64, buf: &[u8]) -> Result<(), DeviceError> {
+        let length_bytes = buf.len() as u64;
+        let misaligned = |what| DeviceError::Misaligned {
+            disk: self.disk,
+            path: self.path.clone(),
+            what,
+            device_offset_bytes,
+            length_bytes,
+        };
+        if !device_offset_bytes.is_multiple_of(IO_ALIGN_BYTES) {
+            return Err(misaligned("the device offset"));
+        }
+        if !length_bytes.is_multiple_of(IO_ALIGN_BYTES) {
+            return Err(misaligned("the length"));
+        }
+        if !(buf.as_ptr() as u64).is_multiple_of(IO_ALIGN_BYTES) {
+            return Err(misaligned("the buffer address"));
+        }
+        if device_offset_bytes
+            .checked_add(length_bytes)
+            .is_none_or(|end| end > self.capacity_bytes)
+        {
+            return Err(DeviceError::OutOfRange {
+                disk: self.disk,
+                path: self.path.clone(),
+                device_offset_bytes,
+                length_bytes,
+                capacity_bytes: self.capacity_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes at `device_offset_bytes` of the stride area.
+    /// Offset, length and buffer address must be 4096-aligned (use
+    /// [`AlignedBuf`], or sub-slices of one at aligned positions).
+    pub fn read_at(&self, device_offset_bytes: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        self.check(device_offset_bytes, buf)?;
+        self.file
+            .read_exact_at(buf, self.stride_area_offset_bytes + device_offset_bytes)
+            .map_err(|source| DeviceError::Io {
+                disk: self.disk,
+                path: self.path.clone(),
+                op: "read",
+                device_offset_bytes,
+                length_bytes: buf.len() as u64,
+                source,
+            })
+    }
+
+    /// Writes `buf` at `device_offset_bytes` of the stride area; the same
+    /// alignment rules as [`Device::read_at`]. Durable only after [`Device::sync`].
+    pub fn write_at(&self, device_offset_bytes: u64, buf: &[u8]) -> Result<(), DeviceError> {
+        self.check(device_offset_bytes, buf)?;
+        self.file
+            .write_all_at(buf, self.stride_area_offset_bytes + device_offset_bytes)
+            .map_err(|source| DeviceError::Io {
+                disk: self.disk,
+                path: self.path.clone(),
+                op: "write",
+                device_offset_bytes,
+                length_bytes: buf.len() as u64,
+                source,
+            })
+    }
+
+    /// Makes every completed write durable (fdatasync).
+    pub fn sync(&self) -> Result<(), DeviceError> {
+        self.file.sync_data().map_err(|source| DeviceError::Io {
+            disk: self.disk,
+            path: self.path.clone(),
+            op: "sync",
+            device_offset_bytes: 0,
+            length_bytes: 0,
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> DeviceHeader {
+        DeviceHeader {
+            format_version: FORMAT_VERSION,
+            array_id: ArrayId::from_seed(3),
+            disk_index: 2,
+            disk_count: 4,
+            stride_area_offset_bytes: 1 << 20,
+            capacity_bytes: 1 << 30,
+            stride_bytes: 2 << 20,
+        }
+    }
+
+    #[test]
+    fn aligned_buffers_are_aligned_and_zeroed() {
+        for len in [0, 1, 4096, 5000, 1 << 20] {
+            let buf = AlignedBuf::zeroed(len);
+            assert_eq!(buf.len(), len);
+            assert_eq!(buf.as_ptr() as usize % 4096, 0);
+            assert!(buf.iter().all(|&b| b == 0));
+        }
+        let mut a = AlignedBuf::zeroed(8192);
+        a[5] = 9;
+        let b = a.clone();
+        assert_eq!(b[5], 9);
+        assert_eq!(b.as_ptr() as usize % 4096, 0);
+    }
+
+    #[test]
+    fn header_round_trip_and_damage() {
+        let h = header();
+        let block = h.encode();
+        assert_eq!(block.len(), 4096);
+        assert_eq!(DeviceHeader::decode(&block), Ok(h));
+        let mut damaged = block.clone();
+        damaged[50] ^= 1;
+        assert_eq!(
+            DeviceHeader::decode(&damaged),
+            Err(HeaderMismatch::DamagedHeader)
+        );
+        assert_eq!(
+            DeviceHeader::decode(&[0u8; 4096]),
+            Err(HeaderMismatch::NotARondoDevice)
+        );
+    }
+
+    #[test]
+    fn comparison_names_the_first_difference() {
+        let h = header();
+        assert_eq!(h.compare(&h), Ok(()));
+        let mut other = h;
+        other.disk_index = 0;
+        assert_eq!(
+            h.compare(&other),
+            Err(HeaderMismatch::WrongDisk {
+                found: 2,
+                expected: 0
+            })
+        );
+        other.array_id = ArrayId::from_seed(4);
+        assert!(matches!(
+            h.compare(&other),
+            Err(HeaderMismatch::ForeignArray { .. })
+        ));
+        let mut bigger = h;
+        bigger.capacity_bytes *= 2;
+        let err = h.compare(&bigger).unwrap_err();
+        assert!(err.to_string().contains("stride area capacity"), "{err}");
+    }
+
+    #[test]
+    fn misaligned_and_out_of_range_io_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.dev");
+        let mut h = header();
+        h.capacity_bytes = 64 * 1024;
+        let file = File::create(&path).unwrap();
+        file.set_len(h.stride_area_offset_bytes + h.capacity_bytes)
+            .unwrap();
+        Device::write_header(&path, &h).unwrap();
+        for mode in [IoMode::Direct, IoMode::Buffered] {
+            let device = Device::open(&path, DiskIndex(2), &h, mode).unwrap();
+            let mut buf = AlignedBuf::zeroed(8192);
+            buf[..4096].fill(0xab);
+            device.write_at(4096, &buf).unwrap();
+            let mut back = AlignedBuf::zeroed(8192);
+            device.read_at(4096, &mut back).unwrap();
+            assert_eq!(&back[..], &buf[..]);
+            assert!(matches!(
+                device.read_at(100, &mut back),
+                Err(DeviceError::Misaligned { .. })
+            ));
+            assert!(matches!(
+                device.read_at(0, &mut back[..100]),
+                Err(DeviceError::Misaligned { .. })
+            ));
+            let mut odd = AlignedBuf::zeroed(8192);
+            assert!(matches!(
+                device.read_at(0, &mut odd[1..4097]),
+                Err(DeviceError::Misaligned { .. })
+            ));
+            assert!(matches!(
+                device.read_at(60 * 1024, &mut back),
+                Err(DeviceError::OutOfRange { .. })
+            ));
+        }
+    }
+}
