@@ -17,6 +17,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -300,41 +301,43 @@ fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| StoreError::io(format!("syncing directory {}", dir.display()), e))
 }
 
-/// Makes `path` ready to be disk `k`'s device: a new sparse file, an empty
-/// regular file, or a block device large enough and not holding a rondo
-/// header already. Nothing that holds data is overwritten.
-fn prepare_device(path: &Path, needed_bytes: u64) -> Result<()> {
+/// How a device path will be made ready, decided before anything is changed.
+enum DevicePrep {
+    /// Absent: create a sparse file.
+    Create,
+    /// An empty regular file: size it.
+    Resize,
+    /// A block device large enough and holding no rondo header.
+    Block,
+}
+
+/// What `Store::create` changed outside the directory, to undo on failure.
+enum Changed {
+    Created(PathBuf),
+    Resized(PathBuf),
+    BlockHeader(PathBuf),
+}
+
+/// Checks that `path` can become a device of `needed_bytes` without
+/// overwriting anything that holds data.
+fn inspect_device(path: &Path, needed_bytes: u64) -> Result<DevicePrep> {
     let unusable = |reason: String| StoreError::DeviceUnusable {
         path: path.to_path_buf(),
         reason,
     };
     match std::fs::metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(path)
-                .map_err(|e| unusable(format!("cannot create: {e}")))?;
-            // Sparse: space is taken only where titles are written.
-            file.set_len(needed_bytes)
-                .map_err(|e| unusable(format!("cannot size to {needed_bytes} bytes: {e}")))?;
-            Ok(())
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(DevicePrep::Create),
         Err(e) => Err(unusable(format!("cannot inspect: {e}"))),
         Ok(meta) if meta.is_file() => {
             if meta.len() > 0 {
-                return Err(unusable(
+                Err(unusable(
                     "exists and is not empty; refusing to overwrite it".into(),
-                ));
+                ))
+            } else {
+                Ok(DevicePrep::Resize)
             }
-            let file = OpenOptions::new()
-                .write(true)
-                .open(path)
-                .map_err(|e| unusable(format!("cannot open: {e}")))?;
-            file.set_len(needed_bytes)
-                .map_err(|e| unusable(format!("cannot size to {needed_bytes} bytes: {e}")))
         }
-        Ok(_) => {
+        Ok(meta) if meta.file_type().is_block_device() => {
             let file = File::open(path).map_err(|e| unusable(format!("cannot open: {e}")))?;
             let size_bytes =
                 device_size_bytes(&file).map_err(|e| unusable(format!("cannot size: {e}")))?;
@@ -349,7 +352,7 @@ fn prepare_device(path: &Path, needed_bytes: u64) -> Result<()> {
                 .read_exact(&mut block)
                 .map_err(|e| unusable(format!("cannot read: {e}")))?;
             match DeviceHeader::decode(&block) {
-                Err(HeaderMismatch::NotARondoDevice) => Ok(()),
+                Err(HeaderMismatch::NotARondoDevice) => Ok(DevicePrep::Block),
                 Ok(h) => Err(unusable(format!(
                     "already holds disk {} of rondo array {}; wipe its first MiB to reuse it",
                     h.disk_index, h.array_id
@@ -359,7 +362,125 @@ fn prepare_device(path: &Path, needed_bytes: u64) -> Result<()> {
                 )),
             }
         }
+        Ok(_) => Err(unusable(
+            "is neither a regular file nor a block device".into(),
+        )),
     }
+}
+
+/// Makes `path` a device of `needed_bytes` as `prep` says; sparse when a file.
+fn prepare_device(
+    path: &Path,
+    needed_bytes: u64,
+    prep: DevicePrep,
+    changed: &mut Vec<Changed>,
+) -> Result<()> {
+    let unusable = |reason: String| StoreError::DeviceUnusable {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let file = match prep {
+        DevicePrep::Create => {
+            let file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(|e| unusable(format!("cannot create: {e}")))?;
+            changed.push(Changed::Created(path.to_path_buf()));
+            Some(file)
+        }
+        DevicePrep::Resize => {
+            let file = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| unusable(format!("cannot open: {e}")))?;
+            changed.push(Changed::Resized(path.to_path_buf()));
+            Some(file)
+        }
+        DevicePrep::Block => {
+            changed.push(Changed::BlockHeader(path.to_path_buf()));
+            None
+        }
+    };
+    if let Some(file) = file {
+        // Sparse: space is taken only where titles are written.
+        file.set_len(needed_bytes)
+            .map_err(|e| unusable(format!("cannot size to {needed_bytes} bytes: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Undoes a failed `Store::create`: what it created in `dir` (which was empty
+/// or absent) and what it changed outside.
+fn undo_create(dir: &Path, created_dir: bool, changed: &[Changed]) {
+    for change in changed.iter().rev() {
+        // Best effort: the error that made create fail is the one reported.
+        let _ = match change {
+            Changed::Created(path) => std::fs::remove_file(path),
+            Changed::Resized(path) => OpenOptions::new()
+                .write(true)
+                .open(path)
+                .and_then(|f| f.set_len(0)),
+            Changed::BlockHeader(path) => OpenOptions::new()
+                .write(true)
+                .open(path)
+                .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &[0u8; 4096], 0)),
+        };
+    }
+    if created_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    } else if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The steps of `Store::create` after the directory is known to be empty:
+/// devices (all checked before any is touched), catalog, then rondo.toml.
+fn create_in(dir: &Path, array: &ArrayConfig, changed: &mut Vec<Changed>) -> Result<File> {
+    let lock = lock_dir(dir)?;
+    let headers: Vec<DeviceHeader> = (0..array.devices.len())
+        .map(|k| expected_header(array, k))
+        .collect();
+    let needed = |h: &DeviceHeader| h.stride_area_offset_bytes + h.capacity_bytes;
+    let preps = (0..array.devices.len())
+        .map(|k| inspect_device(&array.device_path(dir, k), needed(&headers[k])))
+        .collect::<Result<Vec<_>>>()?;
+    for (k, prep) in preps.into_iter().enumerate() {
+        let path = array.device_path(dir, k);
+        prepare_device(&path, needed(&headers[k]), prep, changed)?;
+        Device::write_header(&path, &headers[k]).map_err(|e| StoreError::DeviceUnusable {
+            path: path.clone(),
+            reason: format!("cannot write the header: {e}"),
+        })?;
+    }
+
+    let catalog_path = dir.join(CATALOG_FILE);
+    let mut conn = catalog::open(&catalog_path, true)?;
+    catalog::migrate(&mut conn, &catalog_path, true)?;
+    conn.execute(
+        "INSERT INTO catalog_info (key, value) VALUES (?1, ?2), (?3, '0')",
+        params![
+            catalog::INFO_ARRAY_ID,
+            array.array_id.to_string(),
+            catalog::INFO_NEXT_TITLE_ID
+        ],
+    )
+    .map_err(|e| StoreError::catalog("recording the array id", e))?;
+    drop(conn);
+
+    let config_path = dir.join(CONFIG_FILE);
+    let tmp_path = dir.join(format!("{CONFIG_FILE}.tmp"));
+    let write_config = || -> std::io::Result<()> {
+        let mut file = File::create(&tmp_path)?;
+        file.write_all(array.to_toml().as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp_path, &config_path)
+    };
+    write_config().map_err(|e| StoreError::io(format!("writing {}", config_path.display()), e))?;
+    sync_dir(dir)?;
+    Ok(lock)
 }
 
 impl Store {
@@ -386,64 +507,32 @@ impl Store {
         let array = ArrayConfig::from_store_config(&config, array_id);
         array.validate().map_err(invalid)?;
 
-        match std::fs::read_dir(dir) {
+        let created_dir = match std::fs::read_dir(dir) {
             Ok(mut entries) => {
                 if entries.next().is_some() {
                     return Err(StoreError::DirectoryNotEmpty {
                         dir: dir.to_path_buf(),
                     });
                 }
+                false
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 std::fs::create_dir_all(dir)
                     .map_err(|e| StoreError::io(format!("creating {}", dir.display()), e))?;
+                true
             }
             Err(e) => {
                 return Err(StoreError::io(format!("reading {}", dir.display()), e));
             }
-        }
-        let lock = lock_dir(dir)?;
-
-        for k in 0..array.devices.len() {
-            let path = array.device_path(dir, k);
-            let header = expected_header(&array, k);
-            prepare_device(
-                &path,
-                header.stride_area_offset_bytes + header.capacity_bytes,
-            )?;
-            Device::write_header(&path, &header).map_err(|e| StoreError::DeviceUnusable {
-                path: path.clone(),
-                reason: format!("cannot write the header: {e}"),
-            })?;
-        }
-
-        let catalog_path = dir.join(CATALOG_FILE);
-        let mut conn = catalog::open(&catalog_path, true)?;
-        catalog::migrate(&mut conn, &catalog_path, true)?;
-        conn.execute(
-            "INSERT INTO catalog_info (key, value) VALUES (?1, ?2), (?3, '0')",
-            params![
-                catalog::INFO_ARRAY_ID,
-                array.array_id.to_string(),
-                catalog::INFO_NEXT_TITLE_ID
-            ],
-        )
-        .map_err(|e| StoreError::catalog("recording the array id", e))?;
-        drop(conn);
-
-        let config_path = dir.join(CONFIG_FILE);
-        let tmp_path = dir.join(format!("{CONFIG_FILE}.tmp"));
-        let write_config = || -> std::io::Result<()> {
-            let mut file = File::create(&tmp_path)?;
-            file.write_all(array.to_toml().as_bytes())?;
-            file.sync_all()?;
-            std::fs::rename(&tmp_path, &config_path)
         };
-        write_config()
-            .map_err(|e| StoreError::io(format!("writing {}", config_path.display()), e))?;
-        sync_dir(dir)?;
-
-        Store::open_locked(dir, lock, IoMode::Direct)
+        let mut changed = Vec::new();
+        match create_in(dir, &array, &mut changed) {
+            Ok(lock) => Store::open_locked(dir, lock, IoMode::Direct),
+            Err(e) => {
+                undo_create(dir, created_dir, &changed);
+                Err(e)
+            }
+        }
     }
 
     /// Opens the data directory at `dir`: takes its lock, validates

@@ -674,3 +674,97 @@ fn fsck_finds_extents_outside_owned_strides_and_overlapping_strides() {
     let err = Store::open(tmp.path()).unwrap_err();
     assert!(matches!(err, StoreError::CatalogCorrupt { .. }), "{err}");
 }
+
+#[test]
+fn devices_can_live_outside_the_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = tmp.path().join("disks");
+    std::fs::create_dir(&disks).unwrap();
+    let dir = tmp.path().join("data");
+    let mut config = small_config(131, 16);
+    let paths: Vec<_> = (0..3).map(|k| disks.join(format!("sd{k}"))).collect();
+    // One device already exists as an empty file, as a pre-created image might.
+    std::fs::File::create(&paths[1]).unwrap();
+    config.device_paths = Some(paths.clone());
+    let store = Store::create(&dir, config).unwrap();
+    for (k, path) in paths.iter().enumerate() {
+        assert_eq!(store.device(DiskIndex(k as u32)).path(), path);
+        assert_eq!(store.config().devices[k].path, *path);
+    }
+    assert!(!dir.join("disk-0.dev").exists());
+    let record = store_title(&store, "outside", 1, 5);
+    drop(store);
+
+    // Buffered access reads the same bytes.
+    let store = Store::open_with_io_mode(&dir, rondo_store::IoMode::Buffered).unwrap();
+    assert!(
+        store
+            .devices()
+            .iter()
+            .all(|d| d.io_mode() == rondo_store::IoMode::Buffered)
+    );
+    let title = store.load_title(record.id).unwrap();
+    for round in 0..5 {
+        assert_eq!(
+            store.read_round(&title, round, Replica::Primary).unwrap(),
+            round_data(1, round, record.client_bytes[round])
+        );
+    }
+    drop(store);
+    assert!(fsck(&dir).passed());
+}
+
+#[test]
+fn a_failed_create_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disks = tmp.path().join("disks");
+    std::fs::create_dir(&disks).unwrap();
+    let paths: Vec<_> = (0..3).map(|k| disks.join(format!("sd{k}"))).collect();
+    // Disk 2's path holds data: creation must refuse before touching disks 0 and 1.
+    std::fs::write(&paths[2], b"precious").unwrap();
+    let dir = tmp.path().join("data");
+    let mut config = small_config(141, 16);
+    config.device_paths = Some(paths.clone());
+    let err = Store::create(&dir, config.clone()).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::DeviceUnusable { path, .. } if *path == paths[2]),
+        "{err}"
+    );
+    assert!(err.to_string().contains("not empty"), "{err}");
+    assert!(!dir.exists());
+    assert!(!paths[0].exists() && !paths[1].exists());
+    assert_eq!(std::fs::read(&paths[2]).unwrap(), b"precious");
+
+    // Disk 2's path cannot be created (no such parent directory): disks 0 and
+    // 1 were made by then and are removed again.
+    let mut unreachable = config.clone();
+    let mut bad_paths = paths.clone();
+    bad_paths[2] = tmp.path().join("missing").join("sd2");
+    unreachable.device_paths = Some(bad_paths);
+    let err = Store::create(&dir, unreachable).unwrap_err();
+    assert!(err.to_string().contains("cannot create"), "{err}");
+    assert!(!dir.exists());
+    assert!(!paths[0].exists() && !paths[1].exists());
+    // The same into an existing empty directory empties it again.
+    std::fs::create_dir(&dir).unwrap();
+    let mut unreachable = config.clone();
+    let mut bad_paths = paths.clone();
+    bad_paths[2] = tmp.path().join("missing").join("sd2");
+    unreachable.device_paths = Some(bad_paths);
+    Store::create(&dir, unreachable).unwrap_err();
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    std::fs::remove_dir(&dir).unwrap();
+
+    // With the obstacle gone, the same configuration creates fine.
+    std::fs::remove_file(&paths[2]).unwrap();
+    drop(Store::create(&dir, config).unwrap());
+
+    // An invalid configuration is refused before the directory is touched.
+    let mut bad = small_config(142, 16);
+    bad.block_bytes = 1024;
+    bad.stride_bytes = 64 * 1024;
+    let other = tmp.path().join("other");
+    let err = Store::create(&other, bad).unwrap_err();
+    assert!(matches!(err, StoreError::InvalidConfig { .. }), "{err}");
+    assert!(!other.exists());
+}
