@@ -250,6 +250,7 @@ fn write_and_read_back(config: rondo_store::StoreConfig) {
         titles.iter().map(|t| t.0.as_str()).collect::<Vec<_>>()
     );
     let mut extents_read = 0;
+    let mut two_extent_requests = 0;
     for ((name, seed, rounds), id) in titles.iter().zip(&ids) {
         let by_name = store.title_by_name(name).unwrap().unwrap();
         assert_eq!(by_name.id, *id);
@@ -276,6 +277,7 @@ fn write_and_read_back(config: rondo_store::StoreConfig) {
         }
         for round in 0..*rounds {
             let layout = title.layout.round(round);
+            two_extent_requests += usize::from(layout.primary.len() == 2);
             let mut padded = round_data(*seed, round, title.record.client_bytes[round]);
             padded.resize(layout.primary.bytes() as usize, 0);
             let mut at = 0;
@@ -290,6 +292,8 @@ fn write_and_read_back(config: rondo_store::StoreConfig) {
         }
     }
     assert!(extents_read > 40, "{extents_read}");
+    // Some requests cross a stride end (two extents), so both cases were exercised.
+    assert!(two_extent_requests > 0);
     // fsck of the open store, then of the closed directory.
     let report = store.fsck();
     assert!(report.passed(), "{report}");
