@@ -34,7 +34,7 @@ mod tests;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use bound::{PaperBound, RoundBound};
+pub use bound::{PaperBound, RondoBound, RoundBound};
 pub use profiles::{
     CacheSpec, ControllerOverheads, DiskModelSpec, DiskProfile, MechanicalSpec, PROFILE_NAMES,
     SolidStateSpec, by_name as profile_by_name,

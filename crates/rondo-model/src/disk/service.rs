@@ -20,10 +20,13 @@
 //!    keeps reading ahead into the same segment, in the background, until it
 //!    has read `max_read_ahead_sectors` past the command's end or a command
 //!    needs the mechanism. A read wholly in cache costs the hit overhead plus
-//!    bus time and leaves read-ahead running; a read that starts inside a
-//!    segment read-ahead is still filling (or at its end) rides the stream with
-//!    no repositioning; a read whose start is cached in a stopped segment takes
-//!    the cached part and reads the rest after repositioning (miss overhead).
+//!    bus time and leaves read-ahead running; a read that starts inside the
+//!    data read-ahead has read so far, or at the very sector it reads next,
+//!    rides the stream with no repositioning (hit overhead; the rest comes as
+//!    the media reaches it); a read starting further ahead of the stream is a
+//!    miss, like DiskSim's reading-hit rule; a read whose start is cached in a
+//!    stopped segment takes the cached part and reads the rest after
+//!    repositioning (miss overhead).
 //!
 //! Writes are write-through: overhead, seek, settle, rotation, media; they
 //! stop read-ahead and drop overlapping cache segments.
@@ -335,14 +338,15 @@ impl MechanicalDisk {
             };
         }
 
-        // Riding the read-ahead stream: it started before or at `lbn` and will get there.
+        // Riding the read-ahead stream: `lbn` is read already or is the next
+        // sector it reads. A read starting further ahead is a miss.
         if let Some((seg, progress)) = filling {
             let ra = self
                 .read_ahead
                 .as_ref()
                 .expect("filling implies read-ahead");
             let (lo, _) = self.cache.window(seg, Some(progress));
-            if progress < ra.end_lbn && lo <= lbn && lbn <= ra.end_lbn {
+            if progress < ra.end_lbn && lo <= lbn && lbn <= progress {
                 return self.ride_read_ahead(lbn, sectors, t, progress);
             }
         }
@@ -718,7 +722,16 @@ mod tests {
         assert_eq!(c.service, ServiceKind::StreamingHit);
         assert_eq!(c.cached_sectors, 1);
         assert_eq!(c.completion_ns, 25_250_000);
-        // Read-ahead now targets 12 + 20 = 32. A miss elsewhere stops it at t = 30 ms:
+        // Read-ahead now targets 12 + 20 = 32. At t = 26 ms it has read up to LBN 12
+        // (LBN 12 ends at 26 ms): a read of LBN 14 lies ahead of the stream, a miss
+        // — checked on a copy, the original continues.
+        let mut ahead = d.clone();
+        let c = ahead.execute(Op::Read, 14, 1, 26 * MS);
+        assert_eq!(c.service, ServiceKind::Miss);
+        assert_eq!(c.overhead_ns, MS);
+        let c = d.clone().execute(Op::Read, 13, 1, 26 * MS);
+        assert_eq!(c.service, ServiceKind::StreamingHit);
+        // A miss elsewhere stops it at t = 30 ms:
         // LBNs up to 16 are read (sector ends 24..30 ms on track (0,1): LBN 16 ends at 30).
         let c = d.execute(Op::Read, 1000, 1, 30 * MS);
         assert_eq!(c.service, ServiceKind::Miss);
