@@ -27,6 +27,14 @@ enum Command {
     /// per-round statistics.
     #[command(subcommand)]
     Trace(cmd::trace::TraceCommand),
+    /// Capacity planning for one configuration: mean active streams with its
+    /// confidence interval, rejection ratio, capacity (ρ = 1.5), reserved and
+    /// measured disk time, and deadline misses.
+    Simulate(cmd::simulate::SimulateArgs),
+    /// Experiments: a published figure or any sweep, with replications,
+    /// confidence intervals, tables, JSON/CSV and plots.
+    #[command(subcommand)]
+    Experiment(cmd::experiment::ExperimentCommand),
 }
 
 fn main() {
@@ -34,6 +42,8 @@ fn main() {
     let result = match cli.command {
         Command::Disk(c) => cmd::disk::run(c),
         Command::Trace(c) => cmd::trace::run(c),
+        Command::Simulate(a) => cmd::simulate::run(a),
+        Command::Experiment(c) => cmd::experiment::run(c),
     };
     if let Err(err) = result {
         eprintln!("rondo: error: {err:#}");

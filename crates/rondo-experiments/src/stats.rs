@@ -68,7 +68,8 @@ impl Default for StoppingRule {
 impl StoppingRule {
     pub fn is_done(&self, values: &[f64]) -> bool {
         values.len() >= self.max_replications
-            || (values.len() >= self.min_replications && Estimate::of(values).is_within(self.ci_fraction))
+            || (values.len() >= self.min_replications
+                && Estimate::of(values).is_within(self.ci_fraction))
     }
 }
 
@@ -81,7 +82,11 @@ mod tests {
         // n = 5, s = sqrt(2.5) = 1.581: t(0.975, 4) = 2.776, half-width = 2.776·1.581/√5 = 1.963.
         let e = Estimate::of(&[1.0, 2.0, 3.0, 4.0, 5.0]);
         assert_eq!(e.mean, 3.0);
-        assert!((e.ci_half_width - 1.96324).abs() < 1e-4, "{}", e.ci_half_width);
+        assert!(
+            (e.ci_half_width - 1.96324).abs() < 1e-4,
+            "{}",
+            e.ci_half_width
+        );
     }
 
     #[test]

@@ -1,0 +1,138 @@
+//! `rondo experiment run FILE.toml`: a published figure or any sweep, with
+//! replications, confidence intervals, a table, JSON, CSV and PNG/SVG plots.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Subcommand;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use rondo_experiments::plot::write_plots;
+use rondo_experiments::runner::{ExperimentResult, run_experiment};
+use rondo_experiments::spec::ExperimentSpec;
+
+#[derive(Subcommand, Debug)]
+pub enum ExperimentCommand {
+    /// Run an experiment file (see `experiments/` for the published figures).
+    ///
+    /// Writes `results.json`, `results.csv`, `plot.png` and `plot.svg` under
+    /// `--out` (default `results/<name>/`) and prints a table.
+    Run {
+        /// The experiment definition (TOML).
+        file: PathBuf,
+        /// Output directory.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Seed of the first replication of each point.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Override a simulator field for every point, e.g.
+        /// `--set end_round=4000 --set warmup_rounds=1000` (repeatable).
+        #[arg(long = "set", value_name = "FIELD=VALUE")]
+        overrides: Vec<String>,
+        /// Override the maximum number of replications per point.
+        #[arg(long)]
+        max_replications: Option<usize>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(command: ExperimentCommand) -> anyhow::Result<()> {
+    let ExperimentCommand::Run {
+        file,
+        out,
+        seed,
+        overrides,
+        max_replications,
+        json,
+    } = command;
+    let mut spec = ExperimentSpec::from_file(&file)?;
+    for o in &overrides {
+        let (key, value) = o
+            .split_once('=')
+            .with_context(|| format!("--set '{o}': expected FIELD=VALUE"))?;
+        let value: toml::Value = toml::from_str::<toml::Table>(&format!("v = {value}"))
+            .map(|mut t| t.remove("v").expect("parsed key"))
+            .unwrap_or_else(|_| toml::Value::String(value.to_string()));
+        spec.base.insert(key.trim().to_string(), value);
+    }
+    if let Some(max) = max_replications {
+        spec.replications.max = max;
+        spec.replications.min = spec.replications.min.min(max);
+    }
+    // Re-validate with the overrides applied.
+    spec.points()?;
+    let out = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let bar = if json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(1)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {msg} [{bar:40}] {pos}/{len} replications ({elapsed}, ~{eta} left)",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(spec.name.clone());
+    let report = |done: usize, total: usize| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    };
+    let result = run_experiment(&spec, seed, &report)?;
+    bar.finish_and_clear();
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(&result)?,
+    )?;
+    std::fs::write(out.join("results.csv"), result.to_csv())?;
+    write_plots(&result, &spec.reference, &out, "plot")
+        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        print_table(&result);
+        println!(
+            "wrote {}/results.{{json,csv}} and plot.{{png,svg}}",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+fn print_table(result: &ExperimentResult) {
+    println!("{} — {}", result.name, result.paper);
+    let mut table = comfy_table::Table::new();
+    table.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
+    table.set_header(vec![
+        "series".to_string(),
+        result.x.clone(),
+        "mean active streams".into(),
+        result.metric.clone(),
+        "rejection".into(),
+        "reserved".into(),
+        "busy".into(),
+        "misses".into(),
+        "reps".into(),
+    ]);
+    for p in &result.points {
+        table.add_row(vec![
+            p.series.clone(),
+            format!("{}", p.x),
+            format!("{:.1} ± {:.1}", p.mean_active_streams, p.ci_half_width),
+            format!("{:.4} ± {:.4}", p.metric, p.metric_ci_half_width),
+            format!("{:.3}", p.rejection_ratio),
+            format!("{:.1}%", 100.0 * p.reserved_fraction),
+            p.busy_fraction
+                .map(|b| format!("{:.1}%", 100.0 * b))
+                .unwrap_or_else(|| "-".into()),
+            p.deadline_misses.to_string(),
+            p.replications.to_string(),
+        ]);
+    }
+    println!("{table}");
+}

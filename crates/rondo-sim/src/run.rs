@@ -1,0 +1,543 @@
+//! One simulation run: a disk array, a set of titles and a workload, stepped
+//! round by round on a virtual clock.
+//!
+//! Each round: time advances in the reservation tables; a scheduled disk
+//! failure takes effect at the round boundary; in simulated-disk mode every
+//! disk executes the reads the core planned for the round on the detailed
+//! disk model (C-SCAN order, head, cache and backlog kept across rounds) and
+//! misses and overruns are counted; then the round's arrivals are offered to
+//! admission, which tries start rounds from the next one up to the
+//! look-ahead. Measurements cover rounds `warmup_rounds ≤ r < end_round`.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use rondo_model::disk::{
+    self, BatchRequest, Disk, DiskError, DiskProfile, PaperBound, RondoBound, RoundBound, Scheduler,
+};
+use rondo_model::layout::{
+    self, ArrayAllocator, BackupParams, LayoutError, LayoutParams, Replica, ReplicaPlacement,
+    TitleLayout, TitlePlan,
+};
+use rondo_model::reservation::{ReservationConfig, Reservations, Scheme, TitleCharges};
+use rondo_model::schedule::Schedule;
+use rondo_model::units::{
+    BLOCK_BYTES_DEFAULT, DiskIndex, NS_PER_S, ROUND_DURATION_NS_DEFAULT, STRIDE_BYTES_DEFAULT,
+    TitleId,
+};
+
+use crate::workload::{PoissonArrivals, TitleChoice};
+
+/// Whether disks only hold reservations or also execute their reads.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Reservations only: no disk executes anything (seed 000 §6.1).
+    AdmissionOnly,
+    /// Every disk executes its round's reads on the detailed disk model.
+    SimulatedDisk,
+}
+
+/// Which round bound admission uses (DESIGN.md, "Paper mode and rondo mode").
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BoundKind {
+    /// Seed 000 §2.3 with Table 2's datasheet values.
+    Paper,
+    /// A true upper bound of the detailed model for the data's real location.
+    Rondo,
+}
+
+/// A disk failing at a round boundary.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureSpec {
+    pub disk: u32,
+    /// The first round in which the disk is unavailable.
+    pub round: u64,
+}
+
+/// Everything one run depends on, besides the titles.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimConfig {
+    pub disks: u32,
+    /// Disk profile name (`rondo disk list`).
+    pub profile: String,
+    pub scheme: Scheme,
+    pub placement: ReplicaPlacement,
+    /// B_d of backup declustering; `None` keeps backups whole.
+    pub backup_block_bytes: Option<u64>,
+    pub bound: BoundKind,
+    pub mode: Mode,
+    pub round_duration_ns: u64,
+    pub stride_bytes: u64,
+    pub block_bytes: u64,
+    /// ρ: arrivals at ρ·μ per round (seed 000 §6.2).
+    pub load: f64,
+    /// R_disk in μ = D·R_disk·T/S_tot (equation 1); seed 000 uses Table 2's
+    /// minimum internal rate, 11.3 MB/s.
+    pub mu_rate_bytes_per_s: f64,
+    /// Start rounds tried after the next one; `None` is ⌈1/λ⌉ (seed 000 §6.2).
+    pub lookahead_rounds: Option<u64>,
+    /// Server buffer per disk (seed 000 §6.3: 64 MB).
+    pub buffer_per_disk_bytes: u64,
+    pub warmup_rounds: u64,
+    pub end_round: u64,
+    pub failure: Option<FailureSpec>,
+    /// Where each disk's first stride lies, in strides from LBN 0 (0: the
+    /// outer edge). Lets tests put data in the inner zones.
+    pub first_stride: u64,
+    pub seed: u64,
+}
+
+impl SimConfig {
+    /// Seed 000's set-up: Cheetah disks, 1 s rounds, 2 MB strides, 16 KB
+    /// blocks, ρ = 0.8, 64 MB of buffer per disk, rounds 3000–9000, paper mode.
+    pub fn seed000(disks: u32, scheme: Scheme, placement: ReplicaPlacement) -> SimConfig {
+        SimConfig {
+            disks,
+            profile: "cheetah-4lp".to_string(),
+            scheme,
+            placement,
+            backup_block_bytes: None,
+            bound: BoundKind::Paper,
+            mode: Mode::AdmissionOnly,
+            round_duration_ns: ROUND_DURATION_NS_DEFAULT,
+            stride_bytes: STRIDE_BYTES_DEFAULT,
+            block_bytes: BLOCK_BYTES_DEFAULT,
+            load: 0.8,
+            // Seed 000 Table 2: 11.3 MB/s inner-zone sustained rate.
+            mu_rate_bytes_per_s: 11.3e6,
+            lookahead_rounds: None,
+            // Seed 000 §6.3: "64 MB for every extra disk"; MB read as 2^20
+            // bytes since buffers are 16 KB blocks (assumption).
+            buffer_per_disk_bytes: 64 << 20,
+            warmup_rounds: 3000,
+            end_round: 9000,
+            failure: None,
+            first_stride: 0,
+            seed: 1,
+        }
+    }
+}
+
+/// A title offered to the simulation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimTitle {
+    pub name: String,
+    pub schedule: Schedule,
+}
+
+/// Why a run could not start.
+#[derive(Debug, Error)]
+pub enum SimError {
+    #[error("disk: {0}")]
+    Disk(#[from] DiskError),
+    #[error("layout: {0}")]
+    Layout(#[from] LayoutError),
+    #[error("a simulation needs at least one title")]
+    NoTitles,
+    #[error("title '{name}': {source}")]
+    Charges {
+        name: String,
+        source: rondo_model::reservation::ChargesError,
+    },
+    #[error("{0}")]
+    Config(String),
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimResult {
+    /// Streams in playback, averaged over the measured rounds.
+    pub mean_active_streams: f64,
+    /// Requests that arrived in the measured rounds.
+    pub arrivals: u64,
+    pub admitted: u64,
+    pub rejected: u64,
+    pub rejection_ratio: f64,
+    /// Rounds between arrival and first read, averaged over admitted requests.
+    pub mean_startup_delay_rounds: f64,
+    /// λ, arrivals per round, and μ of equation 1.
+    pub arrival_rate_per_round: f64,
+    pub mu_per_round: f64,
+    pub lookahead_rounds: u64,
+    /// Averaged over disks and measured rounds, as fractions of the round:
+    /// reserved time (fixed term included) and its primary part.
+    pub reserved_fraction: f64,
+    pub reserved_primary_fraction: f64,
+    /// The backup part: `reserved_fraction − reserved_primary_fraction` (Fig. 8).
+    pub reserved_backup_fraction: f64,
+    /// Average over measured rounds of (most − least reserved disk) / T (Fig. 12).
+    pub reserved_spread_fraction: f64,
+    /// Simulated-disk mode: measured busy time over the round, averaged over
+    /// working disks and measured rounds.
+    pub busy_fraction: Option<f64>,
+    /// The same for reserved time on working disks (to set beside busy time).
+    pub reserved_working_fraction: f64,
+    /// Requests not complete when their round ended, over the whole run.
+    pub deadline_misses: u64,
+    /// Disk-rounds whose batch ran past the round's end.
+    pub disk_round_overruns: u64,
+    /// Disk-rounds whose measured busy time exceeded the time reserved on
+    /// that disk (fixed term included); the bound was not an upper bound.
+    pub busy_over_reserved_disk_rounds: u64,
+    /// Reads whose data had no working replica.
+    pub lost_reads: u64,
+    pub rounds_measured: u64,
+}
+
+/// A prepared array: titles planned, placed and charged.
+struct Array {
+    reservations: Reservations,
+    layouts: Vec<Option<TitleLayout>>,
+    lookahead_rounds: u64,
+    arrival_rate_per_round: f64,
+    mu_per_round: f64,
+}
+
+/// Runs one simulation.
+pub fn run(config: &SimConfig, titles: &[SimTitle]) -> Result<SimResult, SimError> {
+    let profile = disk::profile_by_name(&config.profile)?;
+    let mut array = prepare(config, &profile, titles)?;
+    let t = config.round_duration_ns;
+    let fixed_ns = array.reservations.config().round_fixed_ns;
+    let mut disks: Vec<Disk> = match config.mode {
+        Mode::SimulatedDisk => (0..config.disks)
+            .map(|_| Disk::new(profile.clone()))
+            .collect::<Result<_, _>>()?,
+        Mode::AdmissionOnly => Vec::new(),
+    };
+    let mut arrivals = PoissonArrivals::new(array.arrival_rate_per_round, config.seed);
+    let mut choice = TitleChoice::round_robin(titles.len());
+    let longest = titles
+        .iter()
+        .map(|t| t.schedule.rounds() as u64 + 1)
+        .max()
+        .unwrap_or(0);
+    // playing[r]: change in streams in playback at round r (a difference array).
+    let mut playing =
+        vec![0i64; (config.end_round + array.lookahead_rounds + longest + 2) as usize];
+    let mut m = Measure::default();
+    let measured = config.warmup_rounds..config.end_round;
+    for round in 0..config.end_round {
+        array.reservations.advance_to(round);
+        if let Some(f) = config.failure
+            && f.round == round
+        {
+            array.reservations.fail_disk(f.disk);
+        }
+        let in_window = measured.contains(&round);
+        if in_window {
+            m.observe_reservations(&array.reservations, round, fixed_ns, t);
+        }
+        if config.mode == Mode::SimulatedDisk {
+            execute_round(&array, &mut disks, round, t, in_window, &mut m)?;
+        }
+        for _ in 0..arrivals.arrivals_in_round(round) {
+            let title = choice.next_title();
+            let outcome = array.reservations.try_admit(
+                TitleId(title as u64),
+                round + 1,
+                array.lookahead_rounds,
+            );
+            if in_window {
+                m.arrivals += 1;
+            }
+            match outcome {
+                Ok(a) => {
+                    let rounds = titles[title].schedule.rounds() as u64;
+                    playing[a.start_round as usize] += 1;
+                    playing[(a.start_round + rounds) as usize] -= 1;
+                    if in_window {
+                        m.admitted += 1;
+                        m.startup_delay_rounds += a.start_round - round;
+                    }
+                }
+                Err(_) if in_window => m.rejected += 1,
+                Err(_) => {}
+            }
+        }
+    }
+    let mut active = 0i64;
+    let mut active_sum = 0i64;
+    for (round, delta) in playing.iter().enumerate().take(config.end_round as usize) {
+        active += delta;
+        if measured.contains(&(round as u64)) {
+            active_sum += active;
+        }
+    }
+    let rounds_measured = measured.end.saturating_sub(measured.start);
+    Ok(m.finish(&array, active_sum, rounds_measured, config.mode))
+}
+
+/// Plans, places and charges every title, and configures admission.
+fn prepare(
+    config: &SimConfig,
+    profile: &DiskProfile,
+    titles: &[SimTitle],
+) -> Result<Array, SimError> {
+    if titles.is_empty() {
+        return Err(SimError::NoTitles);
+    }
+    if !(config.load > 0.0) {
+        return Err(SimError::Config(format!(
+            "load must be positive, got {}",
+            config.load
+        )));
+    }
+    if config.failure.is_some_and(|f| f.disk >= config.disks) {
+        return Err(SimError::Config("failed disk is not in the array".into()));
+    }
+    let params = LayoutParams {
+        disk_count: config.disks,
+        stride_bytes: config.stride_bytes,
+        block_bytes: config.block_bytes,
+        backup: config.scheme.stores_backup().then_some(BackupParams {
+            placement: config.placement,
+            backup_block_bytes: config.backup_block_bytes,
+        }),
+    };
+    params.validate()?;
+    let mut plans = Vec::with_capacity(titles.len());
+    for (t, title) in titles.iter().enumerate() {
+        let id = TitleId(t as u64);
+        plans.push(TitlePlan::new(
+            &title.schedule.disk_read_bytes,
+            &params,
+            layout::round_robin_start_disk(t as u64, config.disks),
+            layout::derive_title_seed(config.seed_layout(), id),
+        )?);
+    }
+    // Real extents are needed when the bound depends on where data lies, and
+    // when disks execute reads.
+    let needs_extents = config.bound == BoundKind::Rondo || config.mode == Mode::SimulatedDisk;
+    let layouts: Vec<Option<TitleLayout>> = if needs_extents {
+        let strides_per_disk = profile.capacity_bytes()? / config.stride_bytes;
+        let mut allocator = ArrayAllocator::uniform(config.disks, strides_per_disk);
+        // Occupy the first strides so the titles' data starts further in.
+        for d in 0..config.disks {
+            for s in 0..config.first_stride.min(strides_per_disk) {
+                allocator.mark_allocated(DiskIndex(d), s)?;
+            }
+        }
+        plans
+            .iter()
+            .map(|p| allocator.place(p).map(Some))
+            .collect::<Result<_, _>>()?
+    } else {
+        vec![None; plans.len()]
+    };
+    let paper = PaperBound::seed000_table2();
+    let rondo = RondoBound::new(profile)?;
+    let round_fixed_ns = match config.bound {
+        BoundKind::Paper => paper.fixed_ns(),
+        BoundKind::Rondo => rondo.fixed_ns(),
+    };
+    let total_bytes: u64 = titles.iter().map(|t| t.schedule.total_bytes()).sum();
+    let s_tot = total_bytes as f64 / titles.len() as f64;
+    let t_s = config.round_duration_ns as f64 / NS_PER_S as f64;
+    let mu_per_round = config.disks as f64 * config.mu_rate_bytes_per_s * t_s / s_tot;
+    let arrival_rate_per_round = config.load * mu_per_round;
+    let lookahead_rounds = config
+        .lookahead_rounds
+        .unwrap_or_else(|| (1.0 / arrival_rate_per_round).ceil().max(1.0) as u64);
+    let longest = titles
+        .iter()
+        .map(|t| t.schedule.rounds() as u64 + 1)
+        .max()
+        .unwrap_or(1);
+    let mut reservations = Reservations::new(ReservationConfig {
+        disks: config.disks,
+        scheme: config.scheme,
+        round_duration_ns: config.round_duration_ns,
+        round_fixed_ns,
+        buffer_capacity_bytes: config.buffer_per_disk_bytes * config.disks as u64,
+        network_capacity_bytes_per_round: None,
+        horizon_rounds: longest + lookahead_rounds + 2,
+    });
+    for (t, (title, plan)) in titles.iter().zip(&plans).enumerate() {
+        let layout = layouts[t].as_ref();
+        let charges = TitleCharges::from_plan(plan, &title.schedule, |round, read, entry| {
+            match config.bound {
+                BoundKind::Paper => paper.request_ns(read.bytes),
+                BoundKind::Rondo => {
+                    let layout = layout.expect("rondo bound has extents");
+                    rondo.extents_ns(&request_extents(layout, round, entry))
+                }
+            }
+        })
+        .map_err(|source| SimError::Charges {
+            name: title.name.clone(),
+            source,
+        })?;
+        reservations.add_title(TitleId(t as u64), charges);
+    }
+    Ok(Array {
+        reservations,
+        layouts,
+        lookahead_rounds,
+        arrival_rate_per_round,
+        mu_per_round,
+    })
+}
+
+impl SimConfig {
+    /// Layout seeds are drawn from the run's seed so replications also vary
+    /// random placement.
+    fn seed_layout(&self) -> u64 {
+        self.seed ^ 0x6c61_796f_7574
+    }
+}
+
+/// The (first sector, sector count) pairs of one request.
+fn request_extents(
+    layout: &TitleLayout,
+    round: usize,
+    backup_entry: Option<usize>,
+) -> Vec<(u64, u64)> {
+    let r = layout.round(round);
+    let extents = match backup_entry {
+        None => &r.primary,
+        Some(e) => &r.backups[e].extents,
+    };
+    extents
+        .as_slice()
+        .iter()
+        .map(|x| (x.first_sector(), x.sector_count()))
+        .collect()
+}
+
+/// Executes one round's planned reads on the simulated disks.
+fn execute_round(
+    array: &Array,
+    disks: &mut [Disk],
+    round: u64,
+    t: u64,
+    in_window: bool,
+    m: &mut Measure,
+) -> Result<(), SimError> {
+    let (plan, lost) = array.reservations.plan_round(round);
+    m.lost_reads += lost.len() as u64;
+    let round_start_ns = round * t;
+    let round_end_ns = round_start_ns + t;
+    let mut busy_sum = 0u64;
+    let mut working = 0u64;
+    for (d, reads) in plan.iter().enumerate() {
+        if array.reservations.is_failed(d as u32) {
+            continue;
+        }
+        working += 1;
+        let requests: Vec<BatchRequest> = reads
+            .iter()
+            .filter(|r| r.cost_ns > 0)
+            .map(|r| {
+                let layout = array.layouts[r.title.0 as usize]
+                    .as_ref()
+                    .expect("simulated disks have extents");
+                let entry = (r.replica == Replica::Backup).then_some(r.backup_entry as usize);
+                BatchRequest::read_extents(&request_extents(
+                    layout,
+                    r.playback_round as usize,
+                    entry,
+                ))
+            })
+            .collect::<Result<_, _>>()?;
+        let outcome = disks[d].execute_batch(&requests, round_start_ns, Scheduler::Cscan)?;
+        m.deadline_misses += outcome
+            .completion_ns
+            .iter()
+            .filter(|&&c| c > round_end_ns)
+            .count() as u64;
+        if outcome.end_ns > round_end_ns {
+            m.disk_round_overruns += 1;
+        }
+        let reserved_ns = array.reservations.config().round_fixed_ns
+            + array.reservations.reserved_ns(d as u32, round);
+        if outcome.busy_ns > reserved_ns {
+            m.busy_over_reserved_disk_rounds += 1;
+        }
+        busy_sum += outcome.busy_ns;
+    }
+    if in_window && working > 0 {
+        m.busy_fraction_sum += busy_sum as f64 / (working as f64 * t as f64);
+        m.busy_rounds += 1;
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct Measure {
+    arrivals: u64,
+    admitted: u64,
+    rejected: u64,
+    startup_delay_rounds: u64,
+    reserved_fraction_sum: f64,
+    reserved_primary_fraction_sum: f64,
+    reserved_spread_sum: f64,
+    reserved_working_fraction_sum: f64,
+    observed_rounds: u64,
+    busy_fraction_sum: f64,
+    busy_rounds: u64,
+    deadline_misses: u64,
+    disk_round_overruns: u64,
+    busy_over_reserved_disk_rounds: u64,
+    lost_reads: u64,
+}
+
+impl Measure {
+    fn observe_reservations(&mut self, r: &Reservations, round: u64, fixed_ns: u64, t: u64) {
+        let disks = r.config().disks;
+        let (mut total, mut primary, mut working_total) = (0u64, 0u64, 0u64);
+        let (mut most, mut least) = (0u64, u64::MAX);
+        let mut working = 0u64;
+        for d in 0..disks {
+            let reserved = fixed_ns + r.reserved_ns(d, round);
+            total += reserved;
+            primary += fixed_ns + r.reserved_primary_ns(d, round);
+            most = most.max(reserved);
+            least = least.min(reserved);
+            if !r.is_failed(d) {
+                working += 1;
+                working_total += reserved;
+            }
+        }
+        let t = t as f64;
+        self.reserved_fraction_sum += total as f64 / (disks as f64 * t);
+        self.reserved_primary_fraction_sum += primary as f64 / (disks as f64 * t);
+        self.reserved_spread_sum += (most - least) as f64 / t;
+        if working > 0 {
+            self.reserved_working_fraction_sum += working_total as f64 / (working as f64 * t);
+        }
+        self.observed_rounds += 1;
+    }
+
+    fn finish(self, array: &Array, active_sum: i64, rounds_measured: u64, mode: Mode) -> SimResult {
+        let per_round = |x: f64| x / self.observed_rounds.max(1) as f64;
+        SimResult {
+            mean_active_streams: active_sum as f64 / rounds_measured.max(1) as f64,
+            arrivals: self.arrivals,
+            admitted: self.admitted,
+            rejected: self.rejected,
+            rejection_ratio: self.rejected as f64 / self.arrivals.max(1) as f64,
+            mean_startup_delay_rounds: self.startup_delay_rounds as f64
+                / self.admitted.max(1) as f64,
+            arrival_rate_per_round: array.arrival_rate_per_round,
+            mu_per_round: array.mu_per_round,
+            lookahead_rounds: array.lookahead_rounds,
+            reserved_fraction: per_round(self.reserved_fraction_sum),
+            reserved_primary_fraction: per_round(self.reserved_primary_fraction_sum),
+            reserved_backup_fraction: per_round(
+                self.reserved_fraction_sum - self.reserved_primary_fraction_sum,
+            ),
+            reserved_spread_fraction: per_round(self.reserved_spread_sum),
+            busy_fraction: (mode == Mode::SimulatedDisk)
+                .then(|| self.busy_fraction_sum / self.busy_rounds.max(1) as f64),
+            reserved_working_fraction: per_round(self.reserved_working_fraction_sum),
+            deadline_misses: self.deadline_misses,
+            disk_round_overruns: self.disk_round_overruns,
+            busy_over_reserved_disk_rounds: self.busy_over_reserved_disk_rounds,
+            lost_reads: self.lost_reads,
+            rounds_measured,
+        }
+    }
+}
