@@ -7,6 +7,7 @@
 //! ([`synth`]), the [`Trace`] value ([`trace`]) and its text file format
 //! ([`trace_file`]). Container parsing will join it as separate modules.
 
+pub mod container;
 pub mod synth;
 pub mod trace;
 pub mod trace_file;

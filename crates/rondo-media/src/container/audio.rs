@@ -47,10 +47,11 @@ pub(crate) fn parse_adts(h: &[u8; ADTS_HEADER_BYTES]) -> Result<AudioFrameHeader
     let protection_absent = h[1] & 1 == 1;
     let rate_index = ((h[2] >> 2) & 0x0f) as usize;
     let sample_rate_hz = *ADTS_RATES_HZ.get(rate_index).ok_or_else(|| {
-        HeaderProblem::Corrupt(format!("ADTS sampling-frequency index {rate_index} is reserved"))
+        HeaderProblem::Corrupt(format!(
+            "ADTS sampling-frequency index {rate_index} is reserved"
+        ))
     })?;
-    let frame_bytes =
-        ((h[3] as u32 & 0x03) << 11) | ((h[4] as u32) << 3) | ((h[5] as u32) >> 5);
+    let frame_bytes = ((h[3] as u32 & 0x03) << 11) | ((h[4] as u32) << 3) | ((h[5] as u32) >> 5);
     let header_bytes = if protection_absent { 7 } else { 9 };
     if frame_bytes < header_bytes {
         return Err(HeaderProblem::Corrupt(format!(
@@ -127,9 +128,21 @@ pub(crate) fn parse_mpeg_audio(
     let padding = ((h[2] >> 1) & 1) as u32;
     let bits_per_s = kbps * 1000;
     let (codec, samples, frame_bytes) = match layer {
-        2 => (AudioCodec::Mp2, 1152, 144 * bits_per_s / sample_rate_hz + padding),
-        _ if version == 3 => (AudioCodec::Mp3, 1152, 144 * bits_per_s / sample_rate_hz + padding),
-        _ => (AudioCodec::Mp3, 576, 72 * bits_per_s / sample_rate_hz + padding),
+        2 => (
+            AudioCodec::Mp2,
+            1152,
+            144 * bits_per_s / sample_rate_hz + padding,
+        ),
+        _ if version == 3 => (
+            AudioCodec::Mp3,
+            1152,
+            144 * bits_per_s / sample_rate_hz + padding,
+        ),
+        _ => (
+            AudioCodec::Mp3,
+            576,
+            72 * bits_per_s / sample_rate_hz + padding,
+        ),
     };
     Ok(AudioFrameHeader {
         codec,
@@ -170,7 +183,10 @@ mod tests {
         assert_eq!((mp2.codec, mp2.frame_bytes), (AudioCodec::Mp2, 1152));
         // MPEG-2 layer III, 64 kbit/s, 24 kHz: 576 samples, 192 bytes.
         let lsf = parse_mpeg_audio(&[0xff, 0xf3, 0x84, 0x00]).unwrap();
-        assert_eq!((lsf.samples, lsf.frame_bytes, lsf.sample_rate_hz), (576, 192, 24000));
+        assert_eq!(
+            (lsf.samples, lsf.frame_bytes, lsf.sample_rate_hz),
+            (576, 192, 24000)
+        );
         assert!(matches!(
             parse_mpeg_audio(&[0xff, 0xff, 0x90, 0x00]),
             Err(HeaderProblem::Unsupported(_))

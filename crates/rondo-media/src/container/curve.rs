@@ -60,7 +60,11 @@ pub(crate) fn build(
                 format!(
                     "a sample of track #{} spans bytes {}..{}, outside the media data \
                      ({}..{})",
-                    unit.track_index, unit.stored_offset, unit.stored_end, header_bytes, stored_bytes
+                    unit.track_index,
+                    unit.stored_offset,
+                    unit.stored_end,
+                    header_bytes,
+                    stored_bytes
                 ),
             ));
         }

@@ -119,7 +119,9 @@ pub enum TrackKind {
     Audio(AudioCodec),
     /// Subtitles, timecode, metadata, private data: stored and served, timed
     /// when the container times it (MP4), container overhead otherwise (TS).
-    Other { description: String },
+    Other {
+        description: String,
+    },
 }
 
 /// One track (MP4 `trak`) or elementary stream (TS PID).
@@ -319,16 +321,16 @@ pub enum MediaError {
         offset: u64,
         what: String,
     },
-    #[error(
-        "truncated {format} file: {what} (at byte {offset}, but the file ends at byte {file_bytes})"
-    )]
+    #[error("truncated {format} file: {what}; the file ends at byte {file_bytes}")]
     Truncated {
         format: Format,
         offset: u64,
         file_bytes: u64,
         what: String,
     },
-    #[error("the source file changed since it was prepared: {expected_bytes} bytes expected, {found_bytes} found")]
+    #[error(
+        "the source file changed since it was prepared: {expected_bytes} bytes expected, {found_bytes} found"
+    )]
     SourceChanged {
         expected_bytes: u64,
         found_bytes: u64,
@@ -448,9 +450,7 @@ fn sniff(source: &(impl Source + ?Sized)) -> Result<Sniffed, MediaError> {
     if head.starts_with(&[0, 0, 1, 0xba]) {
         return unsupported("MPEG program streams (VOB/MPG) are not supported; remux to MPEG-TS");
     }
-    if head.starts_with(b"ID3")
-        || (head.len() >= 2 && head[0] == 0xff && head[1] & 0xe0 == 0xe0)
-    {
+    if head.starts_with(b"ID3") || (head.len() >= 2 && head[0] == 0xff && head[1] & 0xe0 == 0xe0) {
         return Err(MediaError::unsupported(
             "media",
             "an audio elementary stream (MP3/AAC) has no video track; audio-only files are not supported",
@@ -489,6 +489,111 @@ pub(crate) fn ticks_to_ns(ticks: i128, per_second: u32) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn boxed(kind: &[u8; 4], payload: &[u8]) -> Vec<u8> {
+        let mut out = ((payload.len() + 8) as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(kind);
+        out.extend_from_slice(payload);
+        out
+    }
+
+    fn full(kind: &[u8; 4], words: &[u32]) -> Vec<u8> {
+        let payload: Vec<u8> = std::iter::once(0u32)
+            .chain(words.iter().copied())
+            .flat_map(u32::to_be_bytes)
+            .collect();
+        boxed(kind, &payload)
+    }
+
+    /// Three H.264 samples (100, 50, 70 bytes) at 30 fps in one chunk
+    /// starting at `chunk_offset`.
+    fn tiny_moov(chunk_offset: u32) -> Vec<u8> {
+        let mut hdlr = full(b"hdlr", &[0, u32::from_be_bytes(*b"vide"), 0, 0, 0]);
+        hdlr.push(0);
+        hdlr[3] += 1;
+        let stsd = [full(b"stsd", &[1]), boxed(b"avc1", &[0; 78])].concat();
+        let mut stsd_box = stsd.clone();
+        stsd_box[3] = stsd.len() as u8;
+        let stbl = boxed(
+            b"stbl",
+            &[
+                stsd_box,
+                full(b"stts", &[1, 3, 1]),
+                full(b"stsc", &[1, 1, 3, 1]),
+                full(b"stsz", &[0, 3, 100, 50, 70]),
+                full(b"stco", &[1, chunk_offset]),
+            ]
+            .concat(),
+        );
+        let mdia = boxed(
+            b"mdia",
+            &[
+                full(b"mdhd", &[0, 0, 30, 3, 0]),
+                hdlr,
+                boxed(b"minf", &stbl),
+            ]
+            .concat(),
+        );
+        let trak = boxed(b"trak", &[full(b"tkhd", &[0, 0, 1, 0, 0]), mdia].concat());
+        boxed(b"moov", &[full(b"mvhd", &[0, 0, 1000, 100]), trak].concat())
+    }
+
+    fn tiny_mp4(moov_at_end: bool) -> Vec<u8> {
+        let ftyp = boxed(b"ftyp", b"isom\0\0\0\0isom");
+        let mdat = boxed(
+            b"mdat",
+            &[[1u8; 100].as_slice(), &[2; 50], &[3; 70]].concat(),
+        );
+        let moov_len = tiny_moov(0).len();
+        if moov_at_end {
+            let moov = tiny_moov(ftyp.len() as u32 + 8);
+            [ftyp, mdat, moov].concat()
+        } else {
+            let moov = tiny_moov((ftyp.len() + moov_len) as u32 + 8);
+            [ftyp, moov, mdat].concat()
+        }
+    }
+
+    #[test]
+    fn a_hand_built_mp4_has_its_curve() {
+        let bytes = tiny_mp4(false);
+        let prepared = prepare_bytes(&bytes).unwrap();
+        assert_eq!(prepared.info.container, ContainerKind::Mp4Faststart);
+        assert_eq!(prepared.info.video_frames, 3);
+        assert_eq!(prepared.info.duration_ns, 100_000_000);
+        assert_eq!(prepared.header_bytes, bytes.len() as u64 - 228);
+        // The mdat header travels with the first sample.
+        let frames: Vec<(u64, u64)> = prepared
+            .frames
+            .iter()
+            .map(|f| (f.decode_time_ns, f.bytes))
+            .collect();
+        assert_eq!(frames, vec![(0, 108), (33_333_333, 50), (66_666_666, 70)]);
+    }
+
+    #[test]
+    fn moov_at_end_rewrites_to_the_faststart_file_byte_for_byte() {
+        let faststart = tiny_mp4(false);
+        let at_end = tiny_mp4(true);
+        assert_eq!(faststart.len(), at_end.len());
+        let prepared = prepare_bytes(&at_end).unwrap();
+        assert_eq!(prepared.info.container, ContainerKind::Mp4MoovAtEnd);
+        let mut stored = Vec::new();
+        let written = prepared
+            .write_stored(&mut io::Cursor::new(&at_end), &mut stored)
+            .unwrap();
+        assert_eq!(written, prepared.stored_bytes);
+        assert_eq!(stored, faststart);
+        let direct = prepare_bytes(&faststart).unwrap();
+        assert_eq!(direct.frames, prepared.frames);
+        assert_eq!(direct.header_bytes, prepared.header_bytes);
+        // A source that changed since prepare is refused.
+        let err = prepared
+            .write_stored(&mut io::Cursor::new(&at_end[..10]), &mut Vec::new())
+            .unwrap_err();
+        assert!(matches!(err, MediaError::SourceChanged { .. }), "{err}");
+    }
 
     #[test]
     fn sniff_refuses_other_formats_with_their_names() {
@@ -496,7 +601,10 @@ mod tests {
             (&[0x1a, 0x45, 0xdf, 0xa3, 1, 2, 3, 4], "Matroska"),
             (b"RIFF\0\0\0\0AVI LIST", "AVI"),
             (b"ID3\x04\0\0\0\0\0\0", "audio-only"),
-            (b"hello world, this is text", "neither an MP4 box nor a TS sync byte"),
+            (
+                b"hello world, this is text",
+                "neither an MP4 box nor a TS sync byte",
+            ),
             (&[0, 0, 1, 0xba, 0x44], "program streams"),
         ];
         for (bytes, expected) in cases {
@@ -512,5 +620,56 @@ mod tests {
         assert_eq!(ticks_to_ns(-1024, 15_360), Some(-66_666_667));
         assert_eq!(ticks_to_ns(1, 0), None);
         assert_eq!(ticks_to_ns(u64::MAX as i128, 1), None);
+    }
+
+    /// When a damaged file is accepted, its curve still adds up.
+    fn check_no_panic(bytes: &[u8]) {
+        if let Ok(p) = prepare_bytes(bytes) {
+            let frame_bytes: u64 = p.frames.iter().map(|f| f.bytes).sum();
+            assert_eq!(frame_bytes, p.stored_bytes - p.header_bytes);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..1200)) {
+            check_no_panic(&bytes);
+        }
+
+        #[test]
+        fn arbitrary_boxes_never_panic(tail in proptest::collection::vec(any::<u8>(), 0..1200)) {
+            // Starts like an MP4 so the box parser, not the sniffer, sees it.
+            let bytes = [boxed(b"ftyp", b"isom"), tail].concat();
+            check_no_panic(&bytes);
+        }
+
+        #[test]
+        fn arbitrary_packets_never_panic(
+            mut bytes in proptest::collection::vec(any::<u8>(), 188..188 * 6),
+        ) {
+            let whole = bytes.len() / 188 * 188;
+            bytes.truncate(whole);
+            for packet in bytes.chunks_mut(188) {
+                packet[0] = 0x47;
+            }
+            check_no_panic(&bytes);
+        }
+
+        #[test]
+        fn damaged_hand_built_mp4s_never_panic(
+            moov_at_end in any::<bool>(),
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+            keep in any::<usize>(),
+        ) {
+            let mut bytes = tiny_mp4(moov_at_end);
+            for (at, value) in flips {
+                let len = bytes.len();
+                bytes[at % len] = value;
+            }
+            bytes.truncate(keep % (bytes.len() + 1));
+            check_no_panic(&bytes);
+        }
     }
 }

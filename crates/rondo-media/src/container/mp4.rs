@@ -30,7 +30,10 @@ pub(crate) fn show(kind: &FourCc) -> String {
     if kind.iter().all(|b| (0x20..0x7f).contains(b)) {
         format!("'{}'", String::from_utf8_lossy(kind))
     } else {
-        format!("0x{}", kind.iter().map(|b| format!("{b:02x}")).collect::<String>())
+        format!(
+            "0x{}",
+            kind.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        )
     }
 }
 
@@ -90,12 +93,15 @@ fn parse_header(
         },
         Parent::Box(kind) => corrupt(
             offset,
-            format!("{what}, past the end of its parent {} at byte {parent_end}", show(&kind)),
+            format!(
+                "{what}, past the end of its parent {} at byte {parent_end}",
+                show(&kind)
+            ),
         ),
     };
     if head.len() < 8 {
         return Err(overrun(format!(
-            "{} stray bytes where a box header (8 bytes) should start",
+            "{} stray bytes at byte {offset} where a box header (8 bytes) should start",
             head.len()
         )));
     }
@@ -104,14 +110,17 @@ fn parse_header(
     if !kind.iter().all(|b| (0x20..0x7f).contains(b) || *b == 0xa9) {
         return Err(corrupt(
             offset,
-            format!("box type {} is not a valid four-character code", show(&kind)),
+            format!(
+                "box type {} is not a valid four-character code",
+                show(&kind)
+            ),
         ));
     }
     let (header_bytes, size) = match size32 {
         1 => {
             if head.len() < 16 {
                 return Err(overrun(format!(
-                    "box {} needs a 16-byte header with its 64-bit size",
+                    "box {} at byte {offset} needs a 16-byte header with its 64-bit size",
                     show(&kind)
                 )));
             }
@@ -180,11 +189,19 @@ fn find<'a>(boxes: &[Child<'a>], kind: &FourCc) -> Option<Child<'a>> {
     boxes.iter().find(|c| &c.header.kind == kind).copied()
 }
 
-fn require<'a>(boxes: &[Child<'a>], kind: &FourCc, parent: &Child) -> Result<Child<'a>, MediaError> {
+fn require<'a>(
+    boxes: &[Child<'a>],
+    kind: &FourCc,
+    parent: &Child,
+) -> Result<Child<'a>, MediaError> {
     find(boxes, kind).ok_or_else(|| {
         corrupt(
             parent.header.offset,
-            format!("box {} has no {} box", show(&parent.header.kind), show(kind)),
+            format!(
+                "box {} has no {} box",
+                show(&parent.header.kind),
+                show(kind)
+            ),
         )
     })
 }
@@ -264,7 +281,12 @@ impl<'a> Fields<'a> {
     }
 
     /// `count` entries of `entry_bytes` each must fit in what is left.
-    pub fn check_entries(&self, count: u64, entry_bytes: u64, what: &str) -> Result<(), MediaError> {
+    pub fn check_entries(
+        &self,
+        count: u64,
+        entry_bytes: u64,
+        what: &str,
+    ) -> Result<(), MediaError> {
         let room = self.remaining() as u64 / entry_bytes.max(1);
         if count > room {
             return Err(corrupt(
@@ -360,14 +382,18 @@ struct RawSample {
 
 fn parse_movie(moov: &Child, file_bytes: u64) -> Result<Movie, MediaError> {
     let boxes = children(moov.payload, moov.header.payload_offset(), *b"moov")?;
-    if let Some(cmov) = find(&boxes, b"cmov") {
-        let _ = cmov;
-        return Err(unsupported("compressed movie header ('cmov') is not supported"));
+    if find(&boxes, b"cmov").is_some() {
+        return Err(unsupported(
+            "compressed movie header ('cmov') is not supported",
+        ));
     }
     let mvhd = require(&boxes, b"mvhd", moov)?;
     let mut f = Fields::of(&mvhd);
     let (version, _) = f.full_header()?;
-    f.skip(if version == 1 { 16 } else { 8 }, "creation/modification times")?;
+    f.skip(
+        if version == 1 { 16 } else { 8 },
+        "creation/modification times",
+    )?;
     let timescale = f.u32("timescale")?;
     if timescale == 0 {
         return Err(corrupt(mvhd.header.offset, "'mvhd' timescale is 0"));
@@ -415,7 +441,10 @@ fn parse_trak(trak: &Child, file_bytes: u64) -> Result<Trak, MediaError> {
     let tkhd = require(&boxes, b"tkhd", trak)?;
     let mut f = Fields::of(&tkhd);
     let (version, _) = f.full_header()?;
-    f.skip(if version == 1 { 16 } else { 8 }, "creation/modification times")?;
+    f.skip(
+        if version == 1 { 16 } else { 8 },
+        "creation/modification times",
+    )?;
     let track_id = f.u32("track_ID")?;
 
     let edits = match find(&boxes, b"edts") {
@@ -434,7 +463,10 @@ fn parse_trak(trak: &Child, file_bytes: u64) -> Result<Trak, MediaError> {
     let mdhd = require(&mdia, b"mdhd", &mdia_box)?;
     let mut f = Fields::of(&mdhd);
     let (version, _) = f.full_header()?;
-    f.skip(if version == 1 { 16 } else { 8 }, "creation/modification times")?;
+    f.skip(
+        if version == 1 { 16 } else { 8 },
+        "creation/modification times",
+    )?;
     let timescale = f.u32("timescale")?;
     if timescale == 0 {
         return Err(corrupt(
@@ -556,7 +588,10 @@ fn classify(track_id: u32, handler: &FourCc, stsd: &Child) -> Result<TrackKind, 
         },
         b"soun" => match &fourcc {
             b"mp4a" => {
-                let version = entry.payload.get(8..10).map(|v| u16::from_be_bytes([v[0], v[1]]));
+                let version = entry
+                    .payload
+                    .get(8..10)
+                    .map(|v| u16::from_be_bytes([v[0], v[1]]));
                 // QuickTime sound descriptions v1/v2 are longer than ISO's.
                 let skip = match version {
                     Some(1) => 28 + 16,
@@ -597,7 +632,10 @@ fn object_type(entry: &Child, skip: usize) -> Result<Option<u8>, MediaError> {
     let Some(rest) = entry.payload.get(skip..) else {
         return Err(corrupt(
             entry.header.offset,
-            format!("sample description {} is too short", show(&entry.header.kind)),
+            format!(
+                "sample description {} is too short",
+                show(&entry.header.kind)
+            ),
         ));
     };
     let base = entry.header.payload_offset() + skip as u64;
@@ -626,7 +664,10 @@ fn object_type(entry: &Child, skip: usize) -> Result<Option<u8>, MediaError> {
         Ok(())
     };
     if f.u8("ES_Descriptor tag")? != 0x03 {
-        return Err(corrupt(f.offset() - 1, "'esds' does not start with an ES_Descriptor"));
+        return Err(corrupt(
+            f.offset() - 1,
+            "'esds' does not start with an ES_Descriptor",
+        ));
     }
     descriptor_len(&mut f)?;
     f.u16("ES_ID")?;
@@ -642,7 +683,10 @@ fn object_type(entry: &Child, skip: usize) -> Result<Option<u8>, MediaError> {
         f.u16("OCR_ES_Id")?;
     }
     if f.u8("DecoderConfigDescriptor tag")? != 0x04 {
-        return Err(corrupt(f.offset() - 1, "'esds' has no DecoderConfigDescriptor"));
+        return Err(corrupt(
+            f.offset() - 1,
+            "'esds' has no DecoderConfigDescriptor",
+        ));
     }
     descriptor_len(&mut f)?;
     Ok(Some(f.u8("objectTypeIndication")?))
@@ -696,6 +740,15 @@ fn parse_sample_table(
         let size = f.u32("sample_size")?;
         let count = f.u32("sample_count")?;
         if size != 0 {
+            // No per-sample table bounds the count, so the samples must fit.
+            if count as u64 * size as u64 > file_bytes {
+                return Err(corrupt(
+                    stsz.header.offset,
+                    format!(
+                        "track {track_id}: 'stsz' declares {count} samples of {size} bytes,                          more than the file holds"
+                    ),
+                ));
+            }
             Sizes::Constant { size, count }
         } else {
             f.check_entries(count as u64, 4, "sample sizes")?;
@@ -820,9 +873,9 @@ fn table_samples(track_id: u32, t: &SampleTable) -> Result<Vec<RawSample>, Media
                     cto: 0,
                     duration: 0,
                 });
-                offset = offset.checked_add(size as u64).ok_or_else(|| {
-                    err(format!("sample {index} offset overflows 64 bits"))
-                })?;
+                offset = offset
+                    .checked_add(size as u64)
+                    .ok_or_else(|| err(format!("sample {index} offset overflows 64 bits")))?;
             }
         }
     }
@@ -946,7 +999,10 @@ fn parse_moof(
             if flags & 0x1 != 0 {
                 let data_offset = f.u32("data_offset")? as i32 as i64;
                 data_pos = base.checked_add_signed(data_offset).ok_or_else(|| {
-                    corrupt(trun.header.offset, "'trun' data offset points before the file")
+                    corrupt(
+                        trun.header.offset,
+                        "'trun' data offset points before the file",
+                    )
                 })?;
             }
             if flags & 0x4 != 0 {
@@ -992,12 +1048,12 @@ fn parse_moof(
                         duration,
                     },
                 ));
-                data_pos = data_pos.checked_add(size as u64).ok_or_else(|| {
-                    corrupt(trun.header.offset, "'trun' sample offsets overflow")
-                })?;
-                dts = dts.checked_add(duration as i64).ok_or_else(|| {
-                    corrupt(trun.header.offset, "'trun' decode times overflow")
-                })?;
+                data_pos = data_pos
+                    .checked_add(size as u64)
+                    .ok_or_else(|| corrupt(trun.header.offset, "'trun' sample offsets overflow"))?;
+                dts = dts
+                    .checked_add(duration as i64)
+                    .ok_or_else(|| corrupt(trun.header.offset, "'trun' decode times overflow"))?;
             }
         }
         cursors[track_index].next_dts = dts;
@@ -1139,7 +1195,12 @@ pub(crate) fn analyze(source: &(impl Source + ?Sized)) -> Result<Analysis, Media
         let rewritten = faststart::rewrite(&moov_bytes, &moov_header, insert_at)?;
         let pieces = faststart::pieces(&rewritten, file_bytes);
         let header_bytes = insert_at + rewritten.moov.len() as u64;
-        (ContainerKind::Mp4MoovAtEnd, pieces, header_bytes, Some(rewritten))
+        (
+            ContainerKind::Mp4MoovAtEnd,
+            pieces,
+            header_bytes,
+            Some(rewritten),
+        )
     };
     let to_stored = |offset: u64| match &rewrite {
         Some(r) => r.map(offset),
@@ -1152,20 +1213,27 @@ pub(crate) fn analyze(source: &(impl Source + ?Sized)) -> Result<Analysis, Media
     let mut start_ns = i64::MAX;
     let mut end_ns = i64::MIN;
     for (track_index, (trak, samples)) in movie.traks.iter().zip(&per_track).enumerate() {
-        let overflow = || corrupt(trak.offset, format!("track {}: timestamps overflow", trak.track_id));
+        let overflow = || {
+            corrupt(
+                trak.offset,
+                format!("track {}: timestamps overflow", trak.track_id),
+            )
+        };
         let empty_ns = ticks_to_ns(trak.edits.empty_movie_ticks as i128, movie.timescale)
             .ok_or_else(overflow)?;
         let to_ns = |ticks: i64| -> Result<i64, MediaError> {
-            ticks_to_ns(ticks as i128 - trak.edits.media_time as i128, trak.timescale)
-                .and_then(|ns| ns.checked_add(empty_ns))
-                .ok_or_else(overflow)
+            ticks_to_ns(
+                ticks as i128 - trak.edits.media_time as i128,
+                trak.timescale,
+            )
+            .and_then(|ns| ns.checked_add(empty_ns))
+            .ok_or_else(overflow)
         };
         let mut payload_bytes = 0u64;
         let timed = matches!(trak.kind, TrackKind::Video(_) | TrackKind::Audio(_));
         for sample in samples {
-            let stored_offset = to_stored(sample.offset).ok_or_else(|| {
-                corrupt(sample.offset, "a sample lies inside the 'moov' box")
-            })?;
+            let stored_offset = to_stored(sample.offset)
+                .ok_or_else(|| corrupt(sample.offset, "a sample lies inside the 'moov' box"))?;
             payload_bytes += sample.size as u64;
             units.push(Unit {
                 track_index,
@@ -1302,7 +1370,10 @@ mod tests {
         let h = parse_header(&big, 10, 100, Parent::File).unwrap();
         assert_eq!((h.size, h.header_bytes), (40, 16));
         let to_end = [0, 0, 0, 0, b'm', b'd', b'a', b't'];
-        assert_eq!(parse_header(&to_end, 10, 100, Parent::File).unwrap().size, 90);
+        assert_eq!(
+            parse_header(&to_end, 10, 100, Parent::File).unwrap().size,
+            90
+        );
         let small = [0, 0, 0, 4, b'f', b'r', b'e', b'e'];
         assert!(parse_header(&small, 0, 100, Parent::File).is_err());
         let binary = [0, 0, 0, 8, 0, 1, 2, 3];
@@ -1325,7 +1396,10 @@ mod tests {
         let mut f = Fields::of(&child);
         f.full_header().unwrap();
         let err = f.u32("sample_count").unwrap_err().to_string();
-        assert!(err.contains("'stsz'") && err.contains("sample_count"), "{err}");
+        assert!(
+            err.contains("'stsz'") && err.contains("sample_count"),
+            "{err}"
+        );
         assert!(err.contains("byte 112"), "{err}");
     }
 }

@@ -79,7 +79,11 @@ impl Source for FileSource {
         file.seek(SeekFrom::Start(offset))
             .and_then(|_| file.read_exact(buf))
             .map_err(|e| MediaError::Io {
-                context: format!("{} ({} bytes at byte {offset})", self.path.display(), buf.len()),
+                context: format!(
+                    "{} ({} bytes at byte {offset})",
+                    self.path.display(),
+                    buf.len()
+                ),
                 source: e,
             })
     }
