@@ -3,12 +3,13 @@
 //! This module owns how a profile's headline numbers are computed: capacity,
 //! per-zone media rates (sectors per track × 512 B × rpm / 60; MB = 10^6 B),
 //! effective sequential rates once track and cylinder switches are paid, the
-//! mean seek over random cylinder pairs, the mean rotational latency, and the
-//! paper-mode round bound for M requests of seed 000's mean request size.
+//! mean seek over random cylinder pairs, the mean rotational latency, the
+//! paper-mode round bound for M requests of seed 000's mean request size, and
+//! the rondo-mode bound for such a request in each zone.
 
 use serde::{Deserialize, Serialize};
 
-use super::bound::PaperBound;
+use super::bound::{PaperBound, RondoBound, RoundBound};
 use super::profiles::{CacheSpec, DiskModelSpec, DiskProfile};
 use super::seek::mean_seek_random_pairs_ns;
 use super::service::Mechanism;
@@ -48,6 +49,7 @@ pub struct DiskSummary {
     pub read_latency_ms: Option<f64>,
     pub zones: Vec<ZoneSummary>,
     pub paper_bound: PaperBoundSummary,
+    pub rondo_bound: RondoBoundSummary,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -82,6 +84,26 @@ pub struct PaperBoundSummary {
     pub max_requests_per_round: u64,
 }
 
+/// rondo mode's bound for requests of seed 000's mean size, zone by zone
+/// (each at its worst-placed position among 50 spread over the zone).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RondoBoundSummary {
+    pub fixed_ms: f64,
+    /// seek(d) ≤ a + b·d: a in ms, b in ms per cylinder (rotating disks).
+    pub seek_line_ms: Option<(f64, f64)>,
+    pub request_bytes: u64,
+    pub round_ms: f64,
+    pub zones: Vec<RondoZoneRow>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RondoZoneRow {
+    /// `None` for a device without zones.
+    pub zone: Option<usize>,
+    pub request_ms: f64,
+    pub max_requests_per_round: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RoundBoundRow {
     pub requests: u64,
@@ -94,6 +116,7 @@ impl DiskSummary {
         let bound = profile.paper_bound()?;
         let paper_bound = paper_bound_summary(&bound, profile.datasheet_bound.is_some());
         let capacity_sectors = disk.capacity_sectors();
+        let rondo_bound = rondo_bound_summary(profile, &disk)?;
         let base = DiskSummary {
             name: profile.name.clone(),
             summary: profile.summary.clone(),
@@ -113,6 +136,7 @@ impl DiskSummary {
             read_latency_ms: None,
             zones: vec![],
             paper_bound,
+            rondo_bound,
         };
         Ok(match &profile.model {
             DiskModelSpec::Mechanical(spec) => {
@@ -192,6 +216,45 @@ fn zone_summaries(m: &Mechanism, rpm: f64) -> Vec<ZoneSummary> {
         .collect()
 }
 
+fn rondo_bound_summary(profile: &DiskProfile, disk: &Disk) -> Result<RondoBoundSummary, DiskError> {
+    let bound = RondoBound::new(profile)?;
+    let bytes = SEED000_MEAN_REQUEST_BYTES;
+    let sectors = bytes.div_ceil(SECTOR_BYTES);
+    let fixed = RoundBound::fixed_ns(&bound);
+    let row = |zone, request_ns: u64| RondoZoneRow {
+        zone,
+        request_ms: ns_to_ms(request_ns),
+        max_requests_per_round: NS_PER_S.saturating_sub(fixed) / request_ns,
+    };
+    let zones = match disk.mechanism() {
+        None => vec![row(None, bound.extent_ns(0, sectors))],
+        Some(m) => {
+            let g = &m.geometry;
+            (0..g.zone_count())
+                .filter_map(|z| {
+                    let (first, count) = g.zone_lbns(z);
+                    let count = count.min(g.capacity_sectors().saturating_sub(first));
+                    (count >= sectors).then(|| {
+                        let worst = (0..50)
+                            .map(|k| first + (count - sectors) * k / 49)
+                            .map(|lbn| bound.extent_ns(lbn, sectors))
+                            .max()
+                            .expect("50 positions");
+                        row(Some(z), worst)
+                    })
+                })
+                .collect()
+        }
+    };
+    Ok(RondoBoundSummary {
+        fixed_ms: ns_to_ms(fixed),
+        seek_line_ms: bound.seek_line_ns().map(|(a, b)| (a / 1e6, b / 1e6)),
+        request_bytes: bytes,
+        round_ms: ns_to_ms(NS_PER_S),
+        zones,
+    })
+}
+
 fn paper_bound_summary(b: &PaperBound, datasheet: bool) -> PaperBoundSummary {
     let bytes = SEED000_MEAN_REQUEST_BYTES;
     let rows = ROUND_TABLE_REQUESTS
@@ -239,6 +302,11 @@ mod tests {
         // disk-models.md §2.4 (transfer excluded): 76.1 ms at M = 5; plus 5·55.28 ms.
         let row = &s.paper_bound.rows[0];
         assert!((row.bound_ms - (36.4 + 5.0 * (7.94 + 624_718.0 / 11.3e3))).abs() < 1e-5);
+        // rondo mode: one row per zone, more streams in the outer zones than the paper's 15.
+        let r = &s.rondo_bound;
+        assert_eq!(r.zones.len(), 7);
+        assert!(r.zones[0].max_requests_per_round > 15);
+        assert!(r.zones[0].request_ms < r.zones[6].request_ms);
     }
 
     #[test]
