@@ -1,5 +1,7 @@
 //! `rondo disk`: list profiles, describe one, replay a request trace.
 
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -76,6 +78,7 @@ struct ListEntry {
 }
 
 fn list(json: bool) -> anyhow::Result<()> {
+    let mut out = String::new();
     let mut entries = vec![];
     for p in profiles::builtin() {
         let (kind, rpm) = match &p.model {
@@ -91,8 +94,8 @@ fn list(json: bool) -> anyhow::Result<()> {
         });
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&entries)?);
-        return Ok(());
+        writeln!(out, "{}", serde_json::to_string_pretty(&entries)?)?;
+        return emit(&out);
     }
     let mut table = Table::new();
     table.load_style(UTF8_BORDERS_ONLY);
@@ -108,50 +111,59 @@ fn list(json: bool) -> anyhow::Result<()> {
             drive.to_string(),
         ]);
     }
-    println!("{table}");
-    println!("`rondo disk describe PROFILE` shows a profile's figures and sources.");
-    Ok(())
+    writeln!(out, "{table}")?;
+    writeln!(
+        out,
+        "`rondo disk describe PROFILE` shows a profile's figures and sources."
+    )?;
+    emit(&out)
 }
 
 fn describe(name: &str, json: bool) -> anyhow::Result<()> {
+    let mut out = String::new();
     let profile = profiles::by_name(name)?;
     let s = DiskSummary::of(&profile)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
-        return Ok(());
+        writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
+        return emit(&out);
     }
-    println!("{}: {}", s.name, s.summary);
-    println!();
-    println!(
+    writeln!(out, "{}: {}", s.name, s.summary)?;
+    writeln!(out)?;
+    writeln!(
+        out,
         "capacity       {:.3} GB ({} sectors of 512 B)",
         s.capacity_bytes as f64 / 1e9,
         s.capacity_sectors
-    );
+    )?;
     if s.kind == "mechanical" {
-        println!(
+        writeln!(
+            out,
             "geometry       {} surfaces, {} cylinders, {} zones",
             s.surfaces.unwrap_or(0),
             s.cylinders.unwrap_or(0),
             s.zones.len()
-        );
-        println!(
+        )?;
+        writeln!(
+            out,
             "rotation       {} rpm, mean rotational latency {:.3} ms",
             s.rpm.unwrap_or(0.0),
             s.avg_rotational_latency_ms
-        );
-        println!(
+        )?;
+        writeln!(
+            out,
             "seek           one cylinder {:.3} ms, mean over random cylinder pairs {:.3} ms, \
              full stroke {:.3} ms; head switch {:.3} ms",
             s.single_cylinder_seek_ms, s.avg_seek_ms, s.full_stroke_seek_ms, s.head_switch_ms
-        );
-        println!("bus            {:.1} MB/s", s.bus_mb_per_s);
+        )?;
+        writeln!(out, "bus            {:.1} MB/s", s.bus_mb_per_s)?;
         if let Some(c) = s.cache {
-            println!(
+            writeln!(
+                out,
                 "cache          {} segments × {} sectors, read-ahead up to {} sectors",
                 c.segments, c.segment_sectors, c.max_read_ahead_sectors
-            );
+            )?;
         }
-        println!();
+        writeln!(out)?;
         let mut zones = Table::new();
         zones.load_style(UTF8_BORDERS_ONLY);
         zones.set_header([
@@ -174,54 +186,61 @@ fn describe(name: &str, json: bool) -> anyhow::Result<()> {
                 format!("{:.2}", z.effective_rate_mb_per_s),
             ]);
         }
-        println!("{zones}");
+        writeln!(out, "{zones}")?;
     } else {
-        println!(
+        writeln!(
+            out,
             "flash          read latency {:.3} ms, read rate {:.0} MB/s, no positional dependence",
             s.read_latency_ms.unwrap_or(0.0),
             s.bus_mb_per_s
-        );
+        )?;
     }
     let b = &s.paper_bound;
-    println!();
-    println!(
+    writeln!(out)?;
+    writeln!(
+        out,
         "paper-mode round bound (seed 000 §2.3; {} values: T_fullSeek {:.3} ms, T_trackSeek \
          {:.3} ms, T_avgRot {:.3} ms, R_disk {:.2} MB/s)",
         b.source, b.full_seek_ms, b.track_seek_ms, b.avg_rot_ms, b.rate_mb_per_s
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "for M requests of {} B each (seed 000 Table 3's mean):",
         SEED000_MEAN_REQUEST_BYTES
-    );
+    )?;
     let mut rounds = Table::new();
     rounds.load_style(UTF8_BORDERS_ONLY);
     rounds.set_header(["M", "bound ms"]);
     for row in &b.rows {
         rounds.add_row([row.requests.to_string(), format!("{:.1}", row.bound_ms)]);
     }
-    println!("{rounds}");
-    println!(
+    writeln!(out, "{rounds}")?;
+    writeln!(
+        out,
         "max streams per round of {:.0} ms: {}",
         b.round_ms, b.max_requests_per_round
-    );
+    )?;
     let r = &s.rondo_bound;
-    println!();
+    writeln!(out)?;
     match r.seek_line_ms {
-        Some((a, b)) => println!(
+        Some((a, b)) => writeln!(
+            out,
             "rondo-mode round bound (a true upper bound of the model's C-SCAN batches): fixed \
              {:.2} ms per round, seek line {a:.3} ms + {b:.5} ms per cylinder",
             r.fixed_ms
         ),
-        None => println!(
+        None => writeln!(
+            out,
             "rondo-mode round bound (a true upper bound of the model's batches): fixed {:.3} ms \
              per round",
             r.fixed_ms
         ),
-    }
-    println!(
+    }?;
+    writeln!(
+        out,
         "for one request of {} B, at its worst place in each zone:",
         r.request_bytes
-    );
+    )?;
     let mut zones = Table::new();
     zones.load_style(UTF8_BORDERS_ONLY);
     zones.set_header(["zone", "request ms", "max streams per round"]);
@@ -232,8 +251,8 @@ fn describe(name: &str, json: bool) -> anyhow::Result<()> {
             z.max_requests_per_round.to_string(),
         ]);
     }
-    println!("{zones}");
-    Ok(())
+    writeln!(out, "{zones}")?;
+    emit(&out)
 }
 
 const TRACE_HEADER: &str = "arrival_ms,lbn,sectors";
@@ -322,6 +341,17 @@ fn replay(name: &str, trace: &Path, scheduler: SchedulerArg) -> anyhow::Result<(
             ns_to_ms(t.completion_ns - r.arrival_ns)
         ));
     }
-    print!("{out}");
-    Ok(())
+    emit(&out)
+}
+
+/// Writes the command's output; a closed pipe (`| head`) is not an error.
+fn emit(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        result => Ok(result?),
+    }
 }
