@@ -23,7 +23,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::layout::{DiskRead, Replica, TitlePlan};
+use crate::disk::{PaperBound, RondoBound, RoundBound};
+use crate::layout::{DiskRead, Replica, TitleLayout, TitlePlan};
 use crate::schedule::Schedule;
 use crate::units::{StreamId, TitleId};
 
@@ -127,6 +128,8 @@ pub enum ChargesError {
     SequenceLength { expected: usize, got: usize },
     #[error("a title needs at least one round")]
     Empty,
+    #[error("the rondo-mode bound needs the title's placed extents")]
+    NeedsLayout,
 }
 
 impl TitleCharges {
@@ -240,6 +243,51 @@ impl TitleCharges {
     /// Stream rounds the title occupies: its reads plus the final send round.
     pub fn stream_rounds(&self) -> usize {
         self.buffer_bytes.len()
+    }
+}
+
+/// The round bound admission charges requests with (DESIGN.md, "Paper mode
+/// and rondo mode").
+#[derive(Clone, Debug)]
+pub enum Bound {
+    /// Seed 000 §2.3 with its datasheet parameters; ignores where data lies.
+    Paper(PaperBound),
+    /// A true upper bound of the detailed disk model for the data's location.
+    Rondo(RondoBound),
+}
+
+impl Bound {
+    /// Charged once per disk per round.
+    pub fn fixed_ns(&self) -> u64 {
+        match self {
+            Bound::Paper(b) => b.fixed_ns(),
+            Bound::Rondo(b) => b.fixed_ns(),
+        }
+    }
+
+    /// Whether the bound needs the request's extents (LBNs), i.e. a placed layout.
+    pub fn needs_extents(&self) -> bool {
+        matches!(self, Bound::Rondo(_))
+    }
+
+    /// The charges of a title: `layout` must be the placement of `plan`
+    /// when the bound needs extents. The simulator and the server both build
+    /// titles' charges here, so they admit with the same numbers.
+    pub fn title_charges(
+        &self,
+        plan: &TitlePlan,
+        layout: Option<&TitleLayout>,
+        schedule: &Schedule,
+    ) -> Result<TitleCharges, ChargesError> {
+        if self.needs_extents() && layout.is_none() {
+            return Err(ChargesError::NeedsLayout);
+        }
+        TitleCharges::from_plan(plan, schedule, |round, read, entry| match self {
+            Bound::Paper(b) => b.request_ns(read.bytes),
+            Bound::Rondo(b) => {
+                b.extents_ns(&layout.expect("checked above").request_extents(round, entry))
+            }
+        })
     }
 }
 

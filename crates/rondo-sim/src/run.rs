@@ -13,13 +13,13 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use rondo_model::disk::{
-    self, BatchRequest, Disk, DiskError, DiskProfile, PaperBound, RondoBound, RoundBound, Scheduler,
+    self, BatchRequest, Disk, DiskError, DiskProfile, PaperBound, RondoBound, Scheduler,
 };
 use rondo_model::layout::{
     self, ArrayAllocator, BackupParams, LayoutError, LayoutParams, Replica, ReplicaPlacement,
     TitleLayout, TitlePlan,
 };
-use rondo_model::reservation::{ReservationConfig, Reservations, Scheme, TitleCharges};
+use rondo_model::reservation::{Bound, ReservationConfig, Reservations, Scheme};
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{
     BLOCK_BYTES_DEFAULT, DiskIndex, NS_PER_S, ROUND_DURATION_NS_DEFAULT, STRIDE_BYTES_DEFAULT,
@@ -308,8 +308,8 @@ fn prepare(
             layout::derive_title_seed(config.seed_layout(), id),
         )?);
     }
-    // Real extents are needed when the bound depends on where data lies, and
-    // when disks execute reads.
+    // Real extents are needed when the bound depends on where data lies
+    // (rondo mode), and when disks execute reads.
     let needs_extents = config.bound == BoundKind::Rondo || config.mode == Mode::SimulatedDisk;
     let layouts: Vec<Option<TitleLayout>> = if needs_extents {
         let strides_per_disk = profile.capacity_bytes()? / config.stride_bytes;
@@ -327,12 +327,11 @@ fn prepare(
     } else {
         vec![None; plans.len()]
     };
-    let paper = PaperBound::seed000_table2();
-    let rondo = RondoBound::new(profile)?;
-    let round_fixed_ns = match config.bound {
-        BoundKind::Paper => paper.fixed_ns(),
-        BoundKind::Rondo => rondo.fixed_ns(),
+    let bound = match config.bound {
+        BoundKind::Paper => Bound::Paper(PaperBound::seed000_table2()),
+        BoundKind::Rondo => Bound::Rondo(RondoBound::new(profile)?),
     };
+    let round_fixed_ns = bound.fixed_ns();
     let total_bytes: u64 = titles.iter().map(|t| t.schedule.total_bytes()).sum();
     let s_tot = total_bytes as f64 / titles.len() as f64;
     let t_s = config.round_duration_ns as f64 / NS_PER_S as f64;
@@ -356,20 +355,12 @@ fn prepare(
         horizon_rounds: longest + lookahead_rounds + 2,
     });
     for (t, (title, plan)) in titles.iter().zip(&plans).enumerate() {
-        let layout = layouts[t].as_ref();
-        let charges = TitleCharges::from_plan(plan, &title.schedule, |round, read, entry| {
-            match config.bound {
-                BoundKind::Paper => paper.request_ns(read.bytes),
-                BoundKind::Rondo => {
-                    let layout = layout.expect("rondo bound has extents");
-                    rondo.extents_ns(&request_extents(layout, round, entry))
-                }
-            }
-        })
-        .map_err(|source| SimError::Charges {
-            name: title.name.clone(),
-            source,
-        })?;
+        let charges = bound
+            .title_charges(plan, layouts[t].as_ref(), &title.schedule)
+            .map_err(|source| SimError::Charges {
+                name: title.name.clone(),
+                source,
+            })?;
         reservations.add_title(TitleId(t as u64), charges);
     }
     Ok(Array {
@@ -387,24 +378,6 @@ impl SimConfig {
     fn seed_layout(&self) -> u64 {
         self.seed ^ 0x6c61_796f_7574
     }
-}
-
-/// The (first sector, sector count) pairs of one request.
-fn request_extents(
-    layout: &TitleLayout,
-    round: usize,
-    backup_entry: Option<usize>,
-) -> Vec<(u64, u64)> {
-    let r = layout.round(round);
-    let extents = match backup_entry {
-        None => &r.primary,
-        Some(e) => &r.backups[e].extents,
-    };
-    extents
-        .as_slice()
-        .iter()
-        .map(|x| (x.first_sector(), x.sector_count()))
-        .collect()
 }
 
 /// Executes one round's planned reads on the simulated disks.
@@ -435,11 +408,9 @@ fn execute_round(
                     .as_ref()
                     .expect("simulated disks have extents");
                 let entry = (r.replica == Replica::Backup).then_some(r.backup_entry as usize);
-                BatchRequest::read_extents(&request_extents(
-                    layout,
-                    r.playback_round as usize,
-                    entry,
-                ))
+                BatchRequest::read_extents(
+                    &layout.request_extents(r.playback_round as usize, entry),
+                )
             })
             .collect::<Result<_, _>>()?;
         let outcome = disks[d].execute_batch(&requests, round_start_ns, Scheduler::Cscan)?;

@@ -278,6 +278,23 @@ impl TitleLayout {
         &self.rounds[round]
     }
 
+    /// The `(first sector, sector count)` pairs of one request: the primary of
+    /// round `round` (`backup_entry` `None`) or backup request `backup_entry`
+    /// (an index into [`TitlePlan::backups`]). This is the form the disk
+    /// model and the rondo-mode bound take.
+    pub fn request_extents(&self, round: usize, backup_entry: Option<usize>) -> Vec<(u64, u64)> {
+        let r = &self.rounds[round];
+        let extents = match backup_entry {
+            None => &r.primary,
+            Some(e) => &r.backups[e].extents,
+        };
+        extents
+            .as_slice()
+            .iter()
+            .map(|x| (x.first_sector(), x.sector_count()))
+            .collect()
+    }
+
     /// The strides the title holds (persist them; free them on delete).
     pub fn strides(&self) -> &TitleStrides {
         &self.strides
