@@ -33,6 +33,7 @@ use super::geometry::Track;
 use super::profiles::{DiskModelSpec, DiskProfile};
 use super::service::Mechanism;
 use super::solid::SolidStateDisk;
+use super::summary::SEED000_MEAN_REQUEST_BYTES;
 use super::{DiskError, Op};
 use crate::units::{NS_PER_S, SECTOR_BYTES, ms_to_ns};
 
@@ -120,12 +121,6 @@ impl RoundBound for PaperBound {
     }
 }
 
-/// Extents per round the rondo bound's seek line is tuned for when not told:
-/// about one per stream of a Cheetah at T = 1 s (seed 000 Table 2: 15). Any
-/// value gives a valid bound; it only moves charge between the fixed and the
-/// per-extent parts.
-pub const RONDO_EXTENTS_PER_ROUND_DEFAULT: u32 = 16;
-
 /// Time the bound adds per extent for rounding: completions are rounded up to
 /// whole nanoseconds per command and angles carry f64 noise.
 const SLACK_PER_EXTENT_NS: f64 = 1_000.0;
@@ -161,10 +156,16 @@ struct MechanicalBound {
 }
 
 impl RondoBound {
-    /// The bound for batches of reads, its seek line tuned for
-    /// `RONDO_EXTENTS_PER_ROUND_DEFAULT` extents per round.
+    /// The bound for batches of reads. Its seek line is tuned for as many
+    /// extents per round as the paper bound admits streams of seed 000's mean
+    /// request in a 1 s round (15 for the Cheetah); any tuning gives a valid
+    /// bound, it only moves charge between the fixed and per-extent parts.
     pub fn new(profile: &DiskProfile) -> Result<RondoBound, DiskError> {
-        RondoBound::for_op(profile, Op::Read, RONDO_EXTENTS_PER_ROUND_DEFAULT)
+        let streams = profile
+            .paper_bound()?
+            .max_requests(SEED000_MEAN_REQUEST_BYTES, NS_PER_S);
+        let extents = u32::try_from(streams).unwrap_or(u32::MAX).max(1);
+        RondoBound::for_op(profile, Op::Read, extents)
     }
 
     /// The bound for batches of `op`, its seek line tuned for about

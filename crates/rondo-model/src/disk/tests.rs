@@ -734,3 +734,70 @@ fn rondo_bound_is_tight_on_the_acceptance_rounds() {
     // The bound is above but within reach of what the disk does.
     assert!(limit as f64 <= 1.35 * busy as f64);
 }
+
+/// A longer run of the rondo-bound property that also reports how close the
+/// bound came to the measured busy time (`cargo test -p rondo-model
+/// rondo_bound_margins -- --ignored --nocapture`; numbers in docs/disk-model.md).
+#[test]
+#[ignore = "slow: 2,000 batches per profile"]
+fn rondo_bound_margins_report() {
+    let mut rng = SplitMix64(99);
+    for profile in 0..5 {
+        let (mut min_ratio, mut min_margin_ns, mut sum_ratio) = (f64::MAX, u64::MAX, 0.0);
+        let cases = 2000;
+        for case in 0..cases {
+            let p = profile_for(profile);
+            let writes = case % 5 == 4;
+            let op = if writes { Op::Write } else { Op::Read };
+            let bound = if writes {
+                RondoBound::for_op(&p, op, 15).unwrap()
+            } else {
+                RondoBound::new(&p).unwrap()
+            };
+            let mut disk = Disk::new(p).unwrap();
+            let m = disk.mechanism().cloned();
+            let mut draws = |k: usize| -> Vec<(f64, u64)> {
+                (0..k).map(|_| (rng.unit(), 1 + rng.below(4096))).collect()
+            };
+            let (prior_draws, batch_draws) = (draws(12), draws(30));
+            let k = 1 + rng.below(30) as usize;
+            let placement = placement_for(rng.below(4) as usize);
+            let pairs: Vec<bool> = (0..30).map(|_| rng.below(2) == 1).collect();
+            let gap = rng.below(60_000_000) as i64 - 30_000_000;
+            let extents = |draws: &[(f64, u64)], disk: &Disk| match &m {
+                Some(m) => place(placement, m, draws, 4096),
+                None => draws
+                    .iter()
+                    .map(|&(at, n)| {
+                        Extent::new(((disk.capacity_sectors() - n) as f64 * at) as u64, n)
+                    })
+                    .collect(),
+            };
+            let prior = requests_of(&extents(&prior_draws, &disk), &pairs);
+            let before = disk.execute_batch(&prior, 0, Scheduler::Cscan).unwrap();
+            let start = (before.end_ns as i64 + gap).max(0) as u64;
+            let mut batch = requests_of(&extents(&batch_draws[..k], &disk), &pairs);
+            for r in &mut batch {
+                r.op = op;
+            }
+            let out = disk.execute_batch(&batch, start, Scheduler::Cscan).unwrap();
+            let lists: Vec<Vec<(u64, u64)>> = batch.iter().map(as_pairs).collect();
+            let refs: Vec<&[(u64, u64)]> = lists.iter().map(|v| v.as_slice()).collect();
+            let limit = bound.round_extents_ns(&refs);
+            assert!(out.busy_ns <= limit, "profile {profile} case {case}");
+            let ratio = limit as f64 / out.busy_ns as f64;
+            min_ratio = min_ratio.min(ratio);
+            sum_ratio += ratio;
+            min_margin_ns = min_margin_ns.min(limit - out.busy_ns);
+        }
+        let name = match profile {
+            1 => "cheetah-4lp without cache".to_string(),
+            _ => profile_for(profile).name,
+        };
+        eprintln!(
+            "{name}: bound/busy min {min_ratio:.3} mean {:.3}; smallest margin {:.3} ms",
+            sum_ratio / cases as f64,
+            min_margin_ns as f64 / MS
+        );
+    }
+}
