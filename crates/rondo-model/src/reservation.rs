@@ -330,6 +330,11 @@ pub enum Rejection {
     TooLong { rounds: u64, horizon_rounds: u64 },
     #[error("unknown title {0:?}")]
     UnknownTitle(TitleId),
+    #[error("playback round {first_playback_round} is past the title's end ({rounds} rounds)")]
+    PastEnd {
+        first_playback_round: usize,
+        rounds: usize,
+    },
 }
 
 /// One read a disk performs in a round, as planned from the reservations.
@@ -424,9 +429,26 @@ impl DiskSlot {
 #[derive(Clone, Debug)]
 struct StreamRecord {
     title: TitleId,
+    /// Absolute round of the stream's first read.
     start_round: u64,
-    /// Per playback round, the replica the stream was admitted to read.
+    /// The title's playback round read first (0 unless the stream started
+    /// mid-title, e.g. a player's range request).
+    first_playback_round: usize,
+    /// Per playback round from `first_playback_round` on, the replica the
+    /// stream was admitted to read.
     choice: Vec<RoundChoice>,
+}
+
+impl StreamRecord {
+    /// The title's playback round (and schedule index) the stream handles in `round`.
+    fn index(&self, round: u64) -> usize {
+        self.first_playback_round + (round - self.start_round) as usize
+    }
+
+    /// The first round after the stream's last.
+    fn end_round(&self, charges: &TitleCharges) -> u64 {
+        self.start_round + (charges.stream_rounds() - self.first_playback_round) as u64
+    }
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -599,7 +621,7 @@ impl Reservations {
         self.current_round = round;
         let titles = &self.titles;
         self.streams
-            .retain(|_, s| s.start_round + titles[&s.title].stream_rounds() as u64 > round);
+            .retain(|_, s| s.end_round(&titles[&s.title]) > round);
     }
 
     /// Tries start rounds `earliest_round`, `earliest_round + 1`, … up to
@@ -611,11 +633,33 @@ impl Reservations {
         earliest_round: u64,
         lookahead_rounds: u64,
     ) -> Result<Admission, Rejection> {
+        self.try_admit_from(title, 0, earliest_round, lookahead_rounds)
+    }
+
+    /// Like [`Reservations::try_admit`] for a stream that begins at the
+    /// title's playback round `first_playback_round` (a seek or a range
+    /// request): only the rounds from there on are reserved. Its first
+    /// round's buffer and network reservation is the title's for that round,
+    /// which also counts the previous round's data: a slight overcount, never
+    /// an undercount.
+    pub fn try_admit_from(
+        &mut self,
+        title: TitleId,
+        first_playback_round: usize,
+        earliest_round: u64,
+        lookahead_rounds: u64,
+    ) -> Result<Admission, Rejection> {
         let charges = self
             .titles
             .get(&title)
             .ok_or(Rejection::UnknownTitle(title))?;
-        let stream_rounds = charges.stream_rounds() as u64;
+        if first_playback_round >= charges.rounds() {
+            return Err(Rejection::PastEnd {
+                first_playback_round,
+                rounds: charges.rounds(),
+            });
+        }
+        let stream_rounds = (charges.stream_rounds() - first_playback_round) as u64;
         let earliest_round = earliest_round.max(self.current_round);
         let lookahead_rounds = lookahead_rounds.max(1);
         let window_end = self.current_round + self.config.horizon_rounds;
@@ -634,13 +678,14 @@ impl Reservations {
             if start + stream_rounds > window_end {
                 break;
             }
-            match self.fits(charges, start, lookahead_rounds) {
+            match self.fits(charges, first_playback_round, start, lookahead_rounds) {
                 Ok(choice) => {
                     let stream = StreamId(self.next_stream);
                     self.next_stream += 1;
                     let record = StreamRecord {
                         title,
                         start_round: start,
+                        first_playback_round,
                         choice,
                     };
                     self.apply(&record, 1);
@@ -662,6 +707,7 @@ impl Reservations {
     fn fits(
         &self,
         charges: &TitleCharges,
+        first: usize,
         start: u64,
         lookahead_rounds: u64,
     ) -> Result<Vec<RoundChoice>, Rejection> {
@@ -673,8 +719,8 @@ impl Reservations {
             disk,
             round,
         };
-        for i in 0..charges.stream_rounds() {
-            let round = start + i as u64;
+        for i in first..charges.stream_rounds() {
+            let round = start + (i - first) as u64;
             let ring = (round % horizon) as usize;
             if self.buffer_bytes[ring] + charges.buffer_bytes[i] > cfg.buffer_capacity_bytes {
                 return Err(Rejection::Buffer {
@@ -691,9 +737,9 @@ impl Reservations {
                 });
             }
         }
-        let mut choice = Vec::with_capacity(charges.rounds());
-        for i in 0..charges.rounds() {
-            let round = start + i as u64;
+        let mut choice = Vec::with_capacity(charges.rounds() - first);
+        for i in first..charges.rounds() {
+            let round = start + (i - first) as u64;
             let primary = charges.primary(i);
             let backup = charges.backup(i);
             let round_choice = self.choose(primary, backup, round, i as u64)?;
@@ -774,8 +820,8 @@ impl Reservations {
         let scheme = self.config.scheme;
         let horizon = self.config.horizon_rounds;
         let first = self.current_round.max(record.start_round);
-        for round in first..record.start_round + charges.stream_rounds() as u64 {
-            let i = (round - record.start_round) as usize;
+        for round in first..record.end_round(&charges) {
+            let i = record.index(round);
             let ring = (round % horizon) as usize;
             self.buffer_bytes[ring] =
                 add_signed(self.buffer_bytes[ring], charges.buffer_bytes[i], sign);
@@ -785,7 +831,7 @@ impl Reservations {
                 continue;
             }
             let primary = charges.primary(i);
-            match record.choice[i] {
+            match record.choice[i - record.first_playback_round] {
                 RoundChoice::Primary => {
                     let idx = self.slot_index(primary.disk, round);
                     let slot = &mut self.slots[idx];
@@ -835,7 +881,7 @@ impl Reservations {
             if round < record.start_round {
                 continue;
             }
-            let i = (round - record.start_round) as usize;
+            let i = record.index(round);
             let charges = &self.titles[&record.title];
             if i >= charges.rounds() {
                 continue;
@@ -855,7 +901,8 @@ impl Reservations {
             let backup_ok =
                 !backup.is_empty() && backup.iter().all(|p| !self.failed[p.disk as usize]);
             let primary_ok = !self.failed[primary.disk as usize];
-            let wants_backup = record.choice[i] != RoundChoice::Primary;
+            let wants_backup =
+                record.choice[i - record.first_playback_round] != RoundChoice::Primary;
             if (wants_backup && backup_ok) || (!primary_ok && backup_ok) {
                 for (n, piece) in backup.iter().enumerate() {
                     per_disk[piece.disk as usize].push(read(
@@ -1130,6 +1177,31 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_can_start_mid_title() {
+        let mut r = Reservations::new(config(4, Scheme::Minimum));
+        r.add_title(TitleId(0), striped(4, 0, &[100, 200, 300, 400, 500]));
+        let a = r.try_admit_from(TitleId(0), 3, 0, 1).unwrap();
+        // Stream round 0 reads playback round 3 (disk 3), round 1 reads round 4 (disk 0).
+        assert_eq!(r.reserved_primary_ns(3, 0), 400 * MS);
+        assert_eq!(r.reserved_primary_ns(0, 1), 500 * MS);
+        assert_eq!(r.reserved_primary_ns(0, 0), 0);
+        let (plan, _) = r.plan_round(1);
+        assert_eq!(plan[0][0].playback_round, 4);
+        r.check_invariants();
+        r.advance_to(3);
+        assert_eq!(
+            r.active_streams(),
+            0,
+            "two reads and a send round, then it ends"
+        );
+        assert!(!r.release(a.stream));
+        assert!(matches!(
+            r.try_admit_from(TitleId(0), 5, 3, 1),
+            Err(Rejection::PastEnd { .. })
+        ));
+    }
+
+    #[test]
     fn buffer_capacity_limits_admission() {
         let mut cfg = config(2, Scheme::None);
         cfg.buffer_capacity_bytes = 10;
@@ -1155,14 +1227,22 @@ mod tests {
 
     #[derive(Clone, Debug)]
     enum Op {
-        Admit { title: usize, lookahead: u64 },
-        Release { nth: usize },
-        Advance { rounds: u64 },
+        Admit {
+            title: usize,
+            lookahead: u64,
+            first: usize,
+        },
+        Release {
+            nth: usize,
+        },
+        Advance {
+            rounds: u64,
+        },
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            6 => (0usize..4, 1u64..4).prop_map(|(title, lookahead)| Op::Admit { title, lookahead }),
+            6 => (0usize..4, 1u64..4, 0usize..4).prop_map(|(title, lookahead, first)| Op::Admit { title, lookahead, first }),
             1 => (0usize..64).prop_map(|nth| Op::Release { nth }),
             2 => (1u64..5).prop_map(|rounds| Op::Advance { rounds }),
         ]
@@ -1187,9 +1267,10 @@ mod tests {
             let mut admitted = Vec::new();
             for op in ops {
                 match op {
-                    Op::Admit { title, lookahead } => {
+                    Op::Admit { title, lookahead, first } => {
                         let now = r.current_round();
-                        if let Ok(a) = r.try_admit(TitleId(title as u64), now, lookahead) {
+                        let first = first.min(costs[title].len() - 1);
+                        if let Ok(a) = r.try_admit_from(TitleId(title as u64), first, now, lookahead) {
                             admitted.push(a.stream);
                         }
                     }
