@@ -35,6 +35,18 @@ enum Command {
     /// confidence intervals, tables, JSON/CSV and plots.
     #[command(subcommand)]
     Experiment(cmd::experiment::ExperimentCommand),
+    /// Serve titles over HTTP from a data directory (full operation). With no
+    /// arguments: ./rondo-data with 4 emulated Cheetah disks and sample titles.
+    Serve(cmd::serve::ServeArgs),
+    /// Store media files as titles (hands them to a running server that owns
+    /// the data directory).
+    Ingest(cmd::ingest::IngestArgs),
+    /// Check a data directory: catalog against devices and every checksum.
+    Fsck(cmd::fsck::FsckArgs),
+    /// Benchmarks: admission decisions per second and memory, simulated
+    /// stream-rounds per second.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
 }
 
 fn main() {
@@ -44,6 +56,10 @@ fn main() {
         Command::Trace(c) => cmd::trace::run(c),
         Command::Simulate(a) => cmd::simulate::run(a),
         Command::Experiment(c) => cmd::experiment::run(c),
+        Command::Serve(a) => cmd::serve::run(a),
+        Command::Ingest(a) => cmd::ingest::run(a),
+        Command::Fsck(a) => cmd::fsck::run(a),
+        Command::Bench(c) => cmd::bench::run(c),
     };
     if let Err(err) = result {
         eprintln!("rondo: error: {err:#}");

@@ -1,6 +1,10 @@
 //! One module per top-level subcommand.
 
+pub mod bench;
 pub mod disk;
 pub mod experiment;
+pub mod fsck;
+pub mod ingest;
+pub mod serve;
 pub mod simulate;
 pub mod trace;
