@@ -1,0 +1,1 @@
+//! Ingest: media files into stored titles (being built).

@@ -1,0 +1,1 @@
+//! Loading stored titles into the core (being built).
