@@ -192,7 +192,7 @@ fn describe(name: &str, json: bool) -> anyhow::Result<()> {
             out,
             "flash          read latency {:.3} ms, read rate {:.0} MB/s, no positional dependence",
             s.read_latency_ms.unwrap_or(0.0),
-            s.bus_mb_per_s
+            s.read_rate_mb_per_s.unwrap_or(0.0)
         )?;
     }
     let b = &s.paper_bound;

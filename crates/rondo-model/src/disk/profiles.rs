@@ -483,7 +483,7 @@ fn cheetah_overheads() -> ControllerOverheads {
 /// "suggested parameter set"); every value without a citation is an assumption.
 pub fn hdd_7200() -> DiskProfile {
     let rpm = 7200.0; // Exos M 30TB / Ultrastar HC310 / 7K8: 7200 rpm [cited]
-    let surfaces = 18; // assumption: 9 platters of an 16–18 TB Exos-class drive
+    let surfaces = 18; // assumption: 9 platters of a 16–18 TB Exos-class drive
     let zone_count = 24u32; // disk-models.md §3.1: "≈ 20–30 zones, linear in radius"
     let per_zone = 22_000u32; // assumption: sized so the zones hold ≥ 16 TB
     let cylinders = zone_count * per_zone;

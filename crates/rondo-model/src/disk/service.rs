@@ -240,6 +240,17 @@ impl ReadAhead {
         done
     }
 
+    /// Forgets the runs finished by `t_ns` (a long sequential stream would
+    /// otherwise keep every run it ever read).
+    fn prune(&mut self, t_ns: f64) {
+        let done = self.runs.iter().take_while(|r| r.end_ns() <= t_ns).count();
+        if let Some(last) = done.checked_sub(1).map(|i| self.runs[i]) {
+            self.start_lbn = last.first_lbn + last.sectors;
+            self.arm_before = last.track;
+            self.runs.drain(..done);
+        }
+    }
+
     /// The track the heads are on at `t_ns` (the last run begun by then).
     fn arm_at(&self, t_ns: f64) -> Track {
         self.runs
@@ -395,9 +406,13 @@ impl MechanicalDisk {
         }
     }
 
-    /// A read starting inside (or at the end of) the data read-ahead is
-    /// streaming: the cached part goes at once, the rest as the media reaches it.
+    /// A read starting inside the data read-ahead has read, or at the next
+    /// sector it reads, streams: the cached part goes at once, the rest as the
+    /// media reaches it.
     fn ride_read_ahead(&mut self, lbn: u64, sectors: u64, t: f64, progress: u64) -> Outcome {
+        if let Some(ra) = self.read_ahead.as_mut() {
+            ra.prune(t);
+        }
         let end = lbn + sectors;
         let capacity = self.mech.geometry.capacity_sectors();
         let target = (end + self.mech.max_read_ahead_sectors).min(capacity);

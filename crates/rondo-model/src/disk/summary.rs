@@ -43,10 +43,13 @@ pub struct DiskSummary {
     /// Largest seek over the disk's cylinder distances.
     pub full_stroke_seek_ms: f64,
     pub head_switch_ms: f64,
+    /// Host bus rate (0 for flash, whose rate is `read_rate_mb_per_s`).
     pub bus_mb_per_s: f64,
     pub cache: Option<CacheSpec>,
     /// Flash: read latency at queue depth 1.
     pub read_latency_ms: Option<f64>,
+    /// Flash: sequential read rate.
+    pub read_rate_mb_per_s: Option<f64>,
     pub zones: Vec<ZoneSummary>,
     pub paper_bound: PaperBoundSummary,
     pub rondo_bound: RondoBoundSummary,
@@ -134,6 +137,7 @@ impl DiskSummary {
             bus_mb_per_s: 0.0,
             cache: None,
             read_latency_ms: None,
+            read_rate_mb_per_s: None,
             zones: vec![],
             paper_bound,
             rondo_bound,
@@ -165,7 +169,7 @@ impl DiskSummary {
             DiskModelSpec::SolidState(s) => DiskSummary {
                 kind: "solid_state".into(),
                 read_latency_ms: Some(ns_to_ms(s.read_latency_ns)),
-                bus_mb_per_s: s.read_bytes_per_s as f64 / 1e6,
+                read_rate_mb_per_s: Some(s.read_bytes_per_s as f64 / 1e6),
                 ..base
             },
         })
