@@ -101,8 +101,15 @@ where
     };
     let tx = move |x: f64| if log_x { x.log2() } else { x };
     let mut chart = builder.build_cartesian_2d(x_range, 0.0..y_max).map_err(e)?;
+    // On a log scale, label whole powers of two only.
+    let x_labels = if log_x {
+        (x_max.log2().floor() - x_min.log2().ceil()) as usize + 1
+    } else {
+        10
+    };
     chart
         .configure_mesh()
+        .x_labels(x_labels)
         .x_desc(if log_x {
             format!("{} (log scale)", result.x)
         } else {
