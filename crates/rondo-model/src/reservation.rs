@@ -903,7 +903,7 @@ impl Reservations {
             let primary_ok = !self.failed[primary.disk as usize];
             let wants_backup =
                 record.choice[i - record.first_playback_round] != RoundChoice::Primary;
-            if (wants_backup && backup_ok) || (!primary_ok && backup_ok) {
+            if backup_ok && (wants_backup || !primary_ok) {
                 for (n, piece) in backup.iter().enumerate() {
                     per_disk[piece.disk as usize].push(read(
                         piece.disk,

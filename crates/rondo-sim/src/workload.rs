@@ -61,7 +61,7 @@ pub enum TitleChoice {
     /// Title k with probability ∝ 1/(k+1)^exponent.
     Zipf {
         cumulative: Vec<f64>,
-        rng: ChaCha8Rng,
+        rng: Box<ChaCha8Rng>,
     },
 }
 
@@ -87,7 +87,7 @@ impl TitleChoice {
             .collect();
         TitleChoice::Zipf {
             cumulative,
-            rng: ChaCha8Rng::seed_from_u64(seed),
+            rng: Box::new(ChaCha8Rng::seed_from_u64(seed)),
         }
     }
 

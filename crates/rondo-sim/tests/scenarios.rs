@@ -57,7 +57,7 @@ fn mix(seed: u64, salt: u64) -> u64 {
 /// of every disk, with one disk failing at a seeded round boundary.
 fn failure_scenario(seed: u64, scheme: Scheme) -> (SimConfig, SimResult) {
     let disks = 4 + (mix(seed, 1) % 5) as u32; // 4..=8
-    let placement = if mix(seed, 2) % 2 == 0 {
+    let placement = if mix(seed, 2).is_multiple_of(2) {
         ReplicaPlacement::Deterministic
     } else {
         ReplicaPlacement::Random
