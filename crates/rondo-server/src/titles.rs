@@ -1,1 +1,425 @@
-//! Loading stored titles into the core (being built).
+//! Stored titles as the core sees them, and where a title's bytes are in time.
+//!
+//! This module owns loading the store's complete titles into what the round
+//! executor and admission need ([`LoadedTitle`]: the catalog record, the
+//! schedule rebuilt from the catalog's client bytes, the plan, the placed
+//! layout with its extents, and the reservation charges under the array's
+//! bound), the pure mapping between a title's stored byte offsets and its
+//! playback rounds (for HTTP Range starts and seeks), and the defaults a new
+//! data directory gets, kept here once so `rondo serve` and `rondo ingest`
+//! create identical directories.
+//!
+//! Time seeks land on round boundaries, not keyframes: the catalog keeps per
+//! round only its client bytes, and the media crate does not expose which
+//! samples are sync samples, so [`LoadedTitle::round_for_time`] gives the
+//! round whose playback interval holds `t`. An MP4 client seeks with Range
+//! requests from its own `moov` index (exact keyframes); an MPEG-TS round
+//! starts on a transport-packet boundary (every consumption-curve frame ends
+//! at one), so a player started there resynchronises at the next keyframe.
+
+use std::ops::Range;
+use std::path::Path;
+
+use rondo_model::disk::{DiskError, RondoBound, profile_by_name};
+use rondo_model::layout::{Replica, TitleLayout, TitlePlan};
+use rondo_model::reservation::{Bound, ChargesError, TitleCharges};
+use rondo_model::schedule::Schedule;
+use rondo_model::units::{STRIDE_BYTES_DEFAULT, TitleId};
+use rondo_store::{
+    ArrayConfig, CONFIG_FILE, ExtentRecord, Store, StoreConfig, StoreError, StoredTitle,
+    TitleRecord,
+};
+use serde::Serialize;
+use thiserror::Error;
+
+/// Where `rondo serve` and `rondo ingest` keep their data without `--data-dir`.
+pub const DEFAULT_DATA_DIR: &str = "rondo-data";
+/// Disks of a data directory created with the defaults.
+pub const DEFAULT_DISK_COUNT: u32 = 4;
+/// Disk profile of a data directory created with the defaults.
+pub const DEFAULT_DISK_PROFILE: &str = "cheetah-4lp";
+
+/// The configuration a missing data directory is created with by both
+/// `rondo serve` and `rondo ingest`: [`DEFAULT_DISK_COUNT`] sparse device
+/// files of the [`DEFAULT_DISK_PROFILE`]'s capacity (whole strides), 2 MiB
+/// strides, 16 KiB blocks, 1 s rounds, `minimum` reservation with
+/// `deterministic` placement, no declustering, a random array id.
+pub fn default_store_config() -> StoreConfig {
+    let profile = profile_by_name(DEFAULT_DISK_PROFILE).expect("the default profile is built in");
+    let capacity_bytes = profile
+        .capacity_bytes()
+        .expect("the default profile is valid");
+    StoreConfig::new(
+        DEFAULT_DISK_COUNT,
+        DEFAULT_DISK_PROFILE,
+        capacity_bytes / STRIDE_BYTES_DEFAULT * STRIDE_BYTES_DEFAULT,
+    )
+}
+
+/// Opens the data directory `dir`, or creates it with `config` when `dir`
+/// is absent or empty. Returns the store and whether it was created. A
+/// non-empty directory without `rondo.toml` is refused as not a data
+/// directory (nothing in it is touched).
+pub fn open_or_create(dir: &Path, config: StoreConfig) -> Result<(Store, bool), StoreError> {
+    let absent_or_empty = !dir.join(CONFIG_FILE).exists()
+        && match std::fs::read_dir(dir) {
+            Ok(mut entries) => entries.next().is_none(),
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        };
+    if absent_or_empty {
+        Ok((Store::create(dir, config)?, true))
+    } else {
+        Ok((Store::open(dir)?, false))
+    }
+}
+
+/// The rondo-mode round bound for the array's disk profile (what `rondo
+/// serve` admits with).
+pub fn rondo_bound(config: &ArrayConfig) -> Result<Bound, DiskError> {
+    let profile = profile_by_name(&config.disk_profile)?;
+    Ok(Bound::Rondo(RondoBound::new(&profile)?))
+}
+
+/// Why stored titles could not be loaded.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("loading stored titles: {0}")]
+    Store(#[from] StoreError),
+    #[error("title {} ({name:?}): {reason}", .id.0)]
+    Title {
+        id: TitleId,
+        name: String,
+        reason: String,
+    },
+    #[error("title {} ({name:?}): its reservation charges cannot be built: {source}", .id.0)]
+    Charges {
+        id: TitleId,
+        name: String,
+        #[source]
+        source: ChargesError,
+    },
+}
+
+/// Where a stored byte is in playback: round `round`, `offset_in_round_bytes`
+/// into that round's client bytes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RoundPosition {
+    pub round: usize,
+    pub offset_in_round_bytes: u64,
+}
+
+/// Where round boundaries fall in a stored stream: the cumulative client
+/// bytes. Pure; the byte and time mappings of [`LoadedTitle`] are made of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoundIndex {
+    round_duration_ns: u64,
+    /// `rounds + 1` entries: round i holds stored bytes
+    /// `[round_start_bytes[i], round_start_bytes[i + 1])`.
+    round_start_bytes: Vec<u64>,
+}
+
+impl RoundIndex {
+    /// The index of a title whose playback round i holds `client_bytes[i]`
+    /// bytes, rounds being `round_duration_ns` long.
+    pub fn new(client_bytes: &[u64], round_duration_ns: u64) -> RoundIndex {
+        assert!(round_duration_ns > 0, "rounds have a positive length");
+        let mut round_start_bytes = Vec::with_capacity(client_bytes.len() + 1);
+        let mut at = 0u64;
+        round_start_bytes.push(at);
+        for &bytes in client_bytes {
+            at += bytes;
+            round_start_bytes.push(at);
+        }
+        RoundIndex {
+            round_duration_ns,
+            round_start_bytes,
+        }
+    }
+
+    /// Number of playback rounds.
+    pub fn rounds(&self) -> usize {
+        self.round_start_bytes.len() - 1
+    }
+
+    /// Size of the stored stream.
+    pub fn size_bytes(&self) -> u64 {
+        *self.round_start_bytes.last().expect("at least one entry")
+    }
+
+    /// The stored bytes round `round` holds (empty for an empty round).
+    pub fn round_byte_range(&self, round: usize) -> Range<u64> {
+        self.round_start_bytes[round]..self.round_start_bytes[round + 1]
+    }
+
+    /// The round holding stored byte `stored_offset`, and where in it;
+    /// `None` at or past the end. Empty rounds hold no byte, so they are
+    /// never the answer.
+    pub fn position_of_byte(&self, stored_offset: u64) -> Option<RoundPosition> {
+        if stored_offset >= self.size_bytes() {
+            return None;
+        }
+        // The last round starting at or before the offset: among rounds
+        // sharing a start (empty ones first), the non-empty one.
+        let round = self
+            .round_start_bytes
+            .partition_point(|&start| start <= stored_offset)
+            - 1;
+        Some(RoundPosition {
+            round,
+            offset_in_round_bytes: stored_offset - self.round_start_bytes[round],
+        })
+    }
+
+    /// The stored offset of `position`; `None` when the round does not
+    /// exist or holds fewer bytes.
+    pub fn stored_offset(&self, position: RoundPosition) -> Option<u64> {
+        if position.round >= self.rounds() {
+            return None;
+        }
+        let range = self.round_byte_range(position.round);
+        let offset = range.start.checked_add(position.offset_in_round_bytes)?;
+        (offset < range.end).then_some(offset)
+    }
+
+    /// The round whose playback interval `[i·T, (i+1)·T)` holds `t_ns`
+    /// (the last round for times past the end).
+    pub fn round_for_time(&self, t_ns: u64) -> usize {
+        let round = usize::try_from(t_ns / self.round_duration_ns).unwrap_or(usize::MAX);
+        round.min(self.rounds() - 1)
+    }
+
+    /// When round `round` starts, from the start of playback.
+    pub fn round_start_ns(&self, round: usize) -> u64 {
+        round as u64 * self.round_duration_ns
+    }
+}
+
+/// A complete title ready for admission and for the round executor.
+#[derive(Clone, Debug)]
+pub struct LoadedTitle {
+    pub record: TitleRecord,
+    /// Rebuilt from the catalog's client bytes, the round length and B_l.
+    pub schedule: Schedule,
+    pub plan: TitlePlan,
+    /// Device extents of every round and replica.
+    pub layout: TitleLayout,
+    /// What admission reserves for a stream of this title
+    /// (`Reservations::add_title(record.id, charges.clone())`).
+    pub charges: TitleCharges,
+    /// The record, layout and extent checksums in the form
+    /// `Store::read_round` takes (`stored.record == record`,
+    /// `stored.layout == layout`).
+    pub stored: StoredTitle,
+    index: RoundIndex,
+}
+
+impl LoadedTitle {
+    pub fn id(&self) -> TitleId {
+        self.record.id
+    }
+
+    /// Number of playback rounds.
+    pub fn rounds(&self) -> usize {
+        self.index.rounds()
+    }
+
+    /// The extents (with checksums) of one round and replica, in piece order.
+    pub fn round_extents(&self, round: usize, replica: Replica) -> &[ExtentRecord] {
+        self.stored.round_extents(round, replica)
+    }
+
+    /// The round boundaries of the stored stream.
+    pub fn round_index(&self) -> &RoundIndex {
+        &self.index
+    }
+
+    /// The stored bytes round `round` holds.
+    pub fn round_byte_range(&self, round: usize) -> Range<u64> {
+        self.index.round_byte_range(round)
+    }
+
+    /// The round holding stored byte `stored_offset` and the offset within
+    /// it; `None` past the end (see [`RoundIndex::position_of_byte`]).
+    pub fn position_of_byte(&self, stored_offset: u64) -> Option<RoundPosition> {
+        self.index.position_of_byte(stored_offset)
+    }
+
+    /// The stored offset of a round position (the inverse of
+    /// [`LoadedTitle::position_of_byte`]).
+    pub fn stored_offset(&self, position: RoundPosition) -> Option<u64> {
+        self.index.stored_offset(position)
+    }
+
+    /// The round an HTTP Range starting at `stored_offset` starts in.
+    pub fn round_for_byte(&self, stored_offset: u64) -> Option<usize> {
+        self.position_of_byte(stored_offset).map(|p| p.round)
+    }
+
+    /// The round a time seek to `t_ns` starts in: the round whose playback
+    /// interval holds `t_ns` (see the module docs on keyframes).
+    pub fn round_for_time(&self, t_ns: u64) -> usize {
+        self.index.round_for_time(t_ns)
+    }
+}
+
+/// Loads the complete title `id` with its charges under `bound`.
+pub fn load_title(store: &Store, bound: &Bound, id: TitleId) -> Result<LoadedTitle, LoadError> {
+    let stored = store.load_title(id)?;
+    let record = stored.record.clone();
+    let block_bytes = store.config().block_bytes;
+    let schedule = Schedule::from_client_bytes(
+        record.client_bytes.clone(),
+        record.round_duration_ns,
+        block_bytes,
+    )
+    .map_err(|e| LoadError::Title {
+        id,
+        name: record.name.clone(),
+        reason: format!("its schedule cannot be rebuilt: {e}"),
+    })?;
+    let plan = store.title_plan(&record)?;
+    let charges = bound
+        .title_charges(&plan, Some(&stored.layout), &schedule)
+        .map_err(|source| LoadError::Charges {
+            id,
+            name: record.name.clone(),
+            source,
+        })?;
+    let index = RoundIndex::new(&record.client_bytes, record.round_duration_ns);
+    Ok(LoadedTitle {
+        layout: stored.layout.clone(),
+        record,
+        schedule,
+        plan,
+        charges,
+        stored,
+        index,
+    })
+}
+
+/// Loads every complete title of `store`, by id, with its charges under
+/// `bound`. Called by the server at start and after each ingest.
+pub fn load_titles(store: &Store, bound: &Bound) -> Result<Vec<LoadedTitle>, LoadError> {
+    store
+        .titles()?
+        .iter()
+        .map(|record| load_title(store, bound, record.id))
+        .collect()
+}
+
+/// The JSON form of a title that `rondo ingest --json` prints and the
+/// control API returns (`POST /api/admin/titles`).
+pub fn title_json(record: &TitleRecord) -> serde_json::Value {
+    serde_json::json!({
+        "id": record.id.0,
+        "name": record.name,
+        "source_file_name": record.source_file_name,
+        "container_kind": record.container_kind,
+        "content_type": record.content_type,
+        "duration_ns": record.duration_ns,
+        "size_bytes": record.size_bytes,
+        "header_bytes": record.header_bytes,
+        "round_duration_ns": record.round_duration_ns,
+        "rounds": record.client_bytes.len(),
+        "start_disk": record.start_disk.0,
+        "created_unix_ns": record.created_unix_ns,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rondo_model::units::NS_PER_S;
+
+    fn index(client_bytes: &[u64]) -> RoundIndex {
+        RoundIndex::new(client_bytes, NS_PER_S)
+    }
+
+    #[test]
+    fn bytes_map_to_rounds_and_back() {
+        let ix = index(&[100, 50, 70]);
+        assert_eq!(ix.rounds(), 3);
+        assert_eq!(ix.size_bytes(), 220);
+        assert_eq!(ix.round_byte_range(1), 100..150);
+        let at = |round, offset_in_round_bytes| {
+            Some(RoundPosition {
+                round,
+                offset_in_round_bytes,
+            })
+        };
+        assert_eq!(ix.position_of_byte(0), at(0, 0));
+        assert_eq!(ix.position_of_byte(99), at(0, 99));
+        assert_eq!(ix.position_of_byte(100), at(1, 0));
+        assert_eq!(ix.position_of_byte(149), at(1, 49));
+        assert_eq!(ix.position_of_byte(150), at(2, 0));
+        assert_eq!(ix.position_of_byte(219), at(2, 69));
+        assert_eq!(ix.position_of_byte(220), None);
+        assert_eq!(ix.position_of_byte(u64::MAX), None);
+        for offset in 0..220 {
+            let p = ix.position_of_byte(offset).unwrap();
+            assert_eq!(ix.stored_offset(p), Some(offset));
+        }
+        // Positions outside a round or past the last round have no offset.
+        assert_eq!(ix.stored_offset(at(1, 50).unwrap()), None);
+        assert_eq!(ix.stored_offset(at(3, 0).unwrap()), None);
+        assert_eq!(ix.stored_offset(at(0, u64::MAX).unwrap()), None);
+    }
+
+    #[test]
+    fn empty_rounds_hold_no_byte() {
+        // Rounds 1, 2 and 4 are empty (a gap in the media, say).
+        let ix = index(&[10, 0, 0, 5, 0, 7]);
+        assert_eq!(ix.round_byte_range(1), 10..10);
+        let rounds: Vec<usize> = (0..22)
+            .map(|b| ix.position_of_byte(b).unwrap().round)
+            .collect();
+        let mut expected = vec![0; 10];
+        expected.extend([3; 5]);
+        expected.extend([5; 7]);
+        assert_eq!(rounds, expected);
+        assert_eq!(
+            ix.stored_offset(RoundPosition {
+                round: 1,
+                offset_in_round_bytes: 0
+            }),
+            None
+        );
+        // A leading empty round: byte 0 is in round 1.
+        let ix = index(&[0, 4]);
+        assert_eq!(ix.position_of_byte(0).unwrap().round, 1);
+    }
+
+    #[test]
+    fn times_map_to_the_round_that_plays_them() {
+        let ix = RoundIndex::new(&[1, 1, 1], NS_PER_S / 2);
+        assert_eq!(ix.round_for_time(0), 0);
+        assert_eq!(ix.round_for_time(NS_PER_S / 2 - 1), 0);
+        assert_eq!(ix.round_for_time(NS_PER_S / 2), 1);
+        assert_eq!(ix.round_for_time(NS_PER_S + 1), 2);
+        // Past the end: the last round.
+        assert_eq!(ix.round_for_time(100 * NS_PER_S), 2);
+        assert_eq!(ix.round_for_time(u64::MAX), 2);
+        assert_eq!(ix.round_start_ns(2), NS_PER_S);
+    }
+
+    #[test]
+    fn defaults_are_what_serve_documents() {
+        let c = default_store_config();
+        assert_eq!(c.disk_count, 4);
+        assert_eq!(c.disk_profile, "cheetah-4lp");
+        assert_eq!(c.scheme, rondo_model::reservation::Scheme::Minimum);
+        assert_eq!(
+            c.placement,
+            rondo_model::layout::ReplicaPlacement::Deterministic
+        );
+        assert_eq!(c.capacity_bytes % c.stride_bytes, 0);
+        // A Cheetah 4LP holds about 4.5 GB; the stride area is its whole
+        // capacity in strides, so the bound's LBNs stay on the modelled disk.
+        let profile_bytes = profile_by_name("cheetah-4lp")
+            .unwrap()
+            .capacity_bytes()
+            .unwrap();
+        assert!(c.capacity_bytes <= profile_bytes);
+        assert!(c.capacity_bytes + c.stride_bytes > profile_bytes);
+    }
+}

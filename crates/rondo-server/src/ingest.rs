@@ -1,1 +1,0 @@
-//! Ingest: media files into stored titles (being built).

@@ -1,0 +1,512 @@
+//! Ingest: a media file becomes a stored title, atomically.
+//!
+//! This module owns the path from a user's MP4 or MPEG-TS file to a complete
+//! title in the store: the title name (the file's stem unless one is given;
+//! checked before the file is read), the media crate's stored stream and
+//! consumption curve, the stored stream's frames with the header as pre-roll
+//! (one frame of `header_bytes` at decode time 0, so it is admitted like data
+//! and sent before round 0's media), the schedule and plan from the model,
+//! and the write: the stored stream is streamed from the source through one
+//! round-sized buffer, cut at the schedule's round boundaries, and each round
+//! handed to the store's writer after the [`WriteGate`] lets it through.
+//! Nothing is visible until the store commits; any error aborts the writer,
+//! which removes the title and frees its strides. The embedded sample titles
+//! (`rondo serve`'s demo) live in [`samples`].
+
+mod samples;
+
+pub use samples::{SAMPLE_TITLES, ingest_sample_titles, sample_titles};
+
+use std::fs::File;
+use std::io::{self, Read, Seek, Write};
+use std::path::Path;
+
+use rondo_media::container::{MediaError, PreparedMedia, prepare, prepare_bytes};
+use rondo_model::layout::{LayoutError, TitlePlan};
+use rondo_model::schedule::{Frame, Schedule, ScheduleError};
+use rondo_store::{
+    DeviceError, Store, StoreError, TitleMeta, TitleRecord, TitleWriter, validate_title_name,
+};
+use thiserror::Error;
+
+/// Paces ingest writes. The running server implements it to let a round's
+/// writes through only when the disk time admitted streams have reserved
+/// leaves room; offline ingest uses [`Unthrottled`].
+pub trait WriteGate {
+    /// Called before each round is written, with the bytes the round writes
+    /// to the devices (every replica, block padding included). Returns when
+    /// the writes may go ahead.
+    fn before_write(&self, round_bytes: u64);
+}
+
+/// Lets every write through at once (no server owns the directory).
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Unthrottled;
+
+impl WriteGate for Unthrottled {
+    fn before_write(&self, _round_bytes: u64) {}
+}
+
+/// Why a file was not stored. Every message starts with the file and says
+/// what is wrong with it; the store is unchanged.
+#[derive(Debug, Error)]
+pub enum IngestError {
+    /// Corrupt, truncated, unknown or unsupported media, or an unreadable
+    /// file (the media crate's message names the box or packet and offset).
+    #[error("{file}: {source}")]
+    Media {
+        file: String,
+        #[source]
+        source: MediaError,
+    },
+    #[error("{file}: invalid title name {name:?}: {reason}")]
+    InvalidName {
+        file: String,
+        name: String,
+        reason: String,
+    },
+    #[error("{file}: a title named {name:?} already exists; choose another name")]
+    NameTaken { file: String, name: String },
+    #[error("{file}: {reason}")]
+    DiskFull { file: String, reason: String },
+    #[error(
+        "{file}: playback round {round} holds {bytes} bytes{}, but one round's data must fit a \
+         {stride_bytes}-byte stride: the bitrate is too high for {} ms rounds (re-encode at a \
+         lower bitrate, or use a data directory with larger strides or shorter rounds)",
+        if *.round == 0 && *.header_bytes > 0 {
+            format!(" (including the {}-byte header)", .header_bytes)
+        } else {
+            String::new()
+        },
+        .round_duration_ns / 1_000_000
+    )]
+    RoundTooLarge {
+        file: String,
+        round: usize,
+        /// Stored bytes of the round, block padding included.
+        bytes: u64,
+        stride_bytes: u64,
+        round_duration_ns: u64,
+        header_bytes: u64,
+    },
+    #[error("{file}: its frames cannot be scheduled: {source}")]
+    Schedule {
+        file: String,
+        #[source]
+        source: ScheduleError,
+    },
+    #[error("{file}: cannot be laid out: {source}")]
+    Layout {
+        file: String,
+        #[source]
+        source: LayoutError,
+    },
+    #[error("{file}: {source}")]
+    Store {
+        file: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error(
+        "{file}: the stored stream has {found_bytes} bytes but its consumption curve accounts \
+         for {expected_bytes}"
+    )]
+    StreamLength {
+        file: String,
+        expected_bytes: u64,
+        found_bytes: u64,
+    },
+}
+
+impl IngestError {
+    /// The file (or label of in-memory media) the error is about.
+    pub fn file(&self) -> &str {
+        match self {
+            IngestError::Media { file, .. }
+            | IngestError::InvalidName { file, .. }
+            | IngestError::NameTaken { file, .. }
+            | IngestError::DiskFull { file, .. }
+            | IngestError::RoundTooLarge { file, .. }
+            | IngestError::Schedule { file, .. }
+            | IngestError::Layout { file, .. }
+            | IngestError::Store { file, .. }
+            | IngestError::StreamLength { file, .. } => file,
+        }
+    }
+
+    fn from_store(file: &str, error: StoreError) -> IngestError {
+        let file = file.to_string();
+        match error {
+            StoreError::InvalidName { name, reason } => IngestError::InvalidName {
+                file,
+                name,
+                reason: reason.to_string(),
+            },
+            StoreError::NameTaken { name } => IngestError::NameTaken { file, name },
+            e @ StoreError::DiskFull { .. } => IngestError::DiskFull {
+                file,
+                reason: e.to_string(),
+            },
+            StoreError::Device(DeviceError::Io {
+                disk, path, source, ..
+            }) if source.kind() == io::ErrorKind::StorageFull => IngestError::DiskFull {
+                file,
+                reason: format!(
+                    "the filesystem holding disk {}'s device {} is full ({source}); the title \
+                     was not stored",
+                    disk.0,
+                    path.display()
+                ),
+            },
+            source => IngestError::Store { file, source },
+        }
+    }
+}
+
+/// Stores the media file at `path` as a title named `name` (default: the
+/// file's stem), recording `created_unix_ns` as its creation time. Writes go
+/// through `write_gate`; `progress(done_bytes, total_bytes)` is called as the
+/// stored stream is written. Atomic: on any error nothing is visible and the
+/// title's space is free again.
+pub fn ingest_file(
+    store: &Store,
+    path: &Path,
+    name: Option<&str>,
+    created_unix_ns: u64,
+    write_gate: &dyn WriteGate,
+    progress: &dyn Fn(u64, u64),
+) -> Result<TitleRecord, IngestError> {
+    let source_file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string());
+    ingest_file_as(
+        store,
+        path,
+        &source_file_name,
+        name,
+        created_unix_ns,
+        write_gate,
+        progress,
+    )
+}
+
+/// [`ingest_file`] for a file whose original name is `source_file_name`
+/// (an upload spooled to a temporary file): the default title name is that
+/// name's stem, and the catalog records it as the source.
+pub fn ingest_file_as(
+    store: &Store,
+    path: &Path,
+    source_file_name: &str,
+    name: Option<&str>,
+    created_unix_ns: u64,
+    write_gate: &dyn WriteGate,
+    progress: &dyn Fn(u64, u64),
+) -> Result<TitleRecord, IngestError> {
+    let file = path.display().to_string();
+    let name = resolve_name(store, &file, source_file_name, name)?;
+    let media_err = |source| IngestError::Media {
+        file: file.clone(),
+        source,
+    };
+    let prepared = prepare(path).map_err(media_err)?;
+    let mut source = File::open(path).map_err(|e| {
+        media_err(MediaError::Io {
+            context: file.clone(),
+            source: e,
+        })
+    })?;
+    let job = Job {
+        store,
+        file: &file,
+        source_file_name,
+        name: &name,
+        created_unix_ns,
+        write_gate,
+        progress,
+    };
+    job.run(&prepared, &mut source)
+}
+
+/// Stores media held in memory (`source_file_name` labels it in messages
+/// and the catalog, and its stem is the default name).
+pub fn ingest_bytes(
+    store: &Store,
+    bytes: &[u8],
+    source_file_name: &str,
+    name: Option<&str>,
+    created_unix_ns: u64,
+    write_gate: &dyn WriteGate,
+    progress: &dyn Fn(u64, u64),
+) -> Result<TitleRecord, IngestError> {
+    let file = source_file_name.to_string();
+    let name = resolve_name(store, &file, source_file_name, name)?;
+    let prepared = prepare_bytes(bytes).map_err(|source| IngestError::Media {
+        file: file.clone(),
+        source,
+    })?;
+    let job = Job {
+        store,
+        file: &file,
+        source_file_name,
+        name: &name,
+        created_unix_ns,
+        write_gate,
+        progress,
+    };
+    job.run(&prepared, &mut io::Cursor::new(bytes))
+}
+
+/// The title name: `name`, or the stem of `source_file_name`; refused before
+/// the media is read when invalid or already taken.
+fn resolve_name(
+    store: &Store,
+    file: &str,
+    source_file_name: &str,
+    name: Option<&str>,
+) -> Result<String, IngestError> {
+    let name = match name {
+        Some(name) => name.to_string(),
+        None => Path::new(source_file_name)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    validate_title_name(&name).map_err(|e| IngestError::from_store(file, e))?;
+    match store.title_by_name(&name) {
+        Ok(Some(_)) => Err(IngestError::NameTaken {
+            file: file.to_string(),
+            name,
+        }),
+        Ok(None) => Ok(name),
+        Err(e) => Err(IngestError::from_store(file, e)),
+    }
+}
+
+/// The frames of the stored stream: the header as one pre-roll frame at
+/// decode time 0, then the media's consumption curve.
+pub fn stored_frames(prepared: &PreparedMedia) -> Vec<Frame> {
+    let mut frames = Vec::with_capacity(prepared.frames.len() + 1);
+    if prepared.header_bytes > 0 {
+        frames.push(Frame {
+            decode_time_ns: 0,
+            bytes: prepared.header_bytes,
+        });
+    }
+    frames.extend_from_slice(&prepared.frames);
+    frames
+}
+
+/// One ingest after the name is settled and the media prepared.
+struct Job<'a> {
+    store: &'a Store,
+    file: &'a str,
+    source_file_name: &'a str,
+    name: &'a str,
+    created_unix_ns: u64,
+    write_gate: &'a dyn WriteGate,
+    progress: &'a dyn Fn(u64, u64),
+}
+
+impl Job<'_> {
+    fn run<R: Read + Seek>(
+        &self,
+        prepared: &PreparedMedia,
+        source: &mut R,
+    ) -> Result<TitleRecord, IngestError> {
+        let file = self.file.to_string();
+        let config = self.store.config();
+        let frames = stored_frames(prepared);
+        let frame_bytes: u64 = frames.iter().map(|f| f.bytes).sum();
+        if frame_bytes != prepared.stored_bytes {
+            return Err(IngestError::StreamLength {
+                file,
+                expected_bytes: frame_bytes,
+                found_bytes: prepared.stored_bytes,
+            });
+        }
+        let schedule = Schedule::from_frames(&frames, config.round_duration_ns, config.block_bytes)
+            .map_err(|source| IngestError::Schedule {
+                file: file.clone(),
+                source,
+            })?;
+        let inputs = self
+            .store
+            .layout_inputs()
+            .map_err(|e| IngestError::from_store(self.file, e))?;
+        let plan = TitlePlan::for_schedule(
+            &schedule,
+            &self.store.layout_params(),
+            inputs.start_disk,
+            inputs.seed,
+        )
+        .map_err(|e| match e {
+            LayoutError::RoundExceedsStride {
+                round,
+                bytes,
+                stride_bytes,
+            } => IngestError::RoundTooLarge {
+                file: file.clone(),
+                round,
+                bytes,
+                stride_bytes,
+                round_duration_ns: config.round_duration_ns,
+                header_bytes: prepared.header_bytes,
+            },
+            source => IngestError::Layout {
+                file: file.clone(),
+                source,
+            },
+        })?;
+        let meta = TitleMeta {
+            name: self.name.to_string(),
+            source_file_name: self.source_file_name.to_string(),
+            container_kind: prepared.info.container.name().to_string(),
+            content_type: prepared.info.content_type.to_string(),
+            duration_ns: prepared.info.duration_ns,
+            header_bytes: prepared.header_bytes,
+            round_duration_ns: config.round_duration_ns,
+            client_bytes: schedule.client_bytes.clone(),
+            created_unix_ns: self.created_unix_ns,
+        };
+        let mut writer = self
+            .store
+            .begin_title(meta, &plan)
+            .map_err(|e| IngestError::from_store(self.file, e))?;
+        match self.write_rounds(prepared, source, &schedule, &mut writer) {
+            Ok(()) => writer
+                .commit()
+                .map_err(|e| IngestError::from_store(self.file, e)),
+            Err(e) => {
+                if let Err(abort) = writer.abort() {
+                    // The title stays `writing`; the next open removes it.
+                    tracing::warn!(file = self.file, error = %abort, "could not abort an ingest");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Streams the stored stream into the writer, round by round.
+    fn write_rounds<R: Read + Seek>(
+        &self,
+        prepared: &PreparedMedia,
+        source: &mut R,
+        schedule: &Schedule,
+        writer: &mut TitleWriter,
+    ) -> Result<(), IngestError> {
+        let replicas = if self.store.layout_params().backup.is_some() {
+            2
+        } else {
+            1
+        };
+        let mut cutter = RoundCutter {
+            writer,
+            schedule,
+            replicas,
+            round: 0,
+            buf: Vec::with_capacity(
+                schedule.client_bytes.iter().copied().max().unwrap_or(0) as usize
+            ),
+            done_bytes: 0,
+            total_bytes: schedule.total_bytes(),
+            write_gate: self.write_gate,
+            progress: self.progress,
+            failure: None,
+        };
+        (self.progress)(0, cutter.total_bytes);
+        let streamed = prepared
+            .write_stored(source, &mut cutter)
+            .and_then(|_| cutter.write_empty_rounds().map_err(io_to_media));
+        if let Some(e) = cutter.failure.take() {
+            return Err(IngestError::from_store(self.file, e));
+        }
+        streamed.map_err(|source| IngestError::Media {
+            file: self.file.to_string(),
+            source,
+        })?;
+        if cutter.round != schedule.rounds() {
+            return Err(IngestError::StreamLength {
+                file: self.file.to_string(),
+                expected_bytes: cutter.total_bytes,
+                found_bytes: cutter.done_bytes + cutter.buf.len() as u64,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn io_to_media(e: io::Error) -> MediaError {
+    MediaError::Io {
+        context: "output".to_string(),
+        source: e,
+    }
+}
+
+/// A `Write` sink that cuts the stored stream at round boundaries and writes
+/// each round through the title writer. Holds at most one round in memory.
+struct RoundCutter<'a> {
+    writer: &'a mut TitleWriter,
+    schedule: &'a Schedule,
+    replicas: u64,
+    /// The round being filled.
+    round: usize,
+    buf: Vec<u8>,
+    done_bytes: u64,
+    total_bytes: u64,
+    write_gate: &'a dyn WriteGate,
+    progress: &'a dyn Fn(u64, u64),
+    /// The store error behind a failed `write` (io::Error cannot carry it).
+    failure: Option<StoreError>,
+}
+
+impl RoundCutter<'_> {
+    fn write_round(&mut self) -> io::Result<()> {
+        self.write_gate
+            .before_write(self.schedule.disk_read_bytes[self.round] * self.replicas);
+        if let Err(e) = self.writer.write_round(self.round, &self.buf) {
+            let message = e.to_string();
+            self.failure = Some(e);
+            return Err(io::Error::other(message));
+        }
+        self.done_bytes += self.buf.len() as u64;
+        self.buf.clear();
+        self.round += 1;
+        (self.progress)(self.done_bytes, self.total_bytes);
+        Ok(())
+    }
+
+    /// Writes the empty rounds that come next (no bytes will fill them).
+    fn write_empty_rounds(&mut self) -> io::Result<()> {
+        while self.round < self.schedule.rounds() && self.schedule.client_bytes[self.round] == 0 {
+            self.write_round()?;
+        }
+        Ok(())
+    }
+}
+
+impl Write for RoundCutter<'_> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let mut rest = data;
+        while !rest.is_empty() {
+            self.write_empty_rounds()?;
+            let Some(&round_bytes) = self.schedule.client_bytes.get(self.round) else {
+                return Err(io::Error::other(format!(
+                    "the stored stream runs past its schedule's {} bytes",
+                    self.total_bytes
+                )));
+            };
+            let take = ((round_bytes - self.buf.len() as u64) as usize).min(rest.len());
+            self.buf.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+            if self.buf.len() as u64 == round_bytes {
+                self.write_round()?;
+            }
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
