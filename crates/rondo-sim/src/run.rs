@@ -186,8 +186,10 @@ pub struct SimResult {
     pub rounds_measured: u64,
 }
 
-/// A prepared array: titles planned, placed and charged.
-struct Array {
+/// A prepared array: titles planned, placed and charged, admission
+/// configured. [`run`] drives one; benchmarks drive exactly the same set-up
+/// through [`prepare`].
+pub struct PreparedArray {
     reservations: Reservations,
     layouts: Vec<Option<TitleLayout>>,
     lookahead_rounds: u64,
@@ -195,10 +197,43 @@ struct Array {
     mu_per_round: f64,
 }
 
+impl PreparedArray {
+    /// The array's reservation tables, with every title added.
+    pub fn reservations(&self) -> &Reservations {
+        &self.reservations
+    }
+
+    pub fn reservations_mut(&mut self) -> &mut Reservations {
+        &mut self.reservations
+    }
+
+    /// Start rounds admission tries (the configured look-ahead or ⌈1/λ⌉).
+    pub fn lookahead_rounds(&self) -> u64 {
+        self.lookahead_rounds
+    }
+
+    /// λ: requests per round at the configured load.
+    pub fn arrival_rate_per_round(&self) -> f64 {
+        self.arrival_rate_per_round
+    }
+
+    /// μ of seed 000 equation 1, per round.
+    pub fn mu_per_round(&self) -> f64 {
+        self.mu_per_round
+    }
+}
+
+/// Plans, places and charges every title and configures admission, as
+/// [`run`] does before its first round.
+pub fn prepare(config: &SimConfig, titles: &[SimTitle]) -> Result<PreparedArray, SimError> {
+    let profile = disk::profile_by_name(&config.profile)?;
+    prepare_with_profile(config, &profile, titles)
+}
+
 /// Runs one simulation.
 pub fn run(config: &SimConfig, titles: &[SimTitle]) -> Result<SimResult, SimError> {
     let profile = disk::profile_by_name(&config.profile)?;
-    let mut array = prepare(config, &profile, titles)?;
+    let mut array = prepare_with_profile(config, &profile, titles)?;
     let t = config.round_duration_ns;
     let fixed_ns = array.reservations.config().round_fixed_ns;
     let mut disks: Vec<Disk> = match config.mode {
@@ -271,15 +306,15 @@ pub fn run(config: &SimConfig, titles: &[SimTitle]) -> Result<SimResult, SimErro
 }
 
 /// Plans, places and charges every title, and configures admission.
-fn prepare(
+fn prepare_with_profile(
     config: &SimConfig,
     profile: &DiskProfile,
     titles: &[SimTitle],
-) -> Result<Array, SimError> {
+) -> Result<PreparedArray, SimError> {
     if titles.is_empty() {
         return Err(SimError::NoTitles);
     }
-    if !(config.load > 0.0) {
+    if config.load.is_nan() || config.load <= 0.0 {
         return Err(SimError::Config(format!(
             "load must be positive, got {}",
             config.load
@@ -363,7 +398,7 @@ fn prepare(
             })?;
         reservations.add_title(TitleId(t as u64), charges);
     }
-    Ok(Array {
+    Ok(PreparedArray {
         reservations,
         layouts,
         lookahead_rounds,
@@ -382,7 +417,7 @@ impl SimConfig {
 
 /// Executes one round's planned reads on the simulated disks.
 fn execute_round(
-    array: &Array,
+    array: &PreparedArray,
     disks: &mut [Disk],
     round: u64,
     t: u64,
@@ -482,7 +517,13 @@ impl Measure {
         self.observed_rounds += 1;
     }
 
-    fn finish(self, array: &Array, active_sum: i64, rounds_measured: u64, mode: Mode) -> SimResult {
+    fn finish(
+        self,
+        array: &PreparedArray,
+        active_sum: i64,
+        rounds_measured: u64,
+        mode: Mode,
+    ) -> SimResult {
         let per_round = |x: f64| x / self.observed_rounds.max(1) as f64;
         SimResult {
             mean_active_streams: active_sum as f64 / rounds_measured.max(1) as f64,
