@@ -1,10 +1,282 @@
-//! `rondo ingest` (being built; see the issue tracker).
+//! `rondo ingest`: store media files as titles, each atomically.
+//!
+//! With no process owning the data directory, the store is opened (or
+//! created with `rondo serve`'s defaults) and each file ingested here. When
+//! a server owns it (the directory lock is held), each file is uploaded to
+//! that server, which ingests it with writes paced around its streams
+//! (`rondo_server::ingest::handoff` describes the exchange). Prints one line
+//! per file, or with `--json` an array of results; exits non-zero when any
+//! file was not stored.
 
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
 use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rondo_server::ingest::handoff::{ServerInfo, read_token};
+use rondo_server::ingest::{Unthrottled, ingest_file};
+use rondo_server::titles::{DEFAULT_DATA_DIR, default_store_config, open_or_create, title_json};
+use rondo_store::{Store, StoreError};
+use serde_json::{Value, json};
 
 #[derive(Args, Debug)]
-pub struct IngestArgs {}
+pub struct IngestArgs {
+    /// Media files to store (MP4, including moov-at-end and fragmented, or
+    /// MPEG-TS with H.264/H.265/MPEG-2 video).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// The data directory; created with `rondo serve`'s defaults (4 disks,
+    /// cheetah-4lp, minimum reservation, deterministic placement) when absent.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+    /// Title name (one file only); default: the file name without extension.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Print a JSON array of results (no progress bar).
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: IngestArgs) -> anyhow::Result<()> {
-    anyhow::bail!("rondo ingest is not available in this build yet")
+/// What happened to one file.
+struct Outcome {
+    file: PathBuf,
+    result: Result<Value, String>,
+}
+
+pub fn run(args: IngestArgs) -> anyhow::Result<()> {
+    if args.name.is_some() && args.files.len() > 1 {
+        bail!(
+            "--name names one title, but {} files were given; ingest them one at a time to name \
+             each",
+            args.files.len()
+        );
+    }
+    let outcomes = match open_or_create(&args.data_dir, default_store_config()) {
+        Ok((store, created)) => {
+            if created && !args.json {
+                let config = store.config();
+                eprintln!(
+                    "created data directory {} ({} disks, {}, {} reservation, {} placement)",
+                    args.data_dir.display(),
+                    config.disk_count,
+                    config.disk_profile,
+                    config.scheme,
+                    serde_json::to_value(config.placement)?
+                        .as_str()
+                        .unwrap_or_default()
+                );
+            }
+            for name in store.recovered_titles() {
+                eprintln!(
+                    "removed unfinished title {name:?} left by an interrupted ingest; its space \
+                     is free again"
+                );
+            }
+            ingest_locally(&store, &args)
+        }
+        Err(StoreError::Locked { .. }) => upload_to_server(&args)?,
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!("cannot open data directory {}", args.data_dir.display())
+            });
+        }
+    };
+    report(&outcomes, args.json)
+}
+
+fn now_unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn progress_bar(file: &Path, total_bytes: u64, hidden: bool) -> ProgressBar {
+    if hidden {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(total_bytes), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg:24!} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+        )
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(
+        file.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    );
+    bar
+}
+
+fn ingest_locally(store: &Store, args: &IngestArgs) -> Vec<Outcome> {
+    args.files
+        .iter()
+        .map(|file| {
+            let bar = progress_bar(file, 0, args.json);
+            let progress = |done_bytes: u64, total_bytes: u64| {
+                bar.set_length(total_bytes);
+                bar.set_position(done_bytes);
+            };
+            let result = ingest_file(
+                store,
+                file,
+                args.name.as_deref(),
+                now_unix_ns(),
+                &Unthrottled,
+                &progress,
+            );
+            bar.finish_and_clear();
+            Outcome {
+                file: file.clone(),
+                result: result.map(|r| title_json(&r)).map_err(|e| e.to_string()),
+            }
+        })
+        .collect()
+}
+
+/// Counts the bytes read from a file into the progress bar.
+struct ProgressReader {
+    file: File,
+    bar: ProgressBar,
+}
+
+impl Read for ProgressReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read(buf)?;
+        self.bar.inc(n as u64);
+        Ok(n)
+    }
+}
+
+fn upload_to_server(args: &IngestArgs) -> anyhow::Result<Vec<Outcome>> {
+    let dir = &args.data_dir;
+    let server = ServerInfo::read(dir)?;
+    let token = read_token(dir)?;
+    if !args.json {
+        eprintln!(
+            "data directory {} is owned by the server at {} (pid {}); uploading to it",
+            dir.display(),
+            server.url,
+            server.pid
+        );
+    }
+    let client = reqwest::blocking::Client::builder()
+        // The server answers once the title is stored, however long it takes.
+        .timeout(None)
+        .build()
+        .context("building the HTTP client")?;
+    Ok(args
+        .files
+        .iter()
+        .map(|file| Outcome {
+            file: file.clone(),
+            result: upload_one(&client, &server, &token, file, args),
+        })
+        .collect())
+}
+
+fn upload_one(
+    client: &reqwest::blocking::Client,
+    server: &ServerInfo,
+    token: &str,
+    file: &Path,
+    args: &IngestArgs,
+) -> Result<Value, String> {
+    let shown = file.display();
+    let name = match &args.name {
+        Some(name) => name.clone(),
+        None => file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    let opened = File::open(file).map_err(|e| format!("{shown}: cannot read it: {e}"))?;
+    let len_bytes = opened
+        .metadata()
+        .map_err(|e| format!("{shown}: cannot read it: {e}"))?
+        .len();
+    let bar = progress_bar(file, len_bytes, args.json);
+    let body = reqwest::blocking::Body::sized(
+        ProgressReader {
+            file: opened,
+            bar: bar.clone(),
+        },
+        len_bytes,
+    );
+    let url = server.upload_url();
+    let response = client
+        .post(&url)
+        .query(&[("name", name.as_str())])
+        .bearer_auth(token)
+        .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+        .body(body)
+        .send();
+    bar.finish_and_clear();
+    let response = response.map_err(|e| format!("{shown}: uploading to {url} failed: {e}"))?;
+    let status = response.status();
+    let text = response
+        .text()
+        .map_err(|e| format!("{shown}: reading the server's answer failed: {e}"))?;
+    let parsed: Option<Value> = serde_json::from_str(&text).ok();
+    if status.is_success() {
+        parsed.ok_or_else(|| format!("{shown}: the server answered {status} with no title JSON"))
+    } else {
+        let message = parsed
+            .as_ref()
+            .and_then(|v| v.get("error"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| text.trim().to_string());
+        Err(format!(
+            "{shown}: the server refused it ({status}): {message}"
+        ))
+    }
+}
+
+fn seconds(ns: Option<u64>) -> String {
+    ns.map(|ns| format!("{:.1} s", ns as f64 / 1e9))
+        .unwrap_or_else(|| "? s".into())
+}
+
+fn report(outcomes: &[Outcome], as_json: bool) -> anyhow::Result<()> {
+    let failed = outcomes.iter().filter(|o| o.result.is_err()).count();
+    if as_json {
+        let results: Vec<Value> = outcomes
+            .iter()
+            .map(|o| match &o.result {
+                Ok(title) => json!({"file": o.file, "ok": true, "title": title}),
+                Err(error) => json!({"file": o.file, "ok": false, "error": error}),
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        for outcome in outcomes {
+            match &outcome.result {
+                Ok(title) => println!(
+                    "stored {} as {} (title {}): {}, {} rounds, {} bytes, {}",
+                    outcome.file.display(),
+                    title["name"],
+                    title["id"],
+                    seconds(title["duration_ns"].as_u64()),
+                    title["rounds"],
+                    title["size_bytes"],
+                    title["container_kind"].as_str().unwrap_or("?"),
+                ),
+                Err(error) => eprintln!("not stored: {error}"),
+            }
+        }
+    }
+    if failed > 0 {
+        bail!(
+            "{failed} of {} file(s) were not stored; the others were",
+            outcomes.len()
+        );
+    }
+    Ok(())
 }

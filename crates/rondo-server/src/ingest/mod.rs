@@ -11,8 +11,10 @@
 //! handed to the store's writer after the [`WriteGate`] lets it through.
 //! Nothing is visible until the store commits; any error aborts the writer,
 //! which removes the title and frees its strides. The embedded sample titles
-//! (`rondo serve`'s demo) live in [`samples`].
+//! (`rondo serve`'s demo) live in [`samples`]; how `rondo ingest` finds a
+//! running server to upload to is [`handoff`].
 
+pub mod handoff;
 mod samples;
 
 pub use samples::{SAMPLE_TITLES, ingest_sample_titles, sample_titles};
