@@ -193,3 +193,55 @@ fn experiment_run_names_what_is_wrong_in_a_bad_file() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/x.toml"));
 }
+
+#[test]
+fn simulate_takes_titles_from_trace_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("action.trace");
+    let out = rondo()
+        .args(["trace", "generate", "action", "--seed", "4", "--out"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let titles = format!("{},documentary", trace.display());
+    let out = rondo()
+        .args([
+            "simulate",
+            "--disks",
+            "4",
+            "--warmup-rounds",
+            "300",
+            "--end-round",
+            "1000",
+            "--max-replications",
+            "3",
+            "--no-capacity",
+            "--json",
+            "--titles",
+        ])
+        .arg(&titles)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["at_load"]["titles"], titles.as_str());
+    assert!(v["at_load"]["mean_active_streams"].as_f64().unwrap() > 5.0);
+    // A corrupt trace file is refused with the file and line named.
+    std::fs::write(&trace, "# rondo-trace v1 kind=action seed=4 fps=30 frames=1\nframe,decode_time_ns,bytes,frame_type\n0,zero,5,I\n").unwrap();
+    let out = rondo()
+        .args(["simulate", "--no-capacity", "--titles"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("action.trace") && err.contains("line"),
+        "{err}"
+    );
+}

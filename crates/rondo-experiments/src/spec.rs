@@ -54,7 +54,9 @@ pub enum SpecError {
         value: f64,
         message: String,
     },
-    #[error("unknown titles '{0}': use 'table3-mixed' or one of {1}")]
+    #[error(
+        "unknown titles '{0}': not a trace file; use 'table3-mixed', a trace file, or one of {1}"
+    )]
     Titles(String, String),
     #[error("{0}")]
     Invalid(String),
@@ -244,35 +246,51 @@ impl ExperimentSpec {
     }
 }
 
-/// The titles an experiment names: `table3-mixed` (seed 000's six types,
-/// submitted round-robin) or one trace type.
+/// The titles an experiment names: a comma-separated list whose items are
+/// `table3-mixed` (seed 000's six types, submitted round-robin), a trace type
+/// (`rondo trace generate --help`), or the path of a trace file
+/// (`rondo trace generate --out`).
 pub fn titles_for(
     name: &str,
     trace_seed: u64,
     config: &SimConfig,
 ) -> Result<Vec<SimTitle>, SpecError> {
-    let kinds: Vec<TraceKind> = if name == "table3-mixed" {
-        synth::known_kinds()
-            .iter()
-            .copied()
-            .filter(|k| matches!(k, TraceKind::Vbr(_)))
-            .collect()
-    } else {
-        vec![TraceKind::from_name(name).ok_or_else(|| {
-            SpecError::Titles(name.to_string(), synth::known_kind_names().join(", "))
-        })?]
-    };
-    kinds
-        .into_iter()
-        .map(|kind| {
-            let frames = synth::generate(kind, trace_seed);
+    let mut titles = Vec::new();
+    for item in name.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let traces: Vec<(String, Vec<rondo_model::schedule::Frame>)> = if item == "table3-mixed" {
+            synth::known_kinds()
+                .iter()
+                .filter(|k| matches!(k, TraceKind::Vbr(_)))
+                .map(|&k| (k.name().to_string(), synth::generate(k, trace_seed)))
+                .collect()
+        } else if let Some(kind) = TraceKind::from_name(item) {
+            vec![(kind.name().to_string(), synth::generate(kind, trace_seed))]
+        } else if Path::new(item).is_file() {
+            let bytes = std::fs::read(item).map_err(|source| SpecError::Read {
+                path: item.to_string(),
+                source,
+            })?;
+            let trace = rondo_media::parse_trace_bytes(&bytes)
+                .map_err(|e| SpecError::Invalid(format!("{item}: {e}")))?;
+            vec![(item.to_string(), trace.into_frames())]
+        } else {
+            return Err(SpecError::Titles(
+                item.to_string(),
+                synth::known_kind_names().join(", "),
+            ));
+        };
+        for (title, frames) in traces {
             let schedule =
                 Schedule::from_frames(&frames, config.round_duration_ns, config.block_bytes)
-                    .map_err(|e| SpecError::Invalid(format!("{}: {e}", kind.name())))?;
-            Ok(SimTitle {
-                name: kind.name().to_string(),
+                    .map_err(|e| SpecError::Invalid(format!("{title}: {e}")))?;
+            titles.push(SimTitle {
+                name: title,
                 schedule,
-            })
-        })
-        .collect()
+            });
+        }
+    }
+    if titles.is_empty() {
+        return Err(SpecError::Invalid("no titles named".into()));
+    }
+    Ok(titles)
 }

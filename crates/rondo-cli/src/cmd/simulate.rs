@@ -48,7 +48,9 @@ pub struct SimulateArgs {
     /// Offered load ρ: requests arrive at ρ·μ (seed 000 equation 1).
     #[arg(long, default_value_t = 0.8)]
     load: f64,
-    /// Titles: `table3-mixed` (seed 000's six types, round-robin) or one trace type.
+    /// Titles, comma-separated: `table3-mixed` (seed 000's six types,
+    /// round-robin), trace types (`rondo trace generate --help`), or trace
+    /// files (`rondo trace generate TYPE --out FILE`).
     #[arg(long, default_value = "table3-mixed")]
     titles: String,
     /// Seed of the synthetic titles.
