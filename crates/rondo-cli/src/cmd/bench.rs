@@ -56,7 +56,7 @@ pub struct AdmissionWorkload {
     rounds: Option<u64>,
     /// Decisions to time when `--rounds` is not given (the measurement
     /// stops at the end of the round in which this many were timed).
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 50_000)]
     decisions: u64,
     /// Warm-up rounds before measuring (default: seed 000's 3000, or the
     /// reservation horizon plus 200 if that is longer; a title is 1800
