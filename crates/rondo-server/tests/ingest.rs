@@ -384,8 +384,16 @@ fn an_error_while_writing_aborts_the_title_and_frees_its_space() {
         }
     };
     let err = ingest_file(&store, &path, None, 0, &Unthrottled, &progress).unwrap_err();
-    assert!(matches!(err, IngestError::Media { .. }), "{err}");
-    assert!(err.to_string().starts_with(&path.display().to_string()));
+    assert!(matches!(err, IngestError::SourceRead { .. }), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.starts_with(&path.display().to_string()),
+        "{message}"
+    );
+    assert!(
+        message.contains("did it change? Nothing was stored"),
+        "{message}"
+    );
     assert!(*rounds_done.borrow() >= 3, "the error came mid-write");
     assert_eq!(snapshot(&store), before);
     let report = store.fsck();

@@ -196,6 +196,10 @@ fn upload_one(
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default(),
     };
+    let source_file_name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let opened = File::open(file).map_err(|e| format!("{shown}: cannot read it: {e}"))?;
     let len_bytes = opened
         .metadata()
@@ -212,7 +216,7 @@ fn upload_one(
     let url = server.upload_url();
     let response = client
         .post(&url)
-        .query(&[("name", name.as_str())])
+        .query(&[("name", name.as_str()), ("file", source_file_name.as_str())])
         .bearer_auth(token)
         .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
         .body(body)
@@ -272,11 +276,14 @@ fn report(outcomes: &[Outcome], as_json: bool) -> anyhow::Result<()> {
             }
         }
     }
-    if failed > 0 {
-        bail!(
-            "{failed} of {} file(s) were not stored; the others were",
-            outcomes.len()
-        );
+    let total = outcomes.len();
+    match failed {
+        0 => Ok(()),
+        _ if total == 1 => bail!("the file was not stored"),
+        _ if failed == total => bail!("none of the {total} files was stored"),
+        _ => bail!(
+            "{failed} of {total} files were not stored; the other {} were",
+            total - failed
+        ),
     }
-    Ok(())
 }

@@ -5,7 +5,8 @@
 //! "pid": N}`, the base URL of its HTTP listener) and `token` (mode 0600, the
 //! bearer token of the control API) into the directory. `rondo ingest`,
 //! finding the directory locked, reads both and uploads each file with
-//! `POST {url}/api/admin/titles?name=NAME`, `Authorization: Bearer <token>`,
+//! `POST {url}/api/admin/titles?name=NAME&file=FILE_NAME` (the title name
+//! and the file's own name, for the catalog), `Authorization: Bearer <token>`,
 //! `Content-Type: application/octet-stream` and the file as the body; the
 //! server ingests it through its write gate and answers with the title's JSON
 //! ([`crate::titles::title_json`]) or an error `{"error": "..."}`.

@@ -61,6 +61,15 @@ pub enum IngestError {
         #[source]
         source: MediaError,
     },
+    #[error(
+        "{file}: reading it failed while it was being stored ({source}); did it change? \
+         Nothing was stored"
+    )]
+    SourceRead {
+        file: String,
+        #[source]
+        source: io::Error,
+    },
     #[error("{file}: invalid title name {name:?}: {reason}")]
     InvalidName {
         file: String,
@@ -125,6 +134,7 @@ impl IngestError {
     pub fn file(&self) -> &str {
         match self {
             IngestError::Media { file, .. }
+            | IngestError::SourceRead { file, .. }
             | IngestError::InvalidName { file, .. }
             | IngestError::NameTaken { file, .. }
             | IngestError::DiskFull { file, .. }
@@ -423,9 +433,16 @@ impl Job<'_> {
         if let Some(e) = cutter.failure.take() {
             return Err(IngestError::from_store(self.file, e));
         }
-        streamed.map_err(|source| IngestError::Media {
-            file: self.file.to_string(),
-            source,
+        streamed.map_err(|error| match error {
+            // write_stored names its input "source" and our sink "output".
+            MediaError::Io { context, source } if context == "source" => IngestError::SourceRead {
+                file: self.file.to_string(),
+                source,
+            },
+            source => IngestError::Media {
+                file: self.file.to_string(),
+                source,
+            },
         })?;
         if cutter.round != schedule.rounds() {
             return Err(IngestError::StreamLength {
