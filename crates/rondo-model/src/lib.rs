@@ -10,6 +10,7 @@
 
 pub mod disk;
 pub mod layout;
+pub mod rebuild;
 pub mod reservation;
 pub mod schedule;
 pub mod units;

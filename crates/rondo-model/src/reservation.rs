@@ -553,8 +553,45 @@ impl Reservations {
     /// Marks a disk failed from the current round on: reads of its data go to
     /// the backups. Reservations made earlier stay as they are: under
     /// `minimum` and `mirroring` they already cover the rerouted reads.
-    pub fn fail_disk(&mut self, disk: u32) {
+    /// Returns the streams that can no longer be served because some round
+    /// they still need has no replica on a working disk (a second failure, or
+    /// any failure under `none`); the caller stops them with a clear error and
+    /// releases them.
+    pub fn fail_disk(&mut self, disk: u32) -> Vec<StreamId> {
         self.failed[disk as usize] = true;
+        self.streams_losing_data()
+    }
+
+    /// Streams with a remaining round whose data has no working replica.
+    pub fn streams_losing_data(&self) -> Vec<StreamId> {
+        let working = |c: &Charge| !self.failed[c.disk as usize];
+        self.streams
+            .iter()
+            .filter(|(_, record)| {
+                let charges = &self.titles[&record.title];
+                let first = record.index(self.current_round.max(record.start_round));
+                (first..charges.rounds()).any(|i| {
+                    let backup = charges.backup(i);
+                    !working(&charges.primary(i))
+                        && (backup.is_empty() || !backup.iter().all(working))
+                })
+            })
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// Disk time on `disk` in `round` that no admitted stream has reserved:
+    /// what writes (ingest, rebuild) may use. A failed disk serves no reads,
+    /// so all of its round is free for rebuild writes.
+    pub fn unreserved_ns(&self, disk: u32, round: u64) -> u64 {
+        let budget = self
+            .config
+            .round_duration_ns
+            .saturating_sub(self.config.round_fixed_ns);
+        if self.failed[disk as usize] {
+            return budget;
+        }
+        budget.saturating_sub(self.reserved_ns(disk, round))
     }
 
     /// Marks a disk serving again (after rebuild).
@@ -1140,20 +1177,28 @@ mod tests {
         let mut r = Reservations::new(config(4, Scheme::Minimum));
         r.add_title(TitleId(0), striped(4, 0, &[100; 8]));
         let a = r.try_admit(TitleId(0), 0, 1).unwrap();
-        r.fail_disk(0);
+        assert!(r.fail_disk(0).is_empty(), "one failure loses nothing");
+        assert_eq!(
+            r.unreserved_ns(0, 0),
+            900 * MS,
+            "a failed disk is free for rebuild"
+        );
+        assert_eq!(r.unreserved_ns(1, 0), 900 * MS - r.reserved_ns(1, 0));
         let (plan, lost) = r.plan_round(0);
         assert!(lost.is_empty());
         assert!(plan[0].is_empty());
         assert_eq!(plan[1][0].stream, a.stream);
         assert_eq!(plan[1][0].replica, Replica::Backup);
         // A new stream on the degraded array is charged for the rerouted reads.
-        r.try_admit(TitleId(0), 1, 1).unwrap();
+        let b = r.try_admit(TitleId(0), 1, 1).unwrap();
         assert_eq!(r.reserved_primary_ns(0, 1), 0);
         r.check_invariants();
-        // A second failure that removes both replicas loses data.
-        r.fail_disk(1);
-        let (_, lost) = r.plan_round(0);
-        assert_eq!(lost.len(), 1);
+        // A second failure that removes both replicas loses data, and says which streams.
+        // Both streams read title round 0, primary on disk 0, backup on disk 1.
+        let stopped = r.fail_disk(1);
+        assert_eq!(stopped, vec![a.stream, b.stream]);
+        let (_, lost) = r.plan_round(1);
+        assert_eq!(lost.len(), 1, "stream b reads title round 0 in round 1");
         assert!(matches!(
             r.try_admit(TitleId(0), 2, 1),
             Err(Rejection::DataUnavailable { .. })
