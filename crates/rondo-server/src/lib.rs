@@ -5,7 +5,31 @@
 //! control API, ingest into the store, and loading stored titles into the
 //! core's reservation tables. Every decision (admission, which reads each
 //! disk does each round, replica choice on failure) is `rondo-model`'s; this
-//! crate executes them.
+//! crate executes them. `docs/server.md` describes the whole.
+//!
+//! ```text
+//! HTTP (tokio, axum) --admission--> Core (Mutex: Reservations, titles, streams)
+//!                                      ^  plan_round / hand-over
+//! round driver (OS thread, Instant deadlines) --DiskBatch--> I/O thread per device
+//!      ^------------------------ IoEvent (reads, batch done) ---------'
+//!      `--> per-session bounded channel --> SessionBody --> socket
+//! ```
 
+pub mod auth;
+pub mod buffers;
+pub mod config;
+pub mod gate;
+pub mod http;
 pub mod ingest;
+pub mod io;
+pub mod metrics;
+pub mod round;
+pub mod server;
+pub mod session;
+pub mod state;
 pub mod titles;
+
+pub use config::{DiskTiming, ServerConfig};
+pub use server::{
+    RunningServer, SERVER_JSON, ServerError, init_logging, serve_until_signal, shutdown_signal,
+};

@@ -1,10 +1,177 @@
-//! `rondo serve` (being built; see the issue tracker).
+//! `rondo serve`: the server, in full operation.
+//!
+//! Opens the data directory (creating it when absent, with the defaults or
+//! the given `--disks`, `--disk-profile` and `--round-ms`, and ingesting the
+//! embedded sample titles into a new one), refuses flags that contradict an
+//! existing directory, then serves over HTTP until SIGTERM or SIGINT. Prints
+//! the player page's and the API's URLs, and the API token when it was just
+//! created. Everything else is `rondo_server`'s.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
 use clap::Args;
+use rondo_model::disk::profile_by_name;
+use rondo_model::units::{NS_PER_MS, STRIDE_BYTES_DEFAULT};
+use rondo_server::config::{
+    DEFAULT_CLIENT_BUFFER_ROUNDS, DEFAULT_LISTEN, DEFAULT_LOOKAHEAD_ROUNDS,
+};
+use rondo_server::ingest::{Unthrottled, ingest_sample_titles};
+use rondo_server::titles::{DEFAULT_DATA_DIR, default_store_config, open_or_create};
+use rondo_server::{DiskTiming, ServerConfig, init_logging, serve_until_signal};
+use rondo_store::DirectoryFlags;
 
 #[derive(Args, Debug)]
-pub struct ServeArgs {}
+pub struct ServeArgs {
+    /// The data directory; created when absent (with the sample titles).
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+    /// Address to listen on. Loopback by default; give 0.0.0.0:PORT to serve
+    /// other machines.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// Disks of a new data directory (default 4); for an existing one it must
+    /// match.
+    #[arg(long, value_name = "N")]
+    pub disks: Option<u32>,
+    /// Disk profile of a new data directory (default cheetah-4lp; see `rondo
+    /// disk list`); for an existing one it must match.
+    #[arg(long, value_name = "NAME")]
+    pub disk_profile: Option<String>,
+    /// Round length T of a new data directory in milliseconds (default
+    /// 1000); for an existing one it must match.
+    #[arg(long, value_name = "MS")]
+    pub round_ms: Option<u64>,
+    /// Start rounds admission tries before it answers 503.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_LOOKAHEAD_ROUNDS)]
+    pub lookahead_rounds: u64,
+    /// Read devices as fast as they go instead of pacing them to the disk
+    /// profile. Admission still uses the profile, so the guarantee then
+    /// holds only for devices at least that fast.
+    #[arg(long)]
+    pub native: bool,
+    /// Rounds of data a session may hold for its client.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CLIENT_BUFFER_ROUNDS)]
+    pub client_buffer_rounds: u64,
+    /// Seconds a client that stops reading keeps its stream before it is dropped.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    pub stall_grace_s: f64,
+    /// Do not ingest the sample titles into a new data directory.
+    #[arg(long)]
+    pub no_samples: bool,
+}
 
-pub fn run(_args: ServeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("rondo serve is not available in this build yet")
+fn now_unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    init_logging();
+    if args.lookahead_rounds == 0 {
+        bail!("--lookahead-rounds must be at least 1");
+    }
+    if !(args.stall_grace_s.is_finite() && args.stall_grace_s >= 0.0) {
+        bail!("--stall-grace-s must be a non-negative number of seconds");
+    }
+    if args.round_ms == Some(0) {
+        bail!("--round-ms must be positive");
+    }
+    let mut create = default_store_config();
+    if let Some(name) = &args.disk_profile {
+        let profile = profile_by_name(name)?;
+        create.disk_profile = profile.name.clone();
+        create.capacity_bytes =
+            profile.capacity_bytes()? / STRIDE_BYTES_DEFAULT * STRIDE_BYTES_DEFAULT;
+    }
+    if let Some(disks) = args.disks {
+        create.disk_count = disks;
+    }
+    if let Some(ms) = args.round_ms {
+        create.round_duration_ns = ms * NS_PER_MS;
+    }
+    let (store, created) = open_or_create(&args.data_dir, create)
+        .with_context(|| format!("cannot open data directory {}", args.data_dir.display()))?;
+    let config = store.config().clone();
+    if created {
+        eprintln!(
+            "created data directory {} ({} disks, {}, {} ms rounds, {} reservation)",
+            args.data_dir.display(),
+            config.disk_count,
+            config.disk_profile,
+            config.round_duration_ns / NS_PER_MS,
+            config.scheme
+        );
+    } else {
+        if let Some(name) = &args.disk_profile
+            && *name != config.disk_profile
+        {
+            bail!(
+                "data directory {} has disk profile {}; --disk-profile {name} contradicts it",
+                args.data_dir.display(),
+                config.disk_profile
+            );
+        }
+        config
+            .check_flags(&DirectoryFlags {
+                disk_count: args.disks,
+                round_duration_ns: args.round_ms.map(|ms| ms * NS_PER_MS),
+                ..DirectoryFlags::default()
+            })
+            .with_context(|| format!("data directory {}", args.data_dir.display()))?;
+    }
+    for name in store.recovered_titles() {
+        eprintln!("removed unfinished title {name:?} left by an interrupted ingest");
+    }
+    if created && !args.no_samples {
+        let stored = ingest_sample_titles(&store, now_unix_ns(), &Unthrottled)
+            .context("storing the sample titles")?;
+        let names: Vec<&str> = stored.iter().map(|r| r.name.as_str()).collect();
+        eprintln!("stored the sample titles: {}", names.join(", "));
+    }
+    let server_config = ServerConfig {
+        listen: args.listen,
+        lookahead_rounds: args.lookahead_rounds,
+        disk_timing: if args.native {
+            DiskTiming::Native
+        } else {
+            DiskTiming::Emulated
+        },
+        client_buffer_rounds: args.client_buffer_rounds.max(1),
+        stall_grace: Duration::from_secs_f64(args.stall_grace_s),
+        ..ServerConfig::default()
+    };
+    let data_dir = args.data_dir.clone();
+    serve_until_signal(store, server_config, |server| {
+        let url = server.url();
+        let titles = server.store().titles().map(|t| t.len()).unwrap_or(0);
+        println!(
+            "rondo is serving {titles} title(s) from {} ({} {} disks, {}, {} ms rounds)",
+            data_dir.display(),
+            config.disk_count,
+            if args.native { "native" } else { "emulated" },
+            config.disk_profile,
+            config.round_duration_ns / NS_PER_MS
+        );
+        println!("  player: {url}/");
+        println!("  API:    {url}/api  (titles: {url}/api/titles)");
+        if server.token_created() {
+            println!(
+                "  API token for control endpoints (shown once; kept in {}): {}",
+                data_dir.join(rondo_server::auth::TOKEN_FILE).display(),
+                server.token()
+            );
+        }
+        println!(
+            "  add titles while it runs: rondo ingest FILE --data-dir {}",
+            data_dir.display()
+        );
+        println!("Press Ctrl-C to stop.");
+    })
+    .context("rondo serve")?;
+    Ok(())
 }

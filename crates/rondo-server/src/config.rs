@@ -1,0 +1,88 @@
+//! Runtime settings of a running server: what `rondo serve`'s flags may
+//! change without touching the data directory.
+//!
+//! What a data directory fixes (D, stride, B_l, T, disk profile, scheme,
+//! placement) lives in its `rondo.toml` and is read from the store; this
+//! module owns only the settings that may differ from one run to the next:
+//! where to listen, how many rounds admission looks ahead, whether device
+//! reads are paced to the disk model, the per-session buffer, how long a
+//! client that stops reading keeps its stream, and the server buffer admission
+//! may reserve.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// How device reads are timed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiskTiming {
+    /// Every device is paced to its disk model: a read completes at the later
+    /// of the model's completion time and the real one. What admission
+    /// promises then holds whatever the host's storage is (the default).
+    Emulated,
+    /// No pacing: reads complete when the device returns them. Admission
+    /// still charges the configured profile, so its guarantee holds only for
+    /// devices at least as fast as that profile.
+    Native,
+}
+
+impl DiskTiming {
+    pub fn name(self) -> &'static str {
+        match self {
+            DiskTiming::Emulated => "emulated",
+            DiskTiming::Native => "native",
+        }
+    }
+}
+
+/// Default listen address: loopback only, so nothing is exposed unless asked.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Default admission look-ahead: start rounds tried after the earliest one.
+pub const DEFAULT_LOOKAHEAD_ROUNDS: u64 = 5;
+/// Default client buffer: what a session may hold ahead of playback.
+pub const DEFAULT_CLIENT_BUFFER_ROUNDS: u64 = 2;
+/// Default grace time for a client that stops reading.
+pub const DEFAULT_STALL_GRACE: Duration = Duration::from_secs(30);
+/// Server buffer per disk admission may reserve (seed 000 §6.3: 64 MB per disk).
+pub const DEFAULT_BUFFER_PER_DISK_BYTES: u64 = 64 * 1024 * 1024;
+/// Titles up to this long can be admitted: it sizes the reservation tables
+/// (their rings span the longest title plus the look-ahead).
+pub const DEFAULT_MAX_TITLE_DURATION: Duration = Duration::from_secs(4 * 3600);
+
+/// Settings of one server run.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerConfig {
+    /// Address the HTTP server binds (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// Start rounds admission tries, from the earliest possible one, before
+    /// it answers 503.
+    pub lookahead_rounds: u64,
+    pub disk_timing: DiskTiming,
+    /// Rounds of data a session's sender may hold for its client (the
+    /// bounded per-session channel); the schedule itself never sends more
+    /// than two rounds ahead of playback.
+    pub client_buffer_rounds: u64,
+    /// How long a client that stops reading keeps its buffer and
+    /// reservations before its stream is dropped.
+    pub stall_grace: Duration,
+    /// Server buffer admission may reserve, per disk.
+    pub buffer_per_disk_bytes: u64,
+    /// Longest title the reservation tables can hold.
+    pub max_title_duration: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            listen: DEFAULT_LISTEN.parse().expect("the default address parses"),
+            lookahead_rounds: DEFAULT_LOOKAHEAD_ROUNDS,
+            disk_timing: DiskTiming::Emulated,
+            client_buffer_rounds: DEFAULT_CLIENT_BUFFER_ROUNDS,
+            stall_grace: DEFAULT_STALL_GRACE,
+            buffer_per_disk_bytes: DEFAULT_BUFFER_PER_DISK_BYTES,
+            max_title_duration: DEFAULT_MAX_TITLE_DURATION,
+        }
+    }
+}

@@ -1,0 +1,597 @@
+//! HTTP delivery and the control API (axum).
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /` | the player page |
+//! | `GET /api` | this table as JSON |
+//! | `GET /api/titles`, `GET /api/titles/{id}` | titles: id, name, duration, stream URL, … |
+//! | `GET /api/titles/{id}/schedule` | the title's per-round client bytes |
+//! | `GET /api/metrics` | the server's counters as JSON |
+//! | `GET`/`HEAD /stream/{id}[.mp4\|.ts]` | the title, paced by its schedule; single byte ranges (206); `?t=SECONDS` (MPEG-TS) |
+//! | `POST /api/admin/titles?name=NAME` | ingest the request body (token) |
+//! | `DELETE /api/admin/titles/{id}` | delete a title (token) |
+//!
+//! A stream response is server push: admitted by the core from the round
+//! holding its first byte, then one round of data per round (see
+//! `session`). A request that cannot be admitted within the look-ahead gets
+//! 503 with `Retry-After` and a JSON reason. Every error is JSON
+//! `{"error": "..."}` with a status that says what went wrong.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::StreamExt;
+use rondo_media::container::MPEG_TS_CONTENT_TYPE;
+use rondo_model::reservation::Rejection;
+use rondo_model::units::{NS_PER_S, TitleId};
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+use crate::auth::bearer_matches;
+use crate::ingest::{IngestError, ingest_file_as};
+use crate::session::{StreamRequest, admit};
+use crate::state::Shared;
+use crate::titles::{LoadedTitle, load_title, title_json};
+
+/// The player page, served at `/`.
+const PLAYER_HTML: &str = include_str!("player.html");
+
+/// The router of a running server.
+pub fn router(shared: Arc<Shared>) -> Router {
+    let admin = Router::new()
+        .route(
+            "/api/admin/titles",
+            post(upload).layer(DefaultBodyLimit::disable()),
+        )
+        .route(
+            "/api/admin/titles/{id}",
+            axum::routing::delete(delete_title),
+        )
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            require_token,
+        ));
+    Router::new()
+        .route("/", get(player_page))
+        .route("/api", get(api_index))
+        .route("/api/titles", get(list_titles))
+        .route("/api/titles/{id}", get(one_title))
+        .route("/api/titles/{id}/schedule", get(schedule))
+        .route("/api/metrics", get(metrics))
+        .route("/stream/{file}", get(stream))
+        .merge(admin)
+        .fallback(not_found)
+        .with_state(shared)
+}
+
+/// An error answer: status and JSON `{"error": message, ...}`.
+pub struct ApiError {
+    status: StatusCode,
+    body: Value,
+    headers: Vec<(header::HeaderName, HeaderValue)>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            body: json!({ "error": message.into() }),
+            headers: Vec::new(),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.body)).into_response();
+        for (name, value) in self.headers {
+            response.headers_mut().insert(name, value);
+        }
+        response
+    }
+}
+
+async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(format!(
+        "no such endpoint: {method} {}; see GET /api for the endpoints",
+        uri.path()
+    ))
+}
+
+async fn player_page() -> Html<&'static str> {
+    Html(PLAYER_HTML)
+}
+
+async fn api_index() -> axum::Json<Value> {
+    axum::Json(json!({
+        "endpoints": [
+            {"method": "GET", "path": "/api/titles", "what": "titles with their stream URLs"},
+            {"method": "GET", "path": "/api/titles/{id}", "what": "one title"},
+            {"method": "GET", "path": "/api/titles/{id}/schedule", "what": "per-round client bytes"},
+            {"method": "GET", "path": "/api/metrics", "what": "admissions, deadline misses, bytes sent, per-disk time"},
+            {"method": "GET, HEAD", "path": "/stream/{id}", "what": "the title, paced by its schedule; Range (one range) and ?t=SECONDS (MPEG-TS)"},
+            {"method": "POST", "path": "/api/admin/titles?name=NAME", "what": "ingest the request body as a title (Authorization: Bearer <token>)"},
+            {"method": "DELETE", "path": "/api/admin/titles/{id}", "what": "delete a title (Authorization: Bearer <token>)"},
+        ]
+    }))
+}
+
+/// `http://host` as the client addressed us (for absolute URLs).
+fn base_url(shared: &Shared, headers: &HeaderMap) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()));
+    match host {
+        Some(host) => format!("http://{host}"),
+        None => shared.base_url.clone(),
+    }
+}
+
+/// The file extension a title's stream URL carries.
+fn extension(title: &LoadedTitle) -> &'static str {
+    if title.record.content_type == MPEG_TS_CONTENT_TYPE {
+        "ts"
+    } else {
+        "mp4"
+    }
+}
+
+fn stream_path(title: &LoadedTitle) -> String {
+    format!("/stream/{}.{}", title.id().0, extension(title))
+}
+
+/// A title as `GET /api/titles` lists it.
+fn title_entry(title: &LoadedTitle, base: &str) -> Value {
+    let record = &title.record;
+    let id = record.id.0;
+    json!({
+        "id": id,
+        "name": record.name,
+        "duration_seconds": record.duration_ns as f64 / NS_PER_S as f64,
+        "stream_url": format!("{base}{}", stream_path(title)),
+        "schedule_url": format!("{base}/api/titles/{id}/schedule"),
+        "content_type": record.content_type,
+        "container_kind": record.container_kind,
+        "size_bytes": record.size_bytes,
+        "header_bytes": record.header_bytes,
+        "rounds": title.rounds(),
+        "round_duration_seconds": record.round_duration_ns as f64 / NS_PER_S as f64,
+        "source_file_name": record.source_file_name,
+    })
+}
+
+async fn list_titles(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> axum::Json<Value> {
+    let base = base_url(&shared, &headers);
+    let titles: Vec<Value> = shared
+        .titles()
+        .iter()
+        .map(|t| title_entry(t, &base))
+        .collect();
+    axum::Json(Value::Array(titles))
+}
+
+/// Parses a title id from a path segment.
+fn parse_id(text: &str) -> Result<TitleId, ApiError> {
+    text.parse::<u64>().map(TitleId).map_err(|_| {
+        ApiError::bad_request(format!(
+            "{text:?} is not a title id: ids are non-negative integers (see GET /api/titles)"
+        ))
+    })
+}
+
+fn find_title(shared: &Shared, id: TitleId) -> Result<Arc<LoadedTitle>, ApiError> {
+    shared.title(id).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "no title with id {}; GET /api/titles lists them",
+            id.0
+        ))
+    })
+}
+
+async fn one_title(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<axum::Json<Value>, ApiError> {
+    let title = find_title(&shared, parse_id(&id)?)?;
+    Ok(axum::Json(title_entry(
+        &title,
+        &base_url(&shared, &headers),
+    )))
+}
+
+async fn schedule(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let title = find_title(&shared, parse_id(&id)?)?;
+    let record = &title.record;
+    Ok(axum::Json(json!({
+        "id": record.id.0,
+        "round_duration_ns": record.round_duration_ns,
+        "header_bytes": record.header_bytes,
+        "size_bytes": record.size_bytes,
+        "client_bytes": record.client_bytes,
+    })))
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> axum::Json<Value> {
+    let active = shared.core.lock().expect("core lock").streams.len();
+    axum::Json(serde_json::to_value(shared.metrics.snapshot(active)).expect("serialisable"))
+}
+
+/// What part of a title a request gets.
+struct Selection {
+    status: StatusCode,
+    first_byte: u64,
+    length_bytes: u64,
+    content_range: Option<String>,
+}
+
+/// Chooses the bytes to send from `?t=`, `Range` or neither.
+fn select(
+    title: &LoadedTitle,
+    query: &BTreeMap<String, String>,
+    headers: &HeaderMap,
+) -> Result<Selection, ApiError> {
+    let size = title.record.size_bytes;
+    let full = Selection {
+        status: StatusCode::OK,
+        first_byte: 0,
+        length_bytes: size,
+        content_range: None,
+    };
+    if let Some(t) = query.get("t") {
+        let seconds: f64 = t
+            .parse()
+            .ok()
+            .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+            .ok_or_else(|| {
+                ApiError::bad_request(format!("t={t:?} is not a time in seconds (e.g. t=12.5)"))
+            })?;
+        if title.record.content_type != MPEG_TS_CONTENT_TYPE {
+            return Err(ApiError::bad_request(format!(
+                "?t= starts MPEG-TS titles mid-stream; title {} is {}, which players seek with \
+                 Range requests from its index (a <video> element or ffplay -ss do this)",
+                title.id().0,
+                title.record.content_type
+            )));
+        }
+        let round = title.round_for_time((seconds * NS_PER_S as f64) as u64);
+        // The first non-empty round from there (an empty round holds no byte).
+        let first_byte = title.round_byte_range(round).start;
+        if first_byte >= size {
+            return Ok(full);
+        }
+        return Ok(Selection {
+            status: StatusCode::OK,
+            first_byte,
+            length_bytes: size - first_byte,
+            content_range: None,
+        });
+    }
+    let Some(range) = headers.get(header::RANGE) else {
+        return Ok(full);
+    };
+    let Ok(range) = range.to_str() else {
+        return Ok(full);
+    };
+    // A Range header that does not parse is ignored (RFC 9110 §14.2).
+    let Ok(parsed) = http_range_header::parse_range_header(range) else {
+        return Ok(full);
+    };
+    match parsed.validate(size) {
+        Ok(ranges) if ranges.len() == 1 => {
+            let (first, last) = (*ranges[0].start(), *ranges[0].end());
+            Ok(Selection {
+                status: StatusCode::PARTIAL_CONTENT,
+                first_byte: first,
+                length_bytes: last - first + 1,
+                content_range: Some(format!("bytes {first}-{last}/{size}")),
+            })
+        }
+        // Several ranges: served whole, as RFC 9110 allows.
+        Ok(_) => Ok(full),
+        Err(_) => {
+            let mut e = ApiError::new(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                format!("range {range:?} lies outside the title's {size} bytes"),
+            );
+            e.headers.push((
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&format!("bytes */{size}")).expect("ascii"),
+            ));
+            Err(e)
+        }
+    }
+}
+
+/// Seconds a rejected client should wait: the look-ahead's span, at least 1.
+fn retry_after_seconds(shared: &Shared) -> u64 {
+    let ns = shared.config.lookahead_rounds.max(1) * shared.round_ns();
+    ns.div_ceil(NS_PER_S).max(1)
+}
+
+fn rejection_kind(rejection: &Rejection) -> &'static str {
+    match rejection {
+        Rejection::DiskTime { .. } => "disk_time",
+        Rejection::Buffer { .. } => "buffer",
+        Rejection::Network { .. } => "network",
+        Rejection::DataUnavailable { .. } => "data_unavailable",
+        Rejection::TooLong { .. } => "too_long",
+        Rejection::UnknownTitle(_) => "unknown_title",
+        Rejection::PastEnd { .. } => "past_end",
+    }
+}
+
+fn unavailable(shared: &Shared, reason: &str, detail: String) -> ApiError {
+    let retry = retry_after_seconds(shared);
+    ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        body: json!({
+            "error": format!("the server cannot guarantee this stream now: {detail}"),
+            "reason": reason,
+            "retry_after_seconds": retry,
+        }),
+        headers: vec![(header::RETRY_AFTER, HeaderValue::from(retry))],
+    }
+}
+
+async fn stream(
+    State(shared): State<Arc<Shared>>,
+    Path(file): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let (id_text, ext) = match file.split_once('.') {
+        Some((id, ext)) => (id, Some(ext)),
+        None => (file.as_str(), None),
+    };
+    let title = find_title(&shared, parse_id(id_text)?)?;
+    if let Some(ext) = ext
+        && ext != extension(&title)
+    {
+        return Err(ApiError::not_found(format!(
+            "title {} is {}; its stream URL is {}",
+            title.id().0,
+            title.record.content_type,
+            stream_path(&title)
+        )));
+    }
+    let selection = select(&title, &query, &headers)?;
+    let mut builder = Response::builder()
+        .status(selection.status)
+        .header(header::CONTENT_TYPE, title.record.content_type.as_str())
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::CONTENT_LENGTH, selection.length_bytes)
+        .header(header::CACHE_CONTROL, "no-store");
+    if let Some(range) = &selection.content_range {
+        builder = builder.header(header::CONTENT_RANGE, range.as_str());
+    }
+    if method == Method::HEAD || selection.length_bytes == 0 {
+        return Ok(builder.body(Body::empty()).expect("valid response"));
+    }
+    if shared.shutting_down.load(Relaxed) {
+        return Err(unavailable(
+            &shared,
+            "shutting_down",
+            "the server is shutting down".into(),
+        ));
+    }
+    let admitted = admit(
+        &shared,
+        StreamRequest {
+            title: Arc::clone(&title),
+            first_byte: selection.first_byte,
+            length_bytes: selection.length_bytes,
+            peer: peer.to_string(),
+        },
+    )
+    .map_err(|rejection| {
+        tracing::info!(
+            title = title.id().0,
+            peer = %peer,
+            "stream rejected: {rejection}"
+        );
+        unavailable(&shared, rejection_kind(&rejection), rejection.to_string())
+    })?;
+    Ok(builder
+        .body(Body::from_stream(admitted.body))
+        .expect("valid response"))
+}
+
+/// Refuses control requests without the right bearer token.
+async fn require_token(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if bearer_matches(presented, &shared.token) {
+        return next.run(request).await;
+    }
+    let mut e = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        format!(
+            "control endpoints need 'Authorization: Bearer <token>'; the token is in {}",
+            crate::auth::token_path(&shared.data_dir).display()
+        ),
+    );
+    e.headers
+        .push((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
+    e.into_response()
+}
+
+/// Removes the spooled upload whatever happens.
+struct SpoolFile(PathBuf);
+
+impl Drop for SpoolFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Prefix of spooled uploads in the data directory (stale ones are removed at start).
+pub const UPLOAD_SPOOL_PREFIX: &str = ".upload-";
+
+static UPLOAD_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn ingest_status(error: &IngestError) -> StatusCode {
+    match error {
+        IngestError::InvalidName { .. } => StatusCode::BAD_REQUEST,
+        IngestError::NameTaken { .. } => StatusCode::CONFLICT,
+        IngestError::DiskFull { .. } => StatusCode::INSUFFICIENT_STORAGE,
+        IngestError::Media { .. }
+        | IngestError::RoundTooLarge { .. }
+        | IngestError::Schedule { .. }
+        | IngestError::StreamLength { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+async fn upload(
+    State(shared): State<Arc<Shared>>,
+    Query(query): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let name = query
+        .get("name")
+        .filter(|n| !n.is_empty())
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::bad_request("POST /api/admin/titles needs ?name=NAME (the title's name)")
+        })?;
+    let source_file_name = query.get("file").cloned().unwrap_or_else(|| name.clone());
+    let spool = SpoolFile(shared.data_dir.join(format!(
+        "{UPLOAD_SPOOL_PREFIX}{}-{}.tmp",
+        std::process::id(),
+        UPLOAD_COUNTER.fetch_add(1, Relaxed)
+    )));
+    let write_error = |e: std::io::Error| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("spooling the upload to {}: {e}", spool.0.display()),
+        )
+    };
+    let mut file = tokio::fs::File::create(&spool.0)
+        .await
+        .map_err(write_error)?;
+    let mut received_bytes = 0u64;
+    let mut data = body.into_data_stream();
+    while let Some(chunk) = data.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::bad_request(format!(
+                "the upload ended early after {received_bytes} bytes: {e}"
+            ))
+        })?;
+        received_bytes += chunk.len() as u64;
+        file.write_all(&chunk).await.map_err(write_error)?;
+    }
+    file.flush().await.map_err(write_error)?;
+    drop(file);
+    if received_bytes == 0 {
+        return Err(ApiError::bad_request(
+            "the upload is empty: send the media file as the request body",
+        ));
+    }
+    tracing::info!(name = %name, bytes = received_bytes, "upload received; ingesting");
+    let created_unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let task_shared = Arc::clone(&shared);
+    let path = spool.0.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let shared = task_shared;
+        let record = ingest_file_as(
+            &shared.store,
+            &path,
+            &source_file_name,
+            Some(&name),
+            created_unix_ns,
+            shared.gate.as_ref(),
+            &|_, _| {},
+        )
+        .map_err(|e| ApiError::new(ingest_status(&e), e.to_string()))?;
+        let loaded = load_title(&shared.store, &shared.bound, record.id)
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        Ok::<_, ApiError>(shared.add_title(loaded))
+    })
+    .await
+    .map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("ingest task failed: {e}"),
+        )
+    })?;
+    drop(spool);
+    let title = result.inspect_err(|e| tracing::warn!("upload refused: {}", e.body["error"]))?;
+    tracing::info!(
+        id = title.id().0,
+        name = %title.record.name,
+        rounds = title.rounds(),
+        "title ingested and admitted for streaming"
+    );
+    let mut body = title_json(&title.record);
+    let entry = title_entry(&title, &base_url(&shared, &headers));
+    body["stream_url"] = entry["stream_url"].clone();
+    body["duration_seconds"] = entry["duration_seconds"].clone();
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+async fn delete_title(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let id = parse_id(&id)?;
+    {
+        let mut core = shared.core.lock().expect("core lock");
+        if !core.titles.contains_key(&id) {
+            return Err(ApiError::not_found(format!("no title with id {}", id.0)));
+        }
+        if !core.reservations.remove_title(id) {
+            let playing = core.streams.values().filter(|s| s.title.id() == id).count();
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "title {} is being streamed ({playing} stream(s) hold reservations for it); \
+                     delete it when they have ended",
+                    id.0
+                ),
+            ));
+        }
+        core.titles.remove(&id);
+    }
+    let store = shared.store.clone();
+    tokio::task::spawn_blocking(move || store.delete_title(id))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    tracing::info!(id = id.0, "title deleted");
+    Ok(axum::Json(json!({ "deleted": id.0 })))
+}

@@ -1,0 +1,408 @@
+//! Starting and stopping a server on an open data directory.
+//!
+//! [`RunningServer::start`] loads the stored titles into the core's
+//! reservation tables (rondo-mode bound of the array's disk profile,
+//! `Reservations` sized for the longest admissible title), checks that every
+//! device lies on its disk model, starts one I/O thread per device and the
+//! round driver thread, binds the HTTP listener, creates the API token if
+//! needed, and writes `server.json` (`{"url", "pid"}`) so `rondo ingest`
+//! finds the server. [`RunningServer::shutdown`] stops accepting
+//! connections, ends every stream, joins the driver and I/O threads and
+//! removes `server.json`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rondo_model::disk::{Disk, DiskError, profile_by_name};
+use rondo_model::reservation::{ReservationConfig, Reservations};
+use rondo_model::units::SECTOR_BYTES;
+use rondo_store::{IoMode, Store};
+use thiserror::Error;
+use tokio::sync::oneshot;
+
+use crate::auth::ensure_token;
+use crate::buffers::BufferPool;
+use crate::config::ServerConfig;
+use crate::gate::DiskTimeGate;
+use crate::http::{UPLOAD_SPOOL_PREFIX, router};
+use crate::ingest::handoff::ServerInfo;
+use crate::io::{RoundClock, spawn_device};
+use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::round::Driver;
+use crate::state::{Core, Shared};
+use crate::titles::{LoadError, load_titles, rondo_bound};
+
+/// The file `rondo ingest` reads to find the server owning a data directory.
+pub use crate::ingest::handoff::SERVER_INFO_FILE as SERVER_JSON;
+
+/// Why a server could not start.
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("disk profile {profile:?}: {source}")]
+    Profile {
+        profile: String,
+        #[source]
+        source: DiskError,
+    },
+    #[error(
+        "device {path} (disk {disk}) has a {device_bytes}-byte stride area but the {profile} disk \
+         model holds {model_bytes} bytes: reads beyond the model's capacity cannot be timed or \
+         admitted; use a profile at least as large"
+    )]
+    DeviceLargerThanModel {
+        path: String,
+        disk: u32,
+        device_bytes: u64,
+        profile: String,
+        model_bytes: u64,
+    },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServerError {
+    let context = context.into();
+    move |source| ServerError::Io { context, source }
+}
+
+/// A server serving a data directory.
+pub struct RunningServer {
+    shared: Arc<Shared>,
+    local_addr: SocketAddr,
+    token_created: bool,
+    driver: Option<JoinHandle<()>>,
+    devices: Vec<JoinHandle<()>>,
+    http: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    stop_http: Option<oneshot::Sender<()>>,
+    server_json: PathBuf,
+}
+
+impl RunningServer {
+    /// Starts serving `store` (which this process holds open) with `config`.
+    /// Must be called inside a tokio runtime.
+    pub async fn start(store: Store, config: ServerConfig) -> Result<RunningServer, ServerError> {
+        let array = store.config().clone();
+        let data_dir = store.dir().to_path_buf();
+        let profile_error = |source| ServerError::Profile {
+            profile: array.disk_profile.clone(),
+            source,
+        };
+        let profile = profile_by_name(&array.disk_profile).map_err(profile_error)?;
+        let bound = rondo_bound(&array).map_err(profile_error)?;
+        let model_bytes = Disk::new(profile.clone())
+            .map_err(profile_error)?
+            .capacity_sectors()
+            * SECTOR_BYTES;
+        for device in store.devices() {
+            if device.capacity_bytes() > model_bytes {
+                return Err(ServerError::DeviceLargerThanModel {
+                    path: device.path().display().to_string(),
+                    disk: device.disk().0,
+                    device_bytes: device.capacity_bytes(),
+                    profile: profile.name.clone(),
+                    model_bytes,
+                });
+            }
+            if device.io_mode() == IoMode::Buffered {
+                tracing::warn!(
+                    disk = device.disk().0,
+                    path = %device.path().display(),
+                    "the filesystem refused O_DIRECT; reading through the page cache \
+                     (measured disk time will be the cache's)"
+                );
+            }
+        }
+        let (token, token_created) =
+            ensure_token(&data_dir).map_err(io_error("creating the API token"))?;
+        remove_stale_uploads(&data_dir);
+
+        let titles = load_titles(&store, &bound)?;
+        let round_ns = array.round_duration_ns;
+        let longest_stream_rounds = titles
+            .iter()
+            .map(|t| t.charges.stream_rounds() as u64)
+            .max()
+            .unwrap_or(1);
+        let max_title_rounds = (config.max_title_duration.as_nanos() as u64).div_ceil(round_ns);
+        let horizon_rounds =
+            longest_stream_rounds.max(max_title_rounds + 1) + config.lookahead_rounds + 2;
+        let fixed_ns = bound.fixed_ns();
+        let mut reservations = Reservations::new(ReservationConfig {
+            disks: array.disk_count,
+            scheme: array.scheme,
+            round_duration_ns: round_ns,
+            round_fixed_ns: fixed_ns,
+            buffer_capacity_bytes: config.buffer_per_disk_bytes * u64::from(array.disk_count),
+            network_capacity_bytes_per_round: None,
+            horizon_rounds,
+        });
+        let mut loaded = std::collections::BTreeMap::new();
+        for title in titles {
+            reservations.add_title(title.id(), title.charges.clone());
+            loaded.insert(title.id(), Arc::new(title));
+        }
+
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(io_error(format!("listening on {}", config.listen)))?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(io_error("reading the listen address"))?;
+        let base_url = format!("http://{local_addr}");
+
+        let metrics = Arc::new(Metrics::new(array.disk_count));
+        let paper = profile.paper_bound().map_err(profile_error)?;
+        let gate = Arc::new(DiskTimeGate::new(
+            round_ns.saturating_sub(fixed_ns),
+            paper,
+            Arc::clone(&metrics),
+        ));
+        let pool = BufferPool::new(
+            config.buffer_per_disk_bytes * u64::from(array.disk_count),
+            Arc::clone(&metrics),
+        );
+        // Round 0 starts a moment from now so the threads are up for it.
+        let clock = RoundClock {
+            t0: Instant::now() + Duration::from_millis(20),
+            round_ns,
+        };
+        let shared = Arc::new(Shared {
+            store: store.clone(),
+            data_dir: data_dir.clone(),
+            array: array.clone(),
+            config: config.clone(),
+            bound,
+            clock,
+            metrics: Arc::clone(&metrics),
+            core: Mutex::new(Core {
+                reservations,
+                titles: loaded,
+                streams: Default::default(),
+                next_round: 0,
+            }),
+            gate,
+            shutting_down: AtomicBool::new(false),
+            token,
+            base_url: base_url.clone(),
+        });
+
+        let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let mut batch_senders = Vec::new();
+        let mut devices = Vec::new();
+        for device in store.devices() {
+            let model = Disk::new(profile.clone()).map_err(profile_error)?;
+            let thread = spawn_device(
+                device.disk().0,
+                Arc::clone(device),
+                model,
+                config.disk_timing,
+                clock,
+                pool.clone(),
+                events_tx.clone(),
+            )
+            .map_err(io_error("starting a disk thread"))?;
+            batch_senders.push(thread.batches);
+            devices.push(thread.handle);
+        }
+        drop(events_tx);
+        let driver = Driver::new(Arc::clone(&shared), batch_senders, events_rx);
+        let driver = std::thread::Builder::new()
+            .name("rondo-rounds".into())
+            .spawn(move || driver.run())
+            .map_err(io_error("starting the round driver"))?;
+
+        let (stop_http, stopped) = oneshot::channel::<()>();
+        let app = router(Arc::clone(&shared)).into_make_service_with_connect_info::<SocketAddr>();
+        let http = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+
+        let server_json = data_dir.join(SERVER_JSON);
+        ServerInfo {
+            url: base_url.clone(),
+            pid: std::process::id(),
+        }
+        .write(&data_dir)
+        .map_err(io_error(format!("writing {}", server_json.display())))?;
+        tracing::info!(
+            url = %base_url,
+            disks = array.disk_count,
+            profile = %array.disk_profile,
+            timing = config.disk_timing.name(),
+            round_ms = round_ns as f64 / 1e6,
+            lookahead_rounds = config.lookahead_rounds,
+            titles = shared.titles().len(),
+            "rondo server running"
+        );
+        Ok(RunningServer {
+            shared,
+            local_addr,
+            token_created,
+            driver: Some(driver),
+            devices,
+            http: Some(http),
+            stop_http: Some(stop_http),
+            server_json,
+        })
+    }
+
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        self.shared.base_url.clone()
+    }
+
+    /// The API token for the control endpoints.
+    pub fn token(&self) -> &str {
+        &self.shared.token
+    }
+
+    /// Whether this start created the token (print it once).
+    pub fn token_created(&self) -> bool {
+        self.token_created
+    }
+
+    /// The server's counters.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        let active = self.shared.core.lock().expect("core lock").streams.len();
+        self.shared.metrics.snapshot(active)
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// Stops accepting connections, ends every stream (their responses fail,
+    /// reservations are released), joins the round driver and the I/O
+    /// threads and removes `server.json`.
+    pub async fn shutdown(mut self) {
+        self.stop().await;
+    }
+
+    async fn stop(&mut self) {
+        self.shared.shutting_down.store(true, Relaxed);
+        if let Some(stop) = self.stop_http.take() {
+            let _ = stop.send(());
+        }
+        // The driver ends every stream within one poll interval; their
+        // connections then close and graceful shutdown completes.
+        let driver = self.driver.take();
+        let devices = std::mem::take(&mut self.devices);
+        let joined = tokio::task::spawn_blocking(move || {
+            if let Some(driver) = driver {
+                let _ = driver.join();
+            }
+            for device in devices {
+                let _ = device.join();
+            }
+        });
+        let _ = joined.await;
+        if let Some(http) = self.http.take() {
+            match tokio::time::timeout(Duration::from_secs(5), http).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => tracing::warn!("HTTP server ended with an error: {e}"),
+                Ok(Err(e)) => tracing::warn!("HTTP server task failed: {e}"),
+                Err(_) => tracing::warn!("connections still open after 5 s; closing them"),
+            }
+        }
+        if let Err(e) = std::fs::remove_file(&self.server_json)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("removing {}: {e}", self.server_json.display());
+        }
+        tracing::info!("rondo server stopped");
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        // Not shut down through `shutdown`: stop the threads without waiting.
+        self.shared.shutting_down.store(true, Relaxed);
+        if let Some(stop) = self.stop_http.take() {
+            let _ = stop.send(());
+        }
+        if let Some(http) = self.http.take() {
+            http.abort();
+        }
+        if self.driver.is_some() {
+            let _ = std::fs::remove_file(&self.server_json);
+        }
+    }
+}
+
+/// Removes uploads a crashed server left spooled in the data directory.
+fn remove_stale_uploads(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with(UPLOAD_SPOOL_PREFIX) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Resolves when the process receives SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}
+
+/// Serves `store` until SIGTERM or SIGINT, on a runtime of its own (for
+/// callers without one, like the CLI). `announce` runs once the server is
+/// up (print its URLs there); then the server shuts down cleanly.
+pub fn serve_until_signal(
+    store: Store,
+    config: ServerConfig,
+    announce: impl FnOnce(&RunningServer),
+) -> Result<(), ServerError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("rondo-http")
+        .build()
+        .map_err(io_error("starting the async runtime"))?;
+    runtime.block_on(async move {
+        let server = RunningServer::start(store, config).await?;
+        announce(&server);
+        shutdown_signal().await;
+        server.shutdown().await;
+        Ok(())
+    })
+}
+
+/// Logs through `tracing` to stderr, filtered by `RONDO_LOG` (an
+/// `EnvFilter` directive such as `info` or `rondo_server=debug`; default
+/// `info`). Does nothing if a subscriber is already installed.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RONDO_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}

@@ -1,0 +1,395 @@
+//! End to end over real HTTP: a data directory with 4 emulated Cheetah disks
+//! and 250 ms rounds holds a 32 s faststart MP4, a 32 s moov-at-end MP4 and
+//! a 32 s MPEG-TS made by ffmpeg at test time. Against one running server,
+//! at the same time:
+//!
+//! - full GETs return exactly the stored stream (and, for the faststart MP4
+//!   and the TS, exactly the source file), with the right Content-Type and
+//!   Content-Length, paced by the schedule: sampled at the client's round
+//!   boundaries, the bytes received never fall behind the consumption curve
+//!   shifted by the start-up delay (one round after the first byte) and are
+//!   never more than one round of bytes ahead of it;
+//! - ffprobe reads every title over HTTP and reports the source's duration
+//!   and video frame count;
+//! - HEAD, single byte ranges (206, Content-Range; a range is a new stream
+//!   admitted from the round holding its first byte), unsatisfiable ranges
+//!   (416), `?t=` on the TS;
+//! - malformed requests and unknown ids get clear JSON errors;
+//! - a client that disconnects releases its reservations at once.
+//!
+//! Afterwards no admitted stream missed a deadline.
+
+mod e2e_support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use e2e_support::*;
+use reqwest::StatusCode;
+use reqwest::header::{ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE};
+use rondo_server::RunningServer;
+use rondo_store::TitleRecord;
+
+struct Title {
+    record: TitleRecord,
+    stored: Vec<u8>,
+    source: std::path::PathBuf,
+    /// The source file is the stored stream (faststart MP4, TS).
+    source_is_stored: bool,
+    url: String,
+}
+
+async fn full_get_is_the_stored_stream_and_paced(client: reqwest::Client, title: Arc<Title>) {
+    let (status, headers, body, arrivals) = get_timed(&client, &title.url, None).await;
+    assert_eq!(status, StatusCode::OK, "{}", title.record.name);
+    assert_eq!(
+        headers[CONTENT_TYPE].to_str().unwrap(),
+        title.record.content_type
+    );
+    assert_eq!(
+        headers[CONTENT_LENGTH].to_str().unwrap(),
+        title.record.size_bytes.to_string()
+    );
+    assert_eq!(headers[ACCEPT_RANGES].to_str().unwrap(), "bytes");
+    assert_eq!(body.len(), title.stored.len(), "{}", title.record.name);
+    assert!(
+        body == title.stored,
+        "{}: body differs from the stored stream",
+        title.record.name
+    );
+    if title.source_is_stored {
+        assert!(
+            body == std::fs::read(&title.source).unwrap(),
+            "{}: body differs from the source",
+            title.record.name
+        );
+    }
+    check_pace(&title.record, &arrivals);
+}
+
+/// Sampled at the client's round boundaries `t_first + m·T`, bytes received
+/// lie between the consumption curve shifted by the start-up delay (playback
+/// starts one round after the first byte) and one round of bytes above it.
+fn check_pace(record: &TitleRecord, arrivals: &[Arrival]) {
+    let round = Duration::from_nanos(TEST_ROUND_NS);
+    let client_bytes = &record.client_bytes;
+    let max_round_bytes = *client_bytes.iter().max().unwrap();
+    let t_first = arrivals[0].at;
+    let mut worst_behind = 0i64;
+    let mut worst_ahead = 0i64;
+    for m in 1..=client_bytes.len() {
+        let t = t_first + round * m as u32;
+        // Playback round m−1 starts at t_first + m·T: rounds 0..m are needed.
+        let needed: u64 = client_bytes[..m].iter().sum();
+        let received = received_by(arrivals, t);
+        let ahead = received as i64 - needed as i64;
+        worst_behind = worst_behind.min(ahead);
+        worst_ahead = worst_ahead.max(ahead);
+        assert!(
+            received >= needed,
+            "{}: at round boundary {m} the client has {received} bytes but playback needs {needed}",
+            record.name
+        );
+        assert!(
+            ahead <= max_round_bytes as i64,
+            "{}: at round boundary {m} the client is {ahead} bytes ahead of playback (one round is at most {max_round_bytes})",
+            record.name
+        );
+    }
+    let last = arrivals.last().unwrap().at - t_first;
+    let expected = round * (client_bytes.len() as u32 - 1);
+    assert!(
+        last + round >= expected && last <= expected + round,
+        "{}: the body took {last:?} after its first byte; the schedule spans {expected:?}",
+        record.name
+    );
+    eprintln!(
+        "{}: paced over {:.1} s, at round boundaries between {} and {} bytes ahead of playback (max round {} bytes)",
+        record.name,
+        last.as_secs_f64(),
+        worst_behind,
+        worst_ahead,
+        max_round_bytes
+    );
+}
+
+async fn ffprobe_over_http_matches_the_source(title: Arc<Title>) {
+    let (over_http, from_file) = tokio::task::spawn_blocking(move || {
+        (ffprobe(&title.url), ffprobe(title.source.to_str().unwrap()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(over_http.video_frames, from_file.video_frames);
+    assert!(
+        (over_http.duration_s - from_file.duration_s).abs() < 0.05,
+        "{over_http:?} vs {from_file:?}"
+    );
+}
+
+async fn head_and_ranges(client: reqwest::Client, title: Arc<Title>) {
+    let size = title.record.size_bytes;
+    // HEAD: headers only, no stream admitted.
+    let head = client.head(&title.url).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::OK);
+    assert_eq!(
+        head.headers()[CONTENT_LENGTH].to_str().unwrap(),
+        size.to_string()
+    );
+    assert_eq!(head.headers()[ACCEPT_RANGES].to_str().unwrap(), "bytes");
+    assert_eq!(
+        head.headers()[CONTENT_TYPE].to_str().unwrap(),
+        title.record.content_type
+    );
+    // A range inside the title, starting mid-round: exactly those bytes.
+    let (first, last) = (size / 2 + 12_345, size / 2 + 400_000);
+    let (status, headers, body, _) =
+        get_timed(&client, &title.url, Some(&format!("bytes={first}-{last}"))).await;
+    assert_eq!(status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(
+        headers[CONTENT_RANGE].to_str().unwrap(),
+        format!("bytes {first}-{last}/{size}")
+    );
+    assert!(body == title.stored[first as usize..=last as usize]);
+    // A suffix range: the last bytes.
+    let (status, _, body, _) = get_timed(&client, &title.url, Some("bytes=-1000")).await;
+    assert_eq!(status, StatusCode::PARTIAL_CONTENT);
+    assert!(body == title.stored[size as usize - 1000..]);
+    // Outside the title: 416 with the size.
+    let r = client
+        .get(&title.url)
+        .header("Range", format!("bytes={size}-"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+    assert_eq!(
+        r.headers()[CONTENT_RANGE].to_str().unwrap(),
+        format!("bytes */{size}")
+    );
+    // A Range header that does not parse is ignored: the whole title.
+    let r = client
+        .head(&title.url)
+        .header("Range", "pages=1-2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+async fn time_seek_on_ts(client: reqwest::Client, title: Arc<Title>) {
+    // ?t=20 starts at the round holding 20 s: the rest of the stored stream
+    // from that round's first byte, a whole number of TS packets.
+    let url = format!("{}?t=20", title.url);
+    let (status, _, body, _) = get_timed(&client, &url, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let round = (20 * 1_000_000_000 / TEST_ROUND_NS) as usize;
+    let start: u64 = title.record.client_bytes[..round].iter().sum();
+    assert!(body == title.stored[start as usize..]);
+    assert_eq!(start % 188, 0, "a TS round starts on a packet boundary");
+    assert_eq!(body[0], 0x47, "TS sync byte");
+}
+
+async fn errors_are_clear(client: reqwest::Client, base: String, mp4_url: String) {
+    let check = |status: StatusCode, expect: StatusCode, body: serde_json::Value, what: &str| {
+        assert_eq!(status, expect, "{what}: {body}");
+        assert!(
+            body["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{what}: {body}"
+        );
+    };
+    for (path, expect) in [
+        ("/stream/999", StatusCode::NOT_FOUND),
+        ("/stream/abc", StatusCode::BAD_REQUEST),
+        ("/stream/-1.mp4", StatusCode::BAD_REQUEST),
+        ("/stream/99999999999999999999999", StatusCode::BAD_REQUEST),
+        ("/api/titles/999", StatusCode::NOT_FOUND),
+        ("/api/titles/x/schedule", StatusCode::BAD_REQUEST),
+        ("/no/such/thing", StatusCode::NOT_FOUND),
+    ] {
+        let r = client.get(format!("{base}{path}")).send().await.unwrap();
+        let status = r.status();
+        check(status, expect, r.json().await.unwrap(), path);
+    }
+    // Wrong extension for the title's type, and ?t= on an MP4.
+    let ts_style = mp4_url.replace(".mp4", ".ts");
+    let r = client.get(&ts_style).send().await.unwrap();
+    let status = r.status();
+    check(
+        status,
+        StatusCode::NOT_FOUND,
+        r.json().await.unwrap(),
+        "wrong extension",
+    );
+    for t in ["abc", "-3", "NaN", "5"] {
+        let r = client.get(format!("{mp4_url}?t={t}")).send().await.unwrap();
+        let status = r.status();
+        check(status, StatusCode::BAD_REQUEST, r.json().await.unwrap(), t);
+    }
+    // Raw malformed HTTP: the server answers 400 and keeps serving.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.trim_start_matches("http://").to_string();
+    for garbage in [
+        &b"GARBAGE\r\n\r\n"[..],
+        b"GET /api/titles HTTP/9.9\r\n\r\n",
+        b"GET /api/titles HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+        b"\x00\x01\x02\x03\r\n\r\n",
+    ] {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        s.write_all(garbage).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut answer)).await;
+        let text = String::from_utf8_lossy(&answer);
+        assert!(
+            text.is_empty() || text.starts_with("HTTP/1.1 4") || text.starts_with("HTTP/1.1 5"),
+            "{text}"
+        );
+    }
+    let r = client
+        .get(format!("{base}/api/titles"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::OK,
+        "still serving after malformed requests"
+    );
+}
+
+async fn disconnect_releases_at_once(
+    client: reqwest::Client,
+    server: Arc<RunningServer>,
+    url: String,
+) {
+    let before = server.metrics().streams_disconnected;
+    let response = client.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut stream = response.bytes_stream();
+    use futures_util::StreamExt;
+    let _first = stream.next().await.unwrap().unwrap();
+    drop(stream);
+    let released = eventually(Duration::from_millis(500), || {
+        server.metrics().streams_disconnected > before
+    })
+    .await;
+    assert!(
+        released,
+        "a client that disconnects releases its stream within 500 ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn titles_stream_over_http_exactly_and_on_time() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let media = dir.path().join("media");
+    std::fs::create_dir(&media).unwrap();
+    let (a, b, c) = (media.clone(), media.clone(), media.clone());
+    let makers = [
+        std::thread::spawn(move || make_media(&a, "clip-faststart", MediaKind::Mp4Faststart, 32)),
+        std::thread::spawn(move || make_media(&b, "clip-moov-at-end", MediaKind::Mp4MoovAtEnd, 32)),
+        std::thread::spawn(move || make_media(&c, "clip-ts", MediaKind::Ts, 32)),
+    ];
+    let sources: Vec<_> = makers.into_iter().map(|m| m.join().unwrap()).collect();
+    let store = create_store(&dir.path().join("data"));
+    let mut titles = Vec::new();
+    for (source, source_is_stored) in sources.iter().zip([true, false, true]) {
+        let name = source.file_stem().unwrap().to_str().unwrap();
+        let record = ingest(&store, source, name);
+        let stored = stored_stream(&store, &record);
+        assert_eq!(stored.len() as u64, record.size_bytes);
+        titles.push((record, stored, source.clone(), source_is_stored));
+    }
+    let server = Arc::new(start(store, test_config()).await);
+    let base = server.url();
+    let client = reqwest::Client::new();
+
+    // The title list has what players need.
+    let list: serde_json::Value = client
+        .get(format!("{base}/api/titles"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 3);
+    let titles: Vec<Arc<Title>> = titles
+        .into_iter()
+        .map(|(record, stored, source, source_is_stored)| {
+            let entry = list
+                .iter()
+                .find(|e| e["id"] == record.id.0)
+                .expect("listed");
+            assert_eq!(entry["name"], record.name.as_str());
+            let duration = entry["duration_seconds"].as_f64().unwrap();
+            assert!((duration - 32.0).abs() < 0.2, "{entry}");
+            let url = entry["stream_url"].as_str().unwrap().to_string();
+            assert!(url.starts_with(&base), "{url}");
+            Arc::new(Title {
+                record,
+                stored,
+                source,
+                source_is_stored,
+                url,
+            })
+        })
+        .collect();
+    // The schedule endpoint gives the per-round client bytes.
+    let schedule: serde_json::Value = client
+        .get(format!(
+            "{base}/api/titles/{}/schedule",
+            titles[0].record.id.0
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let per_round: Vec<u64> = serde_json::from_value(schedule["client_bytes"].clone()).unwrap();
+    assert_eq!(per_round, titles[0].record.client_bytes);
+    assert_eq!(schedule["round_duration_ns"], TEST_ROUND_NS);
+
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for title in &titles {
+        tasks.spawn(full_get_is_the_stored_stream_and_paced(
+            client.clone(),
+            Arc::clone(title),
+        ));
+        tasks.spawn(ffprobe_over_http_matches_the_source(Arc::clone(title)));
+        tasks.spawn(head_and_ranges(client.clone(), Arc::clone(title)));
+    }
+    tasks.spawn(time_seek_on_ts(client.clone(), Arc::clone(&titles[2])));
+    tasks.spawn(errors_are_clear(
+        client.clone(),
+        base.clone(),
+        titles[0].url.clone(),
+    ));
+    tasks.spawn(disconnect_releases_at_once(
+        client.clone(),
+        Arc::clone(&server),
+        titles[1].url.clone(),
+    ));
+    while let Some(result) = tasks.join_next().await {
+        result.expect("a check failed");
+    }
+    let m = server.metrics();
+    eprintln!(
+        "all checks done in {:.1} s: {m:?}",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        m.stream_round_misses, 0,
+        "no admitted stream missed a deadline"
+    );
+    assert_eq!(m.disk_round_overruns, 0);
+    assert_eq!(m.read_errors, 0);
+    assert!(m.admitted >= 12, "{m:?}");
+    assert!(m.admitted_mid_title >= 6, "{m:?}");
+    assert_eq!(m.rejected_disk_time + m.rejected_buffer, 0);
+    let server = Arc::into_inner(server).expect("every task is done");
+    server.shutdown().await;
+}

@@ -1,0 +1,253 @@
+//! Shared by the end-to-end tests: media made with ffmpeg at test time, a
+//! data directory with short rounds, a running server, and small HTTP and
+//! ffprobe helpers.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rondo_model::layout::Replica;
+use rondo_server::ingest::{Unthrottled, ingest_file};
+use rondo_server::titles::default_store_config;
+use rondo_server::{RunningServer, ServerConfig};
+use rondo_store::{Store, StoreConfig, TitleRecord};
+
+/// Round length of the test data directories: short rounds keep tests quick.
+pub const TEST_ROUND_NS: u64 = 250_000_000;
+
+/// What kind of file to make.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MediaKind {
+    /// H.264 + AAC MP4 with `moov` first.
+    Mp4Faststart,
+    /// H.264 + AAC MP4 with `moov` at the end (stored as its faststart rewrite).
+    Mp4MoovAtEnd,
+    /// H.264 + AAC MPEG-TS.
+    Ts,
+}
+
+/// Makes a `seconds`-long 320×240 25 fps clip with a 1 s GOP and a 440 Hz
+/// tone, at a roughly constant bitrate, and returns its path.
+pub fn make_media(dir: &Path, name: &str, kind: MediaKind, seconds: u32) -> PathBuf {
+    let ext = if kind == MediaKind::Ts { "ts" } else { "mp4" };
+    let path = dir.join(format!("{name}.{ext}"));
+    let duration = seconds.to_string();
+    let mut args: Vec<&str> = vec![
+        "-v",
+        "error",
+        "-y",
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc2=size=320x240:rate=25",
+        "-f",
+        "lavfi",
+        "-i",
+        "sine=frequency=440:sample_rate=48000",
+        "-t",
+        &duration,
+        "-c:v",
+        "libx264",
+        "-preset",
+        "veryfast",
+        "-pix_fmt",
+        "yuv420p",
+        "-g",
+        "25",
+        "-keyint_min",
+        "25",
+        "-sc_threshold",
+        "0",
+        "-b:v",
+        "400k",
+        "-maxrate",
+        "400k",
+        "-bufsize",
+        "400k",
+        "-c:a",
+        "aac",
+        "-b:a",
+        "64k",
+        "-threads",
+        "1",
+    ];
+    match kind {
+        MediaKind::Mp4Faststart => args.extend(["-movflags", "+faststart"]),
+        MediaKind::Mp4MoovAtEnd => {}
+        MediaKind::Ts => args.extend(["-f", "mpegts"]),
+    }
+    let path_text = path.to_str().expect("utf-8 temp path");
+    args.push(path_text);
+    let status = Command::new("ffmpeg")
+        .args(&args)
+        .status()
+        .expect("ffmpeg runs (install ffmpeg)");
+    assert!(status.success(), "ffmpeg failed making {name}");
+    path
+}
+
+/// A data directory with the `rondo serve` defaults (4 Cheetah disks,
+/// `minimum` + `deterministic`) but [`TEST_ROUND_NS`] rounds.
+pub fn create_store(dir: &Path) -> Store {
+    let config = StoreConfig {
+        round_duration_ns: TEST_ROUND_NS,
+        ..default_store_config()
+    };
+    Store::create(dir, config).expect("create the data directory")
+}
+
+/// Ingests `path` as title `name` (no server running yet).
+pub fn ingest(store: &Store, path: &Path, name: &str) -> TitleRecord {
+    ingest_file(store, path, Some(name), 0, &Unthrottled, &|_, _| {})
+        .unwrap_or_else(|e| panic!("ingest {}: {e}", path.display()))
+}
+
+/// The stored stream of a title, read back round by round from its primary
+/// replica with every checksum verified.
+pub fn stored_stream(store: &Store, record: &TitleRecord) -> Vec<u8> {
+    let title = store.load_title(record.id).expect("load title");
+    let mut out = Vec::with_capacity(record.size_bytes as usize);
+    for round in 0..record.client_bytes.len() {
+        out.extend(
+            store
+                .read_round(&title, round, Replica::Primary)
+                .expect("read round"),
+        );
+    }
+    out
+}
+
+/// Test server settings: port 0 on loopback, defaults otherwise.
+pub fn test_config() -> ServerConfig {
+    ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..ServerConfig::default()
+    }
+}
+
+/// Starts a server on `store`.
+pub async fn start(store: Store, config: ServerConfig) -> RunningServer {
+    RunningServer::start(store, config)
+        .await
+        .expect("the server starts")
+}
+
+/// What ffprobe reports about a file or URL: container duration and the
+/// number of video frames it decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Probe {
+    pub duration_s: f64,
+    pub video_frames: u64,
+}
+
+/// Runs ffprobe (counting frames, so it reads everything) on `input`.
+pub fn ffprobe(input: &str) -> Probe {
+    let output = Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-count_frames",
+            "-select_streams",
+            "v:0",
+            "-show_entries",
+            "stream=nb_read_frames:format=duration",
+            "-of",
+            "json",
+            input,
+        ])
+        .output()
+        .expect("ffprobe runs");
+    assert!(
+        output.status.success(),
+        "ffprobe {input} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&output.stdout).expect("ffprobe json");
+    Probe {
+        duration_s: v["format"]["duration"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .expect("duration"),
+        video_frames: v["streams"][0]["nb_read_frames"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .expect("nb_read_frames"),
+    }
+}
+
+/// One chunk of a response body as the client received it.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival {
+    pub at: Instant,
+    /// Bytes received so far, this chunk included.
+    pub total_bytes: u64,
+}
+
+/// GETs `url` (with an optional Range), returning status, headers, the body
+/// and when each chunk arrived.
+pub async fn get_timed(
+    client: &reqwest::Client,
+    url: &str,
+    range: Option<&str>,
+) -> (
+    reqwest::StatusCode,
+    reqwest::header::HeaderMap,
+    Vec<u8>,
+    Vec<Arrival>,
+) {
+    use futures_util::StreamExt;
+    let mut request = client.get(url);
+    if let Some(range) = range {
+        request = request.header(reqwest::header::RANGE, range);
+    }
+    let response = request.send().await.expect("request sent");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let mut body = Vec::new();
+    let mut arrivals = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.expect("body chunk");
+        body.extend_from_slice(&chunk);
+        arrivals.push(Arrival {
+            at: Instant::now(),
+            total_bytes: body.len() as u64,
+        });
+    }
+    (status, headers, body, arrivals)
+}
+
+/// Bytes received by `t` according to `arrivals`.
+pub fn received_by(arrivals: &[Arrival], t: Instant) -> u64 {
+    arrivals
+        .iter()
+        .take_while(|a| a.at <= t)
+        .last()
+        .map_or(0, |a| a.total_bytes)
+}
+
+/// Polls `f` every 50 ms until it returns true or `timeout` passes.
+pub async fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Logs to stderr when `RONDO_LOG` is set (e.g. `RONDO_LOG=rondo_server=debug`).
+pub fn init_logs() {
+    if let Ok(filter) = std::env::var("RONDO_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    }
+}
