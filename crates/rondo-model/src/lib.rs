@@ -9,6 +9,7 @@
 //! so a simulated result is a statement about the code that serves streams.
 
 pub mod disk;
+pub mod health;
 pub mod layout;
 pub mod rebuild;
 pub mod reservation;
