@@ -16,8 +16,8 @@ use rondo_media::container::{ContainerKind, prepare, prepare_bytes};
 use rondo_model::layout::Replica;
 use rondo_model::schedule::Schedule;
 use rondo_server::ingest::{
-    IngestError, Unthrottled, WriteGate, ingest_bytes, ingest_file, ingest_sample_titles,
-    sample_titles, stored_frames,
+    IngestError, Unthrottled, WriteGate, ingest_bytes, ingest_file, ingest_file_as,
+    ingest_sample_titles, sample_titles, stored_frames,
 };
 use rondo_server::titles::{RoundPosition, load_titles, rondo_bound};
 use rondo_store::{ArrayId, Store, StoreConfig, StoredTitle, TitleRecord};
@@ -549,4 +549,61 @@ fn sample_titles_are_small_h264_aac_faststart_and_ingest_once() {
         assert!(read_back(&store, &title, Replica::Primary) == *bytes);
     }
     assert!(store.fsck().passed());
+}
+
+#[test]
+fn an_upload_is_named_after_its_original_file_not_its_spool_file() {
+    let dir = TempDir::new().unwrap();
+    let store = new_store(&dir, 8);
+    let spool = dir.path().join(".upload-77-1.tmp");
+    let (_, bytes) = sample_titles()[2];
+    std::fs::write(&spool, bytes).unwrap();
+    let record = ingest_file_as(
+        &store,
+        &spool,
+        "holiday.mp4",
+        None,
+        0,
+        &Unthrottled,
+        &|_, _| {},
+    )
+    .unwrap();
+    assert_eq!(record.name, "holiday");
+    assert_eq!(record.source_file_name, "holiday.mp4");
+    let title = store.load_title(record.id).unwrap();
+    assert!(read_back(&store, &title, Replica::Primary) == bytes);
+
+    std::fs::write(&spool, b"junk").unwrap();
+    let before = snapshot(&store);
+    let err = ingest_file_as(
+        &store,
+        &spool,
+        "party.mp4",
+        None,
+        0,
+        &Unthrottled,
+        &|_, _| {},
+    )
+    .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.starts_with("party.mp4: not an MP4 or MPEG-TS file"),
+        "{message}"
+    );
+    assert!(!message.contains(".upload-77-1.tmp"), "{message}");
+    assert_eq!(snapshot(&store), before);
+    let err = ingest_file_as(
+        &store,
+        &spool,
+        "holiday.mp4",
+        None,
+        0,
+        &Unthrottled,
+        &|_, _| {},
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "holiday.mp4: a title named \"holiday\" already exists; choose another name"
+    );
 }

@@ -281,6 +281,9 @@ fn report(outcomes: &[Outcome], as_json: bool) -> anyhow::Result<()> {
         0 => Ok(()),
         _ if total == 1 => bail!("the file was not stored"),
         _ if failed == total => bail!("none of the {total} files was stored"),
+        _ if total - failed == 1 => {
+            bail!("{failed} of {total} files were not stored; the other one was")
+        }
         _ => bail!(
             "{failed} of {total} files were not stored; the other {} were",
             total - failed

@@ -192,20 +192,22 @@ pub fn ingest_file(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.display().to_string());
-    ingest_file_as(
+    let label = path.display().to_string();
+    let job = Job {
         store,
-        path,
-        &source_file_name,
-        name,
+        file: &label,
+        source_file_name: &source_file_name,
         created_unix_ns,
         write_gate,
         progress,
-    )
+    };
+    job.run_path(path, name)
 }
 
 /// [`ingest_file`] for a file whose original name is `source_file_name`
 /// (an upload spooled to a temporary file): the default title name is that
-/// name's stem, and the catalog records it as the source.
+/// name's stem, the catalog records it as the source, and error messages
+/// name it rather than the temporary file.
 pub fn ingest_file_as(
     store: &Store,
     path: &Path,
@@ -215,29 +217,15 @@ pub fn ingest_file_as(
     write_gate: &dyn WriteGate,
     progress: &dyn Fn(u64, u64),
 ) -> Result<TitleRecord, IngestError> {
-    let file = path.display().to_string();
-    let name = resolve_name(store, &file, source_file_name, name)?;
-    let media_err = |source| IngestError::Media {
-        file: file.clone(),
-        source,
-    };
-    let prepared = prepare(path).map_err(media_err)?;
-    let mut source = File::open(path).map_err(|e| {
-        media_err(MediaError::Io {
-            context: file.clone(),
-            source: e,
-        })
-    })?;
     let job = Job {
         store,
-        file: &file,
+        file: source_file_name,
         source_file_name,
-        name: &name,
         created_unix_ns,
         write_gate,
         progress,
     };
-    job.run(&prepared, &mut source)
+    job.run_path(path, name)
 }
 
 /// Stores media held in memory (`source_file_name` labels it in messages
@@ -261,12 +249,11 @@ pub fn ingest_bytes(
         store,
         file: &file,
         source_file_name,
-        name: &name,
         created_unix_ns,
         write_gate,
         progress,
     };
-    job.run(&prepared, &mut io::Cursor::new(bytes))
+    job.run(&name, &prepared, &mut io::Cursor::new(bytes))
 }
 
 /// The title name: `name`, or the stem of `source_file_name`; refused before
@@ -309,20 +296,38 @@ pub fn stored_frames(prepared: &PreparedMedia) -> Vec<Frame> {
     frames
 }
 
-/// One ingest after the name is settled and the media prepared.
+/// One ingest: the store, the file as messages and the catalog name it, and
+/// the callbacks.
 struct Job<'a> {
     store: &'a Store,
     file: &'a str,
     source_file_name: &'a str,
-    name: &'a str,
     created_unix_ns: u64,
     write_gate: &'a dyn WriteGate,
     progress: &'a dyn Fn(u64, u64),
 }
 
 impl Job<'_> {
+    /// Settles the name, prepares the file at `path` and stores it.
+    fn run_path(&self, path: &Path, name: Option<&str>) -> Result<TitleRecord, IngestError> {
+        let name = resolve_name(self.store, self.file, self.source_file_name, name)?;
+        let media_err = |source| IngestError::Media {
+            file: self.file.to_string(),
+            source,
+        };
+        let prepared = prepare(path).map_err(media_err)?;
+        let mut source = File::open(path).map_err(|e| {
+            media_err(MediaError::Io {
+                context: path.display().to_string(),
+                source: e,
+            })
+        })?;
+        self.run(&name, &prepared, &mut source)
+    }
+
     fn run<R: Read + Seek>(
         &self,
+        name: &str,
         prepared: &PreparedMedia,
         source: &mut R,
     ) -> Result<TitleRecord, IngestError> {
@@ -371,7 +376,7 @@ impl Job<'_> {
             },
         })?;
         let meta = TitleMeta {
-            name: self.name.to_string(),
+            name: name.to_string(),
             source_file_name: self.source_file_name.to_string(),
             container_kind: prepared.info.container.name().to_string(),
             content_type: prepared.info.content_type.to_string(),
