@@ -31,15 +31,21 @@ use rondo_sim::workload::{PoissonArrivals, TitleChoice};
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
-    /// Admission decisions per second, decision latency (mean, p50, p99,
-    /// max), release latency and resident memory for each number of disks
-    /// and scheme. Each configuration runs in its own child process; the
-    /// array is driven to steady state (Poisson arrivals at ρ·μ) before every
-    /// `try_admit` of the measurement window is timed.
+    /// Admission decisions per second, decision and release latency, and
+    /// resident memory, per number of disks and scheme.
+    ///
+    /// Seed 000's set-up (Cheetah disks, six Table 3 titles, paper bound,
+    /// ρ = 0.8, look-ahead ⌈1/λ⌉), built by the simulator's own `prepare`.
+    /// Each configuration runs in its own child process, so its peak
+    /// resident memory is its own; the array is driven to steady state
+    /// (Poisson arrivals at ρ·μ) before every `try_admit` of the measurement
+    /// window is timed. Run on a release build: `cargo run --release -- bench
+    /// admission`.
     Admission(AdmissionArgs),
-    /// Simulated stream-rounds per second (Σ over rounds of streams in
-    /// playback ÷ wall time) of whole simulation runs, in admission-only and
-    /// simulated-disk mode.
+    /// Simulated stream-rounds per second, admission-only and simulated-disk.
+    ///
+    /// Σ over rounds of streams in playback ÷ wall time of whole simulation
+    /// runs (`rondo_sim::run::run`) on seed 000's set-up.
     Simulate(SimulateArgs),
     /// One admission configuration measured in this process; prints JSON.
     /// Used by `rondo bench admission`.
