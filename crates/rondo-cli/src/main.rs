@@ -47,6 +47,10 @@ enum Command {
     /// stream-rounds per second.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Load generator: real HTTP clients arriving as a Poisson process with
+    /// Zipf title popularity, playing at their schedule, measuring start-up
+    /// latency and stalls.
+    Load(cmd::load::LoadArgs),
 }
 
 fn main() {
@@ -60,6 +64,7 @@ fn main() {
         Command::Ingest(a) => cmd::ingest::run(a),
         Command::Fsck(a) => cmd::fsck::run(a),
         Command::Bench(c) => cmd::bench::run(c),
+        Command::Load(a) => cmd::load::run(a),
     };
     if let Err(err) = result {
         eprintln!("rondo: error: {err:#}");

@@ -5,6 +5,7 @@ pub mod disk;
 pub mod experiment;
 pub mod fsck;
 pub mod ingest;
+pub mod load;
 pub mod serve;
 pub mod simulate;
 pub mod trace;
