@@ -40,6 +40,16 @@ impl PoissonArrivals {
         -(1.0 - u).ln() / self.rate_per_round
     }
 
+    /// Time of the next arrival, in rounds since time 0 (or in whatever unit
+    /// the rate is per: a rate per second gives seconds), and moves past it.
+    /// Draws the same sequence as [`PoissonArrivals::arrivals_in_round`], for
+    /// drivers on a continuous clock such as `rondo load`.
+    pub fn next_arrival_rounds(&mut self) -> f64 {
+        let arrival = self.next_arrival_rounds;
+        self.next_arrival_rounds += self.gap();
+        arrival
+    }
+
     /// Number of requests arriving during round `round` (`[round, round + 1)`).
     /// Must be called for consecutive rounds.
     pub fn arrivals_in_round(&mut self, round: u64) -> u32 {
@@ -135,6 +145,22 @@ mod tests {
         };
         assert_eq!(run(3), run(3));
         assert_ne!(run(3), run(4));
+    }
+
+    #[test]
+    fn continuous_arrivals_match_the_per_round_counts() {
+        let mut by_round = PoissonArrivals::new(2.5, 11);
+        let mut by_time = PoissonArrivals::new(2.5, 11);
+        let mut next = by_time.next_arrival_rounds();
+        for round in 0..500u64 {
+            let mut count = 0;
+            while next < (round + 1) as f64 {
+                assert!(next >= round as f64);
+                count += 1;
+                next = by_time.next_arrival_rounds();
+            }
+            assert_eq!(count, by_round.arrivals_in_round(round), "round {round}");
+        }
     }
 
     #[test]
