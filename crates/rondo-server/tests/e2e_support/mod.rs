@@ -31,6 +31,18 @@ pub enum MediaKind {
 /// Makes a `seconds`-long 320×240 25 fps clip with a 1 s GOP and a 440 Hz
 /// tone, at a roughly constant bitrate, and returns its path.
 pub fn make_media(dir: &Path, name: &str, kind: MediaKind, seconds: u32) -> PathBuf {
+    make_media_padded(dir, name, kind, seconds, None)
+}
+
+/// [`make_media`]; an MPEG-TS is padded with null packets to a constant
+/// `ts_mux_kbps` when given (a high bitrate without a costly encode).
+pub fn make_media_padded(
+    dir: &Path,
+    name: &str,
+    kind: MediaKind,
+    seconds: u32,
+    ts_mux_kbps: Option<u32>,
+) -> PathBuf {
     let ext = if kind == MediaKind::Ts { "ts" } else { "mp4" };
     let path = dir.join(format!("{name}.{ext}"));
     let duration = seconds.to_string();
@@ -77,6 +89,11 @@ pub fn make_media(dir: &Path, name: &str, kind: MediaKind, seconds: u32) -> Path
         MediaKind::Mp4Faststart => args.extend(["-movflags", "+faststart"]),
         MediaKind::Mp4MoovAtEnd => {}
         MediaKind::Ts => args.extend(["-f", "mpegts"]),
+    }
+    let muxrate = ts_mux_kbps.map(|k| format!("{k}k"));
+    if let Some(rate) = &muxrate {
+        assert_eq!(kind, MediaKind::Ts, "only a TS is padded");
+        args.extend(["-muxrate", rate.as_str()]);
     }
     let path_text = path.to_str().expect("utf-8 temp path");
     args.push(path_text);

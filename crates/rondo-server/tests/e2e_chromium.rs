@@ -1,0 +1,255 @@
+//! End to end with a real browser: headless Chromium plays an MP4 title
+//! served by rondo in a `<video>` element to its end, with no `waiting`
+//! event once playback has started, and seeks in a second element (a
+//! Range request, admitted as a new stream from the round holding its first
+//! byte) and plays on from there, again without `waiting` once resumed.
+//!
+//! The test serves its own page from a tiny HTTP listener; the page starts
+//! playback the way rondo's player page does (once the schedule's start-up
+//! delay of two rounds, and at least 1.5 s, of media has arrived: the
+//! browser decodes some way ahead of what it shows) and reports its events
+//! by fetching `/report?...` from that listener. Needs `chromium` (`.ci/run`
+//! installs it); `RONDO_SKIP_BROWSER_TESTS=1` skips the test where it is
+//! missing.
+
+mod e2e_support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use e2e_support::*;
+
+const PAGE: &str = r#"<!doctype html>
+<html><body>
+<video id="a" muted playsinline preload="auto"></video>
+<video id="b" muted playsinline preload="auto"></video>
+<script>
+"use strict";
+const URL = "{{URL}}";
+const ROUND_S = {{ROUND_S}};
+const report = q => fetch("/report?" + q).catch(() => {});
+const log = m => report("log=" + encodeURIComponent(m));
+function bufferedAhead(v) {
+  for (let i = 0; i < v.buffered.length; i++) {
+    if (v.buffered.start(i) <= v.currentTime + 0.01 && v.buffered.end(i) >= v.currentTime) {
+      return v.buffered.end(i) - v.currentTime;
+    }
+  }
+  return 0;
+}
+// Start as rondo's player page does: once the schedule's start-up delay (two
+// rounds) and at least 1.5 s of media are in, since the browser decodes
+// ahead of what it shows.
+function starter(v, name) {
+  const enough = Math.max(2 * ROUND_S, 1.5);
+  const timer = setInterval(() => {
+    if (v.readyState >= 2 && (bufferedAhead(v) >= enough || bufferedAhead(v) >= v.duration - 0.05)) {
+      clearInterval(timer);
+      v.play().catch(e => report("video=" + name + "&error=" + encodeURIComponent("play: " + e)));
+    }
+  }, 20);
+}
+function watch(v, name) {
+  let playing = false, waiting = 0;
+  v.addEventListener("playing", () => { if (!playing) log(name + " playing"); playing = true; });
+  v.addEventListener("waiting", () => {
+    if (playing) { waiting++; log(name + " waiting at " + v.currentTime.toFixed(3) + " buffered ahead " + bufferedAhead(v).toFixed(3)); }
+  });
+  v.addEventListener("error", () => report("video=" + name + "&error=" + encodeURIComponent(v.error ? v.error.code + " " + v.error.message : "?")));
+  setInterval(() => log(name + " t=" + v.currentTime.toFixed(2) + " ahead=" + bufferedAhead(v).toFixed(2) + " rs=" + v.readyState), 5000);
+  return () => waiting;
+}
+const a = document.getElementById("a");
+const aWaiting = watch(a, "A");
+a.addEventListener("ended", () => report("video=A&ended=1&waiting=" + aWaiting() + "&t=" + a.currentTime + "&d=" + a.duration));
+starter(a, "A");
+a.src = URL;
+
+const b = document.getElementById("b");
+// B plays, pauses at 2 s and seeks to 20 s (a new Range request), then
+// resumes with the same start rule and plays on to 26 s; waiting events
+// are counted from that second start.
+let seekIssued = false, resumed = false, done = false, bWaiting = 0;
+b.addEventListener("playing", () => { if (seekIssued) { resumed = true; log("B resumed at " + b.currentTime.toFixed(3)); } });
+b.addEventListener("waiting", () => { if (resumed) { bWaiting++; log("B waiting after resume at " + b.currentTime.toFixed(3)); } });
+b.addEventListener("error", () => report("video=B&error=" + encodeURIComponent(b.error ? b.error.code + " " + b.error.message : "?")));
+b.addEventListener("timeupdate", () => {
+  if (!seekIssued && b.currentTime >= 2) { seekIssued = true; b.pause(); log("B seeking to 20"); b.currentTime = 20; }
+  if (resumed && !done && b.currentTime >= 26) { done = true; b.pause(); report("video=B&seeked=1&waiting=" + bWaiting + "&t=" + b.currentTime); }
+});
+b.addEventListener("seeked", () => { log("B seeked to " + b.currentTime.toFixed(3)); starter(b, "B"); });
+starter(b, "B");
+b.src = URL;
+</script></body></html>"#;
+
+/// Serves `page` at `/` and forwards every `/report?QUERY` to `reports`.
+fn serve_page(page: String, reports: mpsc::Sender<String>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for connection in listener.incoming() {
+            let Ok(mut connection) = connection else {
+                continue;
+            };
+            let mut line = String::new();
+            let mut reader = BufReader::new(connection.try_clone().unwrap());
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            // Drain the headers.
+            let mut header = String::new();
+            while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                header.clear();
+            }
+            let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+            let (status, body, kind) = if path == "/" {
+                ("200 OK", page.clone(), "text/html")
+            } else if let Some(query) = path.strip_prefix("/report?") {
+                let _ = reports.send(query.to_string());
+                ("200 OK", String::new(), "text/plain")
+            } else {
+                ("404 Not Found", String::new(), "text/plain")
+            };
+            let _ = write!(
+                connection,
+                "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("http://{addr}/")
+}
+
+fn query_value<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = text
+            .get(i + 1..i + 3)
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chromium_plays_to_the_end_without_waiting_and_seeks() {
+    init_logs();
+    if Command::new("chromium").arg("--version").output().is_err() {
+        if std::env::var_os("RONDO_SKIP_BROWSER_TESTS").is_some() {
+            eprintln!("SKIPPED (RONDO_SKIP_BROWSER_TESTS): chromium is not installed");
+            return;
+        }
+        panic!(
+            "chromium is not installed: apt-get install -y chromium (.ci/run does), or set \
+             RONDO_SKIP_BROWSER_TESTS=1 to skip this test"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let clip = make_media(dir.path(), "clip", MediaKind::Mp4Faststart, 30);
+    let store = create_store(&dir.path().join("data"));
+    let record = ingest(&store, &clip, "clip");
+    let server = start(store, test_config()).await;
+    let stream_url = format!("{}/stream/{}.mp4", server.url(), record.id.0);
+    let page = PAGE
+        .replace("{{URL}}", &stream_url)
+        .replace("{{ROUND_S}}", &format!("{}", TEST_ROUND_NS as f64 / 1e9));
+    let (report_tx, reports) = mpsc::channel();
+    let page_url = serve_page(page, report_tx);
+
+    let profile = tempfile::tempdir().unwrap();
+    let mut chromium = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--mute-audio",
+            "--autoplay-policy=no-user-gesture-required",
+            &format!("--user-data-dir={}", profile.path().display()),
+            "--remote-debugging-port=0",
+            &page_url,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium starts");
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut a_result = None;
+    let mut b_result = None;
+    let mut errors = Vec::new();
+    let mut log = Vec::new();
+    while (a_result.is_none() || b_result.is_none()) && errors.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(report) = tokio::task::block_in_place(|| reports.recv_timeout(left)) else {
+            break;
+        };
+        if let Some(line) = query_value(&report, "log") {
+            log.push(percent_decode(line));
+            continue;
+        }
+        if let Some(error) = query_value(&report, "error") {
+            errors.push(percent_decode(error));
+            continue;
+        }
+        match query_value(&report, "video") {
+            Some("A") => a_result = Some(report.clone()),
+            Some("B") => b_result = Some(report.clone()),
+            _ => {}
+        }
+    }
+    let _ = chromium.kill();
+    let _ = chromium.wait();
+    let m = server.metrics();
+    server.shutdown().await;
+    let context = format!(
+        "errors {errors:?}\npage log:\n{}\nserver {m:?}",
+        log.join("\n")
+    );
+    assert!(errors.is_empty(), "{context}");
+    let a = a_result.unwrap_or_else(|| panic!("video A did not end within 90 s\n{context}"));
+    assert_eq!(query_value(&a, "ended"), Some("1"), "{context}");
+    assert_eq!(
+        query_value(&a, "waiting"),
+        Some("0"),
+        "a `waiting` event after playback started\n{context}"
+    );
+    let played: f64 = query_value(&a, "t").unwrap().parse().unwrap();
+    assert!(played > 29.5, "played to {played} s\n{context}");
+    let b = b_result.unwrap_or_else(|| panic!("video B did not play on after its seek\n{context}"));
+    assert_eq!(query_value(&b, "seeked"), Some("1"));
+    assert_eq!(
+        query_value(&b, "waiting"),
+        Some("0"),
+        "a `waiting` event after playback resumed from the seek\n{context}"
+    );
+    assert!(
+        m.admitted_mid_title >= 1,
+        "the seek was a Range request admitted mid-title\n{context}"
+    );
+    assert_eq!(m.stream_round_misses, 0, "{context}");
+    eprintln!("chromium: A {a}; B {b}\n{}", log.join("\n"));
+}
