@@ -1,10 +1,170 @@
-//! `rondo load` (being built; see the issue tracker).
+//! `rondo load`: a load generator of real HTTP clients for `rondo serve`.
+//!
+//! Streams arrive as a Poisson process at `--rate` per second for
+//! `--duration` seconds and pick titles by Zipf popularity (both seeded, from
+//! the simulator's workload generators); each client reads its title's
+//! schedule, requests the stream, starts playback when round 0 has arrived
+//! and plays at the schedule, recording start-up latency and stalls. Idle
+//! clients that never read can be added. The report (text, or `--json`)
+//! sets the clients' view beside the server's deadline misses. The client
+//! model is defined in `docs/load.md`; the work is in `src/load/`.
 
+use std::time::Duration;
+
+use anyhow::bail;
 use clap::Args;
 
-#[derive(Args, Debug)]
-pub struct LoadArgs {}
+#[path = "../load/client.rs"]
+mod client;
+#[path = "../load/idle.rs"]
+mod idle;
+#[path = "../load/playback.rs"]
+mod playback;
+#[path = "../load/report.rs"]
+mod report;
+#[path = "../load/run.rs"]
+mod run;
+#[path = "../load/server_metrics.rs"]
+mod server_metrics;
 
-pub fn run(_args: LoadArgs) -> anyhow::Result<()> {
-    anyhow::bail!("rondo load is not available in this build yet")
+#[derive(Args, Debug)]
+#[command(
+    long_about = "Load generator: real HTTP clients against a running `rondo serve`.\n\n\
+Streams arrive as a Poisson process at --rate per second during --duration seconds; each \
+picks a title by Zipf popularity over the order of GET /api/titles (rank 1 = the first \
+title). A client fetches its title's schedule (client bytes per round), requests the \
+stream and reads it as fast as it comes (counting bytes, keeping none). Playback starts \
+when round 0's bytes (header pre-roll included) have arrived: that is the start-up \
+latency. Playback starts a playout delay later (default one round: the server sends \
+round i's data during round i+1). Round k is due one round after round k-1 began \
+playing; if its bytes are not all there, that is a stall: playback pauses until they \
+arrive. A 503 is a rejection (its \
+Retry-After and reason are kept); other failures are errors. When the duration ends no \
+stream starts and the running ones are waited for.\n\n\
+The server's deadline misses over the run come from GET /metrics \
+(rondo_deadline_misses_total) or else GET /api/metrics (stream_round_misses).\n\n\
+Examples:\n  rondo load --rate 2 --duration 60\n  \
+rondo load --url http://127.0.0.1:8080 --rate 50 --duration 300 --warmup 60 --json\n  \
+rondo load --rate 100 --max-streams 900 --idle-clients 100 --duration 20 --json --per-stream"
+)]
+pub struct LoadArgs {
+    /// Base URL of the rondo server.
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// Mean arrival rate of new streams per second (Poisson).
+    #[arg(long, value_name = "R", default_value_t = 1.0)]
+    pub rate: f64,
+    /// Seconds during which streams arrive; then the running ones are waited for.
+    #[arg(long, value_name = "S", default_value_t = 60.0)]
+    pub duration: f64,
+    /// Zipf exponent of title popularity: title k (from 1, in GET /api/titles
+    /// order) is chosen with probability ∝ 1/k^A; 0 is uniform.
+    #[arg(long, value_name = "A", default_value_t = 1.0)]
+    pub zipf: f64,
+    /// Seed of the arrival times and title choices.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// At most this many streams arrive (idle clients not counted).
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub max_streams: usize,
+    /// Clients that open a stream before the first arrival, never read it and
+    /// hold the connection until the run ends.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub idle_clients: usize,
+    /// Seconds at the start left out of mean active streams.
+    #[arg(long, value_name = "S", default_value_t = 0.0)]
+    pub warmup: f64,
+    /// Hash the bodies of the first N streams and compare them with one full
+    /// GET per title made after the run (which takes a title's duration).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub verify: usize,
+    /// Milliseconds from round 0's arrival to the start of playback (default:
+    /// one round of the title, the lateness the server's "read in round i,
+    /// sent during round i+1" allows); 0 is the strict player.
+    #[arg(long, value_name = "MS")]
+    pub playout_delay_ms: Option<f64>,
+    /// Seconds to wait for response headers (and for the API's answers).
+    #[arg(long, value_name = "S", default_value_t = 30.0)]
+    pub header_timeout: f64,
+    /// Seconds an admitted stream may go without data before it counts as broken.
+    #[arg(long, value_name = "S", default_value_t = 30.0)]
+    pub read_timeout: f64,
+    /// Seconds to wait for running streams after the duration (default: twice
+    /// the longest title plus 60); streams still running are then cut.
+    #[arg(long, value_name = "S")]
+    pub drain_timeout: Option<f64>,
+    /// Print the report as JSON (and no progress line).
+    #[arg(long)]
+    pub json: bool,
+    /// Add one record per stream and per idle client to the report.
+    #[arg(long)]
+    pub per_stream: bool,
+}
+
+fn seconds(name: &str, value: f64, allow_zero: bool) -> anyhow::Result<Duration> {
+    if !value.is_finite() || value < 0.0 || (!allow_zero && value == 0.0) {
+        bail!(
+            "--{name} must be a {} number of seconds, not {value}",
+            if allow_zero {
+                "non-negative"
+            } else {
+                "positive"
+            }
+        );
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+pub fn run(args: LoadArgs) -> anyhow::Result<()> {
+    if !(args.rate.is_finite() && args.rate > 0.0) {
+        bail!("--rate must be a positive number of streams per second");
+    }
+    if !(args.zipf.is_finite() && args.zipf >= 0.0) {
+        bail!("--zipf must be a non-negative exponent (0 is uniform)");
+    }
+    let duration = seconds("duration", args.duration, false)?;
+    let warmup = seconds("warmup", args.warmup, true)?;
+    if warmup >= duration {
+        bail!(
+            "--warmup ({} s) must be shorter than --duration ({} s)",
+            args.warmup,
+            args.duration
+        );
+    }
+    let url = args.url.trim_end_matches('/').to_string();
+    if !url.starts_with("http://") {
+        bail!("--url must be an http:// URL of a rondo server, like http://127.0.0.1:8080");
+    }
+    let config = run::LoadConfig {
+        url,
+        rate_per_s: args.rate,
+        duration,
+        zipf_exponent: args.zipf,
+        seed: args.seed,
+        max_streams: args.max_streams,
+        idle_clients: args.idle_clients,
+        warmup,
+        verify_streams: args.verify,
+        client: client::ClientSettings {
+            header_timeout: seconds("header-timeout", args.header_timeout, false)?,
+            read_timeout: seconds("read-timeout", args.read_timeout, false)?,
+            playout_delay: args
+                .playout_delay_ms
+                .map(|ms| seconds("playout-delay-ms", ms / 1e3, true))
+                .transpose()?,
+        },
+        drain_timeout: args
+            .drain_timeout
+            .map(|s| seconds("drain-timeout", s, true))
+            .transpose()?,
+        progress: !args.json,
+        per_stream: args.per_stream,
+    };
+    let report = run::run_blocking(config)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report::render_text(&report));
+    }
+    Ok(())
 }

@@ -1,0 +1,382 @@
+//! One `rondo load` run on a tokio multi-thread runtime: read the titles,
+//! read the server's counters, open the idle clients, then start one task per
+//! arriving stream at the Poisson times (rate per second, seeded) with titles
+//! drawn by Zipf popularity (seeded), both from `rondo_sim::workload` so the
+//! load is the simulator's workload. When the duration ends no stream starts;
+//! the running ones are waited for (up to the drain timeout, after which they
+//! are cut and count as broken). Then the idle clients are released, the
+//! server's counters read again, `--verify`'s reference GETs made, and the
+//! report built.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rondo_sim::workload::{PoissonArrivals, TitleChoice};
+use std::sync::atomic::Ordering::Relaxed;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::client::{
+    ClientSettings, LiveCounters, Outcome, StreamPlan, StreamRecord, TitleInfo, run_stream,
+};
+use super::idle::{IdleRecord, open_idle};
+use super::report::{Collected, Report, RunSettings, VerifiedTitle, VerifySummary, summarise};
+use super::server_metrics;
+
+/// What a run does (the parsed command line).
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    /// Base URL, without a trailing slash.
+    pub url: String,
+    pub rate_per_s: f64,
+    pub duration: Duration,
+    pub zipf_exponent: f64,
+    pub seed: u64,
+    pub max_streams: usize,
+    pub idle_clients: usize,
+    pub warmup: Duration,
+    pub verify_streams: usize,
+    pub client: ClientSettings,
+    /// How long to wait for running streams after the duration; `None`:
+    /// twice the longest title plus a minute.
+    pub drain_timeout: Option<Duration>,
+    pub progress: bool,
+    pub per_stream: bool,
+}
+
+/// Seed offsets: arrivals, title choice and idle clients' titles are
+/// independent streams, so adding idle clients leaves the arrivals alone.
+const TITLE_SEED_OFFSET: u64 = 1;
+const IDLE_SEED_OFFSET: u64 = 2;
+/// How long cut streams get to finish their records after the drain timeout.
+const CUT_GRACE: Duration = Duration::from_secs(10);
+/// How often the progress line is redrawn.
+const PROGRESS_TICK: Duration = Duration::from_millis(500);
+
+/// Runs the load on a fresh multi-thread runtime.
+pub fn run_blocking(config: LoadConfig) -> anyhow::Result<Report> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(run(config))
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit (one descriptor per
+/// connection); returns the soft limit in force.
+fn raise_open_files_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return None;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every target
+    Some(limit.rlim_cur as u64)
+}
+
+async fn fetch_titles(
+    client: &reqwest::Client,
+    url: &str,
+    timeout: Duration,
+) -> anyhow::Result<Vec<TitleInfo>> {
+    let list_url = format!("{url}/api/titles");
+    let fetch = async {
+        let response = client
+            .get(&list_url)
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the server at {url}"))?;
+        let status = response.status();
+        if !status.is_success() {
+            bail!("{list_url} answered {status}; is {url} a rondo server?");
+        }
+        response
+            .json::<Vec<TitleInfo>>()
+            .await
+            .with_context(|| format!("{list_url} did not return a list of titles"))
+    };
+    let titles = tokio::time::timeout(timeout, fetch)
+        .await
+        .with_context(|| format!("{list_url}: no answer within {timeout:?}"))??;
+    if titles.is_empty() {
+        bail!("the server at {url} has no titles to stream; add some with `rondo ingest`");
+    }
+    Ok(titles)
+}
+
+fn progress_bar(visible: bool) -> ProgressBar {
+    if !visible {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    bar.set_style(ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid"));
+    bar
+}
+
+fn progress_message(live: &LiveCounters, phase: &str) -> String {
+    let g = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed);
+    format!(
+        "{phase}: {} requested, {} playing, {} started, {} rejected, {} errors, {} broken, {} stalls",
+        g(&live.requested),
+        g(&live.active),
+        g(&live.started),
+        g(&live.rejected),
+        g(&live.errors),
+        g(&live.broken),
+        g(&live.stalls),
+    )
+}
+
+async fn run(config: LoadConfig) -> anyhow::Result<Report> {
+    let open_files_limit = raise_open_files_limit();
+    let client = reqwest::Client::builder()
+        .connect_timeout(config.client.header_timeout)
+        .tcp_nodelay(true)
+        .user_agent("rondo-load")
+        .build()
+        .context("building the HTTP client")?;
+    let titles = fetch_titles(&client, &config.url, config.client.header_timeout).await?;
+    let longest_title = titles
+        .iter()
+        .map(|t| t.duration_seconds)
+        .fold(0.0, f64::max);
+    let drain_timeout = config
+        .drain_timeout
+        .unwrap_or_else(|| Duration::from_secs_f64(2.0 * longest_title + 60.0));
+    let before = server_metrics::fetch(&client, &config.url, config.client.header_timeout).await;
+
+    // Idle clients: opened (and admitted or not) before the first arrival.
+    let mut idle_choice = TitleChoice::zipf(
+        titles.len(),
+        config.zipf_exponent,
+        config.seed.wrapping_add(IDLE_SEED_OFFSET),
+    );
+    let mut opening = JoinSet::new();
+    for index in 0..config.idle_clients {
+        let title = titles[idle_choice.next_title()].clone();
+        let timeout = config.client.header_timeout;
+        opening.spawn(async move { open_idle(index, title.id, &title.stream_url, timeout).await });
+    }
+    let mut idle_records: Vec<IdleRecord> = Vec::with_capacity(config.idle_clients);
+    let mut idle_connections = Vec::new();
+    while let Some(opened) = opening.join_next().await {
+        let (record, connection) = opened.context("an idle client's task failed")?;
+        idle_records.push(record);
+        idle_connections.extend(connection);
+    }
+
+    let live = Arc::new(LiveCounters::default());
+    let bar = progress_bar(config.progress);
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    let (phase_tx, phase_rx) = watch::channel("arriving");
+    let ticker = {
+        let live = Arc::clone(&live);
+        let bar = bar.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(PROGRESS_TICK);
+            loop {
+                tick.tick().await;
+                bar.set_message(progress_message(&live, *phase_rx.borrow()));
+                bar.tick();
+            }
+        })
+    };
+
+    // Arrivals.
+    let mut arrivals = PoissonArrivals::new(config.rate_per_s, config.seed);
+    let mut choice = TitleChoice::zipf(
+        titles.len(),
+        config.zipf_exponent,
+        config.seed.wrapping_add(TITLE_SEED_OFFSET),
+    );
+    let duration_s = config.duration.as_secs_f64();
+    let run_start = Instant::now();
+    let mut tasks: JoinSet<StreamRecord> = JoinSet::new();
+    let mut records: Vec<StreamRecord> = Vec::new();
+    let mut index = 0usize;
+    loop {
+        let arrival_s = arrivals.next_arrival_rounds();
+        if arrival_s >= duration_s || index >= config.max_streams {
+            break;
+        }
+        tokio::time::sleep_until((run_start + Duration::from_secs_f64(arrival_s)).into()).await;
+        let title = titles[choice.next_title()].clone();
+        let plan = StreamPlan {
+            index,
+            title,
+            arrival_s,
+            hash_body: index < config.verify_streams,
+        };
+        let (client, live, cancel) = (client.clone(), Arc::clone(&live), cancel_rx.clone());
+        let settings = config.client;
+        tasks.spawn(
+            async move { run_stream(client, plan, run_start, settings, &live, cancel).await },
+        );
+        index += 1;
+        // Keep finished records out of the join set as we go.
+        while let Some(done) = tasks.try_join_next() {
+            records.push(done.context("a client task failed")?);
+        }
+    }
+
+    // Drain: wait for the running streams, cut them at the drain timeout.
+    let _ = phase_tx.send("draining");
+    let drain_deadline = tokio::time::Instant::now() + drain_timeout;
+    loop {
+        match tokio::time::timeout_at(drain_deadline, tasks.join_next()).await {
+            Ok(Some(done)) => records.push(done.context("a client task failed")?),
+            Ok(None) => break,
+            Err(_) => {
+                let _ = cancel_tx.send(true);
+                let cut_deadline = tokio::time::Instant::now() + CUT_GRACE;
+                while let Ok(Some(done)) =
+                    tokio::time::timeout_at(cut_deadline, tasks.join_next()).await
+                {
+                    records.push(done.context("a client task failed")?);
+                }
+                tasks.abort_all();
+                break;
+            }
+        }
+    }
+    let wall_s = run_start.elapsed().as_secs_f64();
+
+    // Release the idle clients; give the server a round and a half to count
+    // the last rounds' misses before reading its counters again.
+    drop(idle_connections);
+    let round_s = records.iter().find_map(|r| r.round_ms).unwrap_or(1000.0) / 1e3;
+    tokio::time::sleep(Duration::from_secs_f64((1.5 * round_s).min(5.0))).await;
+    let after = server_metrics::fetch(&client, &config.url, config.client.header_timeout).await;
+
+    let _ = phase_tx.send("verifying");
+    let verify = if config.verify_streams > 0 {
+        Some(verify(&client, &titles, &records, &config, &live).await)
+    } else {
+        None
+    };
+    ticker.abort();
+    bar.finish_and_clear();
+
+    let settings = RunSettings {
+        url: config.url.clone(),
+        rate_per_s: config.rate_per_s,
+        duration_s,
+        zipf_exponent: config.zipf_exponent,
+        seed: config.seed,
+        max_streams: config.max_streams,
+        idle_clients: config.idle_clients,
+        warmup_s: config.warmup.as_secs_f64(),
+        verify_streams: config.verify_streams,
+        header_timeout_s: config.client.header_timeout.as_secs_f64(),
+        read_timeout_s: config.client.read_timeout.as_secs_f64(),
+        drain_timeout_s: drain_timeout.as_secs_f64(),
+        playout_delay_ms: config.client.playout_delay.map(|d| d.as_secs_f64() * 1e3),
+    };
+    Ok(summarise(Collected {
+        settings,
+        titles,
+        records,
+        idle: idle_records,
+        deadline_misses: server_metrics::deadline_misses(&before, &after),
+        server_metrics_delta: server_metrics::api_delta(&before, &after),
+        verify,
+        open_files_limit,
+        wall_s,
+        per_stream: config.per_stream,
+    }))
+}
+
+/// Compares the hashed streams with one full GET per title, made now that
+/// the load is over (the GET is paced like any stream: it takes the title's
+/// duration).
+async fn verify(
+    client: &reqwest::Client,
+    titles: &[TitleInfo],
+    records: &[StreamRecord],
+    config: &LoadConfig,
+    live: &Arc<LiveCounters>,
+) -> VerifySummary {
+    let hashed: Vec<&StreamRecord> = records
+        .iter()
+        .filter(|r| r.outcome == Outcome::Completed && r.body_fnv64.is_some())
+        .collect();
+    let mut ids: Vec<u64> = hashed.iter().map(|r| r.title_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let (_keep, never) = watch::channel(false);
+    let mut references = JoinSet::new();
+    for (n, &id) in ids.iter().enumerate() {
+        let title = titles
+            .iter()
+            .find(|t| t.id == id)
+            .expect("a listed title")
+            .clone();
+        let plan = StreamPlan {
+            index: usize::MAX - n,
+            title,
+            arrival_s: 0.0,
+            hash_body: true,
+        };
+        let (client, live, never) = (client.clone(), Arc::clone(live), never.clone());
+        let settings = config.client;
+        references.spawn(async move {
+            (
+                id,
+                run_stream(client, plan, Instant::now(), settings, &live, never).await,
+            )
+        });
+    }
+    let mut verified = Vec::new();
+    while let Some(Ok((id, reference))) = references.join_next().await {
+        let of_title: Vec<&&StreamRecord> = hashed.iter().filter(|r| r.title_id == id).collect();
+        let (reference_fnv64, reference_error) = match reference.outcome {
+            Outcome::Completed => (reference.body_fnv64.clone(), None),
+            _ => (
+                None,
+                Some(
+                    reference
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| format!("{:?}", reference.outcome)),
+                ),
+            ),
+        };
+        let matching = of_title
+            .iter()
+            .filter(|r| reference_fnv64.is_some() && r.body_fnv64 == reference_fnv64)
+            .count();
+        verified.push(VerifiedTitle {
+            title_id: id,
+            streams: of_title.len(),
+            matching,
+            reference_fnv64,
+            reference_error,
+        });
+    }
+    verified.sort_by_key(|v| v.title_id);
+    VerifySummary {
+        streams_checked: hashed.len(),
+        mismatches: verified
+            .iter()
+            .filter(|v| v.reference_fnv64.is_some())
+            .map(|v| v.streams - v.matching)
+            .sum(),
+        titles: verified,
+    }
+}
