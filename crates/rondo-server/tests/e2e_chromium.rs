@@ -5,9 +5,9 @@
 //! byte) and plays on from there, again without `waiting` once resumed.
 //!
 //! The test serves its own page from a tiny HTTP listener; the page starts
-//! playback the way rondo's player page does (once the schedule's start-up
-//! delay of two rounds, and at least 1.5 s, of media has arrived: the
-//! browser decodes some way ahead of what it shows) and reports its events
+//! playback the way rondo's player page does (a start-up delay of two
+//! rounds, and at least 2 s, after the first data: the browser reads and
+//! decodes some way ahead of what it shows) and reports its events
 //! by fetching `/report?...` from that listener. Needs `chromium` (`.ci/run`
 //! installs it); `RONDO_SKIP_BROWSER_TESTS=1` skips the test where it is
 //! missing.
@@ -40,13 +40,20 @@ function bufferedAhead(v) {
   }
   return 0;
 }
-// Start as rondo's player page does: once the schedule's start-up delay (two
-// rounds) and at least 1.5 s of media are in, since the browser decodes
-// ahead of what it shows.
+// Start as rondo's player page does: a start-up delay (two rounds, at
+// least 2 s) after the first data (the metadata, in round 0) arrived, with
+// the browser's buffered estimate agreeing.
 function starter(v, name) {
-  const enough = Math.max(2 * ROUND_S, 1.5);
+  const startup = Math.max(2 * ROUND_S, 2);
+  let firstDataAt = v.readyState >= 1 ? performance.now() : null;
+  const onData = () => { if (firstDataAt === null) firstDataAt = performance.now(); };
+  v.addEventListener("loadedmetadata", onData, { once: true });
   const timer = setInterval(() => {
-    if (v.readyState >= 2 && (bufferedAhead(v) >= enough || bufferedAhead(v) >= v.duration - 0.05)) {
+    if (firstDataAt === null) return;
+    const waited = (performance.now() - firstDataAt) / 1000;
+    const left = v.duration - v.currentTime - 0.05;
+    const ahead = bufferedAhead(v);
+    if ((waited >= startup && ahead >= Math.min(startup, left)) || ahead >= left) {
       clearInterval(timer);
       v.play().catch(e => report("video=" + name + "&error=" + encodeURIComponent("play: " + e)));
     }
@@ -151,18 +158,51 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Whether chromium can run; panics when it is missing unless
+/// `RONDO_SKIP_BROWSER_TESTS` is set.
+fn chromium_available() -> bool {
+    if Command::new("chromium").arg("--version").output().is_ok() {
+        return true;
+    }
+    if std::env::var_os("RONDO_SKIP_BROWSER_TESTS").is_some() {
+        eprintln!("SKIPPED (RONDO_SKIP_BROWSER_TESTS): chromium is not installed");
+        return false;
+    }
+    panic!(
+        "chromium is not installed: apt-get install -y chromium (.ci/run does), or set \
+         RONDO_SKIP_BROWSER_TESTS=1 to skip this test"
+    );
+}
+
+/// Headless Chromium on `url`, with DevTools on a port it picks (written to
+/// `profile/DevToolsActivePort`).
+fn launch_chromium(url: &str, profile: &std::path::Path) -> std::process::Child {
+    Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--mute-audio",
+            "--autoplay-policy=no-user-gesture-required",
+            &format!("--user-data-dir={}", profile.display()),
+            "--remote-debugging-port=0",
+            url,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium starts")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chromium_plays_to_the_end_without_waiting_and_seeks() {
     init_logs();
-    if Command::new("chromium").arg("--version").output().is_err() {
-        if std::env::var_os("RONDO_SKIP_BROWSER_TESTS").is_some() {
-            eprintln!("SKIPPED (RONDO_SKIP_BROWSER_TESTS): chromium is not installed");
-            return;
-        }
-        panic!(
-            "chromium is not installed: apt-get install -y chromium (.ci/run does), or set \
-             RONDO_SKIP_BROWSER_TESTS=1 to skip this test"
-        );
+    if !chromium_available() {
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
     let clip = make_media(dir.path(), "clip", MediaKind::Mp4Faststart, 30);
@@ -177,25 +217,7 @@ async fn chromium_plays_to_the_end_without_waiting_and_seeks() {
     let page_url = serve_page(page, report_tx);
 
     let profile = tempfile::tempdir().unwrap();
-    let mut chromium = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--mute-audio",
-            "--autoplay-policy=no-user-gesture-required",
-            &format!("--user-data-dir={}", profile.path().display()),
-            "--remote-debugging-port=0",
-            &page_url,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromium starts");
+    let mut chromium = launch_chromium(&page_url, profile.path());
 
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut a_result = None;
@@ -252,4 +274,89 @@ async fn chromium_plays_to_the_end_without_waiting_and_seeks() {
     );
     assert_eq!(m.stream_round_misses, 0, "{context}");
     eprintln!("chromium: A {a}; B {b}\n{}", log.join("\n"));
+}
+
+/// rondo's own player page, opened at `/#play=ID` as a user's link would,
+/// plays the lowest-bitrate sample title to its end without a `waiting`
+/// event once playing.
+/// The page reports its state in its title, read through DevTools' HTTP
+/// endpoint (`/json/list`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_player_page_plays_a_sample_title_to_its_end() {
+    init_logs();
+    if !chromium_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = create_store(&dir.path().join("data"));
+    let samples =
+        rondo_server::ingest::ingest_sample_titles(&store, 0, &rondo_server::ingest::Unthrottled)
+            .unwrap();
+    // The lowest-bitrate sample: the hardest for the browser's block-wise cache.
+    let sample = samples
+        .iter()
+        .min_by_key(|r| r.size_bytes * 1_000_000_000 / r.duration_ns)
+        .unwrap();
+    let server = start(store, test_config()).await;
+    let page_url = format!("{}/#play={}", server.url(), sample.id.0);
+    let profile = tempfile::tempdir().unwrap();
+    let mut chromium = launch_chromium(&page_url, profile.path());
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut titles_seen = Vec::new();
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let Ok(port) = std::fs::read_to_string(profile.path().join("DevToolsActivePort")) else {
+            continue;
+        };
+        let port = port.lines().next().unwrap_or_default().trim().to_string();
+        let Ok(r) = client
+            .get(format!("http://127.0.0.1:{port}/json/list"))
+            .send()
+            .await
+        else {
+            continue;
+        };
+        let Ok(pages) = r.json::<serde_json::Value>().await else {
+            continue;
+        };
+        let Some(title) = pages
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["type"] == "page"))
+            .and_then(|p| p["title"].as_str())
+        else {
+            continue;
+        };
+        if title != last {
+            last = title.to_string();
+            titles_seen.push(last.clone());
+        }
+        if title.contains(" ended ") || title.contains(" error ") {
+            break;
+        }
+    }
+    let _ = chromium.kill();
+    let _ = chromium.wait();
+    let m = server.metrics();
+    server.shutdown().await;
+    let seen = titles_seen.join("\n");
+    assert!(
+        last.starts_with(&format!("rondo: {} ended", sample.name)),
+        "the page did not play {} to its end:\n{seen}",
+        sample.name
+    );
+    assert!(
+        last.ends_with("waiting=0"),
+        "waiting after playback started:\n{seen}"
+    );
+    let played: f64 = last
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("t="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(played >= sample.duration_ns as f64 / 1e9 - 0.5, "{last}");
+    assert_eq!(m.stream_round_misses, 0, "{m:?}");
+    eprintln!("player page: {last} ({} title changes)", titles_seen.len());
 }

@@ -122,7 +122,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 round_duration_ns: args.round_ms.map(|ms| ms * NS_PER_MS),
                 ..DirectoryFlags::default()
             })
-            .with_context(|| format!("data directory {}", args.data_dir.display()))?;
+            .map_err(|e| anyhow::anyhow!("{}: {e}", args.data_dir.display()))?;
     }
     for name in store.recovered_titles() {
         eprintln!("removed unfinished title {name:?} left by an interrupted ingest");
