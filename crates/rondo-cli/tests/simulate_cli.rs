@@ -155,6 +155,8 @@ max = 2
         serde_json::from_slice(&std::fs::read(out_dir.join("results.json")).unwrap()).unwrap();
     let points = json["points"].as_array().unwrap();
     assert_eq!(points.len(), 4);
+    // Per-replication values, in seed order, for paired comparisons.
+    assert_eq!(points[0]["replication_values"].as_array().unwrap().len(), 2);
     for key in [
         "disks",
         "scheme",

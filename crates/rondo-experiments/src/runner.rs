@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use rondo_sim::run::{self, SimConfig, SimResult, SimTitle};
 
-use crate::spec::{ExperimentSpec, Point, SpecError, titles_for};
+use crate::spec::{ExperimentSpec, Point, SpecError, titles_with};
 use crate::stats::{Estimate, StoppingRule};
 
 /// One point's summary over its replications.
@@ -29,6 +29,12 @@ pub struct PointResult {
     pub bound: String,
     pub titles: String,
     pub replications: usize,
+    /// Mean active streams of each replication, in seed order: replication k
+    /// of every point of one run used seed `base_seed + k` (the same
+    /// arrivals), so two series can be compared pairwise.
+    pub replication_values: Vec<f64>,
+    /// The plotted metric of each replication, in seed order.
+    pub replication_metric_values: Vec<f64>,
     pub mean_active_streams: f64,
     pub ci_half_width: f64,
     /// The plotted metric (the experiment's `metric`) and its half-width.
@@ -80,7 +86,7 @@ pub fn run_experiment(
     let results: Vec<Result<PointResult, SpecError>> = points
         .par_iter()
         .map(|point| {
-            let titles = titles_for(&point.titles, spec.trace_seed, &point.config)?;
+            let titles = titles_with(&point.titles, point.trace, &point.config)?;
             run_point(point, &titles, &spec.metric, rule, base_seed, &counter)
         })
         .collect();
@@ -182,6 +188,8 @@ fn summarise(point: &Point, runs: &[SimResult], metric: &str) -> Result<PointRes
         bound: serde_name(&c.bound),
         titles: point.titles.clone(),
         replications: runs.len(),
+        replication_values: runs.iter().map(|r| r.mean_active_streams).collect(),
+        replication_metric_values: metric_values.clone(),
         mean_active_streams: active.mean,
         ci_half_width: active.ci_half_width,
         metric: metric_est.mean,

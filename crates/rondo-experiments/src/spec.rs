@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use rondo_media::synth::{self, TraceKind};
+use rondo_media::vbr::VbrParams;
 use rondo_model::layout::ReplicaPlacement;
 use rondo_model::reservation::Scheme;
 use rondo_model::schedule::Schedule;
@@ -131,6 +132,9 @@ pub struct ExperimentSpec {
     /// replications, as seed 000's six clips did).
     #[serde(default = "default_trace_seed")]
     pub trace_seed: u64,
+    /// Mean scene length of the VBR traces in ms (default: the generator's).
+    #[serde(default)]
+    pub trace_mean_scene_ms: Option<u64>,
     #[serde(default)]
     pub base: toml::Table,
     pub series: Vec<Series>,
@@ -160,6 +164,19 @@ fn default_trace_seed() -> u64 {
     1
 }
 
+/// How synthetic titles are generated for a point.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TraceOptions {
+    pub seed: u64,
+    /// Mean scene length of the VBR traces (their correlation over time,
+    /// which seed 000 does not give); `None` is the generator's default.
+    pub mean_scene_ms: Option<u64>,
+}
+
+/// Keys an experiment may set that describe the titles rather than the
+/// simulator (in `[base]`, a series, or as the swept `x`).
+const TITLE_KEYS: [&str; 3] = ["titles", "trace_seed", "trace_mean_scene_ms"];
+
 /// One point of the sweep: a series at one x.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Point {
@@ -169,6 +186,7 @@ pub struct Point {
     pub x: f64,
     pub config: SimConfig,
     pub titles: String,
+    pub trace: TraceOptions,
 }
 
 impl ExperimentSpec {
@@ -213,32 +231,58 @@ impl ExperimentSpec {
                 ))
                 .map_err(|e| err(e.to_string()))?;
                 let mut titles = self.titles.clone();
-                for (key, value) in self.base.iter().chain(series.overrides.iter()) {
-                    if key == "titles" {
-                        titles = value
-                            .as_str()
-                            .ok_or_else(|| err("titles must be a string".into()))?
-                            .to_string();
-                    } else {
-                        table.insert(key.clone(), value.clone());
-                    }
-                }
+                let mut trace = TraceOptions {
+                    seed: self.trace_seed,
+                    mean_scene_ms: self.trace_mean_scene_ms,
+                };
                 let x_value = if x.fract() == 0.0 {
                     toml::Value::Integer(x as i64)
                 } else {
                     toml::Value::Float(x)
                 };
-                table.insert(self.x.clone(), x_value);
+                let x_entry = (&self.x, &x_value);
+                let entries = self
+                    .base
+                    .iter()
+                    .chain(series.overrides.iter())
+                    .chain([x_entry]);
+                for (key, value) in entries {
+                    if !TITLE_KEYS.contains(&key.as_str()) {
+                        table.insert(key.clone(), value.clone());
+                        continue;
+                    }
+                    match key.as_str() {
+                        "titles" => {
+                            titles = value
+                                .as_str()
+                                .ok_or_else(|| err("titles must be a string".into()))?
+                                .to_string();
+                        }
+                        _ => {
+                            let n = value
+                                .as_integer()
+                                .filter(|&n| n >= 0)
+                                .ok_or_else(|| err(format!("{key} must be a whole number")))?
+                                as u64;
+                            if key == "trace_seed" {
+                                trace.seed = n;
+                            } else {
+                                trace.mean_scene_ms = Some(n);
+                            }
+                        }
+                    }
+                }
                 let config: SimConfig = table
                     .try_into()
                     .map_err(|e: toml::de::Error| err(e.message().to_string()))?;
-                titles_for(&titles, self.trace_seed, &config)?;
+                titles_with(&titles, trace, &config)?;
                 points.push(Point {
                     series: series.label.clone(),
                     x_name: self.x.clone(),
                     x,
                     config,
                     titles,
+                    trace,
                 });
             }
         }
@@ -255,16 +299,42 @@ pub fn titles_for(
     trace_seed: u64,
     config: &SimConfig,
 ) -> Result<Vec<SimTitle>, SpecError> {
+    titles_with(
+        name,
+        TraceOptions {
+            seed: trace_seed,
+            mean_scene_ms: None,
+        },
+        config,
+    )
+}
+
+/// [`titles_for`] with every trace option.
+pub fn titles_with(
+    name: &str,
+    trace: TraceOptions,
+    config: &SimConfig,
+) -> Result<Vec<SimTitle>, SpecError> {
+    let generate = |kind: TraceKind| -> Result<Vec<rondo_model::schedule::Frame>, SpecError> {
+        match (kind, trace.mean_scene_ms) {
+            (TraceKind::Vbr(content), Some(ms)) => Ok(VbrParams::for_content(content)
+                .with_mean_scene_duration_ns(ms * 1_000_000)
+                .generate(trace.seed)
+                .map_err(|e| SpecError::Invalid(format!("{}: {e}", kind.name())))?
+                .into_frames()),
+            _ => Ok(synth::generate(kind, trace.seed)),
+        }
+    };
     let mut titles = Vec::new();
     for item in name.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let traces: Vec<(String, Vec<rondo_model::schedule::Frame>)> = if item == "table3-mixed" {
             synth::known_kinds()
                 .iter()
                 .filter(|k| matches!(k, TraceKind::Vbr(_)))
-                .map(|&k| (k.name().to_string(), synth::generate(k, trace_seed)))
-                .collect()
+                .map(|&k| Ok((k.name().to_string(), generate(k)?)))
+                .collect::<Result<_, SpecError>>()?
         } else if let Some(kind) = TraceKind::from_name(item) {
-            vec![(kind.name().to_string(), synth::generate(kind, trace_seed))]
+            vec![(kind.name().to_string(), generate(kind)?)]
         } else if Path::new(item).is_file() {
             let bytes = std::fs::read(item).map_err(|source| SpecError::Read {
                 path: item.to_string(),
@@ -293,4 +363,53 @@ pub fn titles_for(
         return Err(SpecError::Invalid("no titles named".into()));
     }
     Ok(titles)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SWEEP: &str = r#"
+name = "scenes"
+x = "trace_mean_scene_ms"
+x_values = [1000, 20000]
+titles = "action"
+[[series]]
+label = "none"
+scheme = "none"
+trace_seed = 7
+"#;
+
+    #[test]
+    fn scene_length_and_trace_seed_are_title_options_not_simulator_fields() {
+        let spec = ExperimentSpec::from_toml(SWEEP, "test").unwrap();
+        let points = spec.points().unwrap();
+        assert_eq!(points.len(), 2);
+        assert_eq!(
+            points[0].trace,
+            TraceOptions {
+                seed: 7,
+                mean_scene_ms: Some(1000)
+            }
+        );
+        assert_eq!(points[1].trace.mean_scene_ms, Some(20000));
+        let short = titles_with("action", points[0].trace, &points[0].config).unwrap();
+        let long = titles_with("action", points[1].trace, &points[1].config).unwrap();
+        // Same content type and calibration, different correlation over time.
+        assert_ne!(
+            short[0].schedule.client_bytes,
+            long[0].schedule.client_bytes
+        );
+        let mean = |t: &SimTitle| t.schedule.client_stats().mean_bytes_per_round;
+        assert!((mean(&short[0]) / mean(&long[0]) - 1.0).abs() < 0.02);
+    }
+
+    #[test]
+    fn a_bad_title_option_is_named() {
+        let bad = SWEEP.replace("trace_seed = 7", "trace_seed = \"seven\"");
+        let err = ExperimentSpec::from_toml(&bad, "test")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("trace_seed must be a whole number"), "{err}");
+    }
 }

@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use rondo_experiments::runner::{PointResult, Progress, run_point};
-use rondo_experiments::spec::{Point, titles_for};
+use rondo_experiments::spec::{Point, TraceOptions, titles_with};
 use rondo_experiments::stats::StoppingRule;
 use rondo_model::layout::ReplicaPlacement;
 use rondo_model::reservation::Scheme;
@@ -56,6 +56,11 @@ pub struct SimulateArgs {
     /// Seed of the synthetic titles.
     #[arg(long, default_value_t = 1)]
     trace_seed: u64,
+    /// Mean scene length of the synthetic VBR titles in ms: how long a
+    /// bitrate level persists, i.e. their correlation over time (seed 000
+    /// does not give it; default: the generator's, see docs/traces.md).
+    #[arg(long)]
+    trace_mean_scene_ms: Option<u64>,
     /// Start rounds admission tries; default ⌈1/λ⌉ (seed 000 §6.2).
     #[arg(long)]
     lookahead_rounds: Option<u64>,
@@ -149,7 +154,11 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         .fail_disk
         .zip(args.fail_round)
         .map(|(disk, round)| FailureSpec { disk, round });
-    let titles = titles_for(&args.titles, args.trace_seed, &config)?;
+    let trace = TraceOptions {
+        seed: args.trace_seed,
+        mean_scene_ms: args.trace_mean_scene_ms,
+    };
+    let titles = titles_with(&args.titles, trace, &config)?;
     let rule = StoppingRule {
         min_replications: args.replications.max(1),
         max_replications: args.max_replications.max(args.replications.max(1)),
@@ -164,6 +173,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             ..config.clone()
         },
         titles: args.titles.clone(),
+        trace,
     };
     let bar = progress_bar(!args.json);
     let report_progress = |done: usize, total: usize| {
