@@ -8,7 +8,8 @@
 //!   (409), afterwards it can, and then it is gone (404).
 //! - When admission finds no start round within the look-ahead the client
 //!   gets 503 with `Retry-After` and a JSON reason, and once a stream ends
-//!   its reservations admit the next client.
+//!   its reservations admit the next client (native timing); a shutdown
+//!   with a stream playing cuts it and completes at once.
 //! - A client that stops reading (a tiny receive window, never read) keeps
 //!   its stream for the grace time, is then dropped with a log line, and a
 //!   client of the same title reading at the same time gets every byte on
@@ -221,9 +222,11 @@ async fn no_start_round_within_the_lookahead_gives_503_with_retry_after() {
     let record = ingest(&store, &clip, "clip");
     // A server buffer that holds two streams of this title at a time.
     let per_stream_bytes = 2 * record.client_bytes.iter().max().unwrap().div_ceil(16384) * 16384;
+    // Native timing here: admission is the same, reads are not paced.
     let config = rondo_server::ServerConfig {
         buffer_per_disk_bytes: (2 * per_stream_bytes).div_ceil(4),
         lookahead_rounds: 1,
+        disk_timing: rondo_server::DiskTiming::Native,
         ..test_config()
     };
     let server = start(store, config).await;
@@ -262,9 +265,34 @@ async fn no_start_round_within_the_lookahead_gives_503_with_retry_after() {
     let fourth = client.get(&url).send().await.unwrap();
     assert_eq!(fourth.status(), StatusCode::OK);
     let body = fourth.bytes().await.unwrap();
-    assert_eq!(body.len() as u64, record.size_bytes);
+    assert!(body == std::fs::read(&clip).unwrap());
+    // Shutdown with a stream still playing: it ends at once (the response
+    // fails), the threads are joined and server.json is removed.
     drop(second);
+    let playing = client.get(&url).send().await.unwrap();
+    assert_eq!(playing.status(), StatusCode::OK);
+    let mut playing = playing.bytes_stream();
+    use futures_util::StreamExt;
+    assert!(
+        playing.next().await.unwrap().is_ok(),
+        "the first round arrives"
+    );
+    let stopping = std::time::Instant::now();
     server.shutdown().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        stopping.elapsed()
+    );
+    let mut cut = false;
+    while let Some(chunk) = playing.next().await {
+        if chunk.is_err() {
+            cut = true;
+            break;
+        }
+    }
+    assert!(cut, "the playing stream is cut, not ended as if complete");
+    assert!(!dir.path().join("data/server.json").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
