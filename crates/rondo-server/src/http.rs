@@ -421,6 +421,29 @@ async fn stream(
         .expect("valid response"))
 }
 
+/// Most body bytes read (and dropped) from a refused request.
+const DRAIN_BYTES: usize = 16 * 1024 * 1024;
+/// Longest time spent reading them.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads and drops a refused request's body, up to [`DRAIN_BYTES`] and
+/// [`DRAIN_TIME`]: answering while the client is still sending makes the
+/// kernel reset the connection, and the client would see a reset instead of
+/// the answer.
+async fn drain(body: Body) {
+    let mut data = body.into_data_stream();
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
+        let mut drained_bytes = 0usize;
+        while let Some(Ok(chunk)) = data.next().await {
+            drained_bytes += chunk.len();
+            if drained_bytes > DRAIN_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
 /// Refuses control requests without the right bearer token.
 async fn require_token(
     State(shared): State<Arc<Shared>>,
@@ -434,6 +457,7 @@ async fn require_token(
     if bearer_matches(presented, &shared.token) {
         return next.run(request).await;
     }
+    drain(request.into_body()).await;
     let mut e = ApiError::new(
         StatusCode::UNAUTHORIZED,
         format!(
@@ -479,13 +503,12 @@ async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let name = query
-        .get("name")
-        .filter(|n| !n.is_empty())
-        .cloned()
-        .ok_or_else(|| {
-            ApiError::bad_request("POST /api/admin/titles needs ?name=NAME (the title's name)")
-        })?;
+    let Some(name) = query.get("name").filter(|n| !n.is_empty()).cloned() else {
+        drain(body).await;
+        return Err(ApiError::bad_request(
+            "POST /api/admin/titles needs ?name=NAME (the title's name)",
+        ));
+    };
     let source_file_name = query.get("file").cloned().unwrap_or_else(|| name.clone());
     let spool = SpoolFile(shared.data_dir.join(format!(
         "{UPLOAD_SPOOL_PREFIX}{}-{}.tmp",
