@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Regenerates every number and plot of docs/experiments/: seed 000's Figures 6-12 in paper mode
+# and rondo mode, the capacity runs, the failure-tolerance cost and every investigation.
+# Run from the repository root after `cargo build --release -p rondo-cli`:
+#   bash docs/experiments/tools/run-all.sh            # everything (about 40 min on 2 cores)
+#   bash docs/experiments/tools/run-all.sh figures    # only the figures (paper, rondo, capacity)
+#   bash docs/experiments/tools/run-all.sh investigations
+# Results go to results/ (gitignored); wall-clock times to results/times.txt; compressed PNG
+# copies of the figures' plots to docs/experiments/img/ (needs pngquant).
+set -euo pipefail
+RONDO=${RONDO:-./target/release/rondo}
+what=${1:-all}
+mkdir -p results
+run() { # out-dir file [--set ...]
+  local out=$1 file=$2; shift 2
+  local start=$(date +%s.%N)
+  "$RONDO" experiment run "$file" --out "results/$out" "$@" > "results/$out.log" 2>&1 \
+    || { cat "results/$out.log"; exit 1; }
+  printf '%s %.1f s\n' "$out" "$(echo "$(date +%s.%N) - $start" | bc)" | tee -a results/times.txt
+}
+png() { # out-dir image-name
+  pngquant --quality=60-90 --strip --force --output "docs/experiments/img/$2.png" "results/$1/plot.png"
+}
+if [[ $what == all || $what == figures ]]; then
+  for n in 6 7 8 9 10 11 12; do
+    run seed000-fig$n experiments/seed000-fig$n.toml
+    png seed000-fig$n seed000-fig$n
+    run seed000-fig$n-rondo experiments/seed000-fig$n.toml --set bound=rondo
+    png seed000-fig$n-rondo seed000-fig$n-rondo
+  done
+  for n in 6 7 10; do
+    run seed000-fig$n-capacity experiments/seed000-fig$n.toml --set load=1.5
+    run seed000-fig$n-rondo-capacity experiments/seed000-fig$n.toml --set bound=rondo --set load=1.5
+  done
+fi
+if [[ $what == all || $what == investigations ]]; then
+  I=experiments/investigations
+  for v in scene-length trace-seed lookahead load; do
+    run inv-fig6-$v $I/seed000-fig6-$v.toml
+  done
+  run inv-fig6-scene-length-8 $I/seed000-fig6-scene-length.toml --set disks=8
+  run inv-fig6-failure $I/seed000-fig6-failure.toml
+  run inv-buffer $I/seed000-buffer.toml
+  for d in 8 16 32; do
+    run inv-fig7-scene-length-$d $I/seed000-fig7-scene-length.toml --set disks=$d
+  done
+  run inv-fig9-placement-8 $I/seed000-fig9-placement.toml
+  run inv-fig9-placement-16 $I/seed000-fig9-placement.toml --set disks=16
+  run inv-fig9-placement-8-rondo $I/seed000-fig9-placement.toml --set bound=rondo
+  run inv-fig9-failure-start $I/seed000-fig9-failure-start.toml
+  run inv-fig9-failure-window-short $I/seed000-fig9-failure-window.toml --set end_round=3100
+  run inv-fig9-failure-window-long $I/seed000-fig9-failure-window.toml
+  run inv-fig10-lookahead $I/seed000-fig10-lookahead.toml
+  run inv-fig10-lookahead-rondo-capacity $I/seed000-fig10-lookahead.toml --set bound=rondo --set load=1.5
+  for v in scene-length trace-seed lookahead; do
+    run inv-fig11-$v $I/seed000-fig11-$v.toml
+  done
+  run inv-fig11-fine-x $I/seed000-fig11-fine-x.toml
+  run inv-ftc-paper $I/failure-tolerance-cost.toml
+  run inv-ftc-rondo $I/failure-tolerance-cost.toml --set bound=rondo
+  run inv-ftc-paper-capacity $I/failure-tolerance-cost.toml --set load=1.5
+  run inv-ftc-rondo-capacity $I/failure-tolerance-cost.toml --set bound=rondo --set load=1.5
+  run inv-ftcd-paper-capacity $I/failure-tolerance-cost-declustered.toml --set load=1.5
+  run inv-ftcd-rondo-capacity $I/failure-tolerance-cost-declustered.toml --set bound=rondo --set load=1.5
+fi
