@@ -1,0 +1,348 @@
+//! End-to-end tests of `rondo load` against a real `rondo serve` (the built
+//! binary) on a temporary data directory in 250 ms rounds, on a free
+//! loopback port, streaming one 6 s title made with ffmpeg at test time
+//! (short, so a run drains quickly): a light load that every stream plays
+//! without a stall, with idle clients held and the server's counters
+//! matching the clients' view; a heavy load on a two-disk array that
+//! admission must partly refuse; a server frozen with SIGSTOP mid-playback,
+//! which every playing client must see as a stall; and the refusals of bad
+//! input. Each server is killed when its guard is dropped, panics included.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+fn rondo() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rondo"))
+}
+
+/// Length of the test title.
+const CLIP_SECONDS: u32 = 6;
+
+/// A `CLIP_SECONDS` H.264/AAC faststart MP4 made with ffmpeg.
+fn make_clip(dir: &Path) -> PathBuf {
+    let found = Command::new("ffmpeg")
+        .arg("-version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found,
+        "`ffmpeg` is not installed: these tests make media with it. Install it with \
+         `apt-get install -y --no-install-recommends ffmpeg` (CI's .ci/run does)."
+    );
+    let path = dir.join("clip.mp4");
+    let out = Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-y"])
+        .args(["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25"])
+        .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
+        .args(["-t", &CLIP_SECONDS.to_string()])
+        .args([
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-pix_fmt",
+            "yuv420p",
+        ])
+        .args(["-g", "25", "-c:a", "aac", "-movflags", "+faststart"])
+        .arg(&path)
+        .output()
+        .expect("run ffmpeg");
+    assert!(
+        out.status.success(),
+        "ffmpeg failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    path
+}
+
+/// A running `rondo serve`, killed on drop.
+struct Server {
+    child: Child,
+    url: String,
+    _dir: TempDir,
+}
+
+impl Server {
+    /// Starts a server on a new data directory with `extra` flags, waits
+    /// for it to print its URL and hands it the test title.
+    fn start(extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let clip = make_clip(dir.path());
+        let data_dir = dir.path().join("data");
+        let mut child = rondo()
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--round-ms",
+                "250",
+                "--no-samples",
+            ])
+            .args(extra)
+            .env("RONDO_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.trim().strip_prefix("player: ") {
+                    let _ = tx.send(url.trim_end_matches('/').to_string());
+                }
+            }
+        });
+        let mut server = Server {
+            child,
+            url: String::new(),
+            _dir: dir,
+        };
+        server.url = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("rondo serve did not print its URL within 30 s");
+        assert!(
+            server.url.starts_with("http://127.0.0.1:"),
+            "{}",
+            server.url
+        );
+        // The running server owns the directory: ingest uploads to it.
+        let out = rondo()
+            .arg("ingest")
+            .arg(&clip)
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "rondo ingest failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        server
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn load(args: &[&str]) -> Output {
+    rondo().arg("load").args(args).output().unwrap()
+}
+
+fn stdout_json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "rondo load failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn u(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} is not a count: {}", v[key]))
+}
+
+fn f(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is not a number: {}", v[key]))
+}
+
+#[test]
+fn light_load_plays_every_stream_without_a_stall() {
+    let server = Server::start(&[]);
+    let out = load(&[
+        "--url",
+        &server.url,
+        "--rate",
+        "3",
+        "--duration",
+        "4",
+        "--seed",
+        "7",
+        "--idle-clients",
+        "3",
+        "--json",
+        "--per-stream",
+    ]);
+    let r = stdout_json(&out);
+
+    let requested = u(&r, "streams_requested");
+    let started = u(&r, "streams_started");
+    assert!(started >= 1, "no stream started: {r:#}");
+    assert_eq!(u(&r, "streams_errors"), 0, "{r:#}");
+    assert_eq!(u(&r, "streams_broken"), 0, "{r:#}");
+    assert_eq!(u(&r, "streams_completed"), started);
+    assert_eq!(started + u(&r, "streams_rejected"), requested);
+    assert_eq!(u(&r, "stalls"), 0, "stalls at a light load: {r:#}");
+    assert_eq!(u(&r, "stalled_streams"), 0);
+
+    let p50 = f(&r, "startup_latency_ms_p50");
+    let p99 = f(&r, "startup_latency_ms_p99");
+    assert!(p50 > 0.0 && p99 >= p50, "p50 {p50} p99 {p99}");
+    // Round 0 is read in a round that has not begun and sent in the next one.
+    assert!(
+        p50 >= 100.0,
+        "start-up {p50} ms is shorter than a read and a send"
+    );
+    assert!(f(&r, "mean_active_streams") > 0.0);
+    assert!(u(&r, "max_active_streams") >= 1);
+
+    // The server's counters agree with the clients (nobody else uses it).
+    assert!(r["deadline_misses"].is_u64(), "{}", r["deadline_misses"]);
+    assert!(!r["deadline_misses_source"].as_str().unwrap().is_empty());
+    let server_delta = &r["server_metrics_delta"];
+    assert_eq!(u(server_delta, "admitted"), started + 3, "{server_delta:#}");
+    assert_eq!(u(&r["idle_clients"], "held"), 3, "{:#}", r["idle_clients"]);
+
+    // Per-stream records: arrivals in order within the duration, each
+    // completed stream got exactly its schedule's bytes.
+    let streams = r["streams"].as_array().unwrap();
+    assert_eq!(streams.len() as u64, requested);
+    let mut last_arrival = 0.0;
+    for s in streams {
+        let arrival = f(s, "arrival_s");
+        assert!(arrival >= last_arrival && arrival < 4.0, "{s:#}");
+        last_arrival = arrival;
+        if s["outcome"] == "completed" {
+            assert_eq!(u(s, "bytes_received"), u(s, "bytes_expected"), "{s:#}");
+            assert_eq!(u(s, "rounds_arrived"), u(s, "rounds"), "{s:#}");
+            assert!(f(s, "startup_latency_ms") > 0.0);
+            assert!(f(s, "playback_end_s") > f(s, "playback_start_s"));
+        }
+    }
+    assert_eq!(r["idle_streams"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn heavy_load_on_two_disks_is_partly_refused() {
+    let server = Server::start(&["--disks", "2"]);
+    let out = load(&[
+        "--url",
+        &server.url,
+        "--rate",
+        "40",
+        "--duration",
+        "2",
+        "--json",
+    ]);
+    let r = stdout_json(&out);
+    let rejected = u(&r, "streams_rejected");
+    let started = u(&r, "streams_started");
+    assert!(
+        rejected > 0,
+        "nothing refused at 40 streams/s on 2 disks: {r:#}"
+    );
+    assert!(started > 0, "nothing admitted: {r:#}");
+    assert_eq!(u(&r, "streams_errors"), 0, "{r:#}");
+    assert_eq!(
+        started + rejected + u(&r, "streams_errors"),
+        u(&r, "streams_requested")
+    );
+    let reasons = r["rejections_by_reason"].as_object().unwrap();
+    assert_eq!(
+        reasons.values().map(|v| v.as_u64().unwrap()).sum::<u64>(),
+        rejected
+    );
+    assert!(u(&r, "retry_after_s_max") >= 1);
+    let ratio = f(&r, "rejection_ratio");
+    assert!((ratio - rejected as f64 / (started + rejected) as f64).abs() < 1e-9);
+    // Every refusal the clients saw is one the server counted.
+    let server_delta = &r["server_metrics_delta"];
+    let server_rejected: u64 = [
+        "rejected_disk_time",
+        "rejected_buffer",
+        "rejected_network",
+        "rejected_other",
+    ]
+    .iter()
+    .map(|k| u(server_delta, k))
+    .sum();
+    assert_eq!(server_rejected, rejected, "{server_delta:#}");
+    assert_eq!(u(server_delta, "admitted"), started);
+    // Admitted streams still play without a stall.
+    assert_eq!(u(&r, "stalls"), 0, "{r:#}");
+}
+
+#[test]
+fn a_paused_server_makes_every_playing_client_stall() {
+    let server = Server::start(&[]);
+    let client = rondo()
+        .arg("load")
+        .args(["--url", &server.url, "--rate", "20", "--duration", "1"])
+        .args(["--max-streams", "3", "--json", "--per-stream"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The streams arrive within 1 s and play from about 0.5 s later until
+    // 6 s after that; freeze the server for 1.5 s while they play (its
+    // rounds then catch up).
+    std::thread::sleep(Duration::from_millis(2000));
+    let pid = server.child.id().to_string();
+    let signal = |name: &str| {
+        let status = Command::new("kill").args([name, &pid]).status().unwrap();
+        assert!(status.success(), "kill {name} {pid}");
+    };
+    signal("-STOP");
+    std::thread::sleep(Duration::from_millis(1500));
+    signal("-CONT");
+    let r = stdout_json(&client.wait_with_output().unwrap());
+    assert_eq!(u(&r, "streams_started"), 3, "{r:#}");
+    assert_eq!(u(&r, "streams_completed"), 3, "{r:#}");
+    assert_eq!(u(&r, "stalled_streams"), 3, "{r:#}");
+    // A 1.5 s gap less the 250 ms playout delay.
+    let longest = f(&r, "stall_ms_max");
+    assert!(
+        (750.0..2_500.0).contains(&longest),
+        "longest stall {longest} ms"
+    );
+    assert!(f(&r, "min_slack_ms") < 0.0);
+    for s in r["streams"].as_array().unwrap() {
+        assert!(u(s, "stalls") >= 1, "{s:#}");
+        assert!(f(s, "stall_ms_total") >= 750.0, "{s:#}");
+    }
+}
+
+#[test]
+fn bad_input_is_refused_with_a_clear_message() {
+    let out = load(&["--rate", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rate"));
+    let out = load(&["--duration", "5", "--warmup", "5"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--warmup"));
+    // Nothing listens on port 1: the run fails at once, naming the server.
+    let out = load(&["--url", "http://127.0.0.1:1", "--duration", "1", "--json"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot reach the server at http://127.0.0.1:1"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
