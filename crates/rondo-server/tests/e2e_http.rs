@@ -1,5 +1,5 @@
 //! End to end over real HTTP: a data directory with 4 emulated Cheetah disks
-//! and 250 ms rounds holds a 32 s faststart MP4, a 32 s moov-at-end MP4 and
+//! and 1 s rounds holds a 32 s faststart MP4, a 32 s moov-at-end MP4 and
 //! a 32 s MPEG-TS made by ffmpeg at test time. Against one running server,
 //! at the same time:
 //!

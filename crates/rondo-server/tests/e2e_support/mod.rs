@@ -14,8 +14,10 @@ use rondo_server::titles::default_store_config;
 use rondo_server::{RunningServer, ServerConfig};
 use rondo_store::{Store, StoreConfig, TitleRecord};
 
-/// Round length of the test data directories: short rounds keep tests quick.
-pub const TEST_ROUND_NS: u64 = 250_000_000;
+/// Round length of the test data directories: the default 1 s. Shorter
+/// rounds would not make the tests quicker (streams play in real time) and
+/// leave less room for a busy test machine's scheduling delays.
+pub const TEST_ROUND_NS: u64 = 1_000_000_000;
 
 /// What kind of file to make.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -106,7 +108,7 @@ pub fn make_media_padded(
 }
 
 /// A data directory with the `rondo serve` defaults (4 Cheetah disks,
-/// `minimum` + `deterministic`) but [`TEST_ROUND_NS`] rounds.
+/// `minimum` + `deterministic`) and [`TEST_ROUND_NS`] rounds.
 pub fn create_store(dir: &Path) -> Store {
     let config = StoreConfig {
         round_duration_ns: TEST_ROUND_NS,
