@@ -152,6 +152,15 @@ impl StreamRecord {
         }
     }
 
+    /// A stream cut at the drain timeout before its response came.
+    pub fn unanswered(plan: &StreamPlan) -> StreamRecord {
+        StreamRecord::new(plan).fail(
+            Outcome::Error,
+            "unfinished",
+            "no answer before the drain timeout".into(),
+        )
+    }
+
     fn fail(mut self, outcome: Outcome, kind: &str, message: String) -> StreamRecord {
         self.outcome = outcome;
         self.error_kind = Some(kind.to_string());
@@ -350,6 +359,21 @@ pub async fn run_stream(
         }
     };
     live.active.fetch_sub(1, Relaxed);
+    let ending = ending.or_else(|| {
+        (received_bytes != expected_bytes).then(|| {
+            (
+                "truncated",
+                format!("the body ended after {received_bytes} of {expected_bytes} bytes"),
+            )
+        })
+    });
+    // Rounds missing: playback may have caught up with them before the end.
+    let end_ns = request_at.elapsed().as_nanos() as u64;
+    let stalls_before = player.stalls();
+    player.end(end_ns, thresholds.len());
+    strict.end(end_ns, thresholds.len());
+    live.stalls
+        .fetch_add((player.stalls() - stalls_before) as u64, Relaxed);
 
     record.bytes_received = received_bytes;
     record.rounds_arrived = player.rounds_arrived();
@@ -365,14 +389,6 @@ pub async fn run_stream(
     }
     record.playback_start_s = player.playback_start_ns().map(at);
     record.playback_end_s = player.playback_end_ns().map(at);
-    let ending = ending.or_else(|| {
-        (received_bytes != expected_bytes).then(|| {
-            (
-                "truncated",
-                format!("the body ended after {received_bytes} of {expected_bytes} bytes"),
-            )
-        })
-    });
     match ending {
         Some((kind, message)) => {
             live.broken.fetch_add(1, Relaxed);

@@ -74,6 +74,26 @@ impl Player {
         }
     }
 
+    /// The stream ended at `end_ns` with `rounds` rounds in its title. If
+    /// rounds were missing and playback had reached the next one's due time,
+    /// that is a stall that never ended: counted, lasting until `end_ns`.
+    pub fn end(&mut self, end_ns: u64, rounds: usize) {
+        if self.startup_ns.is_none() || self.rounds_arrived >= rounds {
+            return;
+        }
+        let due_ns = self.last_play_ns + self.round_ns;
+        if end_ns > due_ns {
+            let stall_ns = end_ns - due_ns;
+            self.stalls += 1;
+            self.stall_ns_total += stall_ns;
+            self.stall_ns_max = self.stall_ns_max.max(stall_ns);
+            self.min_slack_ns = Some(
+                self.min_slack_ns
+                    .map_or(-(stall_ns as i64), |m| m.min(-(stall_ns as i64))),
+            );
+        }
+    }
+
     pub fn rounds_arrived(&self) -> usize {
         self.rounds_arrived
     }
@@ -194,6 +214,24 @@ mod tests {
             p.round_arrived(a);
         }
         assert_eq!((p.stalls(), p.stall_ns_total()), (1, 100));
+    }
+
+    #[test]
+    fn a_stream_that_ends_early_stalls_if_playback_caught_up() {
+        // Rounds 0 and 1 of 4 arrived; round 2 is due at 2_000.
+        let mut p = play(&[0, 1_000]);
+        p.end(1_900, 4);
+        assert_eq!(p.stalls(), 0);
+        p.end(2_600, 4);
+        assert_eq!((p.stalls(), p.stall_ns_total()), (1, 600));
+        assert_eq!(p.min_slack_ns(), Some(-600));
+        // A complete stream, or one that never started, has nothing to stall.
+        let mut p = play(&[0, 1_000]);
+        p.end(9_000, 2);
+        assert_eq!(p.stalls(), 0);
+        let mut p = Player::new(T, 0);
+        p.end(9_000, 2);
+        assert_eq!(p.stalls(), 0);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! server's counters read again, `--verify`'s reference GETs made, and the
 //! report built.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,7 +52,7 @@ pub struct LoadConfig {
 const TITLE_SEED_OFFSET: u64 = 1;
 const IDLE_SEED_OFFSET: u64 = 2;
 /// How long cut streams get to finish their records after the drain timeout.
-const CUT_GRACE: Duration = Duration::from_secs(10);
+const CUT_GRACE: Duration = Duration::from_secs(2);
 /// How often the progress line is redrawn.
 const PROGRESS_TICK: Duration = Duration::from_millis(500);
 
@@ -207,6 +208,17 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     let run_start = Instant::now();
     let mut tasks: JoinSet<StreamRecord> = JoinSet::new();
     let mut records: Vec<StreamRecord> = Vec::new();
+    // Streams whose record has not come back, for those cut at the drain.
+    let mut pending: BTreeMap<usize, StreamPlan> = BTreeMap::new();
+    let collect = |records: &mut Vec<StreamRecord>,
+                   pending: &mut BTreeMap<usize, StreamPlan>,
+                   done: Result<StreamRecord, tokio::task::JoinError>|
+     -> anyhow::Result<()> {
+        let record = done.context("a client task failed")?;
+        pending.remove(&record.index);
+        records.push(record);
+        Ok(())
+    };
     let mut index = 0usize;
     loop {
         let arrival_s = arrivals.next_arrival_rounds();
@@ -223,13 +235,14 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
         };
         let (client, live, cancel) = (client.clone(), Arc::clone(&live), cancel_rx.clone());
         let settings = config.client;
+        pending.insert(index, plan.clone());
         tasks.spawn(
             async move { run_stream(client, plan, run_start, settings, &live, cancel).await },
         );
         index += 1;
         // Keep finished records out of the join set as we go.
         while let Some(done) = tasks.try_join_next() {
-            records.push(done.context("a client task failed")?);
+            collect(&mut records, &mut pending, done)?;
         }
     }
 
@@ -238,7 +251,7 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     let drain_deadline = tokio::time::Instant::now() + drain_timeout;
     loop {
         match tokio::time::timeout_at(drain_deadline, tasks.join_next()).await {
-            Ok(Some(done)) => records.push(done.context("a client task failed")?),
+            Ok(Some(done)) => collect(&mut records, &mut pending, done)?,
             Ok(None) => break,
             Err(_) => {
                 let _ = cancel_tx.send(true);
@@ -246,9 +259,11 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
                 while let Ok(Some(done)) =
                     tokio::time::timeout_at(cut_deadline, tasks.join_next()).await
                 {
-                    records.push(done.context("a client task failed")?);
+                    collect(&mut records, &mut pending, done)?;
                 }
+                // Tasks still waiting for an answer: cut, recorded from their plan.
                 tasks.abort_all();
+                records.extend(pending.values().map(StreamRecord::unanswered));
                 break;
             }
         }

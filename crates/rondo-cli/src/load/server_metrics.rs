@@ -35,18 +35,20 @@ pub struct ServerMetrics {
 
 /// Reads both endpoints of the server at `base_url`.
 pub async fn fetch(client: &reqwest::Client, base_url: &str, timeout: Duration) -> ServerMetrics {
-    let text = get_text(client, &format!("{base_url}/metrics"), timeout).await;
+    let prometheus_url = format!("{base_url}/metrics");
+    let api_url = format!("{base_url}/api/metrics");
+    let (text, api_text) = tokio::join!(
+        get_text(client, &prometheus_url, timeout),
+        get_text(client, &api_url, timeout)
+    );
     let prometheus_misses = text.and_then(|text| {
         prometheus_sum(&text, PROMETHEUS_DEADLINE_MISSES).ok_or(format!(
-            "{base_url}/metrics has no {PROMETHEUS_DEADLINE_MISSES}"
+            "{prometheus_url} has no {PROMETHEUS_DEADLINE_MISSES}"
         ))
     });
-    let api = get_text(client, &format!("{base_url}/api/metrics"), timeout)
-        .await
-        .and_then(|text| {
-            serde_json::from_str::<Value>(&text)
-                .map_err(|e| format!("{base_url}/api/metrics is not JSON: {e}"))
-        });
+    let api = api_text.and_then(|text| {
+        serde_json::from_str::<Value>(&text).map_err(|e| format!("{api_url} is not JSON: {e}"))
+    });
     ServerMetrics {
         prometheus_misses,
         api,
