@@ -51,6 +51,9 @@ enum Command {
     /// Zipf title popularity, playing at their schedule, measuring start-up
     /// latency and stalls.
     Load(cmd::load::LoadArgs),
+    /// Operator actions on a running server: fail, replace and restore disks.
+    #[command(subcommand)]
+    Admin(cmd::admin::AdminCommand),
 }
 
 fn main() {
@@ -65,6 +68,7 @@ fn main() {
         Command::Fsck(a) => cmd::fsck::run(a),
         Command::Bench(c) => cmd::bench::run(c),
         Command::Load(a) => cmd::load::run(a),
+        Command::Admin(c) => cmd::admin::run(c),
     };
     if let Err(err) = result {
         eprintln!("rondo: error: {err:#}");

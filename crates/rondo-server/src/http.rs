@@ -57,6 +57,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
             "/api/admin/titles/{id}",
             axum::routing::delete(delete_title),
         )
+        .merge(crate::ops::admin_routes())
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&shared),
             require_token,
@@ -70,6 +71,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/metrics", get(metrics))
         .route("/stream/{file}", get(stream))
         .merge(admin)
+        .merge(crate::ops::public_routes())
+        .merge(crate::observe::public_routes())
         .fallback(not_found)
         .with_state(shared)
 }

@@ -23,6 +23,8 @@ pub mod http;
 pub mod ingest;
 pub mod io;
 pub mod metrics;
+pub mod observe;
+pub mod ops;
 pub mod round;
 pub mod server;
 pub mod session;

@@ -33,6 +33,11 @@ pub struct DiskMetrics {
     pub measured_busy_ns_total: AtomicU64,
     /// Rounds whose batch ended after the round did (disk-round overruns).
     pub overruns: AtomicU64,
+    /// The disk's state as `rondo_model::health::DiskState`: 0 healthy,
+    /// 1 suspect, 2 failed, 3 rebuilding (written by the operations code).
+    pub state: AtomicU64,
+    /// Read errors and checksum mismatches on this disk.
+    pub errors: AtomicU64,
 }
 
 /// The server's counters.
@@ -69,6 +74,10 @@ pub struct Metrics {
     pub gated_writes: AtomicU64,
     pub gated_write_bytes: AtomicU64,
     pub disks: Vec<DiskMetrics>,
+    /// The disk being rebuilt plus one (0: no rebuild), and its progress.
+    pub rebuild_disk_plus_one: AtomicU64,
+    pub rebuild_done_bytes: AtomicU64,
+    pub rebuild_total_bytes: AtomicU64,
 }
 
 impl Metrics {
@@ -94,6 +103,9 @@ impl Metrics {
             gated_writes: AtomicU64::new(0),
             gated_write_bytes: AtomicU64::new(0),
             disks: (0..disks).map(|_| DiskMetrics::default()).collect(),
+            rebuild_disk_plus_one: AtomicU64::new(0),
+            rebuild_done_bytes: AtomicU64::new(0),
+            rebuild_total_bytes: AtomicU64::new(0),
         }
     }
 

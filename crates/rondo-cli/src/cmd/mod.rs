@@ -1,5 +1,6 @@
 //! One module per top-level subcommand.
 
+pub mod admin;
 pub mod bench;
 pub mod disk;
 pub mod experiment;
