@@ -28,15 +28,14 @@ mod run;
 mod server_metrics;
 
 #[derive(Args, Debug)]
-#[command(
-    long_about = "Load generator: real HTTP clients against a running `rondo serve`.\n\n\
+#[command(after_long_help = "\
 Streams arrive as a Poisson process at --rate per second during --duration seconds; each \
 picks a title by Zipf popularity over the order of GET /api/titles (rank 1 = the first \
 title). A client fetches its title's schedule (client bytes per round), requests the \
-stream and reads it as fast as it comes (counting bytes, keeping none). Playback starts \
-when round 0's bytes (header pre-roll included) have arrived: that is the start-up \
-latency. Playback starts a playout delay later (default one round: the server sends \
-round i's data during round i+1). Round k is due one round after round k-1 began \
+stream and reads it as fast as it comes (counting bytes, keeping none). The start-up \
+latency is the time until round 0's bytes (header pre-roll included) have all arrived; \
+playback starts a playout delay later (default one round: the server sends round i's data \
+during round i+1). Round k is due one round after round k-1 began \
 playing; if its bytes are not all there, that is a stall: playback pauses until they \
 arrive. A 503 is a rejection (its \
 Retry-After and reason are kept); other failures are errors. When the duration ends no \
@@ -45,8 +44,7 @@ The server's deadline misses over the run come from GET /metrics \
 (rondo_deadline_misses_total) or else GET /api/metrics (stream_round_misses).\n\n\
 Examples:\n  rondo load --rate 2 --duration 60\n  \
 rondo load --url http://127.0.0.1:8080 --rate 50 --duration 300 --warmup 60 --json\n  \
-rondo load --rate 100 --max-streams 900 --idle-clients 100 --duration 20 --json --per-stream"
-)]
+rondo load --rate 100 --max-streams 900 --idle-clients 100 --duration 20 --json --per-stream")]
 pub struct LoadArgs {
     /// Base URL of the rondo server.
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8080")]
