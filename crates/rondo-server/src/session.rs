@@ -149,7 +149,16 @@ pub fn admit(shared: &Arc<Shared>, request: StreamRequest) -> Result<Admitted, R
     let admission = match admission {
         Ok(a) => a,
         Err(rejection) => {
+            drop(core);
             shared.metrics.count_rejection(&rejection);
+            tracing::info!(
+                title = title.id().0,
+                playback_round = position.round,
+                earliest_round = earliest,
+                peer = %request.peer,
+                reason = %rejection,
+                "stream rejected"
+            );
             return Err(rejection);
         }
     };
@@ -184,6 +193,7 @@ pub fn admit(shared: &Arc<Shared>, request: StreamRequest) -> Result<Admitted, R
         playback_round = position.round,
         start_round = admission.start_round,
         earliest_round = earliest,
+        delay_rounds = admission.start_round - earliest,
         peer = %request.peer,
         "stream admitted"
     );
