@@ -1,0 +1,167 @@
+// rondo's dashboard: per-round samples from /api/events (server-sent
+// events: a `history` array first, then one `round` event per round) drawn
+// with uPlot (vendored, served by rondo). The page marks what it has drawn
+// in <body data-points="N"> and its title, which the screenshot test reads.
+"use strict";
+
+const MAX_ROUNDS = 300;
+const STATES = ["healthy", "suspect", "failed", "rebuilding"];
+const COLORS = { reserved: "#1565c0", measured: "#e65100", model: "#7b8794" };
+
+const samples = [];
+let charts = null;
+let diskCount = 0;
+const totals = { admitted: 0, rejected: 0, misses: 0, overruns: 0, sent: 0 };
+
+const $ = id => document.getElementById(id);
+
+function fmtBytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i === 0 ? n.toFixed(0) : n.toFixed(1)) + " " + units[i];
+}
+
+function rejected(s) {
+  return s.rejected_disk_time + s.rejected_buffer + s.rejected_network + s.rejected_other;
+}
+
+function chartWidth(el) {
+  return Math.max(260, el.clientWidth - 4);
+}
+
+function baseOpts(el, series, yLabel, yRange) {
+  return {
+    width: chartWidth(el),
+    height: 170,
+    legend: { live: false },
+    cursor: { drag: { x: false, y: false } },
+    scales: { x: { time: false }, y: yRange ? { range: yRange } : { range: (u, min, max) => [0, Math.max(1, max)] } },
+    axes: [
+      { label: "round", size: 36, labelSize: 14 },
+      { label: yLabel, size: 46, labelSize: 14 },
+    ],
+    series: [{ label: "round" }].concat(series),
+  };
+}
+
+function bars(color) {
+  return { stroke: color, fill: color + "aa", width: 1, paths: uPlot.paths.bars({ size: [0.8, 12] }), points: { show: false } };
+}
+
+function makeCharts(disks) {
+  const holder = $("diskCharts");
+  holder.innerHTML = "";
+  const diskCharts = [];
+  for (let d = 0; d < disks; d++) {
+    const card = document.createElement("div");
+    card.className = "card";
+    card.innerHTML = "<h2>disk " + d + "</h2>";
+    const box = document.createElement("div");
+    card.appendChild(box);
+    holder.appendChild(card);
+    const opts = baseOpts(box, [
+      { label: "reserved", stroke: COLORS.reserved, width: 2, fill: COLORS.reserved + "1a" },
+      { label: "measured", stroke: COLORS.measured, width: 2 },
+      { label: "model", stroke: COLORS.model, width: 1, dash: [4, 3] },
+    ], "fraction of T", (u, min, max) => [0, Math.max(0.1, Math.min(1.2, max * 1.1))]);
+    diskCharts.push(new uPlot(opts, [[], [], [], []], box));
+  }
+  const streamsBox = $("streamsChart");
+  const admissionsBox = $("admissionsChart");
+  const missesBox = $("missesChart");
+  return {
+    disks: diskCharts,
+    streams: new uPlot(baseOpts(streamsBox, [
+      { label: "active streams", stroke: "#2e7d32", width: 2, fill: "#2e7d3222" },
+    ], "streams"), [[], []], streamsBox),
+    admissions: new uPlot(baseOpts(admissionsBox, [
+      Object.assign({ label: "admitted" }, bars("#2e7d32")),
+      Object.assign({ label: "rejected" }, bars("#c62828")),
+    ], "per round"), [[], [], []], admissionsBox),
+    misses: new uPlot(baseOpts(missesBox, [
+      Object.assign({ label: "deadline misses" }, bars("#c62828")),
+      Object.assign({ label: "disk-round overruns" }, bars("#ef8f00")),
+    ], "per round"), [[], [], []], missesBox),
+  };
+}
+
+function frac(ns, s) {
+  return ns / (s.round_ns * Math.max(1, s.rounds));
+}
+
+function redraw() {
+  if (samples.length === 0) return;
+  const last = samples[samples.length - 1];
+  if (!charts || last.disks.length !== diskCount) {
+    diskCount = last.disks.length;
+    charts = makeCharts(diskCount);
+  }
+  const x = samples.map(s => s.round);
+  charts.disks.forEach((chart, d) => {
+    chart.setData([
+      x,
+      samples.map(s => s.disks[d] ? frac(s.disks[d].reserved_ns, s) : null),
+      samples.map(s => s.disks[d] ? frac(s.disks[d].measured_busy_ns, s) : null),
+      samples.map(s => s.disks[d] ? frac(s.disks[d].model_busy_ns, s) : null),
+    ]);
+  });
+  charts.streams.setData([x, samples.map(s => s.active_streams)]);
+  charts.admissions.setData([x, samples.map(s => s.admitted), samples.map(rejected)]);
+  charts.misses.setData([x, samples.map(s => s.misses), samples.map(s => s.overruns)]);
+
+  $("round").textContent = last.round;
+  $("active").textContent = last.active_streams;
+  $("admitted").textContent = totals.admitted;
+  $("rejected").textContent = totals.rejected;
+  $("misses").textContent = totals.misses;
+  $("overruns").textContent = totals.overruns;
+  $("sent").textContent = fmtBytes(totals.sent);
+  $("disks").innerHTML = last.disks.map((d, i) => {
+    const state = STATES[d.state] || ("state " + d.state);
+    return '<span class="disk s' + d.state + '" title="errors ' + d.errors + '">disk ' + i + ": " + state + "</span>";
+  }).join("");
+  const rb = last.rebuild;
+  if (rb) {
+    const pct = rb.total_bytes > 0 ? (100 * rb.done_bytes / rb.total_bytes) : 0;
+    $("rebuild").innerHTML = "rebuilding disk " + rb.disk + ': <progress max="100" value="' + pct.toFixed(1) +
+      '"></progress> ' + pct.toFixed(1) + "% (" + fmtBytes(rb.done_bytes) + " of " + fmtBytes(rb.total_bytes) + ")";
+  } else {
+    $("rebuild").textContent = "no rebuild running";
+  }
+  document.body.dataset.points = String(samples.length);
+  document.title = "rondo dashboard: " + samples.length + " rounds, " + last.active_streams + " streams";
+}
+
+function add(s) {
+  samples.push(s);
+  if (samples.length > MAX_ROUNDS) samples.shift();
+  totals.admitted += s.admitted;
+  totals.rejected += rejected(s);
+  totals.misses += s.misses;
+  totals.overruns += s.overruns;
+  totals.sent += s.sent_bytes;
+}
+
+function connect() {
+  const events = new EventSource("/api/events");
+  events.addEventListener("history", e => {
+    samples.length = 0;
+    for (const k in totals) totals[k] = 0;
+    JSON.parse(e.data).forEach(add);
+    $("conn").textContent = "live";
+    $("conn").className = "stat live";
+    redraw();
+  });
+  events.addEventListener("round", e => { add(JSON.parse(e.data)); redraw(); });
+  events.addEventListener("lagged", e => console.warn("skipped " + e.data + " rounds"));
+  events.onerror = () => { $("conn").textContent = "disconnected (retrying)"; $("conn").className = "stat down"; };
+}
+
+window.addEventListener("resize", () => {
+  if (!charts) return;
+  const all = charts.disks.concat([charts.streams, charts.admissions, charts.misses]);
+  all.forEach(c => c.setSize({ width: chartWidth(c.root.parentElement), height: 170 }));
+});
+
+connect();
