@@ -41,7 +41,7 @@ if [[ $what == all || $what == investigations ]]; then
   run inv-fig6-scene-length-8 $I/seed000-fig6-scene-length.toml --set disks=8
   run inv-fig6-failure $I/seed000-fig6-failure.toml
   run inv-buffer $I/seed000-buffer.toml
-  for d in 8 16 32; do
+  for d in 4 8 16 32; do
     run inv-fig7-scene-length-$d $I/seed000-fig7-scene-length.toml --set disks=$d
   done
   run inv-fig9-placement-8 $I/seed000-fig9-placement.toml
@@ -50,6 +50,10 @@ if [[ $what == all || $what == investigations ]]; then
   run inv-fig9-failure-start $I/seed000-fig9-failure-start.toml
   run inv-fig9-failure-window-short $I/seed000-fig9-failure-window.toml --set end_round=3100
   run inv-fig9-failure-window-long $I/seed000-fig9-failure-window.toml
+  run inv-fig9-inner-8-short $I/seed000-fig9-inner-data.toml --set end_round=3100
+  run inv-fig9-inner-16-short $I/seed000-fig9-inner-data.toml --set disks=16 --set end_round=3100
+  run inv-fig9-inner-8-mirroring $I/seed000-fig9-inner-data.toml --set scheme=mirroring
+  run inv-fig9-inner-8-mirroring-short $I/seed000-fig9-inner-data.toml --set scheme=mirroring --set end_round=3100
   run inv-fig10-lookahead $I/seed000-fig10-lookahead.toml
   run inv-fig10-lookahead-rondo-capacity $I/seed000-fig10-lookahead.toml --set bound=rondo --set load=1.5
   for v in scene-length trace-seed lookahead; do
