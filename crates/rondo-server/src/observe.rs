@@ -42,6 +42,7 @@ pub fn public_routes() -> Router<Arc<Shared>> {
         .route("/dashboard/vendor/uPlot.iife.min.js", get(uplot_js))
         .route("/dashboard/vendor/uPlot.min.css", get(uplot_css))
         .route("/api/events", get(events))
+        .route("/api/history", get(history_json))
 }
 
 /// Every server's history in this process, found by its shared state (the
@@ -104,6 +105,31 @@ async fn uplot_css() -> impl IntoResponse {
     asset("text/css; charset=utf-8", UPLOT_CSS)
 }
 
+/// Samples (JSON objects) as one JSON array.
+fn json_array(samples: &[Arc<str>]) -> String {
+    let mut array = String::with_capacity(samples.iter().map(|s| s.len() + 1).sum::<usize>() + 2);
+    array.push('[');
+    for (i, sample) in samples.iter().enumerate() {
+        if i > 0 {
+            array.push(',');
+        }
+        array.push_str(sample);
+    }
+    array.push(']');
+    array
+}
+
+/// `GET /api/history`: the recent rounds' samples as a JSON array, oldest
+/// first (what `/api/events` sends first), for scripts and the dashboard's
+/// snapshot view.
+async fn history_json(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    let (recent, _) = start(&shared).subscribe();
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        json_array(&recent),
+    )
+}
+
 /// `GET /api/events`: a `history` event (JSON array of the recent rounds'
 /// samples, oldest first), then a `round` event per round. A client too
 /// slow for the channel skips samples (a `lagged` event says how many).
@@ -112,15 +138,7 @@ async fn events(
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let history = start(&shared);
     let (recent, receiver) = history.subscribe();
-    let mut array = String::with_capacity(recent.iter().map(|s| s.len() + 1).sum::<usize>() + 2);
-    array.push('[');
-    for (i, sample) in recent.iter().enumerate() {
-        if i > 0 {
-            array.push(',');
-        }
-        array.push_str(sample);
-    }
-    array.push(']');
+    let array = json_array(&recent);
     let head = stream::once(async move { Ok(Event::default().event("history").data(array)) });
     let live = match receiver {
         Some(receiver) => BroadcastStream::new(receiver)

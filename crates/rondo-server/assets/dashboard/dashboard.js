@@ -143,16 +143,27 @@ function add(s) {
   totals.sent += s.sent_bytes;
 }
 
+function reset(list, state) {
+  samples.length = 0;
+  for (const k in totals) totals[k] = 0;
+  list.forEach(add);
+  $("conn").textContent = state;
+  $("conn").className = "stat live";
+  redraw();
+}
+
+// Live: the event stream. `?snapshot`: the history once, no live updates
+// (a page that finishes loading, for screenshots and printing).
 function connect() {
+  if (new URLSearchParams(location.search).has("snapshot")) {
+    fetch("/api/history")
+      .then(r => r.json())
+      .then(list => reset(list, "snapshot (reload for newer rounds)"))
+      .catch(e => { $("conn").textContent = "failed: " + e; $("conn").className = "stat down"; });
+    return;
+  }
   const events = new EventSource("/api/events");
-  events.addEventListener("history", e => {
-    samples.length = 0;
-    for (const k in totals) totals[k] = 0;
-    JSON.parse(e.data).forEach(add);
-    $("conn").textContent = "live";
-    $("conn").className = "stat live";
-    redraw();
-  });
+  events.addEventListener("history", e => reset(JSON.parse(e.data), "live"));
   events.addEventListener("round", e => { add(JSON.parse(e.data)); redraw(); });
   events.addEventListener("lagged", e => console.warn("skipped " + e.data + " rounds"));
   events.onerror = () => { $("conn").textContent = "disconnected (retrying)"; $("conn").className = "stat down"; };
