@@ -149,16 +149,8 @@ pub fn admit(shared: &Arc<Shared>, request: StreamRequest) -> Result<Admitted, R
     let admission = match admission {
         Ok(a) => a,
         Err(rejection) => {
-            drop(core);
+            // The HTTP handler logs the rejection with its reason.
             shared.metrics.count_rejection(&rejection);
-            tracing::info!(
-                title = title.id().0,
-                playback_round = position.round,
-                earliest_round = earliest,
-                peer = %request.peer,
-                reason = %rejection,
-                "stream rejected"
-            );
             return Err(rejection);
         }
     };
