@@ -45,8 +45,9 @@ function baseOpts(el, series, yLabel, yRange) {
   };
 }
 
-function bars(color) {
-  return { stroke: color, fill: color + "aa", width: 1, paths: uPlot.paths.bars({ size: [0.8, 12] }), points: { show: false } };
+// Two bar series side by side in each round: `align` -1 left, 1 right.
+function bars(color, align) {
+  return { stroke: color, fill: color + "aa", width: 1, paths: uPlot.paths.bars({ size: [0.45, 8], align }), points: { show: false } };
 }
 
 function makeCharts(disks) {
@@ -70,19 +71,24 @@ function makeCharts(disks) {
   const streamsBox = $("streamsChart");
   const admissionsBox = $("admissionsChart");
   const missesBox = $("missesChart");
+  const buffersBox = $("buffersChart");
   return {
     disks: diskCharts,
     streams: new uPlot(baseOpts(streamsBox, [
       { label: "active streams", stroke: "#2e7d32", width: 2, fill: "#2e7d3222" },
     ], "streams"), [[], []], streamsBox),
     admissions: new uPlot(baseOpts(admissionsBox, [
-      Object.assign({ label: "admitted" }, bars("#2e7d32")),
-      Object.assign({ label: "rejected" }, bars("#c62828")),
+      Object.assign({ label: "admitted" }, bars("#2e7d32", -1)),
+      Object.assign({ label: "rejected" }, bars("#c62828", 1)),
     ], "per round"), [[], [], []], admissionsBox),
     misses: new uPlot(baseOpts(missesBox, [
-      Object.assign({ label: "deadline misses" }, bars("#c62828")),
-      Object.assign({ label: "disk-round overruns" }, bars("#ef8f00")),
+      Object.assign({ label: "deadline misses" }, bars("#c62828", -1)),
+      Object.assign({ label: "disk-round overruns" }, bars("#ef8f00", 1)),
     ], "per round"), [[], [], []], missesBox),
+    buffers: new uPlot(baseOpts(buffersBox, [
+      { label: "buffers in use (MiB)", stroke: "#6a1b9a", width: 2 },
+      { label: "sent (MiB per round)", stroke: "#00838f", width: 2 },
+    ], "MiB"), [[], [], []], buffersBox),
   };
 }
 
@@ -109,6 +115,9 @@ function redraw() {
   charts.streams.setData([x, samples.map(s => s.active_streams)]);
   charts.admissions.setData([x, samples.map(s => s.admitted), samples.map(rejected)]);
   charts.misses.setData([x, samples.map(s => s.misses), samples.map(s => s.overruns)]);
+  const mib = 1024 * 1024;
+  charts.buffers.setData([x, samples.map(s => s.buffer_bytes_in_use / mib),
+    samples.map(s => s.sent_bytes / mib / Math.max(1, s.rounds))]);
 
   $("round").textContent = last.round;
   $("active").textContent = last.active_streams;
@@ -171,7 +180,7 @@ function connect() {
 
 window.addEventListener("resize", () => {
   if (!charts) return;
-  const all = charts.disks.concat([charts.streams, charts.admissions, charts.misses]);
+  const all = charts.disks.concat([charts.streams, charts.admissions, charts.misses, charts.buffers]);
   all.forEach(c => c.setSize({ width: chartWidth(c.root.parentElement), height: 170 }));
 });
 
