@@ -55,6 +55,14 @@ if [[ $what == all || $what == investigations ]]; then
   run inv-fig9-inner-8-mirroring $I/seed000-fig9-inner-data.toml --set scheme=mirroring
   run inv-fig9-inner-8-mirroring-short $I/seed000-fig9-inner-data.toml --set scheme=mirroring --set end_round=3100
   run inv-fig10-lookahead $I/seed000-fig10-lookahead.toml
+  run inv-fig10-lookahead-load1 $I/seed000-fig10-lookahead.toml --set load=1.0
+  run inv-fig10-lookahead-capacity $I/seed000-fig10-lookahead.toml --set load=1.5
+  run inv-fig10-scene-length $I/seed000-fig10-scene-length.toml
+  for d in 4 8 16; do
+    run inv-fig10-scene-length-$d $I/seed000-fig10-scene-length.toml --set disks=$d
+  done
+  run inv-fig10-scene-length-w32 $I/seed000-fig10-scene-length.toml --set lookahead_rounds=32
+  run inv-fig10-scene-length-capacity $I/seed000-fig10-scene-length.toml --set load=1.5
   run inv-fig10-lookahead-rondo-capacity $I/seed000-fig10-lookahead.toml --set bound=rondo --set load=1.5
   for v in scene-length trace-seed lookahead; do
     run inv-fig11-$v $I/seed000-fig11-$v.toml
