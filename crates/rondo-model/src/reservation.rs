@@ -1016,6 +1016,24 @@ fn add_signed(value: u64, delta: u64, sign: i8) -> u64 {
     }
 }
 
+/// Which replica serves a stream-round after its read of `failed` returned
+/// an I/O error or data failing its checksum: the other one, when every
+/// disk holding it serves (`serving`); `None` when it does not (or there is
+/// no backup): the round's data is lost for that stream. Used by the server
+/// when a planned read fails.
+pub fn replica_after_error(
+    failed: Replica,
+    primary_disk: u32,
+    backup_disks: &[u32],
+    serving: impl Fn(u32) -> bool,
+) -> Option<Replica> {
+    match failed {
+        Replica::Primary => (!backup_disks.is_empty() && backup_disks.iter().all(|&d| serving(d)))
+            .then_some(Replica::Backup),
+        Replica::Backup => serving(primary_disk).then_some(Replica::Primary),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1342,5 +1360,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_failed_read_falls_back_to_the_other_replica_if_it_serves() {
+        let all = |_| true;
+        assert_eq!(
+            replica_after_error(Replica::Primary, 0, &[1, 2], all),
+            Some(Replica::Backup)
+        );
+        assert_eq!(
+            replica_after_error(Replica::Backup, 0, &[1], all),
+            Some(Replica::Primary)
+        );
+        // One fragment of a declustered backup on a failed disk: no backup.
+        assert_eq!(
+            replica_after_error(Replica::Primary, 0, &[1, 2], |d| d != 2),
+            None
+        );
+        assert_eq!(
+            replica_after_error(Replica::Backup, 0, &[1], |d| d != 0),
+            None
+        );
+        // No backup stored (`none`).
+        assert_eq!(replica_after_error(Replica::Primary, 0, &[], all), None);
     }
 }

@@ -82,17 +82,28 @@ impl ReadJob {
 pub struct DiskBatch {
     pub round: u64,
     pub jobs: Vec<ReadJob>,
+    /// A replacement device for this disk (`Store::replace_device`): used
+    /// from this batch on.
+    pub device: Option<Arc<Device>>,
 }
 
 /// What I/O threads report to the round driver.
 pub enum IoEvent {
     /// One request is complete (or failed).
     Read {
+        disk: u32,
         round: u64,
         stream: StreamId,
         playback_round: u32,
         piece: usize,
         result: Result<PooledBuf, String>,
+    },
+    /// A stream-round whose planned read failed, read again from the other
+    /// replica by the copier thread (client bytes, or why it failed).
+    Recovered {
+        stream: StreamId,
+        playback_round: u32,
+        result: Result<Vec<u8>, String>,
     },
     /// A disk finished its batch for `round`.
     BatchDone {
@@ -179,8 +190,12 @@ impl Worker {
         }
     }
 
-    fn execute(&mut self, batch: DiskBatch) {
+    fn execute(&mut self, mut batch: DiskBatch) {
         let arrived_at = Instant::now();
+        if let Some(device) = batch.device.take() {
+            tracing::info!(disk = self.disk, path = %device.path().display(), "disk thread uses its new device");
+            self.device = device;
+        }
         let round_start = self.clock.boundary(batch.round);
         // Each extent is its own model command; `owner` maps a command back
         // to (job, extent). The model orders commands by C-SCAN over their
@@ -272,6 +287,7 @@ impl Worker {
     fn report(&self, round: u64, job: &ReadJob, result: Result<PooledBuf, String>) {
         // The driver only goes away at shutdown; a lost report then is fine.
         let _ = self.events.send(IoEvent::Read {
+            disk: self.disk,
             round,
             stream: job.stream,
             playback_round: job.playback_round,

@@ -28,8 +28,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use rondo_model::health::DiskState;
 use rondo_model::layout::Replica;
-use rondo_model::reservation::PlannedRead;
+use rondo_model::reservation::{PlannedRead, replica_after_error};
 use rondo_model::units::StreamId;
 
 use crate::buffers::PooledBuf;
@@ -168,6 +169,8 @@ impl Driver {
             metrics.lost_reads.fetch_add(1, Relaxed);
             self.abort(&mut core, read.stream, "no working replica holds its data");
         }
+        let mut swaps = std::mem::take(&mut core.ops.device_swaps);
+        core.ops.device_swaps = vec![None; swaps.len()];
         let disk_count = plan.len();
         let mut batches: Vec<DiskBatch> = Vec::with_capacity(disk_count);
         let mut credit_ns = u64::MAX;
@@ -187,8 +190,14 @@ impl Driver {
                 d.last_reserved_ns.store(reserved_ns, Relaxed);
                 d.reserved_ns_total.fetch_add(reserved_ns, Relaxed);
             }
-            batches.push(DiskBatch { round, jobs });
+            batches.push(DiskBatch {
+                round,
+                jobs,
+                device: swaps[disk as usize].take(),
+            });
         }
+        // The rebuild's copies for this round, in the time left unreserved.
+        crate::ops::rebuild_round(&shared, &mut core, round);
         // Empty rounds (no bytes) complete at once: they have no extents.
         let empty: Vec<(StreamId, u32)> = self
             .inflight
@@ -285,12 +294,18 @@ impl Driver {
     fn on_event(&mut self, event: IoEvent) {
         match event {
             IoEvent::Read {
+                disk,
                 round: _,
                 stream,
                 playback_round,
                 piece,
                 result,
-            } => self.on_read(stream, playback_round, piece, result),
+            } => self.on_read(disk, stream, playback_round, piece, result),
+            IoEvent::Recovered {
+                stream,
+                playback_round,
+                result,
+            } => self.on_recovered(stream, playback_round, result),
             IoEvent::BatchDone {
                 disk,
                 round,
@@ -327,6 +342,7 @@ impl Driver {
 
     fn on_read(
         &mut self,
+        disk: u32,
         stream: StreamId,
         playback_round: u32,
         piece: usize,
@@ -339,15 +355,8 @@ impl Driver {
         let buf = match result {
             Ok(buf) => buf,
             Err(reason) => {
-                self.inflight.remove(&key);
-                self.shared.metrics.read_errors.fetch_add(1, Relaxed);
-                let shared = Arc::clone(&self.shared);
-                let mut core = shared.core.lock().expect("core lock");
-                self.abort(
-                    &mut core,
-                    stream,
-                    &format!("reading playback round {playback_round} failed: {reason}"),
-                );
+                let inflight = self.inflight.remove(&key).expect("present");
+                self.on_read_error(disk, stream, playback_round, inflight, &reason);
                 return;
             }
         };
@@ -368,6 +377,108 @@ impl Driver {
             data,
             Instant::now(),
         );
+    }
+
+    /// A planned read failed (I/O error or bad checksum): count it against
+    /// the disk (`ArrayHealth`: suspect, then failed past the threshold) and
+    /// read the stream-round from the other replica if the core's rule
+    /// (`replica_after_error`) finds one; otherwise stop the stream.
+    fn on_read_error(
+        &mut self,
+        disk: u32,
+        stream: StreamId,
+        playback_round: u32,
+        inflight: Inflight,
+        reason: &str,
+    ) {
+        let metrics = &self.shared.metrics;
+        metrics.read_errors.fetch_add(1, Relaxed);
+        metrics.disks[disk as usize].errors.fetch_add(1, Relaxed);
+        let shared = Arc::clone(&self.shared);
+        let mut core = shared.core.lock().expect("core lock");
+        let was = core.ops.health.state(disk);
+        let now = core.ops.health.record_error(disk, self.current);
+        crate::ops::publish_state(&shared, &core, disk);
+        tracing::warn!(
+            disk,
+            stream = stream.0,
+            playback_round,
+            "read error on disk {disk} ({reason}); reading the other replica"
+        );
+        if now == Some(DiskState::Failed) && was != DiskState::Failed {
+            crate::ops::fail_disk(
+                &shared,
+                &mut core,
+                disk,
+                "read errors passed the health threshold",
+            );
+        }
+        if !core.streams.contains_key(&stream) {
+            return;
+        }
+        let layout = inflight.title.layout.round(playback_round as usize);
+        let backup_disks: Vec<u32> = layout.backups.iter().map(|b| b.disk.0).collect();
+        let other = replica_after_error(
+            inflight.replica,
+            layout.primary_disk.0,
+            &backup_disks,
+            |d| !core.reservations.is_failed(d),
+        );
+        match other {
+            Some(replica) => {
+                let _ = shared.copier.send(crate::ops::CopierJob::ReplicaRead {
+                    stream,
+                    playback_round,
+                    replica,
+                    title: Arc::clone(&inflight.title),
+                });
+            }
+            None => self.abort(
+                &mut core,
+                stream,
+                &format!(
+                    "reading playback round {playback_round} failed ({reason}) and no other \
+                     working replica holds it"
+                ),
+            ),
+        }
+    }
+
+    /// The other replica's data for a stream-round whose read failed.
+    fn on_recovered(
+        &mut self,
+        stream: StreamId,
+        playback_round: u32,
+        result: Result<Vec<u8>, String>,
+    ) {
+        let shared = Arc::clone(&self.shared);
+        let mut core = shared.core.lock().expect("core lock");
+        match result {
+            Ok(data) => {
+                let Some(state) = core.streams.get(&stream) else {
+                    return;
+                };
+                let read_round = state.read_round(playback_round as usize);
+                tracing::info!(
+                    stream = stream.0,
+                    playback_round,
+                    "round served from the other replica"
+                );
+                self.deliver(
+                    &mut core,
+                    stream,
+                    playback_round,
+                    read_round,
+                    Bytes::from(data),
+                    Instant::now(),
+                );
+            }
+            Err(reason) => self.abort(
+                &mut core,
+                stream,
+                &format!("playback round {playback_round}: the other replica failed too: {reason}"),
+            ),
+        }
     }
 
     /// A stream-round is complete: keep it for its send round (or send it
@@ -425,16 +536,7 @@ impl Driver {
 
     /// Ends a stream the server cannot serve.
     fn abort(&mut self, core: &mut Core, stream: StreamId, reason: &str) {
-        if let Some(state) = end_stream(core, stream) {
-            state.abort.store(true, Relaxed);
-            self.shared.metrics.streams_aborted.fetch_add(1, Relaxed);
-            tracing::error!(
-                stream = stream.0,
-                title = state.title.id().0,
-                peer = %state.peer,
-                "stream aborted: {reason}"
-            );
-        }
+        crate::ops::abort_stream(&self.shared, core, stream, reason);
     }
 }
 

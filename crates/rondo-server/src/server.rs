@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rondo_model::disk::{Disk, DiskError, profile_by_name};
+use rondo_model::disk::{Disk, DiskError, Op, RondoBound, profile_by_name};
 use rondo_model::reservation::{ReservationConfig, Reservations};
 use rondo_model::units::SECTOR_BYTES;
 use rondo_store::{IoMode, Store};
@@ -32,6 +32,7 @@ use crate::http::{UPLOAD_SPOOL_PREFIX, router};
 use crate::ingest::handoff::ServerInfo;
 use crate::io::{RoundClock, spawn_device};
 use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::ops::{OpsState, spawn_copier};
 use crate::round::Driver;
 use crate::state::{Core, Shared};
 use crate::titles::{LoadError, load_titles, rondo_bound};
@@ -74,6 +75,10 @@ fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Server
     let context = context.into();
     move |source| ServerError::Io { context, source }
 }
+
+/// Extents per round the write bound's seek line is tuned for (a rebuild
+/// writes a few large extents per round; any value gives a valid bound).
+const WRITE_BOUND_EXTENTS: u32 = 8;
 
 /// A server serving a data directory.
 pub struct RunningServer {
@@ -176,12 +181,16 @@ impl RunningServer {
             t0: Instant::now() + Duration::from_millis(20),
             round_ns,
         };
+        let write_bound =
+            RondoBound::for_op(&profile, Op::Write, WRITE_BOUND_EXTENTS).map_err(profile_error)?;
+        let (copier_tx, copier_rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
             store: store.clone(),
             data_dir: data_dir.clone(),
             array: array.clone(),
             config: config.clone(),
             bound,
+            write_bound,
             clock,
             metrics: Arc::clone(&metrics),
             core: Mutex::new(Core {
@@ -189,8 +198,10 @@ impl RunningServer {
                 titles: loaded,
                 streams: Default::default(),
                 next_round: 0,
+                ops: OpsState::new(array.disk_count),
             }),
             gate,
+            copier: copier_tx,
             shutting_down: AtomicBool::new(false),
             token,
             base_url: base_url.clone(),
@@ -203,7 +214,7 @@ impl RunningServer {
             let model = Disk::new(profile.clone()).map_err(profile_error)?;
             let thread = spawn_device(
                 device.disk().0,
-                Arc::clone(device),
+                Arc::clone(&device),
                 model,
                 config.disk_timing,
                 clock,
@@ -214,6 +225,10 @@ impl RunningServer {
             batch_senders.push(thread.batches);
             devices.push(thread.handle);
         }
+        devices.push(
+            spawn_copier(Arc::clone(&shared), copier_rx, events_tx.clone())
+                .map_err(io_error("starting the rebuild's copier thread"))?,
+        );
         drop(events_tx);
         let driver = Driver::new(Arc::clone(&shared), batch_senders, events_rx);
         let driver = std::thread::Builder::new()

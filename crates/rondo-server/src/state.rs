@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
+use rondo_model::disk::RondoBound;
 use rondo_model::reservation::{Bound, Reservations};
 use rondo_model::units::{StreamId, TitleId};
 use rondo_store::{ArrayConfig, Store};
@@ -32,6 +33,8 @@ pub struct Core {
     /// The first round the driver has not planned yet: the earliest start
     /// round admission may give a new stream.
     pub next_round: u64,
+    /// Disk health, replacements and the rebuild (`ops`).
+    pub ops: crate::ops::OpsState,
 }
 
 /// Shared by every part of a running server.
@@ -41,10 +44,14 @@ pub struct Shared {
     pub array: ArrayConfig,
     pub config: ServerConfig,
     pub bound: Bound,
+    /// The rondo-mode bound for writes: what a rebuild's writes are charged.
+    pub write_bound: RondoBound,
     pub clock: RoundClock,
     pub metrics: Arc<Metrics>,
     pub core: Mutex<Core>,
     pub gate: Arc<DiskTimeGate>,
+    /// Feeds the rebuild's copies (and replica reads) to the copier thread.
+    pub copier: crossbeam_channel::Sender<crate::ops::CopierJob>,
     /// Set at shutdown: no new admissions, the driver drops every stream.
     pub shutting_down: AtomicBool,
     /// The API token (control endpoints).

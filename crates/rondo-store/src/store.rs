@@ -19,7 +19,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use rondo_model::layout::{
     ArrayAllocator, LayoutError, LayoutParams, Replica, TitleLayout, TitlePlan, TitleStrides,
@@ -222,8 +222,11 @@ struct State {
 
 struct Inner {
     dir: PathBuf,
+    /// rondo.toml as opened (a device replaced since keeps its old path here;
+    /// the file and [`Store::device`] have the new one).
     config: ArrayConfig,
-    devices: Vec<Arc<Device>>,
+    /// By disk; an entry changes only through [`Store::replace_device`].
+    devices: RwLock<Vec<Arc<Device>>>,
     state: Mutex<State>,
     recovered: Vec<String>,
     /// Held (flock) for the store's lifetime.
@@ -413,20 +416,8 @@ fn prepare_device(
 /// Undoes a failed `Store::create`: what it created in `dir` (which was empty
 /// or absent) and what it changed outside.
 fn undo_create(dir: &Path, created_dir: bool, changed: &[Changed]) {
-    for change in changed.iter().rev() {
-        // Best effort: the error that made create fail is the one reported.
-        let _ = match change {
-            Changed::Created(path) => std::fs::remove_file(path),
-            Changed::Resized(path) => OpenOptions::new()
-                .write(true)
-                .open(path)
-                .and_then(|f| f.set_len(0)),
-            Changed::BlockHeader(path) => OpenOptions::new()
-                .write(true)
-                .open(path)
-                .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &[0u8; 4096], 0)),
-        };
-    }
+    // Best effort: the error that made create fail is the one reported.
+    undo_create_devices(changed);
     if created_dir {
         let _ = std::fs::remove_dir_all(dir);
     } else if let Ok(entries) = std::fs::read_dir(dir) {
@@ -470,6 +461,13 @@ fn create_in(dir: &Path, array: &ArrayConfig, changed: &mut Vec<Changed>) -> Res
     .map_err(|e| StoreError::catalog("recording the array id", e))?;
     drop(conn);
 
+    write_config_file(dir, array)?;
+    Ok(lock)
+}
+
+/// Writes `dir/rondo.toml` atomically: temp file, fsync, rename, fsync of
+/// the directory.
+fn write_config_file(dir: &Path, array: &ArrayConfig) -> Result<()> {
     let config_path = dir.join(CONFIG_FILE);
     let tmp_path = dir.join(format!("{CONFIG_FILE}.tmp"));
     let write_config = || -> std::io::Result<()> {
@@ -479,8 +477,24 @@ fn create_in(dir: &Path, array: &ArrayConfig, changed: &mut Vec<Changed>) -> Res
         std::fs::rename(&tmp_path, &config_path)
     };
     write_config().map_err(|e| StoreError::io(format!("writing {}", config_path.display()), e))?;
-    sync_dir(dir)?;
-    Ok(lock)
+    sync_dir(dir)
+}
+
+/// Undoes device preparation outside a directory (a failed replacement).
+fn undo_create_devices(changed: &[Changed]) {
+    for change in changed.iter().rev() {
+        let _ = match change {
+            Changed::Created(path) => std::fs::remove_file(path),
+            Changed::Resized(path) => OpenOptions::new()
+                .write(true)
+                .open(path)
+                .and_then(|f| f.set_len(0)),
+            Changed::BlockHeader(path) => OpenOptions::new()
+                .write(true)
+                .open(path)
+                .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &[0u8; 4096], 0)),
+        };
+    }
 }
 
 impl Store {
@@ -615,7 +629,7 @@ impl Store {
             inner: Arc::new(Inner {
                 dir: dir.to_path_buf(),
                 config,
-                devices,
+                devices: RwLock::new(devices),
                 state: Mutex::new(State { conn, allocator }),
                 recovered,
                 _lock: lock,
@@ -652,13 +666,82 @@ impl Store {
     }
 
     /// The device of `disk`, to hand to that disk's I/O thread.
-    pub fn device(&self, disk: DiskIndex) -> &Arc<Device> {
-        &self.inner.devices[disk.0 as usize]
+    pub fn device(&self, disk: DiskIndex) -> Arc<Device> {
+        Arc::clone(&self.devices()[disk.0 as usize])
     }
 
     /// All devices, by disk.
-    pub fn devices(&self) -> &[Arc<Device>] {
-        &self.inner.devices
+    pub fn devices(&self) -> Vec<Arc<Device>> {
+        self.inner
+            .devices
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Maps a new device at `path` to disk `disk` (a replacement for a failed
+    /// one): checks that `path` holds nothing (an absent or empty file, or a
+    /// block device without a rondo header; the disk's own current path may
+    /// be reused), makes it a device of the same size with a header for this
+    /// array and disk index, records the path in rondo.toml (temp file,
+    /// fsync, rename) and uses it from now on. Relative paths are inside the
+    /// data directory. The new device holds no data: the caller rebuilds
+    /// it from the other replicas, and must not read it meanwhile.
+    pub fn replace_device(&self, disk: DiskIndex, path: &Path) -> Result<Arc<Device>> {
+        let dir = &self.inner.dir;
+        let k = disk.0 as usize;
+        let disk_count = self.inner.config.disk_count;
+        if k >= disk_count as usize {
+            return Err(StoreError::Layout(LayoutError::NoSuchDisk {
+                disk,
+                disk_count,
+            }));
+        }
+        let mut config = ArrayConfig::load(dir)?;
+        let resolved = if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            dir.join(path)
+        };
+        let unusable = |reason: String| StoreError::DeviceUnusable {
+            path: resolved.clone(),
+            reason,
+        };
+        for (other, _) in config.devices.iter().enumerate() {
+            if other != k && config.device_path(dir, other) == resolved {
+                return Err(unusable(format!("is already disk {other} of this array")));
+            }
+        }
+        let header = expected_header(&config, k);
+        let needed_bytes = header.stride_area_offset_bytes + header.capacity_bytes;
+        let same_path = config.device_path(dir, k) == resolved;
+        let prep = match inspect_device(&resolved, needed_bytes) {
+            Ok(prep) => prep,
+            // Reusing the disk's own path (the same slot, a new medium):
+            // whatever it holds is this disk's, being replaced.
+            Err(_) if same_path && resolved.is_file() => DevicePrep::Resize,
+            Err(e) => return Err(e),
+        };
+        let mut changed = Vec::new();
+        let prepared = prepare_device(&resolved, needed_bytes, prep, &mut changed).and_then(|()| {
+            Device::write_header(&resolved, &header)
+                .map_err(|e| unusable(format!("cannot write the header: {e}")))
+        });
+        if let Err(e) = prepared {
+            if !same_path {
+                undo_create_devices(&changed);
+            }
+            return Err(e);
+        }
+        let io_mode = self.device(disk).io_mode();
+        let device = Arc::new(Device::open(&resolved, disk, &header, io_mode)?);
+        config.devices[k].path = path.to_path_buf();
+        write_config_file(dir, &config)?;
+        self.inner
+            .devices
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())[k] = Arc::clone(&device);
+        Ok(device)
     }
 
     /// Names of the titles that were being written when the directory was
@@ -846,7 +929,7 @@ impl Store {
             extents: Vec::new(),
             round_buf: AlignedBuf::zeroed(max_round_bytes),
             backup_buf: AlignedBuf::zeroed(max_round_bytes),
-            touched: vec![false; self.inner.devices.len()],
+            touched: vec![false; self.inner.config.disk_count as usize],
             finished: false,
         })
     }
@@ -912,9 +995,9 @@ impl Store {
         buf: &mut [u8],
     ) -> Result<()> {
         let device = self
-            .inner
-            .devices
+            .devices()
             .get(disk.0 as usize)
+            .cloned()
             .ok_or(StoreError::Layout(LayoutError::NoSuchDisk {
                 disk,
                 disk_count: self.inner.config.disk_count,
@@ -1039,7 +1122,7 @@ impl Store {
         crate::fsck::check_open(
             &self.inner.dir,
             &self.inner.config,
-            &self.inner.devices,
+            &self.devices(),
             &state.conn,
         )
     }
@@ -1175,7 +1258,7 @@ impl TitleWriter {
         self.round_buf[..data.len()].copy_from_slice(data);
         self.round_buf[data.len()..padded_bytes].fill(0);
 
-        let devices = &self.store.inner.devices;
+        let devices = self.store.devices();
         let mut at = 0usize;
         for (piece, extent) in layout.primary.as_slice().iter().enumerate() {
             let bytes = &self.round_buf[at..at + extent.length_bytes as usize];
@@ -1242,7 +1325,7 @@ impl TitleWriter {
         }
         for (k, touched) in self.touched.iter().enumerate() {
             if *touched {
-                self.store.inner.devices[k].sync()?;
+                self.store.devices()[k].sync()?;
             }
         }
         let id = self.record.id;

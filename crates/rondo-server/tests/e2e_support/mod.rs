@@ -270,3 +270,47 @@ pub fn init_logs() {
             .try_init();
     }
 }
+
+/// [`create_store`] with another reservation scheme (e.g. `unreserved`, the
+/// negative control of the failure tests).
+pub fn create_store_with_scheme(dir: &Path, scheme: rondo_model::reservation::Scheme) -> Store {
+    let config = StoreConfig {
+        round_duration_ns: TEST_ROUND_NS,
+        scheme,
+        ..default_store_config()
+    };
+    Store::create(dir, config).expect("create the data directory")
+}
+
+/// POSTs to a control endpoint with the bearer token (`None`: without it)
+/// and an optional JSON body; returns the status and the JSON answer.
+pub async fn admin_post(
+    client: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> (reqwest::StatusCode, serde_json::Value) {
+    let mut request = client.post(url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("request sent");
+    let status = response.status();
+    let value = response.json().await.unwrap_or(serde_json::Value::Null);
+    (status, value)
+}
+
+/// GETs `url` as JSON.
+pub async fn get_json(client: &reqwest::Client, url: &str) -> serde_json::Value {
+    client
+        .get(url)
+        .send()
+        .await
+        .expect("request sent")
+        .json()
+        .await
+        .expect("JSON answer")
+}

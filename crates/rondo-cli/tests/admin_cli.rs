@@ -1,0 +1,192 @@
+//! `rondo admin` against a real `rondo serve` (the built binary, its sample
+//! titles): a disk failed while `rondo load` plays streams (no stall, no
+//! deadline miss), a wrong token refused, status, replace-disk and
+//! restore-disk rebuilding the disk until it serves again, and fsck passing
+//! after a clean shutdown. The server is killed when its guard drops.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn rondo() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rondo"))
+}
+
+fn text(path: &Path) -> &str {
+    path.to_str().expect("utf-8 temp path")
+}
+
+fn admin(data: &Path, args: &[&str]) -> Output {
+    rondo()
+        .arg("admin")
+        .args(args)
+        .args(["--data-dir", text(data)])
+        .output()
+        .unwrap()
+}
+
+fn out(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn json(output: &Output) -> Value {
+    assert!(output.status.success(), "{}", out(output));
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", out(output)))
+}
+
+/// A running `rondo serve`, killed on drop.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(data: &Path) -> Server {
+        let mut child = rondo()
+            .args(["serve", "--data-dir", text(data), "--listen", "127.0.0.1:0"])
+            .env("RONDO_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.trim().strip_prefix("player: ") {
+                    let _ = tx.send(url.trim_end_matches('/').to_string());
+                }
+            }
+        });
+        let url = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("rondo serve did not print its URL within 30 s");
+        Server { child, url }
+    }
+
+    /// SIGTERM (the shell's kill), then wait for a clean exit.
+    fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("sh")
+            .args(["-c", &format!("kill -TERM {pid}")])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "rondo serve exited with {status}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn fail_replace_and_restore_a_disk_through_the_cli() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let server = Server::start(&data);
+
+    // Streams play while disk 1 fails.
+    let load = rondo()
+        .args([
+            "load",
+            "--url",
+            &server.url,
+            "--rate",
+            "3",
+            "--duration",
+            "8",
+        ])
+        .args(["--seed", "5", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    let failed = admin(&data, &["fail-disk", "1"]);
+    assert!(failed.status.success(), "{}", out(&failed));
+    assert!(out(&failed).contains("disk 1 failed"), "{}", out(&failed));
+    let report: Value = {
+        let output = load.wait_with_output().unwrap();
+        json(&output)
+    };
+    assert!(
+        report["streams_started"].as_u64().unwrap() >= 3,
+        "{report:#}"
+    );
+    assert_eq!(report["stalls"], 0, "{report:#}");
+    assert_eq!(report["streams_broken"], 0, "{report:#}");
+    assert_eq!(report["deadline_misses"], 0, "{report:#}");
+
+    // Refusals say why.
+    let again = admin(&data, &["fail-disk", "1"]);
+    assert!(!again.status.success());
+    assert!(out(&again).contains("already"), "{}", out(&again));
+    let wrong = rondo()
+        .args([
+            "admin",
+            "fail-disk",
+            "2",
+            "--url",
+            &server.url,
+            "--token",
+            "wrong",
+        ])
+        .output()
+        .unwrap();
+    assert!(!wrong.status.success());
+    assert!(out(&wrong).contains("401"), "{}", out(&wrong));
+    let status = admin(&data, &["status", "--json"]);
+    let status = json(&status);
+    assert_eq!(status["disks"][1]["state"], "failed", "{status:#}");
+    assert_eq!(status["disks"][2]["state"], "healthy", "{status:#}");
+    let busy = admin(&data, &["replace-disk", "2", "other.dev"]);
+    assert!(!busy.status.success(), "a serving disk is not replaced");
+    assert!(out(&busy).contains("fail it first"), "{}", out(&busy));
+
+    // Replace with a new device inside the directory, then rebuild.
+    let replaced = admin(&data, &["replace-disk", "1", "new-1.dev"]);
+    assert!(replaced.status.success(), "{}", out(&replaced));
+    assert!(data.join("new-1.dev").exists());
+    let toml = std::fs::read_to_string(data.join("rondo.toml")).unwrap();
+    assert!(toml.contains("new-1.dev"), "{toml}");
+    let restored = admin(&data, &["restore-disk", "1"]);
+    assert!(restored.status.success(), "{}", out(&restored));
+    let started = Instant::now();
+    loop {
+        let status = json(&admin(&data, &["status", "--json"]));
+        if status["disks"][1]["state"] == "healthy" {
+            assert_eq!(status["last_rebuild"]["restored"], true, "{status:#}");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{status:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let shown = admin(&data, &["status"]);
+    assert!(shown.status.success());
+    assert!(
+        out(&shown).contains("last rebuild: disk 1 restored"),
+        "{}",
+        out(&shown)
+    );
+    server.stop();
+
+    let fsck = rondo()
+        .args(["fsck", "--data-dir", text(&data), "--json"])
+        .output()
+        .unwrap();
+    let fsck = json(&fsck);
+    assert_eq!(fsck["problems"].as_array().unwrap().len(), 0, "{fsck:#}");
+}

@@ -1,0 +1,525 @@
+//! Disk failure in a running server: many concurrent high-bitrate streams
+//! (more requests than the array admits, so admission fills it), one disk
+//! failed mid-run through the control API. Under `minimum` no client stalls
+//! and no stream-round misses; under `unreserved` (the negative control)
+//! the same run misses deadlines. Also: the control endpoints refuse
+//! requests without the token, a second failure stops exactly the streams
+//! whose data is gone while the others play on, and a replaced disk is
+//! rebuilt byte for byte while streams play.
+
+mod e2e_support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use e2e_support::*;
+use futures_util::StreamExt;
+use rondo_model::layout::Replica;
+use rondo_model::reservation::Scheme;
+use rondo_model::units::DiskIndex;
+use rondo_store::Store;
+
+/// The tests share two cores and measure deadlines: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Seconds of each long title and its bitrate (null-padded MPEG-TS): 1 MB
+/// per round, so a disk carries about ten streams and transfer dominates.
+const TITLE_SECONDS: u32 = 16;
+const TITLE_KBPS: u32 = 8000;
+
+/// What one client saw.
+#[derive(Debug)]
+struct ClientResult {
+    status: u16,
+    expected_bytes: u64,
+    received_bytes: u64,
+    /// The body ended with an error (the server stopped the stream).
+    broken: bool,
+    /// Playback stalls with a two-round playout delay.
+    stalls: u32,
+}
+
+/// Plays `url` like a player that starts two rounds after the first byte
+/// and consumes the title's schedule round by round.
+async fn play(client: reqwest::Client, url: String, client_bytes: Vec<u64>) -> ClientResult {
+    let response = client.get(&url).send().await.expect("request sent");
+    let status = response.status().as_u16();
+    let expected_bytes: u64 = client_bytes.iter().sum();
+    let mut result = ClientResult {
+        status,
+        expected_bytes,
+        received_bytes: 0,
+        broken: false,
+        stalls: 0,
+    };
+    if status != 200 {
+        return result;
+    }
+    let mut arrivals = Vec::new();
+    let mut body = response.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(chunk) => {
+                result.received_bytes += chunk.len() as u64;
+                arrivals.push(Arrival {
+                    at: Instant::now(),
+                    total_bytes: result.received_bytes,
+                });
+            }
+            Err(_) => {
+                result.broken = true;
+                break;
+            }
+        }
+    }
+    if let Some(first) = arrivals.first() {
+        let round = Duration::from_nanos(TEST_ROUND_NS);
+        let start = first.at + 2 * round;
+        let mut needed = 0u64;
+        for (i, bytes) in client_bytes.iter().enumerate() {
+            needed += bytes;
+            if needed > result.received_bytes {
+                break;
+            }
+            if received_by(&arrivals, start + round * i as u32) < needed {
+                result.stalls += 1;
+            }
+        }
+    }
+    result
+}
+
+/// A data directory with `long` high-bitrate titles (one encode, stored
+/// under several names so their start disks differ) and one 2-second title.
+fn build_store(dir: &Path, media: &Path, scheme: Scheme, long: usize) -> Store {
+    let store = create_store_with_scheme(dir, scheme);
+    for i in 0..long {
+        ingest(&store, media, &format!("long-{i}"));
+    }
+    store
+}
+
+fn make_long_media(dir: &Path) -> std::path::PathBuf {
+    make_media_padded(dir, "long", MediaKind::Ts, TITLE_SECONDS, Some(TITLE_KBPS))
+}
+
+/// What a failure run measured.
+#[derive(Debug)]
+struct Run {
+    admitted: usize,
+    stalls: u32,
+    broken: usize,
+    misses: u64,
+    misses_before_failure: u64,
+    #[allow(dead_code)] // printed
+    overruns: u64,
+}
+
+/// Offers `clients` streams at once over the titles, fails disk 1 six
+/// seconds in, and waits for every stream to end.
+async fn failure_run(scheme: Scheme, clients: usize) -> Run {
+    let tmp = tempfile::tempdir().unwrap();
+    let media = make_long_media(tmp.path());
+    let store = build_store(&tmp.path().join("data"), &media, scheme, 4);
+    let titles = store.titles().unwrap();
+    let server = start(store, test_config()).await;
+    let url = server.url();
+    let http = reqwest::Client::new();
+    let mut tasks = Vec::new();
+    for i in 0..clients {
+        let title = &titles[i % titles.len()];
+        tasks.push(tokio::spawn(play(
+            http.clone(),
+            format!("{url}/stream/{}.ts", title.id.0),
+            title.client_bytes.clone(),
+        )));
+    }
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let before = server.metrics();
+    let (status, answer) = admin_post(
+        &http,
+        &format!("{url}/api/admin/disks/1/fail"),
+        Some(server.token()),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["streams_stopped"].as_array().unwrap().len(), 0);
+    let disks = get_json(&http, &format!("{url}/api/disks")).await;
+    assert_eq!(disks["disks"][1]["state"], "failed", "{disks}");
+    assert_eq!(disks["disks"][1]["serving"], false);
+    assert_eq!(disks["disks"][0]["state"], "healthy");
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    let after = server.metrics();
+    server.shutdown().await;
+    let admitted: Vec<&ClientResult> = results.iter().filter(|r| r.status == 200).collect();
+    for r in &results {
+        assert!(r.status == 200 || r.status == 503, "{r:?}");
+    }
+    let run = Run {
+        admitted: admitted.len(),
+        stalls: admitted.iter().map(|r| r.stalls).sum(),
+        broken: admitted
+            .iter()
+            .filter(|r| r.broken || r.received_bytes != r.expected_bytes)
+            .count(),
+        misses: after.stream_round_misses,
+        misses_before_failure: before.stream_round_misses,
+        overruns: after.disk_round_overruns,
+    };
+    eprintln!("{scheme}: {run:?}");
+    run
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minimum_reservation_absorbs_a_disk_failure_without_a_miss() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let run = failure_run(Scheme::Minimum, 48).await;
+    assert!(
+        run.admitted >= 16,
+        "the array should carry many streams: {run:?}"
+    );
+    assert!(
+        run.admitted < 48,
+        "admission should have refused some: {run:?}"
+    );
+    assert_eq!(run.misses, 0, "{run:?}");
+    assert_eq!(run.stalls, 0, "{run:?}");
+    assert_eq!(run.broken, 0, "every admitted stream is complete: {run:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreserved_misses_deadlines_after_the_same_failure() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let run = failure_run(Scheme::Unreserved, 48).await;
+    assert_eq!(
+        run.misses_before_failure, 0,
+        "no misses while every disk works: {run:?}"
+    );
+    assert!(
+        run.misses > 0,
+        "the rerouted reads do not fit unreserved disks: {run:?}"
+    );
+}
+
+/// A disk `f2` such that, with disks 1 and `f2` failed, every round of
+/// `title` still has a working replica.
+fn disk_sparing(store: &Store, title: &rondo_store::TitleRecord) -> u32 {
+    let stored = store.load_title(title.id).unwrap();
+    let working = |d: u32, f2: u32| d != 1 && d != f2;
+    [0u32, 2, 3]
+        .into_iter()
+        .find(|&f2| {
+            stored.layout.rounds().iter().all(|r| {
+                working(r.primary_disk.0, f2) || r.backups.iter().all(|b| working(b.disk.0, f2))
+            })
+        })
+        .expect("a short title survives some second failure")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_failure_stops_only_streams_whose_data_is_gone() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let media = make_long_media(tmp.path());
+    let short = make_media(tmp.path(), "short", MediaKind::Ts, 2);
+    let store = build_store(&tmp.path().join("data"), &media, Scheme::Minimum, 4);
+    let short = ingest(&store, &short, "short");
+    let second = disk_sparing(&store, &short);
+    let titles = store.titles().unwrap();
+    let server = start(store, test_config()).await;
+    let url = server.url();
+    let token = server.token().to_string();
+    let http = reqwest::Client::new();
+
+    // Control endpoints refuse requests without the right token.
+    for (path, body) in [
+        ("fail", None),
+        ("replace", Some(serde_json::json!({"path": "x.dev"}))),
+        ("restore", None),
+    ] {
+        for bad in [None, Some("not-the-token")] {
+            let (status, answer) = admin_post(
+                &http,
+                &format!("{url}/api/admin/disks/1/{path}"),
+                bad,
+                body.clone(),
+            )
+            .await;
+            assert_eq!(status, 401, "{path} {bad:?}: {answer}");
+        }
+    }
+    let disks = get_json(&http, &format!("{url}/api/disks")).await;
+    assert!(
+        disks["disks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["state"] == "healthy"),
+        "nothing failed without the token: {disks}"
+    );
+    let (status, _) = admin_post(
+        &http,
+        &format!("{url}/api/admin/disks/4/fail"),
+        Some(&token),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404, "there is no disk 4");
+
+    let long: Vec<_> = titles
+        .iter()
+        .filter(|t| t.name.starts_with("long"))
+        .collect();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let title = long[i % long.len()];
+        tasks.push(tokio::spawn(play(
+            http.clone(),
+            format!("{url}/stream/{}.ts", title.id.0),
+            title.client_bytes.clone(),
+        )));
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let fail = |disk: u32| {
+        let http = http.clone();
+        let url = format!("{url}/api/admin/disks/{disk}/fail");
+        let token = token.clone();
+        async move { admin_post(&http, &url, Some(&token), None).await }
+    };
+    let (status, first) = fail(1).await;
+    assert_eq!(status, 200, "{first}");
+    assert!(first["streams_stopped"].as_array().unwrap().is_empty());
+    let (status, again) = fail(1).await;
+    assert_eq!(status, 409, "failing a failed disk: {again}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (status, answer) = fail(second).await;
+    assert_eq!(status, 200, "{answer}");
+    let stopped = answer["streams_stopped"].as_array().unwrap().len();
+    assert!(stopped > 0, "long streams lost data: {answer}");
+
+    // The server still admits and plays what has a working replica.
+    let short_url = format!("{url}/stream/{}.ts", short.id.0);
+    let after = play(http.clone(), short_url, short.client_bytes.clone()).await;
+    assert_eq!(after.status, 200, "{after:?}");
+    assert!(
+        !after.broken && after.received_bytes == after.expected_bytes,
+        "{after:?}"
+    );
+    let mut broken = 0;
+    for task in tasks {
+        let r = task.await.unwrap();
+        assert_eq!(r.status, 200, "{r:?}");
+        if r.broken {
+            broken += 1;
+            assert!(r.received_bytes < r.expected_bytes, "{r:?}");
+        } else {
+            assert_eq!(r.received_bytes, r.expected_bytes, "{r:?}");
+        }
+    }
+    assert_eq!(broken, stopped, "exactly the stopped streams broke");
+    let metrics = server.metrics();
+    assert_eq!(metrics.streams_aborted as usize, stopped);
+    let disks = get_json(&http, &format!("{url}/api/disks")).await;
+    assert_eq!(disks["disks"][1]["state"], "failed");
+    assert_eq!(disks["disks"][second as usize]["state"], "failed");
+    // With two disks failed a rebuild cannot restore every extent: refused.
+    let (status, answer) = admin_post(
+        &http,
+        &format!("{url}/api/admin/disks/1/restore"),
+        Some(&token),
+        None,
+    )
+    .await;
+    assert_eq!(status, 409, "{answer}");
+    assert!(answer["error"].as_str().unwrap().contains("failed too"));
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_disk_is_rebuilt_byte_for_byte_while_streams_play() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let media = make_long_media(tmp.path());
+    let store = build_store(&dir, &media, Scheme::Minimum, 4);
+    let titles = store.titles().unwrap();
+    let server = start(store, test_config()).await;
+    let url = server.url();
+    let token = server.token().to_string();
+    let http = reqwest::Client::new();
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let title = &titles[i % titles.len()];
+        tasks.push(tokio::spawn(play(
+            http.clone(),
+            format!("{url}/stream/{}.ts", title.id.0),
+            title.client_bytes.clone(),
+        )));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let admin = |path: String, body: Option<serde_json::Value>| {
+        let http = http.clone();
+        let url = format!("{url}/api/admin/disks/{path}");
+        let token = token.clone();
+        async move { admin_post(&http, &url, Some(&token), body).await }
+    };
+    let new_device = tmp.path().join("new-2.dev");
+    let body = serde_json::json!({ "path": new_device });
+    let (status, answer) = admin("0/replace".into(), Some(body.clone())).await;
+    assert_eq!(status, 409, "a serving disk is not replaced: {answer}");
+    let (status, answer) = admin("2/fail".into(), None).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = admin("2/replace".into(), Some(body)).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = admin("2/restore".into(), None).await;
+    assert_eq!(status, 200, "{answer}");
+    let total_bytes = answer["total_bytes"].as_u64().unwrap();
+    assert!(total_bytes > 0);
+    let (status, _) = admin("2/restore".into(), None).await;
+    assert_eq!(status, 409, "one rebuild at a time");
+
+    // Progress while it runs, then the disk serves again.
+    let started = Instant::now();
+    let mut seen_progress = false;
+    let summary = loop {
+        let disks = get_json(&http, &format!("{url}/api/disks")).await;
+        if disks["rebuild"].is_object() {
+            assert_eq!(disks["disks"][2]["state"], "rebuilding", "{disks}");
+            assert_eq!(disks["rebuild"]["total_bytes"], total_bytes);
+            seen_progress = true;
+        }
+        if disks["disks"][2]["state"] == "healthy" {
+            break disks["last_rebuild"].clone();
+        }
+        assert!(started.elapsed() < Duration::from_secs(40), "{disks}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(seen_progress);
+    assert_eq!(summary["restored"], true, "{summary}");
+    assert_eq!(summary["bytes"], total_bytes);
+    eprintln!("rebuild: {summary}");
+    for task in tasks {
+        let r = task.await.unwrap();
+        assert_eq!(r.status, 200, "{r:?}");
+        assert!(!r.broken && r.received_bytes == r.expected_bytes, "{r:?}");
+        assert_eq!(r.stalls, 0, "{r:?}");
+    }
+    let metrics = server.metrics();
+    assert_eq!(metrics.stream_round_misses, 0);
+    // After the rebuild disk 2 serves reads again.
+    let reads_before = metrics.disks[2].reads;
+    let title = &titles[0];
+    let again = play(
+        http.clone(),
+        format!("{url}/stream/{}.ts", title.id.0),
+        title.client_bytes.clone(),
+    )
+    .await;
+    assert!(!again.broken && again.received_bytes == again.expected_bytes);
+    assert!(server.metrics().disks[2].reads > reads_before);
+    server.shutdown().await;
+
+    // Every extent verifies (fsck), and the rebuilt disk's extents hold the
+    // same bytes as the other replica.
+    let report = rondo_store::fsck(&dir);
+    assert!(report.passed(), "{report}");
+    let store = Store::open(&dir).unwrap();
+    assert_eq!(store.device(DiskIndex(2)).path(), new_device);
+    let mut rebuilt_rounds = 0;
+    for record in &titles {
+        let title = store.load_title(record.id).unwrap();
+        for (round, layout) in title.layout.rounds().iter().enumerate() {
+            let on_2 = layout.primary_disk.0 == 2 || layout.backups.iter().any(|b| b.disk.0 == 2);
+            if on_2 && !layout.primary.is_empty() {
+                let primary = store.read_round(&title, round, Replica::Primary).unwrap();
+                let backup = store.read_round(&title, round, Replica::Backup).unwrap();
+                assert_eq!(primary, backup, "title {} round {round}", record.id.0);
+                rebuilt_rounds += 1;
+            }
+        }
+    }
+    assert!(rebuilt_rounds > 0);
+}
+
+/// Flips `bytes` bytes at `device_offset_bytes` of disk `disk`'s stride area.
+fn corrupt(dir: &Path, disk: u32, device_offset_bytes: u64, bytes: usize) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join(format!("disk-{disk}.dev")))
+        .unwrap();
+    let at = rondo_store::HEADER_REGION_BYTES + device_offset_bytes;
+    let mut buf = vec![0u8; bytes];
+    file.read_exact_at(&mut buf, at).unwrap();
+    for b in &mut buf {
+        *b ^= 0x5a;
+    }
+    file.write_all_at(&buf, at).unwrap();
+    file.sync_all().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_extents_are_served_from_the_replica_and_fail_the_disk() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let media = make_media(tmp.path(), "clip", MediaKind::Ts, 6);
+    let store = create_store_with_scheme(&dir, Scheme::Minimum);
+    let record = ingest(&store, &media, "clip");
+    let expected = stored_stream(&store, &record);
+    // Three rounds whose primary is on the same disk, from round 1 on.
+    let title = store.load_title(record.id).unwrap();
+    let rounds = title.layout.rounds();
+    let disk = rounds[1].primary_disk.0;
+    let victims: Vec<u64> = rounds
+        .iter()
+        .skip(1)
+        .filter(|r| r.primary_disk.0 == disk && !r.primary.is_empty())
+        .map(|r| r.primary.as_slice()[0].device_offset_bytes)
+        .collect();
+    assert!(!victims.is_empty());
+    let server = start(store, test_config()).await;
+    let url = server.url();
+    let http = reqwest::Client::new();
+    let stream_url = format!("{url}/stream/{}.ts", record.id.0);
+    let fetch = || async {
+        let (status, _, body, _) = get_timed(&http, &stream_url, None).await;
+        assert_eq!(status, 200);
+        body
+    };
+
+    // One corrupt extent: the stream is whole (the backup served the
+    // round), the error is counted and the disk is suspect.
+    corrupt(&dir, disk, victims[0], 100);
+    assert!(fetch().await == expected, "the stream is byte-identical");
+    let metrics = server.metrics();
+    assert_eq!(metrics.read_errors, 1, "{metrics:?}");
+    assert_eq!(metrics.streams_aborted, 0);
+    let disks = get_json(&http, &format!("{url}/api/disks")).await;
+    assert_eq!(disks["disks"][disk as usize]["state"], "suspect", "{disks}");
+    assert_eq!(disks["disks"][disk as usize]["errors"], 1);
+
+    // Two more streams read the same bad extent: three errors within the
+    // health window fail the disk; every stream is still whole.
+    let (a, b) = tokio::join!(fetch(), fetch());
+    assert!(a == expected && b == expected);
+    let disks = get_json(&http, &format!("{url}/api/disks")).await;
+    assert_eq!(disks["disks"][disk as usize]["state"], "failed", "{disks}");
+    assert_eq!(disks["disks"][disk as usize]["serving"], false);
+    assert_eq!(server.metrics().read_errors, 3);
+    // Failed: its reads are planned on the backups, no more errors.
+    assert!(fetch().await == expected);
+    assert_eq!(server.metrics().read_errors, 3);
+    assert_eq!(server.metrics().stream_round_misses, 0);
+    server.shutdown().await;
+}

@@ -1,0 +1,110 @@
+//! Replacing a disk's device: the new device gets this array's header for
+//! the disk, rondo.toml records its path, the store reads and writes it, and
+//! paths that hold something (another disk, a non-empty file) are refused.
+
+mod common;
+
+use common::*;
+use rondo_model::layout::Replica;
+use rondo_model::units::DiskIndex;
+use rondo_store::{ProblemKind, Store, fsck};
+
+#[test]
+fn a_replaced_device_is_recorded_and_rebuilt_extents_read_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let store = Store::create(&dir, small_config(41, 40)).unwrap();
+    let record = store_title(&store, "t", 7, 9);
+    let title = store.load_title(record.id).unwrap();
+
+    // Another disk's path and a non-empty file are refused, nothing changes.
+    let err = store
+        .replace_device(DiskIndex(1), &dir.join("disk-2.dev"))
+        .unwrap_err();
+    assert!(err.to_string().contains("already disk 2"), "{err}");
+    let full = tmp.path().join("full.dev");
+    std::fs::write(&full, b"data").unwrap();
+    let err = store.replace_device(DiskIndex(1), &full).unwrap_err();
+    assert!(err.to_string().contains("not empty"), "{err}");
+    assert!(err.to_string().contains("full.dev"), "{err}");
+    assert!(
+        std::fs::read_to_string(dir.join("rondo.toml"))
+            .unwrap()
+            .contains("disk-1.dev")
+    );
+
+    let new_path = tmp.path().join("new-1.dev");
+    let device = store.replace_device(DiskIndex(1), &new_path).unwrap();
+    assert_eq!(device.path(), new_path);
+    assert_eq!(store.device(DiskIndex(1)).path(), new_path);
+    let toml = std::fs::read_to_string(dir.join("rondo.toml")).unwrap();
+    assert!(
+        toml.contains("new-1.dev") && !toml.contains("disk-1.dev"),
+        "{toml}"
+    );
+
+    // The new device is empty: every extent disk 1 held now fails its
+    // checksum, and the other replica still serves those rounds.
+    let report = store.fsck();
+    let bad: Vec<_> = report.problems_of(ProblemKind::Checksum).collect();
+    assert!(!bad.is_empty());
+    assert!(bad.iter().all(|p| p.message.contains("disk 1")), "{report}");
+    // Rewrite what disk 1 held from the other replica (what a rebuild does).
+    for round in 0..record.client_bytes.len() {
+        let layout = title.layout.round(round);
+        let data = store.read_round(&title, round, Replica::Backup);
+        let primary = store.read_round(&title, round, Replica::Primary);
+        let good = if layout.primary_disk.0 == 1 {
+            data
+        } else {
+            primary
+        }
+        .unwrap();
+        let mut padded = rondo_store::AlignedBuf::zeroed(layout.primary.bytes() as usize);
+        padded[..good.len()].copy_from_slice(&good);
+        if layout.primary_disk.0 == 1 {
+            let mut at = 0usize;
+            for x in layout.primary.as_slice() {
+                let len = x.length_bytes as usize;
+                device
+                    .write_at(x.device_offset_bytes, &padded[at..at + len])
+                    .unwrap();
+                at += len;
+            }
+        }
+        for b in layout.backups.iter().filter(|b| b.disk.0 == 1) {
+            let mut piece = Vec::new();
+            for f in &b.fragments {
+                piece.extend_from_slice(&padded[f.start as usize..f.end as usize]);
+            }
+            let mut at = 0usize;
+            for x in b.extents.as_slice() {
+                let len = x.length_bytes as usize;
+                let mut buf = rondo_store::AlignedBuf::zeroed(len);
+                buf.copy_from_slice(&piece[at..at + len]);
+                device.write_at(x.device_offset_bytes, &buf).unwrap();
+                at += len;
+            }
+        }
+    }
+    device.sync().unwrap();
+    drop(title);
+    drop(store);
+    let report = fsck(&dir);
+    assert!(report.passed(), "{report}");
+    // The directory opens with the new device as disk 1.
+    let store = Store::open(&dir).unwrap();
+    assert_eq!(store.device(DiskIndex(1)).path(), new_path);
+}
+
+#[test]
+fn a_disk_outside_the_array_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let store = Store::create(&dir, small_config(42, 8)).unwrap();
+    let err = store
+        .replace_device(DiskIndex(3), &tmp.path().join("x.dev"))
+        .unwrap_err();
+    assert!(err.to_string().contains('3'), "{err}");
+    assert!(!tmp.path().join("x.dev").exists());
+}
