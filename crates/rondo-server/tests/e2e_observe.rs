@@ -456,7 +456,7 @@ async fn dashboard_renders_with_data_in_headless_chromium() {
         .unwrap_or_else(|| panic!("no data-points in the DOM:\n{dom}"));
     assert!(points >= 6, "rounds drawn: {points}");
     let canvases = dom.matches("<canvas").count();
-    assert_eq!(canvases, 4 + 4, "a chart per disk and four more");
+    assert_eq!(canvases, 4 + 5, "a chart per disk and five more");
     assert!(dom.contains("disk 3: healthy"), "disk states shown");
 
     let shot = dir.path().join("dashboard.png");

@@ -33,7 +33,7 @@ function chartWidth(el) {
 function baseOpts(el, series, yLabel, yRange) {
   return {
     width: chartWidth(el),
-    height: 170,
+    height: 160,
     legend: { live: false },
     cursor: { drag: { x: false, y: false } },
     scales: { x: { time: false }, y: yRange ? { range: yRange } : { range: (u, min, max) => [0, Math.max(1, max)] } },
@@ -85,11 +85,41 @@ function makeCharts(disks) {
       Object.assign({ label: "deadline misses" }, bars("#c62828", -1)),
       Object.assign({ label: "disk-round overruns" }, bars("#ef8f00", 1)),
     ], "per round"), [[], [], []], missesBox),
+    health: makeHealthChart(),
     buffers: new uPlot(baseOpts(buffersBox, [
       { label: "buffers in use (MiB)", stroke: "#6a1b9a", width: 2 },
       { label: "sent (MiB per round)", stroke: "#00838f", width: 2 },
     ], "MiB"), [[], [], []], buffersBox),
   };
+}
+
+// Disks not healthy (by state) per round and the rebuild's progress, on
+// two scales.
+function makeHealthChart() {
+  const box = $("healthChart");
+  box.innerHTML = "";
+  const opts = baseOpts(box, [
+    { label: "failed disks", stroke: "#c62828", width: 2, scale: "disks", paths: uPlot.paths.stepped({ align: 1 }) },
+    { label: "suspect disks", stroke: "#ef8f00", width: 2, scale: "disks", paths: uPlot.paths.stepped({ align: 1 }) },
+    { label: "rebuilding disks", stroke: "#1565c0", width: 2, scale: "disks", paths: uPlot.paths.stepped({ align: 1 }) },
+    { label: "rebuild done (%)", stroke: "#6a1b9a", width: 2, dash: [6, 3], scale: "pct" },
+  ], "disks");
+  opts.height = 120;
+  opts.scales = {
+    x: { time: false },
+    disks: { range: (u, min, max) => [0, Math.max(1, max)] },
+    pct: { range: [0, 100] },
+  };
+  opts.axes = [
+    { label: "round", size: 36, labelSize: 14 },
+    { label: "disks", scale: "disks", size: 46, labelSize: 14, incrs: [1, 2, 5, 10] },
+    { label: "rebuild %", scale: "pct", side: 1, size: 50, labelSize: 14, grid: { show: false } },
+  ];
+  return new uPlot(opts, [[], [], [], [], []], box);
+}
+
+function countState(s, state) {
+  return s.disks.filter(d => d.state === state).length;
 }
 
 function frac(ns, s) {
@@ -115,6 +145,9 @@ function redraw() {
   charts.streams.setData([x, samples.map(s => s.active_streams)]);
   charts.admissions.setData([x, samples.map(s => s.admitted), samples.map(rejected)]);
   charts.misses.setData([x, samples.map(s => s.misses), samples.map(s => s.overruns)]);
+  charts.health.setData([x, samples.map(s => countState(s, 2)), samples.map(s => countState(s, 1)),
+    samples.map(s => countState(s, 3)),
+    samples.map(s => s.rebuild && s.rebuild.total_bytes > 0 ? 100 * s.rebuild.done_bytes / s.rebuild.total_bytes : null)]);
   const mib = 1024 * 1024;
   charts.buffers.setData([x, samples.map(s => s.buffer_bytes_in_use / mib),
     samples.map(s => s.sent_bytes / mib / Math.max(1, s.rounds))]);
@@ -180,8 +213,8 @@ function connect() {
 
 window.addEventListener("resize", () => {
   if (!charts) return;
-  const all = charts.disks.concat([charts.streams, charts.admissions, charts.misses, charts.buffers]);
-  all.forEach(c => c.setSize({ width: chartWidth(c.root.parentElement), height: 170 }));
+  const all = charts.disks.concat([charts.streams, charts.admissions, charts.misses, charts.buffers, charts.health]);
+  all.forEach(c => c.setSize({ width: chartWidth(c.root.parentElement), height: c.height }));
 });
 
 connect();

@@ -252,11 +252,11 @@ pub async fn run_sampler(shared: Weak<Shared>, history: Arc<History>) {
     // Sample at 90% of each round: the round's batches have normally
     // reported by then, and the next round's reservations are not yet added.
     let offset = Duration::from_nanos(round_ns / 10 * 9);
-    let round = Duration::from_nanos(round_ns);
-    let elapsed = std::time::Instant::now().saturating_duration_since(clock_t0);
-    let mut index = (elapsed.as_nanos() / u128::from(round_ns.max(1))) as u32;
+    // Whole rounds in `elapsed`.
+    let rounds_in = |elapsed: Duration| (elapsed.as_nanos() / u128::from(round_ns.max(1))) as u64;
+    let mut index = rounds_in(std::time::Instant::now().saturating_duration_since(clock_t0));
     loop {
-        let at = clock_t0 + round * index + offset;
+        let at = clock_t0 + Duration::from_nanos(round_ns.saturating_mul(index)) + offset;
         // Wait for `at`, looking at the shutdown flag now and then.
         loop {
             let Some(shared) = shared.upgrade() else {
@@ -287,9 +287,7 @@ pub async fn run_sampler(shared: Weak<Shared>, history: Arc<History>) {
         drop(shared);
         // The next round not yet past its sampling instant.
         let elapsed = std::time::Instant::now().saturating_duration_since(clock_t0);
-        let next =
-            ((elapsed.saturating_sub(offset)).as_nanos() / u128::from(round_ns.max(1))) as u32 + 1;
-        index = next.max(index + 1);
+        index = (rounds_in(elapsed.saturating_sub(offset)) + 1).max(index + 1);
     }
 }
 
