@@ -5,7 +5,8 @@
 //!   per-disk reserved and measured busy time) and agree with the JSON
 //!   counters once they end (bytes sent equal what the clients received);
 //!   `GET /api/events` sends the recent history, then one sample per round;
-//!   a shutdown with an event stream open ends it and completes at once.
+//!   a disk failed through the control API shows as failed in both; a
+//!   shutdown with an event stream open ends it and completes at once.
 //! - The dashboard, opened in headless Chromium while streams play, is fed
 //!   live by the event stream (its title counts the rounds drawn and grows),
 //!   and its snapshot view renders with data in every chart: the DOM says
@@ -278,6 +279,39 @@ async fn metrics_and_events_follow_the_streams() {
         "{}",
         recent.len()
     );
+
+    // A disk failed by the operator shows in both.
+    let failed = client
+        .post(format!("{base}/api/admin/disks/1/fail"))
+        .bearer_auth(server.token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(failed.status(), 200);
+    let states = scrape(&client, &base).await;
+    assert_eq!(states["rondo_disk_state{disk=\"1\",state=\"failed\"}"], 1.0);
+    assert_eq!(
+        states["rondo_disk_state{disk=\"1\",state=\"healthy\"}"],
+        0.0
+    );
+    assert_eq!(
+        states["rondo_disk_state{disk=\"0\",state=\"healthy\"}"],
+        1.0
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut seen_failed = false;
+    while !seen_failed && Instant::now() < deadline {
+        let Ok(Some((event, data))) =
+            tokio::time::timeout(Duration::from_secs(3), events.next()).await
+        else {
+            break;
+        };
+        if event == "round" {
+            let sample: Value = serde_json::from_str(&data).unwrap();
+            seen_failed = sample["disks"][1]["state"] == 2;
+        }
+    }
+    assert!(seen_failed, "a round event shows disk 1 failed");
 
     // An open event stream ends at shutdown and does not hold it up.
     let started = Instant::now();
