@@ -200,7 +200,7 @@ pub fn disks_json(shared: &Shared) -> Value {
             })
         })
         .collect();
-    let rebuild = core.ops.rebuild.as_ref().map(|r| r.json(shared.round_ns()));
+    let rebuild = core.ops.rebuild.as_ref().map(|r| r.json());
     json!({
         "round": core.next_round.saturating_sub(1),
         "disks": disks,

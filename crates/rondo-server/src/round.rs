@@ -56,6 +56,9 @@ pub struct Driver {
     disks: Vec<Sender<DiskBatch>>,
     events: Receiver<IoEvent>,
     inflight: BTreeMap<(StreamId, u32), Inflight>,
+    /// Stream-rounds being read again from the other replica after an
+    /// error: their read round, and whether counted as a miss already.
+    recovering: BTreeMap<(StreamId, u32), (u64, bool)>,
     /// The round most recently begun.
     current: u64,
 }
@@ -74,6 +77,7 @@ impl Driver {
             disks,
             events,
             inflight: BTreeMap::new(),
+            recovering: BTreeMap::new(),
             current: 0,
         }
     }
@@ -154,6 +158,22 @@ impl Driver {
                 }
             }
         }
+
+        for ((stream, _), (read_round, missed)) in self.recovering.iter_mut() {
+            if *read_round < round && !*missed {
+                *missed = true;
+                if core.streams.contains_key(stream) {
+                    metrics.stream_round_misses.fetch_add(1, Relaxed);
+                    tracing::warn!(
+                        stream = stream.0,
+                        read_round = *read_round,
+                        "deadline miss: the other replica's read was not complete when its round ended"
+                    );
+                }
+            }
+        }
+        self.recovering
+            .retain(|(stream, _), _| core.streams.contains_key(stream));
 
         // 2. Advance the tables; hand over what may be sent now.
         core.reservations.advance_to(round);
@@ -426,6 +446,8 @@ impl Driver {
         );
         match other {
             Some(replica) => {
+                self.recovering
+                    .insert((stream, playback_round), (inflight.read_round, false));
                 let _ = shared.copier.send(crate::ops::CopierJob::ReplicaRead {
                     stream,
                     playback_round,
@@ -451,6 +473,7 @@ impl Driver {
         playback_round: u32,
         result: Result<Vec<u8>, String>,
     ) {
+        self.recovering.remove(&(stream, playback_round));
         let shared = Arc::clone(&self.shared);
         let mut core = shared.core.lock().expect("core lock");
         match result {

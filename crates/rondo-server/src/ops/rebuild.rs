@@ -86,7 +86,7 @@ impl Rebuild {
     }
 
     /// Progress and an estimate of the time left at the rate so far.
-    pub fn json(&self, _round_ns: u64) -> Value {
+    pub fn json(&self) -> Value {
         let progress = self.queue.progress();
         let elapsed_s = self.started_at.elapsed().as_secs_f64();
         let rate = if elapsed_s > 0.0 {
