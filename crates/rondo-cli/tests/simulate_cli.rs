@@ -188,6 +188,20 @@ fn experiment_run_names_what_is_wrong_in_a_bad_file() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("series 'a'") && err.contains("raid5"), "{err}");
+    // A misspelled field is refused, not silently ignored.
+    let typo = dir.path().join("typo.toml");
+    std::fs::write(
+        &typo,
+        "name = \"t\"\nx = \"disks\"\nx_values = [4]\n[[series]]\nlabel = \"a\"\nplacment = \"random\"\n",
+    )
+    .unwrap();
+    let out = rondo()
+        .args(["experiment", "run"])
+        .arg(&typo)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown field `placment`"));
     let out = rondo()
         .args(["experiment", "run", "/nonexistent/x.toml"])
         .output()

@@ -45,10 +45,15 @@ pub struct PointResult {
     pub reserved_fraction: f64,
     pub reserved_primary_fraction: f64,
     pub reserved_spread_fraction: f64,
+    pub reserved_max_fraction: f64,
+    pub reserved_min_fraction: f64,
     pub reserved_working_fraction: f64,
     pub busy_fraction: Option<f64>,
     pub deadline_misses: u64,
     pub disk_round_overruns: u64,
+    /// Disk-rounds whose measured busy time exceeded their reservation
+    /// (simulated-disk mode), summed over replications.
+    pub busy_over_reserved_disk_rounds: u64,
     pub lost_reads: u64,
     pub lookahead_rounds: u64,
 }
@@ -199,12 +204,15 @@ fn summarise(point: &Point, runs: &[SimResult], metric: &str) -> Result<PointRes
         reserved_fraction: mean(&|r| r.reserved_fraction),
         reserved_primary_fraction: mean(&|r| r.reserved_primary_fraction),
         reserved_spread_fraction: mean(&|r| r.reserved_spread_fraction),
+        reserved_max_fraction: mean(&|r| r.reserved_max_fraction),
+        reserved_min_fraction: mean(&|r| r.reserved_min_fraction),
         reserved_working_fraction: mean(&|r| r.reserved_working_fraction),
         busy_fraction: runs[0]
             .busy_fraction
             .map(|_| mean(&|r| r.busy_fraction.unwrap_or(0.0))),
         deadline_misses: runs.iter().map(|r| r.deadline_misses).sum(),
         disk_round_overruns: runs.iter().map(|r| r.disk_round_overruns).sum(),
+        busy_over_reserved_disk_rounds: runs.iter().map(|r| r.busy_over_reserved_disk_rounds).sum(),
         lost_reads: runs.iter().map(|r| r.lost_reads).sum(),
         lookahead_rounds: runs[0].lookahead_rounds,
     })
@@ -246,11 +254,12 @@ impl ExperimentResult {
              mean_active_streams,ci_half_width,metric,metric_ci_half_width,rejection_ratio,\
              mean_startup_delay_rounds,reserved_fraction,reserved_primary_fraction,\
              reserved_spread_fraction,reserved_working_fraction,busy_fraction,deadline_misses,\
-             disk_round_overruns,lost_reads\n",
+             disk_round_overruns,lost_reads,reserved_max_fraction,reserved_min_fraction,\
+             busy_over_reserved_disk_rounds\n",
         );
         for p in &self.points {
             out.push_str(&format!(
-                "\"{}\",{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.5},{:.5},{:.5},{:.3},{:.5},{:.5},{:.5},{:.5},{},{},{},{}\n",
+                "\"{}\",{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.5},{:.5},{:.5},{:.3},{:.5},{:.5},{:.5},{:.5},{},{},{},{},{:.5},{:.5},{}\n",
                 p.series.replace('"', "\"\""),
                 p.x,
                 p.disks,
@@ -275,6 +284,9 @@ impl ExperimentResult {
                 p.deadline_misses,
                 p.disk_round_overruns,
                 p.lost_reads,
+                p.reserved_max_fraction,
+                p.reserved_min_fraction,
+                p.busy_over_reserved_disk_rounds,
             ));
         }
         out

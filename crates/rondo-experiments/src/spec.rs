@@ -290,6 +290,23 @@ impl ExperimentSpec {
     }
 }
 
+impl ExperimentSpec {
+    /// Plans and places every point's titles once (no rounds run), so a
+    /// configuration that cannot hold its titles fails before anything runs.
+    pub fn check_layouts(&self) -> Result<(), SpecError> {
+        for p in self.points()? {
+            let titles = titles_with(&p.titles, p.trace, &p.config)?;
+            rondo_sim::run::prepare(&p.config, &titles).map_err(|e| SpecError::Config {
+                series: p.series.clone(),
+                x: p.x_name.clone(),
+                value: p.x,
+                message: e.to_string(),
+            })?;
+        }
+        Ok(())
+    }
+}
+
 /// The titles an experiment names: a comma-separated list whose items are
 /// `table3-mixed` (seed 000's six types, submitted round-robin), a trace type
 /// (`rondo trace generate --help`), or the path of a trace file

@@ -50,14 +50,18 @@ pub enum BoundKind {
 
 /// A disk failing at a round boundary.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FailureSpec {
     pub disk: u32,
     /// The first round in which the disk is unavailable.
     pub round: u64,
 }
 
-/// Everything one run depends on, besides the titles.
+/// Everything one run depends on, besides the titles. Unknown fields are
+/// refused, so a misspelled key in an experiment file is an error rather
+/// than a silently different experiment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SimConfig {
     pub disks: u32,
     /// Disk profile name (`rondo disk list`).
@@ -169,6 +173,10 @@ pub struct SimResult {
     pub reserved_backup_fraction: f64,
     /// Average over measured rounds of (most − least reserved disk) / T (Fig. 12).
     pub reserved_spread_fraction: f64,
+    /// Averages over measured rounds of the most and the least reserved
+    /// disk's reserved time / T (their difference is the spread).
+    pub reserved_max_fraction: f64,
+    pub reserved_min_fraction: f64,
     /// Simulated-disk mode: measured busy time over the round, averaged over
     /// working disks and measured rounds.
     pub busy_fraction: Option<f64>,
@@ -480,6 +488,8 @@ struct Measure {
     reserved_fraction_sum: f64,
     reserved_primary_fraction_sum: f64,
     reserved_spread_sum: f64,
+    reserved_max_sum: f64,
+    reserved_min_sum: f64,
     reserved_working_fraction_sum: f64,
     observed_rounds: u64,
     busy_fraction_sum: f64,
@@ -511,6 +521,8 @@ impl Measure {
         self.reserved_fraction_sum += total as f64 / (disks as f64 * t);
         self.reserved_primary_fraction_sum += primary as f64 / (disks as f64 * t);
         self.reserved_spread_sum += (most - least) as f64 / t;
+        self.reserved_max_sum += most as f64 / t;
+        self.reserved_min_sum += least as f64 / t;
         if working > 0 {
             self.reserved_working_fraction_sum += working_total as f64 / (working as f64 * t);
         }
@@ -542,6 +554,8 @@ impl Measure {
                 self.reserved_fraction_sum - self.reserved_primary_fraction_sum,
             ),
             reserved_spread_fraction: per_round(self.reserved_spread_sum),
+            reserved_max_fraction: per_round(self.reserved_max_sum),
+            reserved_min_fraction: per_round(self.reserved_min_sum),
             busy_fraction: (mode == Mode::SimulatedDisk)
                 .then(|| self.busy_fraction_sum / self.busy_rounds.max(1) as f64),
             reserved_working_fraction: per_round(self.reserved_working_fraction_sum),

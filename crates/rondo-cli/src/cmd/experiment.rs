@@ -30,6 +30,9 @@ pub enum ExperimentCommand {
         /// `--set end_round=4000 --set warmup_rounds=1000` (repeatable).
         #[arg(long = "set", value_name = "FIELD=VALUE")]
         overrides: Vec<String>,
+        /// Override the minimum number of replications per point.
+        #[arg(long)]
+        min_replications: Option<usize>,
         /// Override the maximum number of replications per point.
         #[arg(long)]
         max_replications: Option<usize>,
@@ -45,6 +48,7 @@ pub fn run(command: ExperimentCommand) -> anyhow::Result<()> {
         out,
         seed,
         overrides,
+        min_replications,
         max_replications,
         json,
     } = command;
@@ -58,12 +62,18 @@ pub fn run(command: ExperimentCommand) -> anyhow::Result<()> {
             .unwrap_or_else(|_| toml::Value::String(value.to_string()));
         spec.base.insert(key.trim().to_string(), value);
     }
+    if let Some(min) = min_replications {
+        anyhow::ensure!(min >= 1, "--min-replications must be at least 1");
+        spec.replications.min = min;
+        spec.replications.max = spec.replications.max.max(min);
+    }
     if let Some(max) = max_replications {
         spec.replications.max = max;
         spec.replications.min = spec.replications.min.min(max);
     }
-    // Re-validate with the overrides applied.
-    spec.points()?;
+    // Re-validate with the overrides applied, placing every point's titles
+    // so that a configuration that cannot hold them fails before any run.
+    spec.check_layouts()?;
     let out = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     let bar = if json {
