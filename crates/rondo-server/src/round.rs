@@ -216,8 +216,20 @@ impl Driver {
                 device: swaps[disk as usize].take(),
             });
         }
-        // The rebuild's copies for this round, in the time left unreserved.
-        crate::ops::rebuild_round(&shared, &mut core, round);
+        // The rebuild's copies for this round, in the time left unreserved;
+        // the ingest gate gets what they leave.
+        let rebuild_ns = crate::ops::rebuild_round(&shared, &mut core, round);
+        if rebuild_ns.iter().any(|&ns| ns > 0) {
+            credit_ns = (0..disk_count as u32)
+                .filter(|&d| !core.reservations.is_failed(d))
+                .map(|d| {
+                    core.reservations
+                        .unreserved_ns(d, round)
+                        .saturating_sub(rebuild_ns[d as usize])
+                })
+                .min()
+                .unwrap_or(u64::MAX);
+        }
         // Empty rounds (no bytes) complete at once: they have no extents.
         let empty: Vec<(StreamId, u32)> = self
             .inflight

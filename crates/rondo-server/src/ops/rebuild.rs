@@ -141,26 +141,33 @@ fn read_cost_ns(bound: &Bound, extents: &[(u64, u64)]) -> u64 {
 }
 
 /// The round driver's part, once per round after planning its reads: the
-/// copies that fit this round's unreserved time go to the copier.
-pub fn rebuild_round(shared: &Shared, core: &mut Core, round: u64) {
+/// copies that fit this round's unreserved time go to the copier. Returns
+/// the disk time they are charged, per disk (what other writers may not use).
+pub fn rebuild_round(shared: &Shared, core: &mut Core, round: u64) -> Vec<u64> {
     let Core {
         reservations,
         ops,
         titles,
         ..
     } = core;
+    let mut charged_ns = vec![0u64; reservations.config().disks as usize];
     let Some(rebuild) = ops.rebuild.as_mut() else {
-        return;
+        return charged_ns;
     };
     if rebuild.finishing {
-        return;
+        return charged_ns;
     }
-    let (run, lost) = rebuild.queue.next_round(
-        reservations,
-        round,
-        |_, extents| read_cost_ns(&shared.bound, extents),
-        |extents| shared.write_bound.extents_ns(extents),
-    );
+    let read_ns = |_: u32, extents: &[(u64, u64)]| read_cost_ns(&shared.bound, extents);
+    let write_ns = |extents: &[(u64, u64)]| shared.write_bound.extents_ns(extents);
+    let (run, lost) = rebuild
+        .queue
+        .next_round(reservations, round, read_ns, write_ns);
+    for task in &run {
+        for source in &task.read_from {
+            charged_ns[source.disk as usize] += read_ns(source.disk, &source.extents);
+        }
+        charged_ns[task.write_to.disk as usize] += write_ns(&task.write_to.extents);
+    }
     for task in lost {
         let message = format!(
             "title {} round {} {:?}: no working replica to copy from",
@@ -185,6 +192,7 @@ pub fn rebuild_round(shared: &Shared, core: &mut Core, round: u64) {
         rebuild.finishing = true;
         let _ = shared.copier.send(CopierJob::Finish { disk });
     }
+    charged_ns
 }
 
 /// Starts the copier thread; it exits when the server shuts down.
