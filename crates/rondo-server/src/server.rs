@@ -236,6 +236,8 @@ impl RunningServer {
             .spawn(move || driver.run())
             .map_err(io_error("starting the round driver"))?;
 
+        // The dashboard's history starts with the server, not with its first viewer.
+        crate::observe::start(&shared);
         let (stop_http, stopped) = oneshot::channel::<()>();
         let app = router(Arc::clone(&shared)).into_make_service_with_connect_info::<SocketAddr>();
         let http = tokio::spawn(async move {
