@@ -460,12 +460,14 @@ impl Driver {
             Some(replica) => {
                 self.recovering
                     .insert((stream, playback_round), (inflight.read_round, false));
-                let _ = shared.copier.send(crate::ops::CopierJob::ReplicaRead {
-                    stream,
-                    playback_round,
-                    replica,
-                    title: Arc::clone(&inflight.title),
-                });
+                let _ = shared
+                    .replica_reads
+                    .send(crate::ops::CopierJob::ReplicaRead {
+                        stream,
+                        playback_round,
+                        replica,
+                        title: Arc::clone(&inflight.title),
+                    });
             }
             None => self.abort(
                 &mut core,

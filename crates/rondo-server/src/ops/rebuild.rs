@@ -13,9 +13,10 @@
 //! it. When the queue is empty the copier syncs the device and the disk
 //! serves again (`Reservations::restore_disk`, `ArrayHealth::restore`).
 //!
-//! The same thread reads a stream-round again from the other replica when
-//! its planned read failed (an I/O error or a bad checksum); such a read is
-//! not planned, so it is done outside the disk model, like the copies.
+//! A second thread of the same kind reads a stream-round again from the
+//! other replica when its planned read failed (an I/O error or a bad
+//! checksum); such a read is not planned, so it is done outside the disk
+//! model, like the copies.
 //!
 //! The copies are paced by reservations, like ingest writes: emulated disk
 //! models do not see them, the host's storage serves them.
@@ -195,14 +196,17 @@ pub fn rebuild_round(shared: &Shared, core: &mut Core, round: u64) -> Vec<u64> {
     charged_ns
 }
 
-/// Starts the copier thread; it exits when the server shuts down.
+/// Starts a thread doing `jobs` (named `name`); it exits when the server
+/// shuts down. The server runs two: the copier, fed the rebuild's copies,
+/// and one for replica re-reads, so that those never wait behind copies.
 pub fn spawn_copier(
+    name: &str,
     shared: Arc<Shared>,
     jobs: Receiver<CopierJob>,
     events: Sender<IoEvent>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
-        .name("rondo-copier".into())
+        .name(name.into())
         .spawn(move || {
             loop {
                 if shared.shutting_down.load(Relaxed) {
