@@ -133,6 +133,14 @@ async fn api_index() -> axum::Json<Value> {
             {"method": "GET, HEAD", "path": "/stream/{id}", "what": "the title, paced by its schedule; Range (one range) and ?t=SECONDS (MPEG-TS)"},
             {"method": "POST", "path": "/api/admin/titles?name=NAME", "what": "ingest the request body as a title (Authorization: Bearer <token>)"},
             {"method": "DELETE", "path": "/api/admin/titles/{id}", "what": "delete a title (Authorization: Bearer <token>)"},
+            {"method": "GET", "path": "/api/disks", "what": "each disk's state and errors, and the rebuild's progress"},
+            {"method": "POST", "path": "/api/admin/disks/{k}/fail", "what": "mark disk k failed (Authorization: Bearer <token>)"},
+            {"method": "POST", "path": "/api/admin/disks/{k}/replace", "what": "map a new device {\"path\": ...} to failed disk k (Authorization: Bearer <token>)"},
+            {"method": "POST", "path": "/api/admin/disks/{k}/restore", "what": "rebuild disk k from the replicas in unreserved disk time (Authorization: Bearer <token>)"},
+            {"method": "GET", "path": "/metrics", "what": "Prometheus text"},
+            {"method": "GET", "path": "/dashboard", "what": "live charts of reserved vs measured disk time, streams, admissions, failures"},
+            {"method": "GET", "path": "/api/events", "what": "server-sent events: recent history, then one event per round"},
+            {"method": "GET", "path": "/api/history", "what": "the recent per-round history as JSON"},
         ]
     }))
 }
