@@ -193,7 +193,6 @@ impl Driver {
         core.ops.device_swaps = vec![None; swaps.len()];
         let disk_count = plan.len();
         let mut batches: Vec<DiskBatch> = Vec::with_capacity(disk_count);
-        let mut credit_ns = u64::MAX;
         let fixed_ns = core.reservations.config().round_fixed_ns;
         for (disk, reads) in plan.iter().enumerate() {
             let disk = disk as u32;
@@ -205,7 +204,6 @@ impl Driver {
             }
             if !core.reservations.is_failed(disk) {
                 let reserved_ns = fixed_ns + core.reservations.reserved_ns(disk, round);
-                credit_ns = credit_ns.min(self.shared.round_ns().saturating_sub(reserved_ns));
                 let d = &metrics.disks[disk as usize];
                 d.last_reserved_ns.store(reserved_ns, Relaxed);
                 d.reserved_ns_total.fetch_add(reserved_ns, Relaxed);
@@ -219,17 +217,7 @@ impl Driver {
         // The rebuild's copies for this round, in the time left unreserved;
         // the ingest gate gets what they leave.
         let rebuild_ns = crate::ops::rebuild_round(&shared, &mut core, round);
-        if rebuild_ns.iter().any(|&ns| ns > 0) {
-            credit_ns = (0..disk_count as u32)
-                .filter(|&d| !core.reservations.is_failed(d))
-                .map(|d| {
-                    core.reservations
-                        .unreserved_ns(d, round)
-                        .saturating_sub(rebuild_ns[d as usize])
-                })
-                .min()
-                .unwrap_or(u64::MAX);
-        }
+        let credit_ns = core.reservations.write_credit_ns(round, &rebuild_ns);
         // Empty rounds (no bytes) complete at once: they have no extents.
         let empty: Vec<(StreamId, u32)> = self
             .inflight
@@ -251,11 +239,9 @@ impl Driver {
         drop(core);
 
         let working = batches.len() as u32;
-        shared.gate.begin_round(
-            round,
-            if credit_ns == u64::MAX { 0 } else { credit_ns },
-            working,
-        );
+        shared
+            .gate
+            .begin_round(round, credit_ns.unwrap_or(0), working);
         for (disk, batch) in batches.into_iter().enumerate() {
             // Bounded: a disk rounds behind makes the driver wait here rather
             // than queue without limit; clients never do.
