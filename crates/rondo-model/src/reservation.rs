@@ -538,14 +538,6 @@ impl Reservations {
         self.streams.len()
     }
 
-    /// Streams whose playback has started by `round` (first read done or doing).
-    pub fn streams_started_by(&self, round: u64) -> usize {
-        self.streams
-            .values()
-            .filter(|s| s.start_round <= round)
-            .count()
-    }
-
     pub fn is_failed(&self, disk: u32) -> bool {
         self.failed[disk as usize]
     }
