@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use crate::catalog::{self, CATALOG_FILE, SCHEMA_VERSION};
 use crate::config::{ArrayConfig, CONFIG_FILE, IO_ALIGN_BYTES};
+use crate::disk_state::{DISK_STATE_FILE, DiskStates};
 use crate::device::{AlignedBuf, Device, IoMode};
 use crate::store::{TitleRecord, expected_header, lock_dir};
 
@@ -70,6 +71,11 @@ pub struct FsckReport {
     pub titles_checked: u64,
     pub extents_checked: u64,
     pub bytes_checked: u64,
+    /// Disks recorded failed (`disk-state.toml`): their devices are not
+    /// read, since they are broken or await a rebuild.
+    pub failed_disks: Vec<u32>,
+    /// Extents on those disks, not checked.
+    pub extents_skipped: u64,
 }
 
 impl FsckReport {
@@ -119,6 +125,21 @@ impl fmt::Display for FsckReport {
             "  checked {} complete title(s), {} extent(s), {} bytes",
             self.titles_checked, self.extents_checked, self.bytes_checked
         )?;
+        for &disk in &self.failed_disks {
+            writeln!(
+                f,
+                "  disk {disk} is failed (recorded in {DISK_STATE_FILE}): its device was not \
+                 read; its data is served from the other replicas until `rondo admin \
+                 restore-disk {disk}` rebuilds it"
+            )?;
+        }
+        if self.extents_skipped > 0 {
+            writeln!(
+                f,
+                "  {} extent(s) on failed disks not checked",
+                self.extents_skipped
+            )?;
+        }
         for orphan in &self.orphans {
             writeln!(
                 f,
@@ -167,8 +188,16 @@ pub fn fsck(dir: impl AsRef<Path>) -> FsckReport {
             return report;
         }
     };
+    match DiskStates::load(dir, config.disk_count) {
+        Ok(states) => report.failed_disks = states.failed_disks(),
+        Err(e) => report.problem(ProblemKind::Config, e.to_string()),
+    }
     let mut devices = Vec::with_capacity(config.devices.len());
     for k in 0..config.devices.len() {
+        if report.failed_disks.contains(&(k as u32)) {
+            devices.push(None);
+            continue;
+        }
         let path = config.device_path(dir, k);
         match Device::open(
             &path,
@@ -239,7 +268,15 @@ pub(crate) fn check_open(
         dir: dir.to_path_buf(),
         ..FsckReport::default()
     };
-    let devices: Vec<Option<Arc<Device>>> = devices.iter().cloned().map(Some).collect();
+    match DiskStates::load(dir, config.disk_count) {
+        Ok(states) => report.failed_disks = states.failed_disks(),
+        Err(e) => report.problem(ProblemKind::Config, e.to_string()),
+    }
+    let devices: Vec<Option<Arc<Device>>> = devices
+        .iter()
+        .enumerate()
+        .map(|(k, d)| (!report.failed_disks.contains(&(k as u32))).then(|| Arc::clone(d)))
+        .collect();
     check_catalog(&mut report, config, &devices, conn);
     report
 }
@@ -508,7 +545,11 @@ fn check_catalog(
                 continue;
             }
             let Some(Some(device)) = devices.get(extent.disk.0 as usize) else {
-                // The device's own problem is already reported.
+                // A failed disk is not read; a missing device's own problem
+                // is already reported.
+                if report.failed_disks.contains(&extent.disk.0) {
+                    report.extents_skipped += 1;
+                }
                 continue;
             };
             let bytes = &mut buf[..extent.length_bytes as usize];

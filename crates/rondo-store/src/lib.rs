@@ -21,6 +21,7 @@
 mod catalog;
 mod config;
 mod device;
+mod disk_state;
 mod error;
 mod fsck;
 mod store;
@@ -33,6 +34,7 @@ pub use config::{
     HEADER_REGION_BYTES, IO_ALIGN_BYTES, StoreConfig,
 };
 pub use device::{AlignedBuf, Device, DeviceError, DeviceHeader, HeaderMismatch, IoMode};
+pub use disk_state::{DISK_STATE_FILE, DiskStates, FailedDisk};
 pub use error::{Result, StoreError};
 pub use fsck::{FsckProblem, FsckReport, Orphan, ProblemKind, fsck};
 pub use store::{

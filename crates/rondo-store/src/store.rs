@@ -32,6 +32,7 @@ use rusqlite::{Connection, params};
 use crate::catalog::{self, CATALOG_FILE, ExtentRecord, TitleKey, TitleRow};
 use crate::config::{ArrayConfig, ArrayId, CONFIG_FILE, FORMAT_VERSION, StoreConfig};
 use crate::device::{AlignedBuf, Device, DeviceHeader, HeaderMismatch, IoMode, device_size_bytes};
+use crate::disk_state::{DiskStates, FailedDisk};
 use crate::error::{Result, StoreError};
 
 /// The lock file that makes one process the owner of a data directory.
@@ -742,6 +743,43 @@ impl Store {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())[k] = Arc::clone(&device);
         Ok(device)
+    }
+
+    /// The array's failed disks, as last recorded (`disk-state.toml`).
+    pub fn disk_states(&self) -> Result<DiskStates> {
+        DiskStates::load(&self.inner.dir, self.inner.config.disk_count)
+    }
+
+    /// Records `disk` as failed, so that it stays failed across restarts
+    /// until a rebuild completes. Callers serialise changes (the server
+    /// makes them under its core lock).
+    pub fn record_disk_failed(
+        &self,
+        disk: DiskIndex,
+        reason: &str,
+        since_unix_s: u64,
+    ) -> Result<()> {
+        let mut states = self.disk_states()?;
+        if states.is_failed(disk.0) {
+            return Ok(());
+        }
+        states.failed.insert(
+            disk.0.to_string(),
+            FailedDisk {
+                reason: reason.to_string(),
+                since_unix_s,
+            },
+        );
+        states.save(&self.inner.dir)
+    }
+
+    /// Records that `disk` serves again (its rebuild completed).
+    pub fn record_disk_serving(&self, disk: DiskIndex) -> Result<()> {
+        let mut states = self.disk_states()?;
+        if states.failed.remove(&disk.0.to_string()).is_some() {
+            states.save(&self.inner.dir)?;
+        }
+        Ok(())
     }
 
     /// Names of the titles that were being written when the directory was

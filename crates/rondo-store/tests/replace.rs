@@ -108,3 +108,52 @@ fn a_disk_outside_the_array_is_refused() {
     assert!(err.to_string().contains('3'), "{err}");
     assert!(!tmp.path().join("x.dev").exists());
 }
+
+#[test]
+fn a_failed_disk_stays_failed_across_opens_and_fsck_skips_its_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let store = Store::create(&dir, small_config(43, 40)).unwrap();
+    store_title(&store, "t", 7, 9);
+    let clean = store.fsck();
+    assert!(clean.passed() && clean.failed_disks.is_empty(), "{clean}");
+
+    // Failed, then replaced by an empty device not yet rebuilt.
+    store
+        .record_disk_failed(DiskIndex(2), "an operator failed it", 1_790_000_000)
+        .unwrap();
+    store
+        .replace_device(DiskIndex(2), &tmp.path().join("new-2.dev"))
+        .unwrap();
+    let report = store.fsck();
+    assert!(report.passed(), "{report}");
+    assert_eq!(report.failed_disks, vec![2]);
+    assert!(report.extents_skipped > 0, "{report}");
+    assert!(report.to_string().contains("disk 2 is failed"), "{report}");
+    drop(store);
+
+    // A restart (a new open) still sees it failed; fsck of the closed
+    // directory does too.
+    let store = Store::open(&dir).unwrap();
+    assert_eq!(store.disk_states().unwrap().failed_disks(), vec![2]);
+    let failed = &store.disk_states().unwrap().failed["2"];
+    assert_eq!(failed.reason, "an operator failed it");
+    drop(store);
+    let report = fsck(&dir);
+    assert!(report.passed(), "{report}");
+    assert_eq!(report.failed_disks, vec![2]);
+
+    // Serving again without a rebuild: the empty device's checksums fail,
+    // which shows fsck skipped it only because it was failed.
+    let store = Store::open(&dir).unwrap();
+    store.record_disk_serving(DiskIndex(2)).unwrap();
+    assert!(store.disk_states().unwrap().failed_disks().is_empty());
+    let report = store.fsck();
+    assert!(!report.passed(), "{report}");
+    assert!(
+        report
+            .problems_of(ProblemKind::Checksum)
+            .all(|p| p.message.contains("disk 2")),
+        "{report}"
+    );
+}
