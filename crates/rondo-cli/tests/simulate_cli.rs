@@ -261,3 +261,123 @@ fn simulate_takes_titles_from_trace_files() {
         "{err}"
     );
 }
+
+/// Two H.264/AAC faststart MP4s of `seconds` at two bitrates, made with
+/// ffmpeg, stored with `rondo ingest` in a new data directory (the serve
+/// defaults: 4 cheetah-4lp disks, 1 s rounds, minimum, deterministic).
+fn data_dir_with_titles(seconds: u32) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for kbps in [300u32, 1200] {
+        let path = dir.path().join(format!("t{kbps}.mp4"));
+        let out = std::process::Command::new("ffmpeg")
+            .args(["-hide_banner", "-loglevel", "error", "-y"])
+            .args(["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25"])
+            .args(["-t", &seconds.to_string()])
+            .args(["-c:v", "libx264", "-preset", "ultrafast"])
+            .args(["-b:v", &format!("{kbps}k"), "-g", "25"])
+            .args(["-pix_fmt", "yuv420p", "-movflags", "+faststart"])
+            .arg(&path)
+            .output()
+            .expect("ffmpeg is installed (CI's .ci/run installs it)");
+        assert!(
+            out.status.success(),
+            "ffmpeg: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        files.push(path);
+    }
+    let data = dir.path().join("data");
+    let out = rondo()
+        .args(["ingest", "--data-dir"])
+        .arg(&data)
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+#[test]
+fn simulate_data_dir_runs_the_stored_titles_on_the_directory_array() {
+    let dir = data_dir_with_titles(8);
+    let data = dir.path().join("data");
+    let run = |extra: &[&str]| {
+        let out = rondo()
+            .args(["simulate", "--data-dir"])
+            .arg(&data)
+            .args(["--warmup-rounds", "40", "--end-round", "400", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let v = run(&["--zipf", "1", "--mode", "simulated-disk"]);
+    let setup = &v["setup"];
+    // The directory's array and the server's admission defaults.
+    assert_eq!(setup["disks"], 4);
+    assert_eq!(setup["profile"], "cheetah-4lp");
+    assert_eq!(setup["round_ms"], 1000.0);
+    assert_eq!(setup["lookahead_rounds"], 5);
+    assert_eq!(setup["zipf_exponent"], 1.0);
+    assert_eq!(v["at_load"]["scheme"], "minimum");
+    assert_eq!(v["at_load"]["placement"], "deterministic");
+    assert_eq!(v["at_load"]["bound"], "rondo");
+    // The stored titles, in id order, with the catalog's rounds and sizes.
+    let titles = setup["titles"].as_array().unwrap();
+    assert_eq!(titles.len(), 2);
+    assert_eq!(titles[0]["name"], "t300");
+    assert_eq!(titles[1]["name"], "t1200");
+    for t in titles {
+        assert!(t["rounds"].as_u64().unwrap() >= 8, "{t}");
+    }
+    let size = |k: usize| titles[k]["size_bytes"].as_u64().unwrap();
+    assert!(size(1) > 2 * size(0), "{} vs {}", size(1), size(0));
+    // Equation 1 with R_disk = 11.3 MB/s (Table 2) and T = 1 s.
+    let mu = setup["mu_per_s"].as_f64().unwrap();
+    let expected_mu = 4.0 * 11.3e6 / ((size(0) + size(1)) as f64 / 2.0);
+    assert!(
+        (mu / expected_mu - 1.0).abs() < 1e-6,
+        "{mu} vs {expected_mu}"
+    );
+    let cap = &v["capacity"];
+    assert!(cap["mean_active_streams"].as_f64().unwrap() > 5.0, "{cap}");
+    assert!(cap["rejection_ratio"].as_f64().unwrap() > 0.0, "{cap}");
+    // The disks executed the stored layout's reads: busy, never late.
+    assert!(cap["busy_fraction"].as_f64().unwrap() > 0.0, "{cap}");
+    assert_eq!(cap["deadline_misses"], 0);
+    assert_eq!(cap["busy_over_reserved_disk_rounds"], 0);
+
+    // An absolute arrival rate replaces ρ·μ for the first point.
+    let v = run(&["--rate", "0.5", "--no-capacity"]);
+    assert!((v["setup"]["arrival_rate_per_s"].as_f64().unwrap() - 0.5).abs() < 1e-9);
+    assert!(v["capacity"].is_null());
+    let x = v["at_load"]["x"].as_f64().unwrap();
+    assert!((x * mu - 0.5).abs() < 1e-6, "ρ {x}");
+
+    // Flags that contradict the directory, or replace its titles, are refused.
+    let out = rondo()
+        .args(["simulate", "--disks", "8", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--disks") && err.contains('4'), "{err}");
+    let out = rondo()
+        .args(["simulate", "--titles", "cbr", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+}

@@ -142,12 +142,29 @@ pub fn run_point(
     base_seed: u64,
     progress: &Progress,
 ) -> Result<PointResult, SpecError> {
+    run_point_with(point, metric, rule, base_seed, progress, &|config| {
+        run::run(config, titles)
+    })
+}
+
+/// [`run_point`] with the run of one replication given: `run_one(config)`
+/// for each replication's config (its seed set). `rondo simulate
+/// --data-dir` runs a data directory's stored titles this way
+/// (`rondo_sim::run::run_placed`).
+pub fn run_point_with(
+    point: &Point,
+    metric: &str,
+    rule: StoppingRule,
+    base_seed: u64,
+    progress: &Progress,
+    run_one: &(dyn Fn(&SimConfig) -> Result<SimResult, rondo_sim::run::SimError> + Sync),
+) -> Result<PointResult, SpecError> {
     let replicate = |k: usize| -> Result<SimResult, SpecError> {
         let config = SimConfig {
             seed: base_seed + k as u64,
             ..point.config.clone()
         };
-        let result = run::run(&config, titles).map_err(|e| SpecError::Config {
+        let result = run_one(&config).map_err(|e| SpecError::Config {
             series: point.series.clone(),
             x: point.x_name.clone(),
             value: point.x,

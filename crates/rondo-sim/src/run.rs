@@ -8,6 +8,13 @@
 //! misses and overruns are counted; then the round's arrivals are offered to
 //! admission, which tries start rounds from the next one up to the
 //! look-ahead. Measurements cover rounds `warmup_rounds ≤ r < end_round`.
+//!
+//! Titles come in two forms: [`SimTitle`]s (a schedule only), which a run
+//! plans, places on a fresh array and charges itself ([`place_titles`]), and
+//! [`PlacedTitle`]s, already planned, placed and charged by someone else —
+//! `rondo simulate --data-dir` loads a data directory's stored titles with
+//! the server's own loader and runs them through [`run_placed`], so the
+//! simulated array has the very layout and charges the server admits with.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -19,7 +26,7 @@ use rondo_model::layout::{
     self, ArrayAllocator, BackupParams, LayoutError, LayoutParams, Replica, ReplicaPlacement,
     TitleLayout, TitlePlan,
 };
-use rondo_model::reservation::{Bound, ReservationConfig, Reservations, Scheme};
+use rondo_model::reservation::{Bound, ReservationConfig, Reservations, Scheme, TitleCharges};
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{
     BLOCK_BYTES_DEFAULT, DiskIndex, NS_PER_S, ROUND_DURATION_NS_DEFAULT, STRIDE_BYTES_DEFAULT,
@@ -91,6 +98,16 @@ pub struct SimConfig {
     /// outer edge). Lets tests put data in the inner zones.
     pub first_stride: u64,
     pub seed: u64,
+    /// Title popularity: `None` offers the titles round-robin (seed 000
+    /// §6.3); `Some(a)` draws title k (from 0) with probability ∝ 1/(k+1)^a
+    /// from a ChaCha8 stream seeded `seed + 1`, as `rondo load --zipf a`
+    /// does, so with 1 s rounds a replication with the load generator's
+    /// seed offers the very arrivals and titles of that load run.
+    #[serde(default)]
+    pub zipf_exponent: Option<f64>,
+    /// Arrivals per round; `None` is `load`·μ (equation 1).
+    #[serde(default)]
+    pub arrival_rate_per_round: Option<f64>,
 }
 
 impl SimConfig {
@@ -120,6 +137,8 @@ impl SimConfig {
             failure: None,
             first_stride: 0,
             seed: 1,
+            zipf_exponent: None,
+            arrival_rate_per_round: None,
         }
     }
 }
@@ -129,6 +148,19 @@ impl SimConfig {
 pub struct SimTitle {
     pub name: String,
     pub schedule: Schedule,
+}
+
+/// A title planned, placed and charged: what [`place_titles`] makes of a
+/// [`SimTitle`], or a stored title loaded by the server's loader.
+#[derive(Clone, Debug)]
+pub struct PlacedTitle {
+    pub name: String,
+    pub schedule: Schedule,
+    /// Device extents of every round and replica; needed in simulated-disk
+    /// mode (and by the rondo bound, which has charged them already).
+    pub layout: Option<TitleLayout>,
+    /// What admission reserves for a stream of the title.
+    pub charges: TitleCharges,
 }
 
 /// Why a run could not start.
@@ -235,13 +267,26 @@ impl PreparedArray {
 /// [`run`] does before its first round.
 pub fn prepare(config: &SimConfig, titles: &[SimTitle]) -> Result<PreparedArray, SimError> {
     let profile = disk::profile_by_name(&config.profile)?;
-    prepare_with_profile(config, &profile, titles)
+    let (bound, placed) = place_titles(config, &profile, titles)?;
+    prepare_placed(config, &bound, &placed)
 }
 
-/// Runs one simulation.
+/// Runs one simulation: [`place_titles`], then [`run_placed`].
 pub fn run(config: &SimConfig, titles: &[SimTitle]) -> Result<SimResult, SimError> {
     let profile = disk::profile_by_name(&config.profile)?;
-    let mut array = prepare_with_profile(config, &profile, titles)?;
+    let (bound, placed) = place_titles(config, &profile, titles)?;
+    run_placed(config, &bound, &placed)
+}
+
+/// Runs one simulation of titles already placed and charged under `bound`
+/// (title k of `titles` is `TitleId(k)`).
+pub fn run_placed(
+    config: &SimConfig,
+    bound: &Bound,
+    titles: &[PlacedTitle],
+) -> Result<SimResult, SimError> {
+    let profile = disk::profile_by_name(&config.profile)?;
+    let mut array = prepare_placed(config, bound, titles)?;
     let t = config.round_duration_ns;
     let fixed_ns = array.reservations.config().round_fixed_ns;
     let mut disks: Vec<Disk> = match config.mode {
@@ -251,7 +296,10 @@ pub fn run(config: &SimConfig, titles: &[SimTitle]) -> Result<SimResult, SimErro
         Mode::AdmissionOnly => Vec::new(),
     };
     let mut arrivals = PoissonArrivals::new(array.arrival_rate_per_round, config.seed);
-    let mut choice = TitleChoice::round_robin(titles.len());
+    let mut choice = match config.zipf_exponent {
+        None => TitleChoice::round_robin(titles.len()),
+        Some(a) => TitleChoice::zipf(titles.len(), a, config.seed.wrapping_add(1)),
+    };
     let longest = titles
         .iter()
         .map(|t| t.schedule.rounds() as u64 + 1)
@@ -313,23 +361,15 @@ pub fn run(config: &SimConfig, titles: &[SimTitle]) -> Result<SimResult, SimErro
     Ok(m.finish(&array, active_sum, rounds_measured, config.mode))
 }
 
-/// Plans, places and charges every title, and configures admission.
-fn prepare_with_profile(
+/// Plans every title, places it on a fresh array (when the bound or the
+/// simulated disks need extents) and charges it under the configured bound.
+pub fn place_titles(
     config: &SimConfig,
     profile: &DiskProfile,
     titles: &[SimTitle],
-) -> Result<PreparedArray, SimError> {
+) -> Result<(Bound, Vec<PlacedTitle>), SimError> {
     if titles.is_empty() {
         return Err(SimError::NoTitles);
-    }
-    if config.load.is_nan() || config.load <= 0.0 {
-        return Err(SimError::Config(format!(
-            "load must be positive, got {}",
-            config.load
-        )));
-    }
-    if config.failure.is_some_and(|f| f.disk >= config.disks) {
-        return Err(SimError::Config("failed disk is not in the array".into()));
     }
     let params = LayoutParams {
         disk_count: config.disks,
@@ -374,12 +414,69 @@ fn prepare_with_profile(
         BoundKind::Paper => Bound::Paper(PaperBound::seed000_table2()),
         BoundKind::Rondo => Bound::Rondo(RondoBound::new(profile)?),
     };
+    let placed = titles
+        .iter()
+        .zip(plans)
+        .zip(layouts)
+        .map(|((title, plan), layout)| {
+            let charges = bound
+                .title_charges(&plan, layout.as_ref(), &title.schedule)
+                .map_err(|source| SimError::Charges {
+                    name: title.name.clone(),
+                    source,
+                })?;
+            Ok(PlacedTitle {
+                name: title.name.clone(),
+                schedule: title.schedule.clone(),
+                layout,
+                charges,
+            })
+        })
+        .collect::<Result<_, SimError>>()?;
+    Ok((bound, placed))
+}
+
+/// Configures admission for titles placed and charged under `bound`: the
+/// arrival rate, the look-ahead and the reservation tables.
+pub fn prepare_placed(
+    config: &SimConfig,
+    bound: &Bound,
+    titles: &[PlacedTitle],
+) -> Result<PreparedArray, SimError> {
+    if titles.is_empty() {
+        return Err(SimError::NoTitles);
+    }
+    if config.load.is_nan() || config.load <= 0.0 {
+        return Err(SimError::Config(format!(
+            "load must be positive, got {}",
+            config.load
+        )));
+    }
+    if let Some(rate) = config.arrival_rate_per_round
+        && !(rate.is_finite() && rate > 0.0)
+    {
+        return Err(SimError::Config(format!(
+            "arrival rate must be positive, got {rate} per round"
+        )));
+    }
+    if let Some(a) = config.zipf_exponent
+        && !(a.is_finite() && a >= 0.0)
+    {
+        return Err(SimError::Config(format!(
+            "the Zipf exponent must be non-negative, got {a}"
+        )));
+    }
+    if config.failure.is_some_and(|f| f.disk >= config.disks) {
+        return Err(SimError::Config("failed disk is not in the array".into()));
+    }
     let round_fixed_ns = bound.fixed_ns();
     let total_bytes: u64 = titles.iter().map(|t| t.schedule.total_bytes()).sum();
     let s_tot = total_bytes as f64 / titles.len() as f64;
     let t_s = config.round_duration_ns as f64 / NS_PER_S as f64;
     let mu_per_round = config.disks as f64 * config.mu_rate_bytes_per_s * t_s / s_tot;
-    let arrival_rate_per_round = config.load * mu_per_round;
+    let arrival_rate_per_round = config
+        .arrival_rate_per_round
+        .unwrap_or(config.load * mu_per_round);
     let lookahead_rounds = config
         .lookahead_rounds
         .unwrap_or_else(|| (1.0 / arrival_rate_per_round).ceil().max(1.0) as u64);
@@ -397,14 +494,10 @@ fn prepare_with_profile(
         network_capacity_bytes_per_round: None,
         horizon_rounds: longest + lookahead_rounds + 2,
     });
-    for (t, (title, plan)) in titles.iter().zip(&plans).enumerate() {
-        let charges = bound
-            .title_charges(plan, layouts[t].as_ref(), &title.schedule)
-            .map_err(|source| SimError::Charges {
-                name: title.name.clone(),
-                source,
-            })?;
-        reservations.add_title(TitleId(t as u64), charges);
+    let mut layouts = Vec::with_capacity(titles.len());
+    for (t, title) in titles.iter().enumerate() {
+        reservations.add_title(TitleId(t as u64), title.charges.clone());
+        layouts.push(title.layout.clone());
     }
     Ok(PreparedArray {
         reservations,

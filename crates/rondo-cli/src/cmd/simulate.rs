@@ -4,33 +4,68 @@
 //! DESIGN.md's "capacity"), each replicated until its confidence interval is
 //! within the target, and prints mean active streams, rejection ratio,
 //! capacity, reserved and measured disk time, and misses.
+//!
+//! Titles are synthetic traces or trace files (`--titles`), or with
+//! `--data-dir` a data directory's stored titles: then everything the
+//! directory fixes (disks, profile, scheme, placement, declustering, round
+//! length, stride and block) comes from its `rondo.toml`, and the titles are
+//! loaded by the server's own loader (`rondo_server::titles::load_titles`:
+//! the catalog's client bytes, the stored layout, the charges under the
+//! server's rondo-mode bound) and run through `rondo_sim::run::run_placed`,
+//! with the server's admission defaults (look-ahead, buffer). A prediction
+//! for a directory is thus a statement about the array `rondo serve` would
+//! run on it.
 
+use std::path::PathBuf;
+
+use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use rondo_experiments::runner::{PointResult, Progress, run_point};
+use rondo_experiments::runner::{PointResult, Progress, run_point, run_point_with};
 use rondo_experiments::spec::{Point, TraceOptions, titles_with};
 use rondo_experiments::stats::StoppingRule;
+use rondo_model::disk::profile_by_name;
 use rondo_model::layout::ReplicaPlacement;
-use rondo_model::reservation::Scheme;
-use rondo_model::units::NS_PER_MS;
-use rondo_sim::run::{BoundKind, FailureSpec, Mode, SimConfig};
+use rondo_model::reservation::{Bound, Scheme};
+use rondo_model::units::{NS_PER_MS, NS_PER_S};
+use rondo_sim::run::{BoundKind, FailureSpec, Mode, PlacedTitle, SimConfig, SimTitle};
+use rondo_store::{DirectoryFlags, Store};
+
+/// Disks without `--disks` (and without `--data-dir`).
+const DEFAULT_DISKS: u32 = 8;
+/// Disk profile without `--profile`.
+const DEFAULT_PROFILE: &str = "cheetah-4lp";
+/// Round length without `--round-ms`.
+const DEFAULT_ROUND_MS: u64 = 1000;
 
 #[derive(Args, Debug)]
+#[command(after_long_help = "\
+With --data-dir, the titles are the directory's stored titles and the array is its \
+rondo.toml's (flags that restate it must agree with it); admission uses the server's \
+defaults (look-ahead 5 rounds, 64 MiB of buffer per disk) unless --lookahead-rounds is \
+given. The directory must not be in use by a running server (its lock).\n\n\
+Examples:\n  rondo simulate --disks 16\n  \
+rondo simulate --data-dir rondo-data --zipf 1 --warmup-rounds 300 --end-round 900\n  \
+rondo simulate --data-dir rondo-data --rate 2.5 --no-capacity --json")]
 pub struct SimulateArgs {
-    /// Number of disks D.
-    #[arg(long, default_value_t = 8)]
-    disks: u32,
-    /// Disk profile (`rondo disk list`).
-    #[arg(long, default_value = "cheetah-4lp")]
-    profile: String,
-    /// Reservation scheme: none, unreserved, mirroring, minimum, dynamic.
-    #[arg(long, default_value = "minimum")]
-    scheme: Scheme,
-    /// Backup placement.
-    #[arg(long, value_enum, default_value_t = PlacementArg::Deterministic)]
-    placement: PlacementArg,
+    /// Simulate this data directory's stored titles on its array.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["titles", "trace_seed", "trace_mean_scene_ms", "bound"])]
+    data_dir: Option<PathBuf>,
+    /// Number of disks D [default: 8, or the data directory's].
+    #[arg(long)]
+    disks: Option<u32>,
+    /// Disk profile (`rondo disk list`) [default: cheetah-4lp, or the data directory's].
+    #[arg(long)]
+    profile: Option<String>,
+    /// Reservation scheme: none, unreserved, mirroring, minimum, dynamic
+    /// [default: minimum, or the data directory's].
+    #[arg(long)]
+    scheme: Option<Scheme>,
+    /// Backup placement [default: deterministic, or the data directory's].
+    #[arg(long, value_enum)]
+    placement: Option<PlacementArg>,
     /// Decluster backups into fragments of this many bytes (B_d).
     #[arg(long)]
     backup_block_bytes: Option<u64>,
@@ -42,12 +77,20 @@ pub struct SimulateArgs {
     /// executes its reads on the detailed model; slower).
     #[arg(long, value_enum, default_value_t = ModeArg::AdmissionOnly)]
     mode: ModeArg,
-    /// Round length T in milliseconds.
-    #[arg(long, default_value_t = 1000)]
-    round_ms: u64,
+    /// Round length T in milliseconds [default: 1000, or the data directory's].
+    #[arg(long)]
+    round_ms: Option<u64>,
     /// Offered load ρ: requests arrive at ρ·μ (seed 000 equation 1).
     #[arg(long, default_value_t = 0.8)]
     load: f64,
+    /// Requests arrive at this many per second instead of ρ·μ.
+    #[arg(long, value_name = "R", conflicts_with = "load")]
+    rate: Option<f64>,
+    /// Zipf popularity: title k (from 1, in id order with --data-dir, else
+    /// in --titles order) is asked for with probability ∝ 1/k^A, as `rondo
+    /// load --zipf A`; without it titles are offered round-robin (seed 000).
+    #[arg(long, value_name = "A")]
+    zipf: Option<f64>,
     /// Titles, comma-separated: `table3-mixed` (seed 000's six types,
     /// round-robin), trace types (`rondo trace generate --help`), or trace
     /// files (`rondo trace generate TYPE --out FILE`).
@@ -61,7 +104,8 @@ pub struct SimulateArgs {
     /// does not give it; default: the generator's, see docs/traces.md).
     #[arg(long)]
     trace_mean_scene_ms: Option<u64>,
-    /// Start rounds admission tries; default ⌈1/λ⌉ (seed 000 §6.2).
+    /// Start rounds admission tries; default ⌈1/λ⌉ (seed 000 §6.2), or with
+    /// --data-dir the server's (5).
     #[arg(long)]
     lookahead_rounds: Option<u64>,
     /// Rounds before measuring.
@@ -116,63 +160,140 @@ pub enum ModeArg {
 
 #[derive(Serialize)]
 struct Report {
+    /// The array and titles simulated.
+    setup: Setup,
     at_load: PointResult,
     capacity: Option<PointResult>,
 }
 
+#[derive(Serialize)]
+struct Setup {
+    data_dir: Option<String>,
+    disks: u32,
+    profile: String,
+    round_ms: f64,
+    /// μ of equation 1 (D·R_disk·T/S_tot) per second, R_disk the profile's
+    /// minimum media rate, S_tot the mean title size.
+    mu_per_s: f64,
+    mu_rate_bytes_per_s: f64,
+    /// Arrivals per second of the "at load" point and of the capacity point.
+    arrival_rate_per_s: f64,
+    capacity_arrival_rate_per_s: f64,
+    lookahead_rounds: u64,
+    zipf_exponent: Option<f64>,
+    warmup_rounds: u64,
+    end_round: u64,
+    titles: Vec<SetupTitle>,
+}
+
+#[derive(Serialize)]
+struct SetupTitle {
+    name: String,
+    rounds: usize,
+    size_bytes: u64,
+    mean_bitrate_bits_per_s: f64,
+}
+
+/// What the replications run on: synthetic titles the run places itself, or
+/// a data directory's titles, placed and charged as the server does.
+enum Titles {
+    Synthetic(Vec<SimTitle>),
+    Stored {
+        bound: Bound,
+        titles: Vec<PlacedTitle>,
+    },
+}
+
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.round_ms > 0, "--round-ms must be positive");
     anyhow::ensure!(args.load > 0.0, "--load must be positive");
+    if let Some(rate) = args.rate {
+        anyhow::ensure!(
+            rate.is_finite() && rate > 0.0,
+            "--rate must be a positive number of requests per second"
+        );
+    }
+    if let Some(a) = args.zipf {
+        anyhow::ensure!(
+            a.is_finite() && a >= 0.0,
+            "--zipf must be a non-negative exponent (0 is uniform)"
+        );
+    }
     anyhow::ensure!(
         args.end_round > args.warmup_rounds,
         "--end-round must exceed --warmup-rounds"
     );
-    let mut config = SimConfig::seed000(
-        args.disks,
-        args.scheme,
-        match args.placement {
-            PlacementArg::Deterministic => ReplicaPlacement::Deterministic,
-            PlacementArg::Random => ReplicaPlacement::Random,
-        },
-    );
-    config.profile = args.profile.clone();
-    config.backup_block_bytes = args.backup_block_bytes;
-    config.bound = match args.bound {
-        BoundArg::Paper => BoundKind::Paper,
-        BoundArg::Rondo => BoundKind::Rondo,
+    let placement_of = |p: PlacementArg| match p {
+        PlacementArg::Deterministic => ReplicaPlacement::Deterministic,
+        PlacementArg::Random => ReplicaPlacement::Random,
+    };
+    let trace = TraceOptions {
+        seed: args.trace_seed,
+        mean_scene_ms: args.trace_mean_scene_ms,
+    };
+    let (mut config, titles, titles_label) = match &args.data_dir {
+        None => {
+            let round_ms = args.round_ms.unwrap_or(DEFAULT_ROUND_MS);
+            anyhow::ensure!(round_ms > 0, "--round-ms must be positive");
+            let mut config = SimConfig::seed000(
+                args.disks.unwrap_or(DEFAULT_DISKS),
+                args.scheme.unwrap_or(Scheme::Minimum),
+                placement_of(args.placement.unwrap_or(PlacementArg::Deterministic)),
+            );
+            config.profile = args
+                .profile
+                .clone()
+                .unwrap_or_else(|| DEFAULT_PROFILE.to_string());
+            config.backup_block_bytes = args.backup_block_bytes;
+            config.bound = match args.bound {
+                BoundArg::Paper => BoundKind::Paper,
+                BoundArg::Rondo => BoundKind::Rondo,
+            };
+            config.round_duration_ns = round_ms * NS_PER_MS;
+            let titles = titles_with(&args.titles, trace, &config)?;
+            (config, Titles::Synthetic(titles), args.titles.clone())
+        }
+        Some(dir) => {
+            let (config, bound, titles) = load_data_dir(dir, &args, placement_of)?;
+            (
+                config,
+                Titles::Stored { bound, titles },
+                dir.display().to_string(),
+            )
+        }
     };
     config.mode = match args.mode {
         ModeArg::AdmissionOnly => Mode::AdmissionOnly,
         ModeArg::SimulatedDisk => Mode::SimulatedDisk,
     };
-    config.round_duration_ns = args.round_ms * NS_PER_MS;
     config.load = args.load;
-    config.lookahead_rounds = args.lookahead_rounds;
+    let round_s = config.round_duration_ns as f64 / NS_PER_S as f64;
+    config.arrival_rate_per_round = args.rate.map(|r| r * round_s);
+    config.zipf_exponent = args.zipf;
+    if args.lookahead_rounds.is_some() {
+        config.lookahead_rounds = args.lookahead_rounds;
+    }
     config.warmup_rounds = args.warmup_rounds;
     config.end_round = args.end_round;
     config.failure = args
         .fail_disk
         .zip(args.fail_round)
         .map(|(disk, round)| FailureSpec { disk, round });
-    let trace = TraceOptions {
-        seed: args.trace_seed,
-        mean_scene_ms: args.trace_mean_scene_ms,
-    };
-    let titles = titles_with(&args.titles, trace, &config)?;
+    let setup = setup_of(&args, &config, &titles)?;
     let rule = StoppingRule {
         min_replications: args.replications.max(1),
         max_replications: args.max_replications.max(args.replications.max(1)),
         ci_fraction: args.ci,
     };
-    let point = |load: f64, label: &str| Point {
+    let point = |load: f64, rate_per_round: Option<f64>, label: &str| Point {
         series: label.to_string(),
         x_name: "load".into(),
         x: load,
         config: SimConfig {
             load,
+            arrival_rate_per_round: rate_per_round,
             ..config.clone()
         },
-        titles: args.titles.clone(),
+        titles: titles_label.clone(),
         trace,
     };
     let bar = progress_bar(!args.json);
@@ -184,32 +305,33 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         rule.min_replications * if args.no_capacity { 1 } else { 2 },
         &report_progress,
     );
-    let at_load = run_point(
-        &point(args.load, "at load"),
-        &titles,
-        "mean_active_streams",
-        rule,
-        args.seed,
-        &counter,
-    )?;
+    let run_at = |p: &Point| match &titles {
+        Titles::Synthetic(t) => run_point(p, t, "mean_active_streams", rule, args.seed, &counter),
+        Titles::Stored { bound, titles } => {
+            run_point_with(p, "mean_active_streams", rule, args.seed, &counter, &|c| {
+                rondo_sim::run::run_placed(c, bound, titles)
+            })
+        }
+    };
+    let at_load_x = args
+        .rate
+        .map_or(args.load, |_| setup.arrival_rate_per_s / setup.mu_per_s);
+    let at_load = run_at(&point(at_load_x, config.arrival_rate_per_round, "at load"))?;
     let capacity = if args.no_capacity {
         None
     } else {
-        Some(run_point(
-            &point(1.5, "capacity"),
-            &titles,
-            "mean_active_streams",
-            rule,
-            args.seed,
-            &counter,
-        )?)
+        Some(run_at(&point(1.5, None, "capacity"))?)
     };
     bar.finish_and_clear();
-    let report = Report { at_load, capacity };
+    let report = Report {
+        setup,
+        at_load,
+        capacity,
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_report(&args, &report);
+        print_report(&report);
     }
     Ok(())
 }
@@ -229,12 +351,37 @@ fn progress_bar(visible: bool) -> ProgressBar {
     bar
 }
 
-fn print_report(args: &SimulateArgs, report: &Report) {
+fn print_report(report: &Report) {
     let p = &report.at_load;
+    let s = &report.setup;
     println!(
         "{} disks ({}), scheme {}, placement {}, {} bound, {}, T = {} ms, titles {}",
-        p.disks, args.profile, p.scheme, p.placement, p.bound, p.mode, args.round_ms, p.titles
+        p.disks, s.profile, p.scheme, p.placement, p.bound, p.mode, s.round_ms, p.titles
     );
+    println!(
+        "μ = {:.4}/s (equation 1, R_disk {:.1} MB/s); arrivals {:.4}/s at load, {:.4}/s at ρ = 1.5; \
+         look-ahead {} rounds; popularity {}; measured rounds {}..{}",
+        s.mu_per_s,
+        s.mu_rate_bytes_per_s / 1e6,
+        s.arrival_rate_per_s,
+        s.capacity_arrival_rate_per_s,
+        s.lookahead_rounds,
+        s.zipf_exponent
+            .map_or("round-robin".to_string(), |a| format!("Zipf {a}")),
+        s.warmup_rounds,
+        s.end_round
+    );
+    if s.data_dir.is_some() {
+        for t in &s.titles {
+            println!(
+                "  title {:?}: {} rounds, {} bytes, {:.0} kb/s",
+                t.name,
+                t.rounds,
+                t.size_bytes,
+                t.mean_bitrate_bits_per_s / 1e3
+            );
+        }
+    }
     let mut table = comfy_table::Table::new();
     table.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
     table.set_header(vec!["", "at load ρ", "capacity (ρ = 1.5)"]);
@@ -273,4 +420,103 @@ fn print_report(args: &SimulateArgs, report: &Report) {
     }));
     table.add_row(row("replications", &|r| r.replications.to_string()));
     println!("{table}");
+}
+
+/// The array, the stored titles (placed and charged by the server's loader)
+/// and the simulation config of data directory `dir`.
+fn load_data_dir(
+    dir: &std::path::Path,
+    args: &SimulateArgs,
+    placement_of: impl Fn(PlacementArg) -> ReplicaPlacement,
+) -> anyhow::Result<(SimConfig, Bound, Vec<PlacedTitle>)> {
+    let store = Store::open(dir).with_context(|| {
+        format!(
+            "opening data directory {} (a running server holds its lock: stop it first)",
+            dir.display()
+        )
+    })?;
+    let array = store.config().clone();
+    array.check_flags(&DirectoryFlags {
+        disk_count: args.disks,
+        round_duration_ns: args.round_ms.map(|ms| ms * NS_PER_MS),
+        disk_profile: args.profile.clone(),
+        scheme: args.scheme,
+        placement: args.placement.map(placement_of),
+        backup_block_bytes: args.backup_block_bytes,
+        ..DirectoryFlags::default()
+    })?;
+    let bound = rondo_server::titles::rondo_bound(&array)
+        .with_context(|| format!("disk profile {}", array.disk_profile))?;
+    let loaded = rondo_server::titles::load_titles(&store, &bound)?;
+    drop(store);
+    anyhow::ensure!(
+        !loaded.is_empty(),
+        "{} has no stored titles to simulate (rondo ingest FILE --data-dir {})",
+        dir.display(),
+        dir.display()
+    );
+    let titles = loaded
+        .into_iter()
+        .map(|t| PlacedTitle {
+            name: t.record.name.clone(),
+            schedule: t.schedule,
+            layout: Some(t.layout),
+            charges: t.charges,
+        })
+        .collect();
+    let profile = profile_by_name(&array.disk_profile)?;
+    let mut config = SimConfig::seed000(array.disk_count, array.scheme, array.placement);
+    config.profile = array.disk_profile.clone();
+    config.backup_block_bytes = array.backup_block_bytes;
+    config.bound = BoundKind::Rondo;
+    config.round_duration_ns = array.round_duration_ns;
+    config.stride_bytes = array.stride_bytes;
+    config.block_bytes = array.block_bytes;
+    // R_disk of equation 1: the profile's minimum media rate (for the
+    // Cheetah, seed 000 Table 2's 11.3 MB/s).
+    config.mu_rate_bytes_per_s = profile.paper_bound()?.rate_bytes_per_s as f64;
+    config.buffer_per_disk_bytes = rondo_server::config::DEFAULT_BUFFER_PER_DISK_BYTES;
+    config.lookahead_rounds = Some(rondo_server::config::DEFAULT_LOOKAHEAD_ROUNDS);
+    Ok((config, bound, titles))
+}
+
+/// What the report says of the array, the titles and the arrival rates.
+fn setup_of(args: &SimulateArgs, config: &SimConfig, titles: &Titles) -> anyhow::Result<Setup> {
+    let prepared = match titles {
+        Titles::Synthetic(t) => rondo_sim::run::prepare(config, t)?,
+        Titles::Stored { bound, titles } => rondo_sim::run::prepare_placed(config, bound, titles)?,
+    };
+    let round_s = config.round_duration_ns as f64 / NS_PER_S as f64;
+    let schedules: Vec<(&str, &rondo_model::schedule::Schedule)> = match titles {
+        Titles::Synthetic(t) => t.iter().map(|t| (t.name.as_str(), &t.schedule)).collect(),
+        Titles::Stored { titles, .. } => titles
+            .iter()
+            .map(|t| (t.name.as_str(), &t.schedule))
+            .collect(),
+    };
+    let mu_per_s = prepared.mu_per_round() / round_s;
+    Ok(Setup {
+        data_dir: args.data_dir.as_ref().map(|d| d.display().to_string()),
+        disks: config.disks,
+        profile: config.profile.clone(),
+        round_ms: config.round_duration_ns as f64 / NS_PER_MS as f64,
+        mu_per_s,
+        mu_rate_bytes_per_s: config.mu_rate_bytes_per_s,
+        arrival_rate_per_s: prepared.arrival_rate_per_round() / round_s,
+        capacity_arrival_rate_per_s: 1.5 * mu_per_s,
+        lookahead_rounds: prepared.lookahead_rounds(),
+        zipf_exponent: config.zipf_exponent,
+        warmup_rounds: config.warmup_rounds,
+        end_round: config.end_round,
+        titles: schedules
+            .into_iter()
+            .map(|(name, s)| SetupTitle {
+                name: name.to_string(),
+                rounds: s.rounds(),
+                size_bytes: s.total_bytes(),
+                mean_bitrate_bits_per_s: 8.0 * s.total_bytes() as f64
+                    / (s.rounds().max(1) as f64 * round_s),
+            })
+            .collect(),
+    })
 }
