@@ -81,6 +81,10 @@ impl ReadJob {
 #[derive(Debug)]
 pub struct DiskBatch {
     pub round: u64,
+    /// Disk time admission reserved on this disk for the round, fixed term
+    /// included (`None` if the disk was failed when the round was planned);
+    /// returned in [`IoEvent::BatchDone`] to compare with the busy time.
+    pub reserved_ns: Option<u64>,
     pub jobs: Vec<ReadJob>,
     /// A replacement device for this disk (`Store::replace_device`): used
     /// from this batch on.
@@ -109,6 +113,8 @@ pub enum IoEvent {
     BatchDone {
         disk: u32,
         round: u64,
+        /// The batch's [`DiskBatch::reserved_ns`].
+        reserved_ns: Option<u64>,
         requests: usize,
         bytes: u64,
         /// When the last read completed (or the batch arrived, if empty).
@@ -306,6 +312,7 @@ impl Worker {
         let _ = self.events.send(IoEvent::BatchDone {
             disk: self.disk,
             round: batch.round,
+            reserved_ns: batch.reserved_ns,
             requests: batch.jobs.len(),
             bytes: batch.jobs.iter().map(ReadJob::bytes).sum(),
             ended_at,

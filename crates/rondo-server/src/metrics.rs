@@ -1,20 +1,22 @@
 //! Server counters: admissions by outcome, deadline misses (stream-round
 //! misses and disk-round overruns, counted separately as DESIGN.md defines
 //! them), bytes sent, sessions by how they ended, and per disk the reserved
-//! and measured busy time of each round.
+//! and measured busy time of each round, with the disk-rounds whose busy
+//! time exceeded what admission reserved for them
+//! ([`DiskMetrics::record_round`]).
 //!
 //! Everything is an atomic so the round driver, the I/O threads and the HTTP
 //! tasks update it without locks; [`Metrics::snapshot`] gives a consistent
 //! enough JSON view (`GET /api/metrics`). The next issue renders the same
 //! struct as Prometheus text and a dashboard.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 use rondo_model::reservation::Rejection;
 use serde::Serialize;
 
 /// One disk's per-round figures.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct DiskMetrics {
     /// Rounds whose batch this disk has finished.
     pub rounds: AtomicU64,
@@ -38,6 +40,95 @@ pub struct DiskMetrics {
     pub state: AtomicU64,
     /// Read errors and checksum mismatches on this disk.
     pub errors: AtomicU64,
+    /// Finished rounds whose measured busy time exceeded the disk time
+    /// reserved for them (fixed term included). Admission's bound is a true
+    /// upper bound of the emulated disk, so with emulated timing this stays
+    /// 0 unless the host delays the I/O thread.
+    pub rounds_over_reserved: AtomicU64,
+    /// Finished rounds whose model busy time exceeded the reserved time: a
+    /// bound that does not hold for the model (0 in rondo mode).
+    pub rounds_model_over_reserved: AtomicU64,
+    /// Smallest reserved − measured busy time over finished rounds that had
+    /// a reservation (negative: over); `i64::MAX` until the first.
+    pub min_headroom_ns: AtomicI64,
+}
+
+impl Default for DiskMetrics {
+    fn default() -> DiskMetrics {
+        DiskMetrics {
+            rounds: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(0),
+            last_round: AtomicU64::new(0),
+            last_reserved_ns: AtomicU64::new(0),
+            last_model_busy_ns: AtomicU64::new(0),
+            last_measured_busy_ns: AtomicU64::new(0),
+            reserved_ns_total: AtomicU64::new(0),
+            model_busy_ns_total: AtomicU64::new(0),
+            measured_busy_ns_total: AtomicU64::new(0),
+            overruns: AtomicU64::new(0),
+            state: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            rounds_over_reserved: AtomicU64::new(0),
+            rounds_model_over_reserved: AtomicU64::new(0),
+            min_headroom_ns: AtomicI64::new(i64::MAX),
+        }
+    }
+}
+
+/// How one finished disk-round compared with its reservation.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RoundCheck {
+    /// Measured busy time > reserved.
+    pub measured_over: bool,
+    /// Model busy time > reserved.
+    pub model_over: bool,
+}
+
+impl DiskMetrics {
+    /// Records one finished round's busy times: the last-round gauges, the
+    /// totals and, when the round had a reservation (`reserved_ns`, fixed
+    /// term included; `None` for a disk that was failed when the round was
+    /// planned), whether either busy time exceeded it.
+    pub fn record_round(
+        &self,
+        round: u64,
+        reserved_ns: Option<u64>,
+        model_busy_ns: u64,
+        measured_busy_ns: u64,
+    ) -> RoundCheck {
+        self.last_round.store(round, Relaxed);
+        self.last_model_busy_ns.store(model_busy_ns, Relaxed);
+        self.last_measured_busy_ns.store(measured_busy_ns, Relaxed);
+        self.model_busy_ns_total.fetch_add(model_busy_ns, Relaxed);
+        self.measured_busy_ns_total
+            .fetch_add(measured_busy_ns, Relaxed);
+        let Some(reserved_ns) = reserved_ns else {
+            return RoundCheck {
+                measured_over: false,
+                model_over: false,
+            };
+        };
+        let headroom_ns = reserved_ns as i64 - measured_busy_ns as i64;
+        self.min_headroom_ns.fetch_min(headroom_ns, Relaxed);
+        let check = RoundCheck {
+            measured_over: measured_busy_ns > reserved_ns,
+            model_over: model_busy_ns > reserved_ns,
+        };
+        if check.measured_over {
+            self.rounds_over_reserved.fetch_add(1, Relaxed);
+        }
+        if check.model_over {
+            self.rounds_model_over_reserved.fetch_add(1, Relaxed);
+        }
+        check
+    }
+
+    /// [`DiskMetrics::min_headroom_ns`], `None` before the first round.
+    pub fn min_headroom(&self) -> Option<i64> {
+        let v = self.min_headroom_ns.load(Relaxed);
+        (v != i64::MAX).then_some(v)
+    }
 }
 
 /// The server's counters.
@@ -161,6 +252,9 @@ impl Metrics {
                     model_busy_ns_total: g(&d.model_busy_ns_total),
                     measured_busy_ns_total: g(&d.measured_busy_ns_total),
                     overruns: g(&d.overruns),
+                    rounds_over_reserved: g(&d.rounds_over_reserved),
+                    rounds_model_over_reserved: g(&d.rounds_model_over_reserved),
+                    min_headroom_ns: d.min_headroom(),
                 })
                 .collect(),
         }
@@ -208,4 +302,52 @@ pub struct DiskSnapshot {
     pub model_busy_ns_total: u64,
     pub measured_busy_ns_total: u64,
     pub overruns: u64,
+    pub rounds_over_reserved: u64,
+    pub rounds_model_over_reserved: u64,
+    /// Smallest reserved − measured busy time of a round (null before the first).
+    pub min_headroom_ns: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_busier_than_its_reservation_is_counted() {
+        let d = DiskMetrics::default();
+        assert_eq!(d.min_headroom(), None);
+        // Within the reservation: nothing counted, headroom 40 ms.
+        let ok = d.record_round(3, Some(100_000_000), 50_000_000, 60_000_000);
+        assert_eq!(
+            ok,
+            RoundCheck {
+                measured_over: false,
+                model_over: false
+            }
+        );
+        assert_eq!(d.rounds_over_reserved.load(Relaxed), 0);
+        assert_eq!(d.min_headroom(), Some(40_000_000));
+        // Equal is not over.
+        d.record_round(4, Some(100_000_000), 100_000_000, 100_000_000);
+        assert_eq!(d.rounds_over_reserved.load(Relaxed), 0);
+        assert_eq!(d.rounds_model_over_reserved.load(Relaxed), 0);
+        // Measured over (the host delayed the thread), model within.
+        let late = d.record_round(5, Some(100_000_000), 90_000_000, 100_000_001);
+        assert!(late.measured_over && !late.model_over);
+        // Both over (a bound that does not hold).
+        let bad = d.record_round(6, Some(10_000_000), 20_000_000, 25_000_000);
+        assert!(bad.measured_over && bad.model_over);
+        assert_eq!(d.rounds_over_reserved.load(Relaxed), 2);
+        assert_eq!(d.rounds_model_over_reserved.load(Relaxed), 1);
+        assert_eq!(d.min_headroom(), Some(-15_000_000));
+        // A failed disk's round has no reservation: never counted.
+        let failed = d.record_round(7, None, 0, 5_000_000);
+        assert!(!failed.measured_over && !failed.model_over);
+        assert_eq!(d.rounds_over_reserved.load(Relaxed), 2);
+        assert_eq!(d.last_round.load(Relaxed), 7);
+        assert_eq!(
+            d.measured_busy_ns_total.load(Relaxed),
+            60_000_000 + 100_000_000 + 100_000_001 + 25_000_000 + 5_000_000
+        );
+    }
 }

@@ -202,14 +202,17 @@ impl Driver {
                     jobs.push(job);
                 }
             }
+            let mut reserved = None;
             if !core.reservations.is_failed(disk) {
                 let reserved_ns = fixed_ns + core.reservations.reserved_ns(disk, round);
                 let d = &metrics.disks[disk as usize];
                 d.last_reserved_ns.store(reserved_ns, Relaxed);
                 d.reserved_ns_total.fetch_add(reserved_ns, Relaxed);
+                reserved = Some(reserved_ns);
             }
             batches.push(DiskBatch {
                 round,
+                reserved_ns: reserved,
                 jobs,
                 device: swaps[disk as usize].take(),
             });
@@ -327,6 +330,7 @@ impl Driver {
             IoEvent::BatchDone {
                 disk,
                 round,
+                reserved_ns,
                 requests,
                 bytes,
                 ended_at,
@@ -338,12 +342,22 @@ impl Driver {
                 d.rounds.fetch_add(1, Relaxed);
                 d.reads.fetch_add(requests as u64, Relaxed);
                 d.bytes_read.fetch_add(bytes, Relaxed);
-                d.last_round.store(round, Relaxed);
-                d.last_model_busy_ns.store(model_busy_ns, Relaxed);
-                d.last_measured_busy_ns.store(measured_busy_ns, Relaxed);
-                d.model_busy_ns_total.fetch_add(model_busy_ns, Relaxed);
-                d.measured_busy_ns_total
-                    .fetch_add(measured_busy_ns, Relaxed);
+                let check = d.record_round(round, reserved_ns, model_busy_ns, measured_busy_ns);
+                if check.measured_over || check.model_over {
+                    tracing::warn!(
+                        disk,
+                        round,
+                        reserved_ms = reserved_ns.unwrap_or(0) as f64 / 1e6,
+                        model_busy_ms = model_busy_ns as f64 / 1e6,
+                        measured_busy_ms = measured_busy_ns as f64 / 1e6,
+                        "disk busier than reserved in a round{}",
+                        if check.model_over {
+                            " (the disk model too: the round bound does not hold)"
+                        } else {
+                            " (the model was not: the device or the host was slower than the model)"
+                        }
+                    );
+                }
                 if ended_at > self.shared.clock.boundary(round + 1) {
                     d.overruns.fetch_add(1, Relaxed);
                     metrics.disk_round_overruns.fetch_add(1, Relaxed);

@@ -43,6 +43,9 @@ pub struct DiskSample {
     pub state: u64,
     pub overruns: u64,
     pub errors: u64,
+    /// Rounds whose measured busy time exceeded their reservation
+    /// (`rondo_disk_rounds_over_reserved_total`'s difference).
+    pub over_reserved: u64,
 }
 
 /// The running rebuild, if any.
@@ -86,8 +89,9 @@ pub struct Totals {
     misses: u64,
     overruns: u64,
     sent_bytes: u64,
-    /// Per disk: reserved, model busy, measured busy, overruns, errors.
-    disks: Vec<[u64; 5]>,
+    /// Per disk: reserved, model busy, measured busy, overruns, errors,
+    /// rounds over reserved.
+    disks: Vec<[u64; 6]>,
 }
 
 impl Totals {
@@ -115,6 +119,7 @@ impl Totals {
                         g(&d.measured_busy_ns_total),
                         g(&d.overruns),
                         g(&d.errors),
+                        g(&d.rounds_over_reserved),
                     ]
                 })
                 .collect(),
@@ -159,6 +164,7 @@ pub fn sample(
                     measured_busy_ns: n[2].saturating_sub(b[2]),
                     overruns: n[3].saturating_sub(b[3]),
                     errors: n[4].saturating_sub(b[4]),
+                    over_reserved: n[5].saturating_sub(b[5]),
                     state: d.state.load(Relaxed),
                 }
             })

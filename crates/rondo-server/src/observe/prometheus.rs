@@ -169,7 +169,7 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_ns: u64) -> String
     // Per disk: one family at a time, a sample per disk.
     let disk_labels: Vec<String> = (0..metrics.disks.len()).map(|d| d.to_string()).collect();
     type DiskValue = fn(&crate::metrics::DiskMetrics) -> f64;
-    let per_disk: [(&str, &str, &str, DiskValue); 12] = [
+    let per_disk: [(&str, &str, &str, DiskValue); 14] = [
         (
             "rondo_disk_reserved_seconds",
             "gauge",
@@ -241,6 +241,18 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_ns: u64) -> String
             "counter",
             "Read errors and checksum mismatches on this disk.",
             |d| d.errors.load(Relaxed) as f64,
+        ),
+        (
+            "rondo_disk_rounds_over_reserved_total",
+            "counter",
+            "Finished rounds whose measured busy time exceeded the disk time reserved for them (fixed term included).",
+            |d| d.rounds_over_reserved.load(Relaxed) as f64,
+        ),
+        (
+            "rondo_disk_rounds_model_over_reserved_total",
+            "counter",
+            "Finished rounds whose disk-model busy time exceeded the disk time reserved for them (the round bound did not hold).",
+            |d| d.rounds_model_over_reserved.load(Relaxed) as f64,
         ),
     ];
     for (name, kind, help, value) in per_disk {
@@ -424,6 +436,8 @@ mod tests {
         d1.reserved_ns_total.store(10_000_000_000, Relaxed);
         d1.measured_busy_ns_total.store(1_500_000_000, Relaxed);
         d1.state.store(2, Relaxed);
+        // Disk 0: one round measured over its reservation, the model within.
+        metrics.disks[0].record_round(9, Some(10_000_000), 5_000_000, 12_000_000);
         metrics.disks[2].state.store(3, Relaxed);
         metrics.rebuild_disk_plus_one.store(3, Relaxed);
         metrics.rebuild_done_bytes.store(1 << 20, Relaxed);
@@ -472,6 +486,21 @@ mod tests {
         assert_eq!(
             value(&samples, "rondo_disk_measured_busy_seconds_total", &disk1),
             1.5
+        );
+        let disk0 = [("disk", "0")];
+        assert_eq!(
+            value(&samples, "rondo_disk_rounds_over_reserved_total", &disk0),
+            1.0
+        );
+        assert_eq!(
+            value(&samples, "rondo_disk_measured_busy_seconds", &disk0),
+            0.012
+        );
+        let model_over = "rondo_disk_rounds_model_over_reserved_total";
+        assert_eq!(value(&samples, model_over, &disk0), 0.0);
+        assert_eq!(
+            value(&samples, "rondo_disk_rounds_over_reserved_total", &disk1),
+            0.0
         );
         assert_eq!(
             value(&samples, "rondo_disk_reserved_seconds", &[("disk", "0")]),
