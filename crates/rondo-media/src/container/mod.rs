@@ -19,6 +19,7 @@ mod audio;
 mod curve;
 mod faststart;
 mod mp4;
+pub mod seek;
 mod source;
 mod ts;
 
@@ -193,6 +194,24 @@ pub struct StoredSample {
     pub decode_time_ns: u64,
 }
 
+/// A place a player can start decoding: a video sync sample (MP4 `stss`,
+/// or every sample without one) or a TS video PES that starts an IDR/IRAP
+/// access unit or MPEG-2 I-picture (or whose first packet has the
+/// random_access_indicator set).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Keyframe {
+    /// Presentation time of the keyframe from the title's presentation
+    /// start (MP4: edit lists applied; TS: PTS minus the earliest
+    /// presentation time of any audio or video stream), the timeline
+    /// `?t=` and `MediaInfo::duration_ns` use.
+    pub time_ns: u64,
+    /// Stored-stream offset where a player starting at this keyframe starts
+    /// reading. MP4: the sample's first byte (after any faststart rewrite).
+    /// TS: the keyframe PES's first packet, or the first of the PAT/PMT/SDT
+    /// packets directly before it, so the player learns the program first.
+    pub byte_offset: u64,
+}
+
 /// A media file ready to be stored: the stored stream's bytes, its header
 /// and its consumption curve.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -215,6 +234,9 @@ pub struct PreparedMedia {
     pub frames: Vec<Frame>,
     /// The sample behind each frame (same index).
     pub samples: Vec<StoredSample>,
+    /// The first video track's keyframes, in time (and stored) order. Empty
+    /// for fragmented MP4 (its fragments' sync flags are not read).
+    pub keyframes: Vec<Keyframe>,
 }
 
 impl PreparedMedia {
@@ -360,6 +382,7 @@ pub(crate) struct Analysis {
     pub pieces: Vec<StoredPiece>,
     pub header_bytes: u64,
     pub units: Vec<curve::Unit>,
+    pub keyframes: Vec<Keyframe>,
 }
 
 /// Probes the file at `path`: container, codecs, duration, frame count.
@@ -403,6 +426,7 @@ fn finish(analysis: Analysis) -> Result<PreparedMedia, MediaError> {
         header_bytes: analysis.header_bytes,
         frames,
         samples,
+        keyframes: analysis.keyframes,
     })
 }
 
@@ -570,6 +594,35 @@ mod tests {
             .map(|f| (f.decode_time_ns, f.bytes))
             .collect();
         assert_eq!(frames, vec![(0, 108), (33_333_333, 50), (66_666_666, 70)]);
+        // No 'stss': every sample is a sync sample.
+        let keyframes: Vec<(u64, u64)> = prepared
+            .keyframes
+            .iter()
+            .map(|k| (k.time_ns, k.byte_offset))
+            .collect();
+        let media = prepared.header_bytes + 8;
+        assert_eq!(
+            keyframes,
+            vec![
+                (0, media),
+                (33_333_333, media + 100),
+                (66_666_666, media + 150)
+            ]
+        );
+        // Cut at the second sample: one chunk split, offsets into the new file.
+        let header = &bytes[..prepared.header_bytes as usize];
+        let cut = seek::mp4_seek(header, bytes.len() as u64, 40_000_000).unwrap();
+        assert_eq!(cut.media_first_byte, media + 100);
+        assert_eq!(cut.video_frames, 2);
+        assert_eq!(cut.start_time_ns, 33_333_333);
+        let mut file = cut.header.clone();
+        file.extend_from_slice(&bytes[cut.media_first_byte as usize..]);
+        let again = prepare_bytes(&file).unwrap();
+        assert_eq!(again.info.video_frames, 2);
+        assert_eq!(again.samples[0].stored_offset, cut.header.len() as u64);
+        assert_eq!(again.samples[0].payload_bytes, 50);
+        // The edit list counts in the movie's 1 ms ticks.
+        assert_eq!(again.info.duration_ns, 66_000_000);
     }
 
     #[test]
@@ -670,6 +723,23 @@ mod tests {
             }
             bytes.truncate(keep % (bytes.len() + 1));
             check_no_panic(&bytes);
+        }
+
+        #[test]
+        fn damaged_headers_never_panic_the_seek(
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+            keep in any::<usize>(),
+            t_ns in 0u64..200_000_000,
+        ) {
+            let file = tiny_mp4(false);
+            let header_bytes = file.len() - 228;
+            let mut header = file[..header_bytes].to_vec();
+            for (at, value) in flips {
+                let len = header.len();
+                header[at % len] = value;
+            }
+            header.truncate(keep % (header.len() + 1));
+            let _ = seek::mp4_seek(&header, file.len() as u64, t_ns);
         }
     }
 }

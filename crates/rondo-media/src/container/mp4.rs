@@ -14,8 +14,8 @@ use super::curve::Unit;
 use super::faststart;
 use super::source::{Source, read_vec};
 use super::{
-    Analysis, AudioCodec, ContainerKind, Format, MediaError, MediaInfo, StoredPiece, TrackInfo,
-    TrackKind, VideoCodec, ticks_to_ns,
+    Analysis, AudioCodec, ContainerKind, Format, Keyframe, MediaError, MediaInfo, StoredPiece,
+    TrackInfo, TrackKind, VideoCodec, ticks_to_ns,
 };
 
 /// Largest `moov` rondo reads into memory (a two-hour film's is tens of MB).
@@ -69,7 +69,7 @@ impl BoxHeader {
 
 /// Where a box sits, for messages and for the rules on overruns.
 #[derive(Copy, Clone)]
-enum Parent {
+pub(crate) enum Parent {
     /// The file: a box past its end means the file was cut.
     File,
     /// A box: overrunning it means the box tables are corrupt.
@@ -78,7 +78,7 @@ enum Parent {
 
 /// Parses the header of a box at `offset` given its first bytes (`head`,
 /// up to 16, fewer only at the end of the parent) and where the parent ends.
-fn parse_header(
+pub(crate) fn parse_header(
     head: &[u8],
     offset: u64,
     parent_end: u64,
@@ -185,11 +185,11 @@ pub(crate) fn children<'a>(
     Ok(out)
 }
 
-fn find<'a>(boxes: &[Child<'a>], kind: &FourCc) -> Option<Child<'a>> {
+pub(crate) fn find<'a>(boxes: &[Child<'a>], kind: &FourCc) -> Option<Child<'a>> {
     boxes.iter().find(|c| &c.header.kind == kind).copied()
 }
 
-fn require<'a>(
+pub(crate) fn require<'a>(
     boxes: &[Child<'a>],
     kind: &FourCc,
     parent: &Child,
@@ -303,31 +303,31 @@ impl<'a> Fields<'a> {
 
 /// The leading edit-list information rondo uses.
 #[derive(Copy, Clone, Debug, Default)]
-struct Edits {
-    present: bool,
+pub(crate) struct Edits {
+    pub(crate) present: bool,
     /// Leading empty edits (media_time −1), in movie ticks.
-    empty_movie_ticks: u64,
+    pub(crate) empty_movie_ticks: u64,
     /// Media time at which presentation starts, in track ticks.
-    media_time: i64,
+    pub(crate) media_time: i64,
     /// Sum of all edit segment durations, in movie ticks.
-    total_movie_ticks: u64,
+    pub(crate) total_movie_ticks: u64,
 }
 
 #[derive(Clone, Debug)]
-enum Sizes {
+pub(crate) enum Sizes {
     Constant { size: u32, count: u32 },
     Table(Vec<u32>),
 }
 
 impl Sizes {
-    fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         match self {
             Sizes::Constant { count, .. } => *count as u64,
             Sizes::Table(t) => t.len() as u64,
         }
     }
 
-    fn get(&self, i: usize) -> u32 {
+    pub(crate) fn get(&self, i: usize) -> u32 {
         match self {
             Sizes::Constant { size, .. } => *size,
             Sizes::Table(t) => t[i],
@@ -336,51 +336,54 @@ impl Sizes {
 }
 
 #[derive(Clone, Debug)]
-struct SampleTable {
-    stbl_offset: u64,
-    stts: Vec<(u32, u32)>,
-    ctts: Vec<(u32, i32)>,
+pub(crate) struct SampleTable {
+    pub(crate) stbl_offset: u64,
+    pub(crate) stts: Vec<(u32, u32)>,
+    pub(crate) ctts: Vec<(u32, i32)>,
     /// (first_chunk, samples_per_chunk).
-    stsc: Vec<(u32, u32)>,
-    sizes: Sizes,
-    chunk_offsets: Vec<u64>,
+    pub(crate) stsc: Vec<(u32, u32)>,
+    pub(crate) sizes: Sizes,
+    pub(crate) chunk_offsets: Vec<u64>,
+    /// 1-based sync sample numbers from `stss`, ascending; `None` when the
+    /// track has no `stss` (every sample is a sync sample).
+    pub(crate) sync_samples: Option<Vec<u32>>,
 }
 
 #[derive(Clone, Debug)]
-struct Trak {
-    offset: u64,
-    track_id: u32,
-    timescale: u32,
-    kind: TrackKind,
-    edits: Edits,
-    table: SampleTable,
+pub(crate) struct Trak {
+    pub(crate) offset: u64,
+    pub(crate) track_id: u32,
+    pub(crate) timescale: u32,
+    pub(crate) kind: TrackKind,
+    pub(crate) edits: Edits,
+    pub(crate) table: SampleTable,
 }
 
 #[derive(Copy, Clone, Debug, Default)]
-struct Trex {
+pub(crate) struct Trex {
     track_id: u32,
     duration: u32,
     size: u32,
 }
 
-struct Movie {
-    timescale: u32,
-    traks: Vec<Trak>,
-    trex: Vec<Trex>,
-    has_mvex: bool,
+pub(crate) struct Movie {
+    pub(crate) timescale: u32,
+    pub(crate) traks: Vec<Trak>,
+    pub(crate) trex: Vec<Trex>,
+    pub(crate) has_mvex: bool,
 }
 
 /// One sample in source coordinates and track ticks.
 #[derive(Copy, Clone, Debug)]
-struct RawSample {
-    offset: u64,
-    size: u32,
-    dts: i64,
-    cto: i32,
-    duration: u32,
+pub(crate) struct RawSample {
+    pub(crate) offset: u64,
+    pub(crate) size: u32,
+    pub(crate) dts: i64,
+    pub(crate) cto: i32,
+    pub(crate) duration: u32,
 }
 
-fn parse_movie(moov: &Child, file_bytes: u64) -> Result<Movie, MediaError> {
+pub(crate) fn parse_movie(moov: &Child, file_bytes: u64) -> Result<Movie, MediaError> {
     let boxes = children(moov.payload, moov.header.payload_offset(), *b"moov")?;
     if find(&boxes, b"cmov").is_some() {
         return Err(unsupported(
@@ -819,6 +822,25 @@ fn parse_sample_table(
             format!("track {track_id}: 'stbl' has neither 'stco' nor 'co64'"),
         ));
     };
+    let sync_samples = match find(stbl, b"stss") {
+        Some(stss) => {
+            let mut f = Fields::of(&stss);
+            f.full_header()?;
+            let count = f.u32("entry_count")?;
+            f.check_entries(count as u64, 4, "sync samples")?;
+            let mut numbers = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                numbers.push(f.u32("sample_number")?);
+            }
+            // Players tolerate an unsorted table; numbers outside the
+            // track (0, or past the last sample) name no sample.
+            numbers.sort_unstable();
+            numbers.dedup();
+            numbers.retain(|&n| n >= 1 && n as u64 <= sizes.count());
+            Some(numbers)
+        }
+        None => None,
+    };
     Ok(SampleTable {
         stbl_offset: stbl_box.header.offset,
         stts,
@@ -826,11 +848,12 @@ fn parse_sample_table(
         stsc,
         sizes,
         chunk_offsets,
+        sync_samples,
     })
 }
 
 /// The samples of a `moov` sample table, in decode order.
-fn table_samples(track_id: u32, t: &SampleTable) -> Result<Vec<RawSample>, MediaError> {
+pub(crate) fn table_samples(track_id: u32, t: &SampleTable) -> Result<Vec<RawSample>, MediaError> {
     let err = |what: String| corrupt(t.stbl_offset, format!("track {track_id}: {what}"));
     let count = t.sizes.count();
     let stts_total: u64 = t.stts.iter().map(|&(n, _)| n as u64).sum();
@@ -1212,6 +1235,13 @@ pub(crate) fn analyze(source: &(impl Source + ?Sized)) -> Result<Analysis, Media
     let mut tracks = Vec::with_capacity(movie.traks.len());
     let mut start_ns = i64::MAX;
     let mut end_ns = i64::MIN;
+    let first_video = movie
+        .traks
+        .iter()
+        .position(|t| matches!(t.kind, TrackKind::Video(_)));
+    // (presentation time, stored offset) of the first video track's sync
+    // samples from its `moov` table; shifted to the title's start below.
+    let mut raw_keyframes: Vec<(i64, u64)> = Vec::new();
     for (track_index, (trak, samples)) in movie.traks.iter().zip(&per_track).enumerate() {
         let overflow = || {
             corrupt(
@@ -1246,6 +1276,18 @@ pub(crate) fn analyze(source: &(impl Source + ?Sized)) -> Result<Analysis, Media
                 let pts = sample.dts.saturating_add(sample.cto as i64);
                 start_ns = start_ns.min(to_ns(pts)?);
                 end_ns = end_ns.max(to_ns(pts.saturating_add(sample.duration as i64))?);
+            }
+        }
+        if Some(track_index) == first_video && !fragmented {
+            let is_sync = sync_flags(&trak.table);
+            for (sample, sync) in samples.iter().zip(is_sync) {
+                if sync {
+                    let pts = sample.dts.saturating_add(sample.cto as i64);
+                    let stored_offset = to_stored(sample.offset).ok_or_else(|| {
+                        corrupt(sample.offset, "a sample lies inside the 'moov' box")
+                    })?;
+                    raw_keyframes.push((to_ns(pts)?, stored_offset));
+                }
             }
         }
         if timed && trak.edits.present && trak.edits.total_movie_ticks > 0 {
@@ -1286,6 +1328,7 @@ pub(crate) fn analyze(source: &(impl Source + ?Sized)) -> Result<Analysis, Media
     } else {
         0
     };
+    let keyframes = title_keyframes(raw_keyframes, start_ns);
     Ok(Analysis {
         info: MediaInfo {
             container,
@@ -1300,7 +1343,46 @@ pub(crate) fn analyze(source: &(impl Source + ?Sized)) -> Result<Analysis, Media
         pieces,
         header_bytes,
         units,
+        keyframes,
     })
+}
+
+/// For each sample of a `moov` table, whether it is a sync sample.
+pub(crate) fn sync_flags(table: &SampleTable) -> Vec<bool> {
+    let count = table.sizes.count() as usize;
+    match &table.sync_samples {
+        None => vec![true; count],
+        Some(numbers) => {
+            let mut flags = vec![false; count];
+            for &n in numbers {
+                // In range: parse_sample_table dropped numbers outside it.
+                flags[n as usize - 1] = true;
+            }
+            flags
+        }
+    }
+}
+
+/// Keyframes on the title's timeline: presentation times from `start_ns`
+/// (before it: 0), sorted by time and made monotonic in byte offset (a
+/// keyframe presented later but stored earlier is not a later start point).
+pub(crate) fn title_keyframes(mut raw: Vec<(i64, u64)>, start_ns: i64) -> Vec<Keyframe> {
+    raw.sort_by_key(|&(pts_ns, offset)| (pts_ns, offset));
+    let mut out: Vec<Keyframe> = Vec::with_capacity(raw.len());
+    for (pts_ns, byte_offset) in raw {
+        let time_ns = (pts_ns as i128 - start_ns as i128).max(0) as u64;
+        if out
+            .last()
+            .is_some_and(|last| byte_offset <= last.byte_offset)
+        {
+            continue;
+        }
+        out.push(Keyframe {
+            time_ns,
+            byte_offset,
+        });
+    }
+    out
 }
 
 /// Every sample must lie inside an `mdat` payload, and no two may overlap.
@@ -1352,6 +1434,17 @@ fn check_placement(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keyframes_are_shifted_sorted_and_monotonic_in_bytes() {
+        let raw = vec![(2_000, 500), (-100, 100), (1_000, 300), (1_500, 200)];
+        let k: Vec<(u64, u64)> = title_keyframes(raw, -100)
+            .iter()
+            .map(|k| (k.time_ns, k.byte_offset))
+            .collect();
+        // (1_500, 200) is stored before the keyframe presented at 1_000.
+        assert_eq!(k, vec![(0, 100), (1_100, 300), (2_100, 500)]);
+    }
 
     #[test]
     fn header_sizes_and_overruns() {

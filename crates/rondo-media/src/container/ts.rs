@@ -10,7 +10,9 @@
 //! [`super::audio`]). A sample's stored range is the range of the transport
 //! packets carrying it; packets of other PIDs (PAT, PMT, SDT, PCR-only,
 //! null, unhandled streams) are overhead that the curve attributes to the
-//! next sample to complete.
+//! next sample to complete. A video PES is a keyframe when its first packet
+//! has the random_access_indicator set or its first picture is an H.264
+//! IDR, an H.265 IRAP (BLA/IDR/CRA) or an MPEG-2 I-picture ([`KeyScan`]).
 
 use super::audio::{
     ADTS_HEADER_BYTES, AudioFrameHeader, HeaderProblem, MPEG_AUDIO_HEADER_BYTES, parse_adts,
@@ -22,6 +24,13 @@ use super::{
     Analysis, AudioCodec, ContainerKind, Format, MediaError, MediaInfo, StoredPiece, TrackInfo,
     TrackKind, VideoCodec, ticks_to_ns,
 };
+
+/// PID of the service description table, which ffmpeg repeats with the
+/// PAT and PMT.
+const SDT_PID: u16 = 0x11;
+/// Payload bytes of a video PES searched for its first picture before it is
+/// taken as not a keyframe (x264's first SEI is under 1 KB).
+const KEY_SCAN_LIMIT_BYTES: u64 = 64 << 10;
 
 pub(crate) const PACKET_BYTES: u64 = 188;
 /// Packets read per chunk (about 770 KB).
@@ -50,6 +59,8 @@ struct Packet<'a> {
     continuity_counter: u8,
     has_payload: bool,
     discontinuity: bool,
+    /// The adaptation field's random_access_indicator.
+    random_access: bool,
     payload: &'a [u8],
 }
 
@@ -76,6 +87,7 @@ fn parse_packet(p: &[u8], offset: u64) -> Result<Packet<'_>, MediaError> {
     }
     let mut payload_start = 4usize;
     let mut discontinuity = false;
+    let mut random_access = false;
     if adaptation_control & 0x2 != 0 {
         let length = p[4] as usize;
         if length > 183 {
@@ -85,6 +97,7 @@ fn parse_packet(p: &[u8], offset: u64) -> Result<Packet<'_>, MediaError> {
             ));
         }
         discontinuity = length > 0 && p[5] & 0x80 != 0;
+        random_access = length > 0 && p[5] & 0x40 != 0;
         payload_start = 5 + length;
     }
     let has_payload = adaptation_control & 0x1 != 0;
@@ -96,6 +109,7 @@ fn parse_packet(p: &[u8], offset: u64) -> Result<Packet<'_>, MediaError> {
         continuity_counter: p[3] & 0x0f,
         has_payload,
         discontinuity,
+        random_access,
         payload: if has_payload {
             &p[payload_start..]
         } else {
@@ -294,7 +308,7 @@ fn classify(stream_type: u8, pid: u16, descriptors: &[u8]) -> Result<Role, Media
 }
 
 /// Pass 1: the first program's elementary streams, as (PID, role).
-fn find_streams(source: &(impl Source + ?Sized)) -> Result<Vec<(u16, Role)>, MediaError> {
+fn find_streams(source: &(impl Source + ?Sized)) -> Result<(Vec<(u16, Role)>, u16), MediaError> {
     let scan_end = source.len().min(PSI_SCAN_BYTES);
     let mut pat = SectionReader::default();
     let mut pmt = SectionReader::default();
@@ -349,7 +363,8 @@ fn find_streams(source: &(impl Source + ?Sized)) -> Result<Vec<(u16, Role)>, Med
         Ok(true)
     })?;
     match (streams, pmt_pid) {
-        (Some(streams), _) => Ok(streams),
+        (Some(streams), Some(pid)) => Ok((streams, pid)),
+        (Some(_), None) => unreachable!("a PMT is read only once its PID is known"),
         (None, None) => Err(corrupt(
             0,
             format!("no program association table (PAT) in the first {scan_end} bytes"),
@@ -471,9 +486,102 @@ fn parse_pes_header(payload: &[u8], packet: &Packet) -> Result<PesHeader, MediaE
     })
 }
 
+/// Decides whether a video PES starts with a keyframe from the start codes
+/// of its elementary stream, fed packet by packet (a start code may straddle
+/// two packets).
+struct KeyScan {
+    codec: VideoCodec,
+    /// The last bytes of what was fed, not yet examined as a start code.
+    tail: [u8; 8],
+    tail_len: usize,
+    scanned_bytes: u64,
+    /// `Some` once the first picture (VCL NAL unit or picture header) is found.
+    verdict: Option<bool>,
+}
+
+impl KeyScan {
+    fn new(codec: VideoCodec) -> KeyScan {
+        KeyScan {
+            codec,
+            tail: [0; 8],
+            tail_len: 0,
+            scanned_bytes: 0,
+            verdict: None,
+        }
+    }
+
+    /// Bytes from a start code's first byte needed to classify it.
+    fn needed_bytes(&self) -> usize {
+        match self.codec {
+            // 00 00 01 00, temporal_reference, coding type.
+            VideoCodec::Mpeg2 => 6,
+            VideoCodec::H264 | VideoCodec::H265 => 4,
+        }
+    }
+
+    /// What the start code `00 00 01` followed by `after` says: `Some` for a
+    /// picture (keyframe or not), `None` for anything else.
+    fn classify(&self, after: &[u8]) -> Option<bool> {
+        match self.codec {
+            VideoCodec::H264 => {
+                let nal_type = after[0] & 0x1f;
+                // 1-5 are coded slices; 5 is an IDR picture's.
+                (1..=5).contains(&nal_type).then_some(nal_type == 5)
+            }
+            VideoCodec::H265 => {
+                let nal_type = (after[0] >> 1) & 0x3f;
+                // 0-31 are VCL; 16-23 are IRAP (BLA, IDR, CRA, reserved).
+                (nal_type <= 31).then_some((16..=23).contains(&nal_type))
+            }
+            VideoCodec::Mpeg2 => {
+                // picture_start_code; picture_coding_type 1 is I.
+                (after[0] == 0x00).then_some((after[2] >> 3) & 0x07 == 1)
+            }
+        }
+    }
+
+    fn feed(&mut self, data: &[u8]) {
+        if self.verdict.is_some() {
+            return;
+        }
+        if self.scanned_bytes >= KEY_SCAN_LIMIT_BYTES {
+            self.verdict = Some(false);
+            return;
+        }
+        self.scanned_bytes += data.len() as u64;
+        let mut buf = [0u8; 8 + PACKET_BYTES as usize];
+        let data = &data[..data.len().min(PACKET_BYTES as usize)];
+        buf[..self.tail_len].copy_from_slice(&self.tail[..self.tail_len]);
+        buf[self.tail_len..self.tail_len + data.len()].copy_from_slice(data);
+        let buf = &buf[..self.tail_len + data.len()];
+        let need = self.needed_bytes();
+        let mut i = 0;
+        while i + need <= buf.len() {
+            if buf[i] == 0 && buf[i + 1] == 0 && buf[i + 2] == 1 {
+                if let Some(key) = self.classify(&buf[i + 3..i + need]) {
+                    self.verdict = Some(key);
+                    return;
+                }
+                i += 3;
+            } else {
+                i += 1;
+            }
+        }
+        // Keep the positions not yet examined (fewer than `need` bytes).
+        let start = i.min(buf.len());
+        self.tail_len = buf.len() - start;
+        self.tail[..self.tail_len].copy_from_slice(&buf[start..]);
+    }
+}
+
 /// A PES being reassembled.
 struct Pes {
     start_offset: u64,
+    /// Where a player starting at this PES starts reading: its first packet,
+    /// or the first of the PAT/PMT/SDT packets directly before it.
+    entry_offset: u64,
+    random_access: bool,
+    key_scan: Option<KeyScan>,
     declared_bytes: Option<u64>,
     payload_bytes: u64,
     last_packet_end: u64,
@@ -655,6 +763,8 @@ struct Stream {
     end_ns: i64,
     /// Video decode times (ticks), for the frame duration.
     video_dts: Vec<i64>,
+    /// Video keyframes: (PTS in ns, entry offset).
+    keyframes: Vec<(i64, u64)>,
 }
 
 impl Stream {
@@ -714,6 +824,9 @@ impl Stream {
             self.start_ns = self.start_ns.min(pts_ns);
             self.end_ns = self.end_ns.max(pts_ns);
             self.video_dts.push(dts);
+            if pes.random_access || pes.key_scan.is_some_and(|k| k.verdict == Some(true)) {
+                self.keyframes.push((pts_ns, pes.entry_offset));
+            }
         }
         Ok(())
     }
@@ -733,7 +846,7 @@ pub(crate) fn analyze(source: &(impl Source + ?Sized)) -> Result<Analysis, Media
             ),
         });
     }
-    let pmt_streams = find_streams(source)?;
+    let (pmt_streams, pmt_pid) = find_streams(source)?;
     let mut streams: Vec<Stream> = pmt_streams
         .iter()
         .enumerate()
@@ -754,6 +867,7 @@ pub(crate) fn analyze(source: &(impl Source + ?Sized)) -> Result<Analysis, Media
             start_ns: i64::MAX,
             end_ns: i64::MIN,
             video_dts: Vec::new(),
+            keyframes: Vec::new(),
         })
         .collect();
     // PID → index in `streams`, for the streams rondo times.
@@ -766,8 +880,15 @@ pub(crate) fn analyze(source: &(impl Source + ?Sized)) -> Result<Analysis, Media
     let mut units = Vec::new();
     let mut frames = Vec::new();
     let mut global_reference: Option<i64> = None;
+    // First packet of the run of PAT/PMT/SDT packets just before this one.
+    let mut psi_run_start: Option<u64> = None;
 
     for_each_packet(source, file_bytes, |packet| {
+        if packet.pid == 0 || packet.pid == pmt_pid || packet.pid == SDT_PID {
+            psi_run_start.get_or_insert(packet.offset);
+            return Ok(true);
+        }
+        let entry_offset = psi_run_start.take().unwrap_or(packet.offset);
         let index = by_pid[packet.pid as usize];
         if index == u16::MAX {
             return Ok(true);
@@ -815,8 +936,15 @@ pub(crate) fn analyze(source: &(impl Source + ?Sized)) -> Result<Analysis, Media
             if let (Some(splitter), Some(_)) = (&mut stream.audio, pts) {
                 splitter.pending_pts = pts;
             }
+            let key_scan = match stream.role {
+                Role::Video(codec) => Some(KeyScan::new(codec)),
+                _ => None,
+            };
             stream.pes = Some(Pes {
                 start_offset: packet.offset,
+                entry_offset,
+                random_access: packet.random_access,
+                key_scan,
                 declared_bytes: header.declared_bytes,
                 payload_bytes: 0,
                 last_packet_end: packet.offset + PACKET_BYTES,
@@ -834,6 +962,9 @@ pub(crate) fn analyze(source: &(impl Source + ?Sized)) -> Result<Analysis, Media
         };
         pes.payload_bytes += data.len() as u64;
         pes.last_packet_end = packet.offset + PACKET_BYTES;
+        if let Some(scan) = &mut pes.key_scan {
+            scan.feed(data);
+        }
         if let Some(declared) = pes.declared_bytes
             && pes.payload_bytes > declared
         {
@@ -947,6 +1078,12 @@ pub(crate) fn analyze(source: &(impl Source + ?Sized)) -> Result<Analysis, Media
     } else {
         0
     };
+    let raw_keyframes = streams
+        .iter_mut()
+        .find(|s| matches!(s.role, Role::Video(_)))
+        .map(|s| std::mem::take(&mut s.keyframes))
+        .unwrap_or_default();
+    let keyframes = super::mp4::title_keyframes(raw_keyframes, start_ns);
     Ok(Analysis {
         info: MediaInfo {
             container: ContainerKind::MpegTs,
@@ -964,12 +1101,49 @@ pub(crate) fn analyze(source: &(impl Source + ?Sized)) -> Result<Analysis, Media
         }],
         header_bytes: 0,
         units,
+        keyframes,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn scan(codec: VideoCodec, pieces: &[&[u8]]) -> Option<bool> {
+        let mut k = KeyScan::new(codec);
+        for p in pieces {
+            k.feed(p);
+        }
+        k.verdict
+    }
+
+    #[test]
+    fn key_scan_finds_the_first_picture_across_packets() {
+        use VideoCodec::*;
+        // AUD, SPS, then an IDR slice whose start code straddles two feeds.
+        let aud_sps: &[u8] = &[0, 0, 0, 1, 0x09, 0xf0, 0, 0, 1, 0x67, 0x64, 0, 0];
+        assert_eq!(scan(H264, &[aud_sps, &[1, 0x65, 0x88]]), Some(true));
+        assert_eq!(scan(H264, &[aud_sps, &[1], &[0x41, 0x9a]]), Some(false));
+        assert_eq!(scan(H264, &[aud_sps]), None);
+        // H.265: CRA (21) and IDR_W_RADL (19) are IRAP, TRAIL_R (1) is not.
+        assert_eq!(scan(H265, &[&[0, 0, 1, 21 << 1, 1]]), Some(true));
+        assert_eq!(
+            scan(H265, &[&[0, 0, 1, 0x40, 1, 0, 0, 1, 19 << 1]]),
+            Some(true)
+        );
+        assert_eq!(scan(H265, &[&[0, 0, 1, 1 << 1, 1]]), Some(false));
+        // MPEG-2: a sequence header, then a picture header of type I or P.
+        let i_picture: &[u8] = &[0, 0, 1, 0xb3, 0x14, 0, 0, 1, 0x00, 0x00, 0x0f];
+        assert_eq!(scan(Mpeg2, &[i_picture]), Some(true));
+        assert_eq!(scan(Mpeg2, &[&i_picture[..9], &i_picture[9..]]), Some(true));
+        assert_eq!(scan(Mpeg2, &[&[0, 0, 1, 0x00, 0x00, 0x17]]), Some(false));
+        // No picture within the scan limit: not a keyframe.
+        let mut k = KeyScan::new(H264);
+        for _ in 0..KEY_SCAN_LIMIT_BYTES / 184 + 2 {
+            k.feed(&[0xaa; 184]);
+        }
+        assert_eq!(k.verdict, Some(false));
+    }
 
     #[test]
     fn crc_of_a_real_pat_checks_to_zero() {
