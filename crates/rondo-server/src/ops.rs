@@ -92,6 +92,45 @@ pub fn publish_state(shared: &Shared, core: &Core, disk: u32) {
         .store(state_code(core.ops.health.state(disk)), Relaxed);
 }
 
+/// Records `disk` failed in the data directory, so a restart keeps it
+/// failed. The failure itself does not wait for the record: if it cannot be
+/// written the disk still fails now, and the error is logged.
+fn record_failed(shared: &Shared, disk: u32, reason: &str) {
+    let since_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    if let Err(e) = shared
+        .store
+        .record_disk_failed(DiskIndex(disk), reason, since_unix_s)
+    {
+        tracing::error!(
+            disk,
+            "cannot record the disk as failed ({e}); after a restart it would serve again"
+        );
+    }
+}
+
+/// At start: the disks recorded failed (before a restart) fail again before
+/// any stream is admitted, so no stream is planned on them.
+pub fn fail_recorded_disks(shared: &Shared) -> Result<(), rondo_store::StoreError> {
+    let states = shared.store.disk_states()?;
+    let mut core = shared.core.lock().expect("core lock");
+    for disk in states.failed_disks() {
+        let reason = &states.failed[&disk.to_string()].reason;
+        core.ops.health.fail(disk);
+        publish_state(shared, &core, disk);
+        let lost = core.reservations.fail_disk(disk);
+        debug_assert!(lost.is_empty(), "no stream is admitted before the start");
+        tracing::warn!(
+            disk,
+            "disk {disk} is failed since before this start ({reason}): its reads go to the other \
+             replicas until `rondo admin restore-disk {disk}` rebuilds it"
+        );
+    }
+    Ok(())
+}
+
 /// Ends a stream the server cannot serve: its response fails, its
 /// reservations are released, and the reason is logged.
 pub fn abort_stream(shared: &Shared, core: &mut Core, stream: StreamId, reason: &str) {
@@ -117,6 +156,7 @@ pub fn fail_disk(shared: &Shared, core: &mut Core, disk: u32, reason: &str) -> V
     }
     core.ops.health.fail(disk);
     publish_state(shared, core, disk);
+    record_failed(shared, disk, reason);
     let lost = core.reservations.fail_disk(disk);
     tracing::error!(
         disk,

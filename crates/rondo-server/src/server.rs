@@ -208,6 +208,11 @@ impl RunningServer {
             token,
             base_url: base_url.clone(),
         });
+        // Disks failed before a restart stay failed (disk-state.toml).
+        crate::ops::fail_recorded_disks(&shared).map_err(|e| ServerError::Io {
+            context: "reading the failed disks".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
 
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
         let mut batch_senders = Vec::new();

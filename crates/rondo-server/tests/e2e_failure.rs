@@ -457,6 +457,101 @@ async fn a_replaced_disk_is_rebuilt_byte_for_byte_while_streams_play() {
     assert!(rebuilt_rounds > 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_disk_stays_failed_across_a_restart_until_rebuilt() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let media = make_long_media(tmp.path());
+    let store = build_store(&dir, &media, Scheme::Minimum, 2);
+    let titles = store.titles().unwrap();
+    let server = start(store, test_config()).await;
+    let (url, token) = (server.url(), server.token().to_string());
+    let http = reqwest::Client::new();
+    let new_device = tmp.path().join("new-1.dev");
+    let (status, answer) = admin_post(
+        &http,
+        &format!("{url}/api/admin/disks/1/fail"),
+        Some(&token),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    // Replaced by an empty device, and stopped before any rebuild.
+    let body = serde_json::json!({ "path": new_device });
+    let (status, answer) = admin_post(
+        &http,
+        &format!("{url}/api/admin/disks/1/replace"),
+        Some(&token),
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    server.shutdown().await;
+
+    let report = rondo_store::fsck(&dir);
+    assert!(report.passed(), "{report}");
+    assert_eq!(report.failed_disks, vec![1], "{report}");
+
+    // After the restart disk 1 is still failed: streams play from the
+    // backups without a miss and nothing reads the unrebuilt device.
+    let server = start(Store::open(&dir).unwrap(), test_config()).await;
+    let url = server.url();
+    let token = server.token().to_string();
+    let disks = get_json(&http, &format!("{url}/api/disks")).await;
+    assert_eq!(disks["disks"][1]["state"], "failed", "{disks}");
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let title = &titles[i % titles.len()];
+        tasks.push(tokio::spawn(play(
+            http.clone(),
+            format!("{url}/stream/{}.ts", title.id.0),
+            title.client_bytes.clone(),
+        )));
+    }
+    for task in tasks {
+        let r = task.await.unwrap();
+        assert_eq!(r.status, 200, "{r:?}");
+        assert!(!r.broken && r.received_bytes == r.expected_bytes, "{r:?}");
+        assert_eq!(r.stalls, 0, "{r:?}");
+    }
+    let metrics = server.metrics();
+    assert_eq!(metrics.stream_round_misses, 0);
+    assert_eq!(metrics.disks[1].reads, 0, "the failed disk is not read");
+    assert_eq!(metrics.read_errors, 0);
+
+    // Restored: serving, and it stays so across the next restart.
+    let (status, answer) = admin_post(
+        &http,
+        &format!("{url}/api/admin/disks/1/restore"),
+        Some(&token),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let started = Instant::now();
+    loop {
+        let disks = get_json(&http, &format!("{url}/api/disks")).await;
+        if disks["disks"][1]["state"] == "healthy" {
+            assert_eq!(disks["last_rebuild"]["restored"], true, "{disks}");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{disks}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    server.shutdown().await;
+    let report = rondo_store::fsck(&dir);
+    assert!(
+        report.passed() && report.failed_disks.is_empty(),
+        "{report}"
+    );
+    let server = start(Store::open(&dir).unwrap(), test_config()).await;
+    let disks = get_json(&http, &format!("{}/api/disks", server.url())).await;
+    assert_eq!(disks["disks"][1]["state"], "healthy", "{disks}");
+    server.shutdown().await;
+}
+
 /// Flips `bytes` bytes at `device_offset_bytes` of disk `disk`'s stride area.
 fn corrupt(dir: &Path, disk: u32, device_offset_bytes: u64, bytes: usize) {
     use std::os::unix::fs::FileExt;

@@ -276,7 +276,22 @@ fn finish(shared: &Shared, disk: u32) {
     }
     let seconds = rebuild.started_at.elapsed().as_secs_f64();
     let restored = rebuild.failures.is_empty();
-    if restored {
+    // The disk serves again only once that is on record: a restart before
+    // would otherwise find it failed and a restart after, serving.
+    let recorded = if restored {
+        shared
+            .store
+            .record_disk_serving(DiskIndex(disk))
+            .map_err(|e| {
+                rebuild
+                    .failures
+                    .push(format!("recording the disk as serving: {e}"))
+            })
+            .is_ok()
+    } else {
+        false
+    };
+    if restored && recorded {
         core.reservations.restore_disk(disk);
         core.ops.health.restore(disk);
         tracing::info!(
