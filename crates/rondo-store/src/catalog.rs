@@ -8,6 +8,11 @@
 //! migrations a catalog lacks, one transaction each, and refuses a catalog
 //! newer than this code. Integers are SQLite's signed 64-bit; the only value
 //! that can exceed 2^63 (a title's placement seed) is stored bit-cast.
+//!
+//! Schema versions: 1, the titles, strides and extents; 2, each title's
+//! video keyframes (`titles.keyframes`, a compact BLOB; NULL for titles
+//! stored before version 2, whose time seeks fall back to round
+//! boundaries).
 
 use std::path::Path;
 
@@ -27,9 +32,10 @@ struct Migration {
 }
 
 /// In order; the last one's version is [`SCHEMA_VERSION`].
-const MIGRATIONS: &[Migration] = &[Migration {
-    to_version: 1,
-    sql: r#"
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        to_version: 1,
+        sql: r#"
         CREATE TABLE catalog_info (
             key TEXT PRIMARY KEY NOT NULL,
             value TEXT NOT NULL
@@ -77,7 +83,13 @@ const MIGRATIONS: &[Migration] = &[Migration {
             PRIMARY KEY (title_id, round, replica, piece)
         ) STRICT, WITHOUT ROWID;
     "#,
-}];
+    },
+    Migration {
+        to_version: 2,
+        // NULL: stored before keyframes were kept (unknown, not "none").
+        sql: "ALTER TABLE titles ADD COLUMN keyframes BLOB;",
+    },
+];
 
 /// The schema version this code reads and writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS[MIGRATIONS.len() - 1].to_version;
@@ -255,6 +267,116 @@ pub fn decode_client_bytes(blob: &[u8]) -> Option<Vec<u64>> {
         }
     }
     (shift == 0).then_some(out)
+}
+
+/// A place a player can start decoding a title: the presentation time of
+/// a video keyframe and the stored byte where a player starting there
+/// starts reading (see `rondo_media::container::Keyframe`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct KeyframeRecord {
+    pub time_ns: u64,
+    pub byte_offset: u64,
+}
+
+fn push_varint(out: &mut Vec<u8>, mut v: u64) {
+    loop {
+        let byte = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// Encodes keyframes (ascending in time and byte offset) compactly: a
+/// format byte (1), then per keyframe the LEB128 varint differences from
+/// the previous one's time and offset (8 bytes for a 2 s GOP). `None`
+/// when they are not ascending.
+pub fn encode_keyframes(keyframes: &[KeyframeRecord]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(1 + keyframes.len() * 6);
+    out.push(1);
+    let (mut time_ns, mut byte_offset) = (0u64, 0u64);
+    for k in keyframes {
+        push_varint(&mut out, k.time_ns.checked_sub(time_ns)?);
+        push_varint(&mut out, k.byte_offset.checked_sub(byte_offset)?);
+        (time_ns, byte_offset) = (k.time_ns, k.byte_offset);
+    }
+    Some(out)
+}
+
+/// Decodes [`encode_keyframes`]; `None` when the blob is malformed.
+pub fn decode_keyframes(blob: &[u8]) -> Option<Vec<KeyframeRecord>> {
+    let (&format, body) = blob.split_first()?;
+    if format != 1 {
+        return None;
+    }
+    // The same varints as client bytes; pairs of (time, offset) deltas.
+    let mut deltas = Vec::new();
+    let mut value = 0u64;
+    let mut shift = 0u32;
+    for &byte in body {
+        if shift >= 64 || (shift == 63 && byte & 0x7e != 0) {
+            return None;
+        }
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            deltas.push(value);
+            value = 0;
+            shift = 0;
+        } else {
+            shift += 7;
+        }
+    }
+    if shift != 0 || deltas.len() % 2 != 0 {
+        return None;
+    }
+    let (mut time_ns, mut byte_offset) = (0u64, 0u64);
+    deltas
+        .chunks_exact(2)
+        .map(|pair| {
+            time_ns = time_ns.checked_add(pair[0])?;
+            byte_offset = byte_offset.checked_add(pair[1])?;
+            Some(KeyframeRecord {
+                time_ns,
+                byte_offset,
+            })
+        })
+        .collect()
+}
+
+/// Records a title's keyframes (in the transaction that commits it).
+pub(crate) fn set_keyframes(
+    tx: &rusqlite::Transaction<'_>,
+    title: TitleId,
+    blob: &[u8],
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE titles SET keyframes = ?2 WHERE id = ?1",
+        params![title.0 as i64, blob],
+    )?;
+    Ok(())
+}
+
+/// A complete title's keyframes: `None` when the title was stored before
+/// schema version 2 (or without them); an error when the blob is malformed.
+pub(crate) fn keyframes(conn: &Connection, title: TitleId) -> Result<Option<Vec<KeyframeRecord>>> {
+    let blob: Option<Vec<u8>> = conn
+        .query_row(
+            "SELECT keyframes FROM titles WHERE id = ?1 AND state = 'complete'",
+            [title.0 as i64],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql("reading keyframes"))?
+        .flatten();
+    blob.map(|blob| {
+        decode_keyframes(&blob).ok_or_else(|| StoreError::CatalogCorrupt {
+            reason: format!("title {} has a malformed keyframes blob", title.0),
+        })
+    })
+    .transpose()
 }
 
 /// One title row, in either state.
@@ -564,6 +686,80 @@ mod tests {
         too_long.extend([0xff; 10]);
         too_long.push(1);
         assert_eq!(decode_client_bytes(&too_long), None);
+    }
+
+    #[test]
+    fn keyframes_blob_round_trip_and_refusals() {
+        let k = |time_ns, byte_offset| KeyframeRecord {
+            time_ns,
+            byte_offset,
+        };
+        let values = vec![k(0, 376), k(2_000_000_000, 90_000), k(u64::MAX, u64::MAX)];
+        let blob = encode_keyframes(&values).unwrap();
+        assert_eq!(decode_keyframes(&blob), Some(values));
+        assert_eq!(
+            decode_keyframes(&encode_keyframes(&[]).unwrap()),
+            Some(vec![])
+        );
+        // Two-hour title, 2 s GOP, ~250 KB per GOP: 5 + 3 bytes a keyframe.
+        let long: Vec<KeyframeRecord> = (0..3600)
+            .map(|i| k(i * 2_000_000_000, i * 250_000))
+            .collect();
+        assert_eq!(encode_keyframes(&long).unwrap().len(), 1 + 2 + 3599 * 8);
+        // Not ascending, a dangling time without its offset, another format.
+        assert_eq!(encode_keyframes(&[k(5, 5), k(4, 6)]), None);
+        assert_eq!(decode_keyframes(&[1, 5]), None);
+        assert_eq!(decode_keyframes(&[2]), None);
+        assert_eq!(decode_keyframes(&[1, 0x80]), None);
+    }
+
+    /// A catalog written by a rondo of schema version 1 opens, migrates to
+    /// 2 keeping its titles, and reports their keyframes as unknown.
+    #[test]
+    fn a_version_1_catalog_migrates_to_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(CATALOG_FILE);
+        let conn = open(&path, true).unwrap();
+        // Exactly what version 1 created.
+        conn.execute_batch(
+            "CREATE TABLE schema_version (version INTEGER NOT NULL) STRICT;
+             INSERT INTO schema_version (version) VALUES (1);",
+        )
+        .unwrap();
+        conn.execute_batch(MIGRATIONS[0].sql).unwrap();
+        conn.execute(
+            &format!(
+                "INSERT INTO titles ({}) VALUES (7, 'old', 'old.ts', 'mpeg-ts', 'video/mp2t', \
+                 1, 10, 0, 1000000000, 1, ?1, 3, 0, 'complete', 0)",
+                TITLE_COLUMNS
+            ),
+            [encode_client_bytes(&[10])],
+        )
+        .unwrap();
+        drop(conn);
+
+        let mut conn = open(&path, false).unwrap();
+        assert_eq!(migrate(&mut conn, &path, false).unwrap(), 1);
+        assert_eq!(schema_version(&conn).unwrap(), Some(2));
+        let rows = title_rows(&conn, true).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].name, "old");
+        assert_eq!(keyframes(&conn, TitleId(7)).unwrap(), None);
+        // A title stored from now on has them.
+        let blob = encode_keyframes(&[KeyframeRecord {
+            time_ns: 0,
+            byte_offset: 0,
+        }])
+        .unwrap();
+        let tx = conn.transaction().unwrap();
+        set_keyframes(&tx, TitleId(7), &blob).unwrap();
+        tx.commit().unwrap();
+        assert_eq!(keyframes(&conn, TitleId(7)).unwrap().unwrap().len(), 1);
+        // A damaged blob is an error naming the title, not a panic.
+        conn.execute("UPDATE titles SET keyframes = x'0105' WHERE id = 7", [])
+            .unwrap();
+        let err = keyframes(&conn, TitleId(7)).unwrap_err().to_string();
+        assert!(err.contains("title 7"), "{err}");
     }
 
     #[test]

@@ -27,7 +27,8 @@ mod fsck;
 mod store;
 
 pub use catalog::{
-    CATALOG_FILE, ExtentRecord, SCHEMA_VERSION, decode_client_bytes, encode_client_bytes,
+    CATALOG_FILE, ExtentRecord, KeyframeRecord, SCHEMA_VERSION, decode_client_bytes,
+    decode_keyframes, encode_client_bytes, encode_keyframes,
 };
 pub use config::{
     ArrayConfig, ArrayId, CONFIG_FILE, DeviceEntry, DirectoryFlags, FORMAT_VERSION,

@@ -969,6 +969,7 @@ impl Store {
             backup_buf: AlignedBuf::zeroed(max_round_bytes),
             touched: vec![false; self.inner.config.disk_count as usize],
             finished: false,
+            keyframes_blob: None,
         })
     }
 
@@ -982,6 +983,12 @@ impl Store {
     pub fn title(&self, id: TitleId) -> Result<Option<TitleRecord>> {
         let row = catalog::complete_title_row(&self.state().conn, TitleKey::Id(id))?;
         row.map(TitleRecord::from_row).transpose()
+    }
+
+    /// The keyframes of complete title `id`: `None` when it was stored
+    /// before schema version 2 (or without keyframes).
+    pub fn title_keyframes(&self, id: TitleId) -> Result<Option<Vec<catalog::KeyframeRecord>>> {
+        catalog::keyframes(&self.state().conn, id)
     }
 
     /// The complete title named `name`, if any.
@@ -1236,6 +1243,8 @@ pub struct TitleWriter {
     backup_buf: AlignedBuf,
     touched: Vec<bool>,
     finished: bool,
+    /// Encoded keyframes to record at commit (schema version 2).
+    keyframes_blob: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for TitleWriter {
@@ -1260,6 +1269,25 @@ impl TitleWriter {
     }
 
     /// Number of rounds.
+    /// Keyframes to record with the title when it commits (ascending in
+    /// time and byte offset, each offset inside the stored stream). Without
+    /// this call the title has none recorded (NULL), as one stored before
+    /// schema version 2.
+    pub fn set_keyframes(&mut self, keyframes: &[catalog::KeyframeRecord]) -> Result<()> {
+        let size_bytes = self.record.size_bytes;
+        let blob = catalog::encode_keyframes(keyframes)
+            .filter(|_| keyframes.iter().all(|k| k.byte_offset < size_bytes))
+            .ok_or_else(|| StoreError::CatalogCorrupt {
+                reason: format!(
+                    "title {} ({:?}): keyframes must ascend in time and offset and lie inside \
+                     its {size_bytes} bytes",
+                    self.record.id.0, self.record.name
+                ),
+            })?;
+        self.keyframes_blob = Some(blob);
+        Ok(())
+    }
+
     pub fn rounds(&self) -> usize {
         self.record.client_bytes.len()
     }
@@ -1375,6 +1403,10 @@ impl TitleWriter {
             .map_err(|e| StoreError::catalog(context.clone(), e))?;
         catalog::insert_extents(&tx, &self.extents)
             .map_err(|e| StoreError::catalog(context.clone(), e))?;
+        if let Some(blob) = &self.keyframes_blob {
+            catalog::set_keyframes(&tx, id, blob)
+                .map_err(|e| StoreError::catalog(context.clone(), e))?;
+        }
         let changed = tx
             .execute(
                 "UPDATE titles SET state = 'complete' WHERE id = ?1 AND state = 'writing'",
