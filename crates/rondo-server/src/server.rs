@@ -399,7 +399,8 @@ pub async fn shutdown_signal() {
 }
 
 /// Serves `store` until SIGTERM or SIGINT, on a runtime of its own (for
-/// callers without one, like the CLI). `announce` runs once the server is
+/// callers without one, like the CLI), with the open-files limit raised
+/// ([`raise_open_files_limit`]). `announce` runs once the server is
 /// up (print its URLs there); then the server shuts down cleanly.
 pub fn serve_until_signal(
     store: Store,
@@ -411,6 +412,11 @@ pub fn serve_until_signal(
         .thread_name("rondo-http")
         .build()
         .map_err(io_error("starting the async runtime"))?;
+    let open_files = raise_open_files_limit();
+    tracing::info!(
+        open_files_limit = open_files,
+        "one descriptor per connection; the soft limit is raised to the hard one"
+    );
     runtime.block_on(async move {
         let server = RunningServer::start(store, config).await?;
         announce(&server);
@@ -418,6 +424,34 @@ pub fn serve_until_signal(
         server.shutdown().await;
         Ok(())
     })
+}
+
+/// Raises the process's soft `RLIMIT_NOFILE` to its hard limit (each
+/// client connection holds a descriptor: a thousand streams need more than
+/// the usual soft 1024); returns the soft limit in force, `None` if it
+/// cannot be read.
+pub fn raise_open_files_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return None;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every target
+    Some(limit.rlim_cur as u64)
 }
 
 /// Logs through `tracing` to stderr, filtered by `RONDO_LOG` (an
