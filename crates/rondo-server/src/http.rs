@@ -7,7 +7,7 @@
 //! | `GET /api/titles`, `GET /api/titles/{id}` | titles: id, name, duration, stream URL, … |
 //! | `GET /api/titles/{id}/schedule` | the title's per-round client bytes |
 //! | `GET /api/metrics` | the server's counters as JSON |
-//! | `GET`/`HEAD /stream/{id}[.mp4\|.ts]` | the title, paced by its schedule; single byte ranges (206); `?t=SECONDS` (MPEG-TS) |
+//! | `GET`/`HEAD /stream/{id}[.mp4\|.ts]` | the title, paced by its schedule; single byte ranges (206); `?t=SECONDS` from the keyframe at or before t (MP4: a rewritten header first; MPEG-TS) |
 //! | `POST /api/admin/titles?name=NAME` | ingest the request body (token) |
 //! | `DELETE /api/admin/titles/{id}` | delete a title (token) |
 //!
@@ -30,6 +30,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
+use bytes::Bytes;
 use futures_util::StreamExt;
 use rondo_media::container::MPEG_TS_CONTENT_TYPE;
 use rondo_model::reservation::Rejection;
@@ -41,7 +42,7 @@ use crate::auth::bearer_matches;
 use crate::ingest::{IngestError, ingest_file_as};
 use crate::session::{StreamRequest, admit};
 use crate::state::Shared;
-use crate::titles::{LoadedTitle, load_title, title_json};
+use crate::titles::{LoadedTitle, TimeSeekError, TimeStart, load_title, title_json};
 
 /// The player page, served at `/`.
 const PLAYER_HTML: &str = include_str!("player.html");
@@ -130,7 +131,7 @@ async fn api_index() -> axum::Json<Value> {
             {"method": "GET", "path": "/api/titles/{id}", "what": "one title"},
             {"method": "GET", "path": "/api/titles/{id}/schedule", "what": "per-round client bytes"},
             {"method": "GET", "path": "/api/metrics", "what": "admissions, deadline misses, bytes sent, per-disk time"},
-            {"method": "GET, HEAD", "path": "/stream/{id}", "what": "the title, paced by its schedule; Range (one range) and ?t=SECONDS (MPEG-TS)"},
+            {"method": "GET, HEAD", "path": "/stream/{id}", "what": "the title, paced by its schedule; Range (one range); ?t=SECONDS starts at the video keyframe at or before t (MP4: a rewritten header, then the stored bytes from the first kept sample; MPEG-TS: from the keyframe's PAT/PMT)"},
             {"method": "POST", "path": "/api/admin/titles?name=NAME", "what": "ingest the request body as a title (Authorization: Bearer <token>)"},
             {"method": "DELETE", "path": "/api/admin/titles/{id}", "what": "delete a title (Authorization: Bearer <token>)"},
             {"method": "GET", "path": "/api/disks", "what": "each disk's state and errors, and the rebuild's progress"},
@@ -254,52 +255,68 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> axum::Json<Value> {
 struct Selection {
     status: StatusCode,
     first_byte: u64,
+    /// Stored bytes sent from `first_byte`.
     length_bytes: u64,
     content_range: Option<String>,
+    /// Bytes sent first, from memory (an MP4 time seek's header).
+    prefix: Bytes,
+    /// A time seek's start: the keyframe's presentation time.
+    start_time_ns: Option<u64>,
 }
 
-/// Chooses the bytes to send from `?t=`, `Range` or neither.
-fn select(
-    title: &LoadedTitle,
-    query: &BTreeMap<String, String>,
-    headers: &HeaderMap,
-) -> Result<Selection, ApiError> {
+/// Parses `?t=` as non-negative seconds, in ns.
+fn parse_time(t: &str) -> Result<u64, ApiError> {
+    t.parse()
+        .ok()
+        .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+        .map(|s| (s * NS_PER_S as f64).min(u64::MAX as f64) as u64)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!("t={t:?} is not a time in seconds (e.g. t=12.5)"))
+        })
+}
+
+/// The answer to `?t=`: from the keyframe at or before t to the end.
+async fn select_time(title: &Arc<LoadedTitle>, t: &str) -> Result<Selection, ApiError> {
+    let t_ns = parse_time(t)?;
+    // Cutting an MP4 header is CPU work proportional to its size.
+    let seek_title = Arc::clone(title);
+    let start: TimeStart = tokio::task::spawn_blocking(move || seek_title.start_at_time(t_ns))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the time seek failed: {e}"),
+            )
+        })?
+        .map_err(|e| match e {
+            TimeSeekError::PastEnd { duration_s, .. } => ApiError {
+                status: StatusCode::RANGE_NOT_SATISFIABLE,
+                body: json!({ "error": e.to_string(), "duration_seconds": duration_s }),
+                headers: Vec::new(),
+            },
+            TimeSeekError::Unsupported { .. } => ApiError::bad_request(e.to_string()),
+        })?;
+    Ok(Selection {
+        status: StatusCode::OK,
+        first_byte: start.first_byte,
+        length_bytes: title.record.size_bytes - start.first_byte,
+        content_range: None,
+        prefix: start.prefix,
+        start_time_ns: Some(start.start_time_ns),
+    })
+}
+
+/// Chooses the bytes to send from `Range` or its absence.
+fn select(title: &LoadedTitle, headers: &HeaderMap) -> Result<Selection, ApiError> {
     let size = title.record.size_bytes;
     let full = Selection {
         status: StatusCode::OK,
         first_byte: 0,
         length_bytes: size,
         content_range: None,
+        prefix: Bytes::new(),
+        start_time_ns: None,
     };
-    if let Some(t) = query.get("t") {
-        let seconds: f64 = t
-            .parse()
-            .ok()
-            .filter(|s: &f64| s.is_finite() && *s >= 0.0)
-            .ok_or_else(|| {
-                ApiError::bad_request(format!("t={t:?} is not a time in seconds (e.g. t=12.5)"))
-            })?;
-        if title.record.content_type != MPEG_TS_CONTENT_TYPE {
-            return Err(ApiError::bad_request(format!(
-                "?t= starts MPEG-TS titles mid-stream; title {} is {}, which players seek with \
-                 Range requests from its index (a <video> element or ffplay -ss do this)",
-                title.id().0,
-                title.record.content_type
-            )));
-        }
-        let round = title.round_for_time((seconds * NS_PER_S as f64) as u64);
-        // The first non-empty round from there (an empty round holds no byte).
-        let first_byte = title.round_byte_range(round).start;
-        if first_byte >= size {
-            return Ok(full);
-        }
-        return Ok(Selection {
-            status: StatusCode::OK,
-            first_byte,
-            length_bytes: size - first_byte,
-            content_range: None,
-        });
-    }
     let Some(range) = headers.get(header::RANGE) else {
         return Ok(full);
     };
@@ -318,6 +335,8 @@ fn select(
                 first_byte: first,
                 length_bytes: last - first + 1,
                 content_range: Some(format!("bytes {first}-{last}/{size}")),
+                prefix: Bytes::new(),
+                start_time_ns: None,
             })
         }
         // Several ranges: served whole, as RFC 9110 allows.
@@ -390,15 +409,34 @@ async fn stream(
             stream_path(&title)
         )));
     }
-    let selection = select(&title, &query, &headers)?;
+    // `?t=` takes precedence over Range.
+    let selection = match query.get("t") {
+        Some(t) => select_time(&title, t).await?,
+        None => select(&title, &headers)?,
+    };
+    let prefix_bytes = selection.prefix.len() as u64;
     let mut builder = Response::builder()
         .status(selection.status)
         .header(header::CONTENT_TYPE, title.record.content_type.as_str())
         .header(header::ACCEPT_RANGES, "bytes")
-        .header(header::CONTENT_LENGTH, selection.length_bytes)
+        .header(
+            header::CONTENT_LENGTH,
+            prefix_bytes + selection.length_bytes,
+        )
         .header(header::CACHE_CONTROL, "no-store");
     if let Some(range) = &selection.content_range {
         builder = builder.header(header::CONTENT_RANGE, range.as_str());
+    }
+    if let Some(start_ns) = selection.start_time_ns {
+        // Where a time seek landed: the keyframe's time, the in-memory
+        // prefix's length and the first stored byte after it.
+        builder = builder
+            .header(
+                "x-rondo-start-seconds",
+                format!("{:.6}", start_ns as f64 / 1e9),
+            )
+            .header("x-rondo-prefix-bytes", prefix_bytes)
+            .header("x-rondo-first-byte", selection.first_byte);
     }
     if method == Method::HEAD || selection.length_bytes == 0 {
         return Ok(builder.body(Body::empty()).expect("valid response"));
@@ -416,6 +454,7 @@ async fn stream(
             title: Arc::clone(&title),
             first_byte: selection.first_byte,
             length_bytes: selection.length_bytes,
+            prefix: selection.prefix,
             peer: peer.to_string(),
         },
     )

@@ -11,7 +11,9 @@
 //! the stream's backlog and the stream is marked stalled; the driver never
 //! waits for it, and after the grace time drops it with a log line. A client
 //! that disconnects drops its body, whose guard releases the stream's
-//! reservations at once.
+//! reservations at once. A stream may carry a prefix held in memory (an MP4
+//! time seek's rewritten header): the body sends it first, before any round,
+//! with no disk read.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::pin::Pin;
@@ -117,6 +119,8 @@ pub struct StreamRequest {
     pub first_byte: u64,
     /// Bytes to send from there.
     pub length_bytes: u64,
+    /// Bytes sent before the stored ones, from memory (may be empty).
+    pub prefix: Bytes,
     pub peer: String,
 }
 
@@ -182,6 +186,7 @@ pub fn admit(shared: &Arc<Shared>, request: StreamRequest) -> Result<Admitted, R
         name = %title.record.name,
         first_byte = request.first_byte,
         bytes = request.length_bytes,
+        prefix_bytes = request.prefix.len(),
         playback_round = position.round,
         start_round = admission.start_round,
         earliest_round = earliest,
@@ -193,6 +198,7 @@ pub fn admit(shared: &Arc<Shared>, request: StreamRequest) -> Result<Admitted, R
         stream: admission.stream,
         start_round: admission.start_round,
         body: SessionBody {
+            prefix: (!request.prefix.is_empty()).then_some(request.prefix),
             receiver,
             abort,
             guard: ReleaseGuard {
@@ -241,6 +247,8 @@ pub fn end_stream(core: &mut Core, stream: StreamId) -> Option<StreamState> {
 /// The HTTP body of a stream: the session channel's rounds, failing the
 /// response if the server drops the stream.
 pub struct SessionBody {
+    /// Sent before the first round's data.
+    prefix: Option<Bytes>,
     receiver: mpsc::Receiver<Bytes>,
     abort: Arc<AtomicBool>,
     guard: ReleaseGuard,
@@ -258,6 +266,14 @@ impl Stream for SessionBody {
         if self.abort.load(Relaxed) {
             self.done = true;
             return Poll::Ready(Some(Err(aborted())));
+        }
+        if let Some(prefix) = self.prefix.take() {
+            self.guard
+                .shared
+                .metrics
+                .bytes_sent
+                .fetch_add(prefix.len() as u64, Relaxed);
+            return Poll::Ready(Some(Ok(prefix)));
         }
         match self.receiver.poll_recv(cx) {
             Poll::Ready(Some(data)) => {

@@ -9,16 +9,24 @@
 //! data directory gets, kept here once so `rondo serve` and `rondo ingest`
 //! create identical directories.
 //!
-//! Time seeks land on round boundaries, not keyframes: the catalog keeps per
-//! round only its client bytes, and the media crate does not expose which
-//! samples are sync samples, so [`LoadedTitle::round_for_time`] gives the
-//! round whose playback interval holds `t`. An MP4 client seeks with Range
-//! requests from its own `moov` index (exact keyframes); an MPEG-TS round
-//! starts on a transport-packet boundary (every consumption-curve frame ends
-//! at one), so a player started there resynchronises at the next keyframe.
+//! Time seeks (`?t=`) start at the video keyframe at or before `t`
+//! ([`LoadedTitle::start_at_time`]). An MPEG-TS title starts at the
+//! keyframe's entry packet from the catalog's keyframe list (schema 2). An
+//! MP4 title is cut by `rondo_media::container::seek::mp4_seek` from its
+//! header, read from the store once when the title is loaded and kept in
+//! memory ([`MAX_CACHED_HEADER_BYTES`] per title at most, so the cache is
+//! bounded by titles × that): the client gets the rewritten header from
+//! memory, then the stored bytes from the first kept sample. A title stored
+//! before schema 2 has no keyframe list; its MPEG-TS time seeks fall back to
+//! the round whose playback interval holds `t` (a transport-packet boundary,
+//! so a player resynchronises at the next keyframe), with a log line.
 
 use std::ops::Range;
 use std::path::Path;
+
+use bytes::Bytes;
+use rondo_media::container::MPEG_TS_CONTENT_TYPE;
+use rondo_media::container::seek::{SeekError, mp4_seek};
 
 use rondo_model::disk::{DiskError, RondoBound, profile_by_name};
 use rondo_model::layout::{Replica, TitleLayout, TitlePlan};
@@ -26,8 +34,8 @@ use rondo_model::reservation::{Bound, ChargesError, TitleCharges};
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{STRIDE_BYTES_DEFAULT, TitleId};
 use rondo_store::{
-    ArrayConfig, CONFIG_FILE, ExtentRecord, Store, StoreConfig, StoreError, StoredTitle,
-    TitleRecord,
+    ArrayConfig, CONFIG_FILE, ExtentRecord, KeyframeRecord, Store, StoreConfig, StoreError,
+    StoredTitle, TitleRecord,
 };
 use serde::Serialize;
 use thiserror::Error;
@@ -194,6 +202,40 @@ impl RoundIndex {
     }
 }
 
+/// Largest MP4 header (`ftyp`+`moov`) kept in memory for `?t=`; a title
+/// with a larger one answers `?t=` with an error (seek with Range). A
+/// two-hour film's `moov` is a few MB.
+pub const MAX_CACHED_HEADER_BYTES: u64 = 16 << 20;
+
+/// Where a time seek starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimeStart {
+    /// Bytes sent before the stored ones, from memory (an MP4's rewritten
+    /// header); empty for MPEG-TS.
+    pub prefix: Bytes,
+    /// First stored byte sent after the prefix; the rest of the title follows.
+    pub first_byte: u64,
+    /// Presentation time of the keyframe the response starts at (for the
+    /// round fallback: the round's start).
+    pub start_time_ns: u64,
+    /// False when the title has no keyframe list and the start is a round
+    /// boundary.
+    pub at_keyframe: bool,
+}
+
+/// Why a time seek cannot be served.
+#[derive(Debug, Error, PartialEq)]
+pub enum TimeSeekError {
+    #[error("t={t_s:.3} s is at or past the end of title {title} ({duration_s:.3} s)")]
+    PastEnd {
+        title: u64,
+        t_s: f64,
+        duration_s: f64,
+    },
+    #[error("title {title}: {reason}")]
+    Unsupported { title: u64, reason: String },
+}
+
 /// A complete title ready for admission and for the round executor.
 #[derive(Clone, Debug)]
 pub struct LoadedTitle {
@@ -211,6 +253,12 @@ pub struct LoadedTitle {
     /// `stored.layout == layout`).
     pub stored: StoredTitle,
     index: RoundIndex,
+    /// Video keyframes from the catalog; `None` for a title stored before
+    /// schema version 2.
+    pub keyframes: Option<Vec<KeyframeRecord>>,
+    /// An MP4's stored header (`ftyp`+`moov`) when it is at most
+    /// [`MAX_CACHED_HEADER_BYTES`] and could be read; `?t=` cuts it.
+    pub mp4_header: Option<Bytes>,
 }
 
 impl LoadedTitle {
@@ -260,6 +308,104 @@ impl LoadedTitle {
     pub fn round_for_time(&self, t_ns: u64) -> usize {
         self.index.round_for_time(t_ns)
     }
+
+    /// Where a stream started at presentation time `t_ns` begins: at the
+    /// video keyframe at or before `t_ns` (the first keyframe before it).
+    /// MP4 titles get a rewritten header as a prefix (pure CPU work on the
+    /// cached header, no disk read); MPEG-TS titles start at the
+    /// keyframe's entry packet. See the module docs for titles without
+    /// keyframes.
+    pub fn start_at_time(&self, t_ns: u64) -> Result<TimeStart, TimeSeekError> {
+        let title = self.id().0;
+        let past_end = || TimeSeekError::PastEnd {
+            title,
+            t_s: t_ns as f64 / 1e9,
+            duration_s: self.record.duration_ns as f64 / 1e9,
+        };
+        if t_ns >= self.record.duration_ns {
+            return Err(past_end());
+        }
+        let unsupported = |reason: String| TimeSeekError::Unsupported { title, reason };
+        if self.record.content_type == MPEG_TS_CONTENT_TYPE {
+            return Ok(match self.keyframes.as_deref() {
+                Some([first, rest @ ..]) => {
+                    let k = rest
+                        .iter()
+                        .rev()
+                        .find(|k| k.time_ns <= t_ns)
+                        .unwrap_or(first);
+                    TimeStart {
+                        prefix: Bytes::new(),
+                        first_byte: k.byte_offset,
+                        start_time_ns: k.time_ns,
+                        at_keyframe: true,
+                    }
+                }
+                _ => {
+                    let round = self.round_for_time(t_ns);
+                    tracing::info!(
+                        title,
+                        name = %self.record.name,
+                        round,
+                        "title has no keyframe list (stored before catalog schema 2): ?t= \
+                         starts at a round boundary"
+                    );
+                    TimeStart {
+                        prefix: Bytes::new(),
+                        first_byte: self.round_byte_range(round).start,
+                        start_time_ns: self.index.round_start_ns(round),
+                        at_keyframe: false,
+                    }
+                }
+            });
+        }
+        if self.record.container_kind.contains("fragmented") {
+            return Err(unsupported(
+                "?t= cannot start a fragmented MP4 (its fragments are not rewritten); seek with \
+                 Range requests"
+                    .to_string(),
+            ));
+        }
+        let Some(header) = &self.mp4_header else {
+            return Err(unsupported(format!(
+                "its MP4 header ({} bytes) is not held in memory (more than {} MiB, or it \
+                 could not be read at load); seek with Range requests",
+                self.record.header_bytes,
+                MAX_CACHED_HEADER_BYTES >> 20
+            )));
+        };
+        match mp4_seek(header, self.record.size_bytes, t_ns) {
+            Ok(cut) => Ok(TimeStart {
+                prefix: Bytes::from(cut.header),
+                first_byte: cut.media_first_byte,
+                start_time_ns: cut.start_time_ns,
+                at_keyframe: true,
+            }),
+            Err(SeekError::PastEnd { .. }) => Err(past_end()),
+            Err(SeekError::Media(e)) => Err(unsupported(format!(
+                "its MP4 header cannot be cut at t={:.3} s: {e}",
+                t_ns as f64 / 1e9
+            ))),
+        }
+    }
+}
+
+/// Reads a stored title's first `header_bytes` (the MP4 `ftyp`+`moov`)
+/// from its first rounds, from the backup when a primary read fails.
+fn read_header(store: &Store, stored: &StoredTitle, rounds: usize) -> Result<Bytes, StoreError> {
+    let want = stored.record.header_bytes as usize;
+    let mut header = Vec::with_capacity(want);
+    let mut round = 0;
+    while header.len() < want && round < rounds {
+        let data = match store.read_round(stored, round, Replica::Primary) {
+            Ok(data) => data,
+            Err(_) => store.read_round(stored, round, Replica::Backup)?,
+        };
+        let take = (want - header.len()).min(data.len());
+        header.extend_from_slice(&data[..take]);
+        round += 1;
+    }
+    Ok(Bytes::from(header))
 }
 
 /// Loads the complete title `id` with its charges under `bound`.
@@ -286,7 +432,30 @@ pub fn load_title(store: &Store, bound: &Bound, id: TitleId) -> Result<LoadedTit
             source,
         })?;
     let index = RoundIndex::new(&record.client_bytes, record.round_duration_ns);
+    let keyframes = store.title_keyframes(id)?;
+    let is_mp4 = record.content_type != MPEG_TS_CONTENT_TYPE
+        && !record.container_kind.contains("fragmented");
+    // Read once here (outside admission's reserved time: a few rounds per
+    // title at start-up or after an ingest), never per request.
+    let mp4_header = if is_mp4 && record.header_bytes <= MAX_CACHED_HEADER_BYTES {
+        match read_header(store, &stored, index.rounds()) {
+            Ok(header) => Some(header),
+            Err(e) => {
+                tracing::warn!(
+                    title = id.0,
+                    name = %record.name,
+                    error = %e,
+                    "cannot read the title's MP4 header; ?t= will refuse it"
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
     Ok(LoadedTitle {
+        keyframes,
+        mp4_header,
         layout: stored.layout.clone(),
         record,
         schedule,

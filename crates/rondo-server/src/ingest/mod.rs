@@ -27,7 +27,8 @@ use rondo_media::container::{MediaError, PreparedMedia, prepare, prepare_bytes};
 use rondo_model::layout::{LayoutError, TitlePlan};
 use rondo_model::schedule::{Frame, Schedule, ScheduleError};
 use rondo_store::{
-    DeviceError, Store, StoreError, TitleMeta, TitleRecord, TitleWriter, validate_title_name,
+    DeviceError, KeyframeRecord, Store, StoreError, TitleMeta, TitleRecord, TitleWriter,
+    validate_title_name,
 };
 use thiserror::Error;
 
@@ -390,7 +391,20 @@ impl Job<'_> {
             .store
             .begin_title(meta, &plan)
             .map_err(|e| IngestError::from_store(self.file, e))?;
-        match self.write_rounds(prepared, source, &schedule, &mut writer) {
+        // Keyframes for `?t=` (catalog schema 2).
+        let keyframes: Vec<KeyframeRecord> = prepared
+            .keyframes
+            .iter()
+            .map(|k| KeyframeRecord {
+                time_ns: k.time_ns,
+                byte_offset: k.byte_offset,
+            })
+            .collect();
+        let written = writer
+            .set_keyframes(&keyframes)
+            .map_err(|e| IngestError::from_store(self.file, e))
+            .and_then(|()| self.write_rounds(prepared, source, &schedule, &mut writer));
+        match written {
             Ok(()) => writer
                 .commit()
                 .map_err(|e| IngestError::from_store(self.file, e)),
