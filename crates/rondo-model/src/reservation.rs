@@ -434,6 +434,9 @@ struct StreamRecord {
     /// The title's playback round read first (0 unless the stream started
     /// mid-title, e.g. a player's range request).
     first_playback_round: usize,
+    /// The playback round after the stream's last read: the title's end, or
+    /// the end of a range request's bytes.
+    end_playback_round: usize,
     /// Per playback round from `first_playback_round` on, the replica the
     /// stream was admitted to read.
     choice: Vec<RoundChoice>,
@@ -447,7 +450,8 @@ impl StreamRecord {
 
     /// The first round after the stream's last.
     fn end_round(&self, charges: &TitleCharges) -> u64 {
-        self.start_round + (charges.stream_rounds() - self.first_playback_round) as u64
+        self.start_round
+            + (stream_end(charges, self.end_playback_round) - self.first_playback_round) as u64
     }
 }
 
@@ -460,6 +464,13 @@ enum RoundChoice {
     /// The primary's disk had failed at admission: the backup pieces are read
     /// (and charged as reads); nothing else is reserved.
     Rerouted,
+}
+
+/// The schedule index after a stream's last round (its data held and sent
+/// after its last read) when its reads end before playback round
+/// `end_playback_round`.
+fn stream_end(charges: &TitleCharges, end_playback_round: usize) -> usize {
+    end_playback_round + (charges.stream_rounds() - charges.rounds())
 }
 
 /// Admitted stream: where it starts.
@@ -562,7 +573,7 @@ impl Reservations {
             .filter(|(_, record)| {
                 let charges = &self.titles[&record.title];
                 let first = record.index(self.current_round.max(record.start_round));
-                (first..charges.rounds()).any(|i| {
+                (first..record.end_playback_round).any(|i| {
                     let backup = charges.backup(i);
                     !working(&charges.primary(i))
                         && (backup.is_empty() || !backup.iter().all(working))
@@ -693,17 +704,43 @@ impl Reservations {
         earliest_round: u64,
         lookahead_rounds: u64,
     ) -> Result<Admission, Rejection> {
+        let rounds = self
+            .titles
+            .get(&title)
+            .ok_or(Rejection::UnknownTitle(title))?
+            .rounds();
+        self.try_admit_range(
+            title,
+            first_playback_round..rounds,
+            earliest_round,
+            lookahead_rounds,
+        )
+    }
+
+    /// Like [`Reservations::try_admit_from`] for a stream that reads only
+    /// the title's playback rounds `playback_rounds` (a range request for
+    /// part of a title): nothing is reserved past the range's last round.
+    /// An `end` past the title's end is cut to it.
+    pub fn try_admit_range(
+        &mut self,
+        title: TitleId,
+        playback_rounds: std::ops::Range<usize>,
+        earliest_round: u64,
+        lookahead_rounds: u64,
+    ) -> Result<Admission, Rejection> {
         let charges = self
             .titles
             .get(&title)
             .ok_or(Rejection::UnknownTitle(title))?;
-        if first_playback_round >= charges.rounds() {
+        let first_playback_round = playback_rounds.start;
+        let end_playback_round = playback_rounds.end.min(charges.rounds());
+        if first_playback_round >= end_playback_round {
             return Err(Rejection::PastEnd {
                 first_playback_round,
                 rounds: charges.rounds(),
             });
         }
-        let stream_rounds = (charges.stream_rounds() - first_playback_round) as u64;
+        let stream_rounds = (stream_end(charges, end_playback_round) - first_playback_round) as u64;
         let earliest_round = earliest_round.max(self.current_round);
         let lookahead_rounds = lookahead_rounds.max(1);
         let window_end = self.current_round + self.config.horizon_rounds;
@@ -722,7 +759,8 @@ impl Reservations {
             if start + stream_rounds > window_end {
                 break;
             }
-            match self.fits(charges, first_playback_round, start, lookahead_rounds) {
+            let rounds = first_playback_round..end_playback_round;
+            match self.fits(charges, rounds, start, lookahead_rounds) {
                 Ok(choice) => {
                     let stream = StreamId(self.next_stream);
                     self.next_stream += 1;
@@ -730,6 +768,7 @@ impl Reservations {
                         title,
                         start_round: start,
                         first_playback_round,
+                        end_playback_round,
                         choice,
                     };
                     self.apply(&record, 1);
@@ -751,10 +790,11 @@ impl Reservations {
     fn fits(
         &self,
         charges: &TitleCharges,
-        first: usize,
+        playback_rounds: std::ops::Range<usize>,
         start: u64,
         lookahead_rounds: u64,
     ) -> Result<Vec<RoundChoice>, Rejection> {
+        let (first, end) = (playback_rounds.start, playback_rounds.end);
         let cfg = &self.config;
         let budget_ns = cfg.round_duration_ns.saturating_sub(cfg.round_fixed_ns);
         let horizon = cfg.horizon_rounds;
@@ -763,7 +803,7 @@ impl Reservations {
             disk,
             round,
         };
-        for i in first..charges.stream_rounds() {
+        for i in first..stream_end(charges, end) {
             let round = start + (i - first) as u64;
             let ring = (round % horizon) as usize;
             if self.buffer_bytes[ring] + charges.buffer_bytes[i] > cfg.buffer_capacity_bytes {
@@ -781,8 +821,8 @@ impl Reservations {
                 });
             }
         }
-        let mut choice = Vec::with_capacity(charges.rounds() - first);
-        for i in first..charges.rounds() {
+        let mut choice = Vec::with_capacity(end - first);
+        for i in first..end {
             let round = start + (i - first) as u64;
             let primary = charges.primary(i);
             let backup = charges.backup(i);
@@ -871,7 +911,7 @@ impl Reservations {
                 add_signed(self.buffer_bytes[ring], charges.buffer_bytes[i], sign);
             self.network_bytes[ring] =
                 add_signed(self.network_bytes[ring], charges.network_bytes[i], sign);
-            if i >= charges.rounds() {
+            if i >= record.end_playback_round {
                 continue;
             }
             let primary = charges.primary(i);
@@ -927,7 +967,7 @@ impl Reservations {
             }
             let i = record.index(round);
             let charges = &self.titles[&record.title];
-            if i >= charges.rounds() {
+            if i >= record.end_playback_round {
                 continue;
             }
             let read =
@@ -1299,12 +1339,62 @@ mod tests {
         assert_eq!(r.try_admit(TitleId(0), 0, 3).unwrap().start_round, 2);
     }
 
+    #[test]
+    fn a_range_reserves_only_its_rounds() {
+        let mut r = Reservations::new(config(4, Scheme::Minimum));
+        r.add_title(TitleId(0), striped(4, 0, &[100, 200, 300, 400, 500]));
+        // Playback rounds 1 and 2 only (disks 1, 2), from round 0.
+        let a = r.try_admit_range(TitleId(0), 1..3, 0, 1).unwrap();
+        assert_eq!(a.start_round, 0);
+        assert_eq!(r.reserved_primary_ns(1, 0), 200 * MS);
+        assert_eq!(r.reserved_primary_ns(2, 1), 300 * MS);
+        assert_eq!(r.reserved_primary_ns(3, 2), 0, "round 3 is past the range");
+        assert_eq!(r.reserved_primary_ns(0, 3), 0);
+        let (plan, _) = r.plan_round(2);
+        assert!(plan.iter().all(Vec::is_empty), "no read after the range");
+        // Its buffer is held one round past its last read (the send round).
+        assert!(r.reserved_buffer_bytes(2) > 0);
+        assert_eq!(r.reserved_buffer_bytes(3), 0);
+        r.check_invariants();
+        r.advance_to(3);
+        assert_eq!(r.active_streams(), 0, "two reads and a send round");
+        // The whole title from mid-title is the same as an open range.
+        let b = r.try_admit_from(TitleId(0), 3, 3, 1).unwrap();
+        let from = (
+            r.reserved_ns(3, 3),
+            r.reserved_ns(0, 4),
+            r.reserved_buffer_bytes(5),
+        );
+        assert_eq!(from.0, 400 * MS);
+        r.release(b.stream);
+        let c = r.try_admit_range(TitleId(0), 3..99, 3, 1).unwrap();
+        let range = (
+            r.reserved_ns(3, 3),
+            r.reserved_ns(0, 4),
+            r.reserved_buffer_bytes(5),
+        );
+        assert_eq!(from, range);
+        r.release(c.stream);
+        assert_eq!(r.reserved_ns(3, 3), 0);
+        r.check_invariants();
+        assert!(matches!(
+            r.try_admit_range(TitleId(0), 5..9, 3, 1),
+            Err(Rejection::PastEnd { .. })
+        ));
+        assert!(matches!(
+            r.try_admit_range(TitleId(0), 2..2, 3, 1),
+            Err(Rejection::PastEnd { .. })
+        ));
+    }
+
     #[derive(Clone, Debug)]
     enum Op {
         Admit {
             title: usize,
             lookahead: u64,
             first: usize,
+            /// Playback rounds read; past the title's end means to its end.
+            length: usize,
         },
         Release {
             nth: usize,
@@ -1316,7 +1406,7 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            6 => (0usize..4, 1u64..4, 0usize..4).prop_map(|(title, lookahead, first)| Op::Admit { title, lookahead, first }),
+            6 => (0usize..4, 1u64..4, 0usize..4, 1usize..24).prop_map(|(title, lookahead, first, length)| Op::Admit { title, lookahead, first, length }),
             1 => (0usize..64).prop_map(|nth| Op::Release { nth }),
             2 => (1u64..5).prop_map(|rounds| Op::Advance { rounds }),
         ]
@@ -1341,10 +1431,11 @@ mod tests {
             let mut admitted = Vec::new();
             for op in ops {
                 match op {
-                    Op::Admit { title, lookahead, first } => {
+                    Op::Admit { title, lookahead, first, length } => {
                         let now = r.current_round();
                         let first = first.min(costs[title].len() - 1);
-                        if let Ok(a) = r.try_admit_from(TitleId(title as u64), first, now, lookahead) {
+                        let rounds = first..first + length;
+                        if let Ok(a) = r.try_admit_range(TitleId(title as u64), rounds, now, lookahead) {
                             admitted.push(a.stream);
                         }
                     }

@@ -131,22 +131,28 @@ pub struct Admitted {
     pub body: SessionBody,
 }
 
-/// Admits a stream from the round holding its first byte: the core's
-/// admission (`try_admit_from`) with the configured look-ahead, from the
-/// first round the driver has not planned yet.
+/// Admits a stream over the rounds holding its bytes, from the round of its
+/// first byte to the round of its last: the core's admission
+/// (`try_admit_range`) with the configured look-ahead, from the first round
+/// the driver has not planned yet.
 pub fn admit(shared: &Arc<Shared>, request: StreamRequest) -> Result<Admitted, Rejection> {
     let title = request.title;
     let position = title
         .position_of_byte(request.first_byte)
         .expect("the handler checked the range against the title's size");
+    // The round holding the range's last byte: nothing is reserved past it.
+    let last_round = title
+        .position_of_byte(request.first_byte + request.length_bytes.max(1) - 1)
+        .expect("the handler checked the range against the title's size")
+        .round;
     let channel_rounds = shared.config.client_buffer_rounds.max(1) as usize;
     let (sink, receiver) = mpsc::channel(channel_rounds);
     let abort = Arc::new(AtomicBool::new(false));
     let mut core = shared.core.lock().expect("core lock");
     let earliest = core.next_round;
-    let admission = core.reservations.try_admit_from(
+    let admission = core.reservations.try_admit_range(
         title.id(),
-        position.round,
+        position.round..last_round + 1,
         earliest,
         shared.config.lookahead_rounds,
     );
