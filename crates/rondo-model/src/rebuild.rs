@@ -218,6 +218,7 @@ mod tests {
             backup: Some(BackupParams {
                 placement: ReplicaPlacement::Deterministic,
                 backup_block_bytes: b_d,
+                fragment_sequence: Default::default(),
             }),
         };
         let plan = TitlePlan::new(rounds, &params, DiskIndex(0), 1).unwrap();

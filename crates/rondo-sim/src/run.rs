@@ -23,8 +23,8 @@ use rondo_model::disk::{
     self, BatchRequest, Disk, DiskError, DiskProfile, PaperBound, RondoBound, Scheduler,
 };
 use rondo_model::layout::{
-    self, ArrayAllocator, BackupParams, LayoutError, LayoutParams, Replica, ReplicaPlacement,
-    TitleLayout, TitlePlan,
+    self, ArrayAllocator, BackupParams, FragmentSequence, LayoutError, LayoutParams, Replica,
+    ReplicaPlacement, TitleLayout, TitlePlan,
 };
 use rondo_model::reservation::{Bound, ReservationConfig, Reservations, Scheme, TitleCharges};
 use rondo_model::schedule::Schedule;
@@ -77,6 +77,9 @@ pub struct SimConfig {
     pub placement: ReplicaPlacement,
     /// B_d of backup declustering; `None` keeps backups whole.
     pub backup_block_bytes: Option<u64>,
+    /// Deterministic placement of declustered fragments (docs/layout.md).
+    #[serde(default)]
+    pub fragment_sequence: FragmentSequence,
     pub bound: BoundKind,
     pub mode: Mode,
     pub round_duration_ns: u64,
@@ -120,6 +123,7 @@ impl SimConfig {
             scheme,
             placement,
             backup_block_bytes: None,
+            fragment_sequence: FragmentSequence::PerDisk,
             bound: BoundKind::Paper,
             mode: Mode::AdmissionOnly,
             round_duration_ns: ROUND_DURATION_NS_DEFAULT,
@@ -378,6 +382,7 @@ pub fn place_titles(
         backup: config.scheme.stores_backup().then_some(BackupParams {
             placement: config.placement,
             backup_block_bytes: config.backup_block_bytes,
+            fragment_sequence: config.fragment_sequence,
         }),
     };
     params.validate()?;

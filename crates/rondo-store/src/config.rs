@@ -246,6 +246,8 @@ impl ArrayConfig {
             backup: self.scheme.stores_backup().then_some(BackupParams {
                 placement: self.placement,
                 backup_block_bytes: self.backup_block_bytes,
+                // Data directories use the original rule (docs/layout.md).
+                fragment_sequence: Default::default(),
             }),
         }
     }

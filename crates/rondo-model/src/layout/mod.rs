@@ -55,6 +55,25 @@ pub enum Replica {
     Backup,
 }
 
+/// Where deterministic placement puts a declustered round's fragments.
+/// Seed 000 gives the rule for whole backups (Figure 2) and leaves open how
+/// it extends to fragments; both readings are kept so experiments can
+/// compare them (docs/experiments/seed000-fig11.md). Without B_d they are
+/// the same rule.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FragmentSequence {
+    /// One round-robin position per fragment: the c-th fragment stored for
+    /// disk k's rounds goes to (k + 1 + c mod (D−1)) mod D, so a round's
+    /// split shifts the backup disks of the rounds after it.
+    #[default]
+    PerDisk,
+    /// One round-robin position per round: fragment q of the j-th round on
+    /// disk k goes to (k + 1 + (j + q) mod (D−1)) mod D, so the first
+    /// fragment lands where the whole backup would have.
+    PerRound,
+}
+
 /// How the backup replica is stored, when there is one.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct BackupParams {
@@ -62,6 +81,10 @@ pub struct BackupParams {
     /// B_d: cut each round's backup into fragments of this size (seed 000 §5);
     /// `None` keeps each round's backup whole on one disk.
     pub backup_block_bytes: Option<u64>,
+    /// Deterministic placement of fragments (ignored without B_d, and by
+    /// random placement).
+    #[serde(default)]
+    pub fragment_sequence: FragmentSequence,
 }
 
 /// The array-wide layout parameters, fixed when a data directory is created.
@@ -88,6 +111,7 @@ impl LayoutParams {
             backup: Some(BackupParams {
                 placement: ReplicaPlacement::Deterministic,
                 backup_block_bytes: None,
+                fragment_sequence: FragmentSequence::PerDisk,
             }),
         }
     }

@@ -12,7 +12,7 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use super::rng::SplitMix64;
-use super::{LayoutError, LayoutParams, Replica, ReplicaPlacement};
+use super::{FragmentSequence, LayoutError, LayoutParams, Replica, ReplicaPlacement};
 use crate::units::DiskIndex;
 
 /// One request of one replica of one round: what admission reserves.
@@ -293,12 +293,26 @@ impl Builder {
         self.fragment_offset.clear();
         match placement {
             ReplicaPlacement::Deterministic => {
-                // Seed 000 Figure 2, one step per fragment: the c-th fragment
-                // of disk k's rounds goes to (k + 1 + c mod (D−1)) mod D.
                 let counter = &mut self.fragment_counter[disk as usize];
-                for _ in 0..fragments {
-                    self.fragment_offset.push(1 + (*counter % others) as u32);
-                    *counter += 1;
+                match self.plan.params.backup.map(|b| b.fragment_sequence) {
+                    Some(FragmentSequence::PerRound) => {
+                        // One step per round: fragment q of the j-th round
+                        // of disk k goes to (k + 1 + (j + q) mod (D−1)) mod D.
+                        for q in 0..fragments as u64 {
+                            self.fragment_offset
+                                .push(1 + ((*counter + q) % others) as u32);
+                        }
+                        *counter += 1;
+                    }
+                    _ => {
+                        // Seed 000 Figure 2, one step per fragment: the c-th
+                        // fragment of disk k's rounds goes to
+                        // (k + 1 + c mod (D−1)) mod D.
+                        for _ in 0..fragments {
+                            self.fragment_offset.push(1 + (*counter % others) as u32);
+                            *counter += 1;
+                        }
+                    }
                 }
             }
             ReplicaPlacement::Random => {

@@ -26,6 +26,7 @@ fn deterministic(backup_block_bytes: Option<u64>) -> Option<BackupParams> {
     Some(BackupParams {
         placement: ReplicaPlacement::Deterministic,
         backup_block_bytes,
+        fragment_sequence: FragmentSequence::PerDisk,
     })
 }
 
@@ -33,6 +34,7 @@ fn random(backup_block_bytes: Option<u64>) -> Option<BackupParams> {
     Some(BackupParams {
         placement: ReplicaPlacement::Random,
         backup_block_bytes,
+        fragment_sequence: FragmentSequence::PerDisk,
     })
 }
 
@@ -568,16 +570,24 @@ fn round_sizes(block_bytes: u64, stride_blocks: u64) -> impl Strategy<Value = Ve
 fn layout_params() -> impl Strategy<Value = LayoutParams> {
     let backup = prop_oneof![
         1 => Just(None),
-        4 => (any::<bool>(), prop_oneof![Just(None), (1u64..=10).prop_map(Some)]).prop_map(
-            |(det, b_d_blocks)| Some(BackupParams {
+        4 => (
+            any::<bool>(),
+            prop_oneof![Just(None), (1u64..=10).prop_map(Some)],
+            any::<bool>()
+        )
+            .prop_map(|(det, b_d_blocks, per_round)| Some(BackupParams {
                 placement: if det {
                     ReplicaPlacement::Deterministic
                 } else {
                     ReplicaPlacement::Random
                 },
                 backup_block_bytes: b_d_blocks.map(|n| n * 512),
-            })
-        ),
+                fragment_sequence: if per_round {
+                    FragmentSequence::PerRound
+                } else {
+                    FragmentSequence::PerDisk
+                },
+            })),
     ];
     (1u32..=7, 1u64..=8, backup).prop_map(|(d, stride_blocks, backup)| LayoutParams {
         disk_count: if backup.is_some() { d + 1 } else { d },
@@ -665,7 +675,10 @@ fn check_plan(plan: &TitlePlan, sizes: &[u64], start: u32) -> Result<(), TestCas
             wanted_disks,
             "fragments spread over too few disks"
         );
-        counter[k as usize] += fragments;
+        counter[k as usize] += match backup.fragment_sequence {
+            FragmentSequence::PerDisk => fragments,
+            FragmentSequence::PerRound => 1,
+        };
         if backup.backup_block_bytes.is_none() && bytes > 0 {
             // Seed 000 Figure 2: j-th round of the title on disk k.
             let j = i as u64 / u64::from(d);
@@ -880,4 +893,45 @@ fn strides_kept_outside_titles_are_skipped_by_first_fit() {
     array.free(DiskIndex(0), 0).unwrap();
     array.free(DiskIndex(1), 1).unwrap();
     assert_eq!(array, ArrayAllocator::uniform(2, 8));
+}
+
+#[test]
+fn per_round_fragment_sequence_starts_each_round_where_its_whole_backup_would_go() {
+    // D = 4, B_d = 16 KiB, title starting on disk 0: rounds 0 and 4 are
+    // disk 0's rounds j = 0 and 1. Per round, round 4's fragments start at
+    // (0 + 1 + 1) mod 4 = disk 2, whatever round 0's split; per disk they
+    // continue after round 0's three fragments.
+    let sizes = [48, 16, 0, 32, 64, 32].map(|s| s * K);
+    let placed = |sequence: FragmentSequence| {
+        let backup = Some(BackupParams {
+            placement: ReplicaPlacement::Deterministic,
+            backup_block_bytes: Some(16 * K),
+            fragment_sequence: sequence,
+        });
+        let plan = TitlePlan::new(&sizes, &params(4, backup), DiskIndex(0), 0).unwrap();
+        (0..sizes.len())
+            .map(|i| plan.backups(i).iter().map(|b| b.disk.0).collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+    };
+    let per_round = placed(FragmentSequence::PerRound);
+    let per_disk = placed(FragmentSequence::PerDisk);
+    assert_eq!(per_round[0], vec![1, 2, 3]);
+    assert_eq!(per_disk[0], vec![1, 2, 3]);
+    // Round 4: four fragments over three disks, the fourth back on the first.
+    assert_eq!(per_round[4], vec![2, 3, 1]);
+    assert_eq!(per_disk[4], vec![1, 2, 3]);
+    // Whole backups (no B_d) place the same under both rules.
+    for sequence in [FragmentSequence::PerDisk, FragmentSequence::PerRound] {
+        let backup = Some(BackupParams {
+            placement: ReplicaPlacement::Deterministic,
+            backup_block_bytes: None,
+            fragment_sequence: sequence,
+        });
+        let plan = TitlePlan::new(&sizes, &params(4, backup), DiskIndex(0), 0).unwrap();
+        let whole = deterministic(None);
+        let reference = TitlePlan::new(&sizes, &params(4, whole), DiskIndex(0), 0).unwrap();
+        for i in 0..sizes.len() {
+            assert_eq!(plan.backups(i), reference.backups(i), "round {i}");
+        }
+    }
 }
