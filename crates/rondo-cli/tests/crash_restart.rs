@@ -187,6 +187,13 @@ async fn stream(
 /// response until all are answered; returns how many were admitted (the
 /// rest must be 503). Dropping the responses then releases the streams.
 async fn burst(http: &reqwest::Client, url: &str, title: u64) -> usize {
+    // Start just after a round boundary, so that the whole burst normally
+    // sees the same earliest start round on both servers.
+    let round = |m: Value| m["rounds"].as_u64().unwrap();
+    let now = round(get_json(http, &format!("{url}/api/metrics")).await);
+    while round(get_json(http, &format!("{url}/api/metrics")).await) == now {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let mut tasks = Vec::new();
     for _ in 0..BURST {
         let request = http.get(format!("{url}/stream/{title}"));
