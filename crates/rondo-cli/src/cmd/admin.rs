@@ -66,23 +66,43 @@ pub enum AdminCommand {
 
 /// The URL and token of the server owning `target.data_dir`, or the flags'.
 fn locate(target: &Target) -> anyhow::Result<(String, Option<String>)> {
-    let url =
-        match &target.url {
-            Some(url) => url.trim_end_matches('/').to_string(),
-            None => ServerInfo::read(&target.data_dir)
-                .with_context(|| {
-                    format!(
-                        "finding the server of {} (give --url and --token if it runs elsewhere)",
-                        target.data_dir.display()
-                    )
-                })?
-                .url,
-        };
+    let url = match &target.url {
+        Some(url) => url.trim_end_matches('/').to_string(),
+        None => {
+            let info = ServerInfo::read(&target.data_dir).with_context(|| {
+                format!(
+                    "finding the server of {} (give --url and --token if it runs elsewhere)",
+                    target.data_dir.display()
+                )
+            })?;
+            if !process_exists(info.pid) {
+                bail!(
+                    "no server is running for {dir}: its server.json names process {pid}, \
+                         which has exited without cleaning up (a crash or kill -9). Start it \
+                         with `rondo serve --data-dir {dir}`",
+                    dir = target.data_dir.display(),
+                    pid = info.pid
+                );
+            }
+            info.url
+        }
+    };
     let token = match &target.token {
         Some(token) => Some(token.clone()),
         None => read_token(&target.data_dir),
     };
     Ok((url, token))
+}
+
+/// Whether process `pid` exists (signal 0 checks without sending; EPERM
+/// means it exists under another user).
+fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill(2) with signal 0 only checks the pid.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 fn read_token(dir: &Path) -> Option<String> {
