@@ -23,8 +23,8 @@ use serde::Serialize;
 
 use crate::catalog::{self, CATALOG_FILE, SCHEMA_VERSION};
 use crate::config::{ArrayConfig, CONFIG_FILE, IO_ALIGN_BYTES};
-use crate::disk_state::{DISK_STATE_FILE, DiskStates};
 use crate::device::{AlignedBuf, Device, IoMode};
+use crate::disk_state::{DISK_STATE_FILE, DiskStates};
 use crate::store::{TitleRecord, expected_header, lock_dir};
 
 /// What part of the directory a problem is in.
