@@ -21,7 +21,8 @@
 # Settings (environment): RONDO (binary; default target/release/rondo, built
 # if missing), TITLE_SECONDS (120), BITRATES_KBPS ("500 1000 2000 4000"),
 # ZIPF (1), SEED (1), WARMUP_S (240), MEASURE_S (600), PORT (18080),
-# KEEP_WORK (1 keeps the temporary directory).
+# KEEP_WORK (1 keeps the temporary directory), WORK_PARENT (where it is made;
+# default /tmp; /dev/shm keeps the device files off the host's shared disk).
 # Needs: ffmpeg, curl, jq. Wall time ≈ WARMUP_S + MEASURE_S + TITLE_SECONDS
 # + a minute.
 set -euo pipefail
@@ -47,7 +48,7 @@ if [[ ! -x $RONDO ]]; then
     (cd "$ROOT" && cargo build --release -p rondo-cli)
 fi
 mkdir -p "$OUT"
-WORK=$(mktemp -d /tmp/rondo-capacity.XXXXXX)
+WORK=$(mktemp -d "${WORK_PARENT:-/tmp}/rondo-capacity.XXXXXX")
 SERVER_PID=""
 cleanup() {
     if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
@@ -167,7 +168,7 @@ jq -n \
       startup_latency_ms_p50: $l.startup_latency_ms_p50,
       startup_latency_ms_p99: $l.startup_latency_ms_p99,
       deadline_misses_run: $l.deadline_misses,
-      disk_round_overruns_run: ($mend[0].disk_round_overruns - $a.disk_round_overruns),
+      disk_round_overruns_since_window: ($mend[0].disk_round_overruns - $a.disk_round_overruns),
       server_misses_window: ($b.stream_round_misses - $a.stream_round_misses),
       disks: [range(0; $b.disks | length) as $k |
         ($b.disks[$k]) as $e | ($a.disks[$k]) as $f |
@@ -190,7 +191,7 @@ jq -r '
   "  measured (rondo load, clients in playback): \(.measured_mean_active_streams * 10 | round / 10)  difference \(.difference_fraction * 1000 | round / 10)%",
   "  server registered streams (admitted .. released), mean: \(.server_mean_registered_streams)",
   "  rejection ratio: predicted \(.predicted_rejection_ratio * 1000 | round / 1000), measured \(.measured_rejection_ratio * 1000 | round / 1000)",
-  "  stalls \(.stalls), deadline misses \(.deadline_misses_run), disk-round overruns \(.disk_round_overruns_run), errors \(.streams_errors), broken \(.streams_broken)",
+  "  stalls \(.stalls); deadline misses: \(.server_misses_window) in the window, \(.deadline_misses_run) over the whole load run; disk-round overruns from the window on \(.disk_round_overruns_since_window); errors \(.streams_errors), broken \(.streams_broken)",
   (.disks[] | "  disk \(.disk): reserved \(.reserved_fraction * 1000 | round / 10)%, measured busy \(.measured_busy_fraction * 1000 | round / 10)%, model busy \(.model_busy_fraction * 1000 | round / 10)%, rounds measured > reserved \(.rounds_measured_over_reserved) (history samples: \(.history_rounds_measured_over_reserved), max ratio \(.history_rounds_max_measured_over_reserved * 1000 | round / 1000))"),
   "  load average: \(.uptime_start) -> \(.uptime_end)"' "$OUT/summary.json"
 say "results in $OUT"

@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# CPU and memory cost of rondo beside nginx serving the same files with a
+# per-connection rate limit (issue 5, item 5; results in docs/capacity.md).
+#
+# One run measures, for each N in STREAMS (default "100 1000"), first rondo
+# then nginx, each freshly started on loopback, under the same client load:
+# `rondo load --rate N/ARRIVAL_S --max-streams N --zipf ZIPF --seed SEED`, i.e.
+# N streams arriving over about ARRIVAL_S seconds, each playing a whole title
+# (TITLE_SECONDS) paced by its client, so that all N play at once for most of
+# the phase. Per server and N:
+#   - CPU seconds (utime + stime from /proc/PID/stat; nginx: master and every
+#     worker) from just before the first arrival to the end of the drain,
+#     divided by the GB (10^9 bytes) the clients received;
+#   - resident memory per stream: (RSS while N streams play − RSS idle, just
+#     before the load) / N, RSS and PSS from /proc/PID/smaps_rollup, summed
+#     over nginx's processes. "While N play" is the median of 1 s samples taken
+#     while the server's port has at least 98% of N established connections.
+#
+# rondo: a data directory of DISKS emulated PROFILE disks (default 8 ×
+# nvme-gen4, so that 1000 streams fit), 1 s rounds, the serve defaults
+# otherwise. nginx (Debian's package, installed with apt-get when missing):
+# its own config in a temporary prefix, worker_processes auto, sendfile, no
+# access log, and for each title `limit_rate_after` = its round 0 (header and
+# first second, what rondo sends first) and `limit_rate` = its mean rate
+# (size / duration). Both serve the same ffmpeg-made faststart MP4 files (rondo
+# stores a faststart MP4 byte for byte); the load generator reads the title
+# list and schedules from rondo's API, kept as static files for nginx.
+#
+# Usage: tools/cost.sh [OUT_DIR]             (default: results/cost)
+# Settings (environment): RONDO, STREAMS ("100 1000"), DISKS (8), PROFILE
+# (nvme-gen4), TITLE_SECONDS (120), BITRATES_KBPS ("200 400 600 800"), ZIPF
+# (1), SEED (1), ARRIVAL_S (10), PORT (18090), NGINX_PORT (18091).
+# Needs: ffmpeg, curl, jq, ss (iproute2), nginx (installed if missing).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${1:-$ROOT/results/cost}
+RONDO=${RONDO:-$ROOT/target/release/rondo}
+STREAMS=${STREAMS:-"100 1000"}
+DISKS=${DISKS:-8}
+PROFILE=${PROFILE:-nvme-gen4}
+TITLE_SECONDS=${TITLE_SECONDS:-120}
+BITRATES_KBPS=${BITRATES_KBPS:-"200 400 600 800"}
+ZIPF=${ZIPF:-1}
+SEED=${SEED:-1}
+ARRIVAL_S=${ARRIVAL_S:-10}
+PORT=${PORT:-18090}
+NGINX_PORT=${NGINX_PORT:-18091}
+
+say() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+if ! command -v nginx >/dev/null; then
+    say "installing nginx (Debian package)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
+    # The package may start its own service on port 80; it is not ours to keep.
+    (command -v service >/dev/null && service nginx stop >/dev/null 2>&1) || true
+fi
+for tool in ffmpeg curl jq ss nginx; do
+    command -v "$tool" >/dev/null || { say "needs $tool"; exit 1; }
+done
+if [[ ! -x $RONDO ]]; then
+    say "building $RONDO (cargo build --release -p rondo-cli)"
+    (cd "$ROOT" && cargo build --release -p rondo-cli)
+fi
+mkdir -p "$OUT"
+WORK=$(mktemp -d "${WORK_PARENT:-/tmp}/rondo-cost.XXXXXX")
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    [[ ${KEEP_WORK:-0} == 1 ]] && say "kept $WORK" || rm -rf "$WORK"
+}
+trap cleanup EXIT
+ulimit -n "$(ulimit -Hn)"
+CLK_TCK=$(getconf CLK_TCK)
+say "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); open files $(ulimit -n)"
+uptime > "$OUT/uptime-start.txt"
+lscpu > "$OUT/lscpu.txt"
+nginx -v 2> "$OUT/nginx-version.txt"
+
+# Titles.
+files=()
+for kbps in $BITRATES_KBPS; do
+    f="$WORK/title-${kbps}k.mp4"
+    say "making $f ($TITLE_SECONDS s, ${kbps} kb/s video)"
+    ffmpeg -hide_banner -loglevel error -y \
+        -f lavfi -i "testsrc2=size=640x360:rate=25" \
+        -f lavfi -i "sine=frequency=440:sample_rate=48000" -t "$TITLE_SECONDS" \
+        -c:v libx264 -preset ultrafast -b:v "${kbps}k" -maxrate "$((kbps * 3 / 2))k" \
+        -bufsize "$((kbps * 2))k" -g 25 -pix_fmt yuv420p -c:a aac -b:a 64k \
+        -movflags +faststart "$f"
+    files+=("$f")
+done
+
+# rondo's data directory: created by serve with the array's flags, titles
+# uploaded to it.
+DATA="$WORK/data"
+URL="http://127.0.0.1:$PORT"
+NGINX_URL="http://127.0.0.1:$NGINX_PORT"
+start_rondo() {
+    "$RONDO" serve --data-dir "$DATA" --listen "127.0.0.1:$PORT" --disks "$DISKS" \
+        --disk-profile "$PROFILE" --no-samples >> "$OUT/serve.log" 2>&1 &
+    RONDO_PID=$!
+    PIDS+=("$RONDO_PID")
+    for _ in $(seq 150); do curl -sf "$URL/api/titles" >/dev/null && return 0; sleep 0.2; done
+    say "rondo did not start; see $OUT/serve.log"; exit 1
+}
+stop_pid() { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+start_rondo
+"$RONDO" ingest --data-dir "$DATA" "${files[@]}" >&2
+# Static copies of the API for nginx: the same titles, schedules and files.
+WWW="$WORK/www"
+mkdir -p "$WWW/media" "$WWW/sched"
+curl -sf "$URL/api/titles" > "$WORK/titles-rondo.json"
+locations=""
+for id in $(jq -r '.[].id' "$WORK/titles-rondo.json"); do
+    title=$(jq -c ".[] | select(.id == $id)" "$WORK/titles-rondo.json")
+    src=$(jq -r '.source_file_name' <<< "$title")
+    cp "$WORK/$src" "$WWW/media/$src"
+    curl -sf "$URL/api/titles/$id/schedule" > "$WWW/sched/$id.json"
+    size=$(jq '.size_bytes' <<< "$title")
+    cmp <(curl -sf "$URL/stream/$id.mp4" --max-time 20 -r 0-4095) <(head -c 4096 "$WORK/$src") \
+        || { say "rondo's stored stream of $src is not the file"; exit 1; }
+    rate=$(jq -n --argjson s "$size" --argjson d "$(jq '.duration_seconds' <<< "$title")" '$s / $d | ceil')
+    first=$(jq '.client_bytes[0]' "$WWW/sched/$id.json")
+    locations+="        location = /media/$src { limit_rate_after $first; limit_rate $rate; }"$'\n'
+done
+jq --arg n "$NGINX_URL" 'map(.stream_url = "\($n)/media/\(.source_file_name)"
+    | .schedule_url = "\($n)/sched/\(.id).json")' "$WORK/titles-rondo.json" > "$WWW/titles.json"
+stop_pid "$RONDO_PID"
+# nginx's workers run as an unprivileged user: let them read the files.
+chmod 755 "$WORK"
+chmod -R a+rX "$WWW"
+
+mkdir -p "$WORK/nginx/logs"
+cat > "$WORK/nginx/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes auto;
+worker_rlimit_nofile 65536;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/logs/error.log warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_timeout 30;
+    types { video/mp4 mp4; application/json json; }
+    client_body_temp_path $WORK/nginx/tmp;
+    proxy_temp_path $WORK/nginx/tmp;
+    fastcgi_temp_path $WORK/nginx/tmp;
+    uwsgi_temp_path $WORK/nginx/tmp;
+    scgi_temp_path $WORK/nginx/tmp;
+    server {
+        listen 127.0.0.1:$NGINX_PORT;
+        root $WWW;
+        location = /api/titles { default_type application/json; alias $WWW/titles.json; }
+$locations    }
+}
+EOF
+cp "$WORK/nginx/nginx.conf" "$OUT/nginx.conf"
+start_nginx() {
+    nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
+    NGINX_PID=$!
+    PIDS+=("$NGINX_PID")
+    for _ in $(seq 100); do curl -sf "$NGINX_URL/api/titles" >/dev/null && return 0; sleep 0.1; done
+    say "nginx did not start"; exit 1
+}
+
+# The processes of a server: rondo's one, nginx's master and workers.
+procs() { echo "$1"; pgrep -P "$1" || true; }
+cpu_ticks() { local t=0; for p in $(procs "$1"); do
+    t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
+mem_kib() { # RSS and PSS in KiB, summed
+    local rss=0 pss=0
+    for p in $(procs "$1"); do
+        read -r r s < <(awk '/^Rss:/{r=$2} /^Pss:/{s=$2} END{print r, s}' "/proc/$p/smaps_rollup")
+        rss=$((rss + r)); pss=$((pss + s))
+    done
+    echo "$rss $pss"
+}
+connections() { ss -Htn state established "( sport = :$1 )" | wc -l; }
+
+# One phase: server $1 (rondo|nginx), N streams.
+phase() {
+    local server=$1 n=$2 url port pid tag="$1-$2"
+    if [[ $server == rondo ]]; then start_rondo; pid=$RONDO_PID; url=$URL; port=$PORT
+    else start_nginx; pid=$NGINX_PID; url=$NGINX_URL; port=$NGINX_PORT; fi
+    sleep 3
+    read -r idle_rss idle_pss < <(mem_kib "$pid")
+    local cpu0 rate
+    cpu0=$(cpu_ticks "$pid")
+    rate=$(jq -n "$n / $ARRIVAL_S")
+    say "$tag: idle RSS $idle_rss KiB; rondo load --rate $rate --max-streams $n"
+    "$RONDO" load --url "$url" --rate "$rate" --duration $((ARRIVAL_S * 3)) \
+        --max-streams "$n" --zipf "$ZIPF" --seed "$SEED" --json \
+        > "$OUT/load-$tag.json" 2> "$OUT/load-$tag.err" &
+    local load_pid=$!
+    : > "$OUT/samples-$tag.txt"
+    while kill -0 "$load_pid" 2>/dev/null; do
+        local c m
+        c=$(connections "$port"); m=$(mem_kib "$pid")
+        echo "$(date +%s) $c $m" >> "$OUT/samples-$tag.txt"
+        sleep 1
+    done
+    wait "$load_pid"
+    local cpu1
+    cpu1=$(cpu_ticks "$pid")
+    if [[ $server == rondo ]]; then curl -sf "$url/api/metrics" > "$OUT/metrics-$tag.json"; fi
+    stop_pid "$pid"
+    jq -n --arg server "$server" --argjson n "$n" --argjson ticks $((cpu1 - cpu0)) \
+        --argjson hz "$CLK_TCK" --argjson idle_rss "$idle_rss" --argjson idle_pss "$idle_pss" \
+        --slurpfile load "$OUT/load-$tag.json" \
+        --rawfile samples "$OUT/samples-$tag.txt" '
+        ($samples | split("\n") | map(select(length > 0) | split(" ") | map(tonumber))
+            | map(select(.[1] >= 0.98 * $n))) as $full |
+        def median: sort | if length == 0 then null else .[length / 2 | floor] end;
+        ($full | map(.[2]) | median) as $rss | ($full | map(.[3]) | median) as $pss |
+        {
+          server: $server, streams: $n,
+          started: $load[0].streams_started, rejected: $load[0].streams_rejected,
+          errors: $load[0].streams_errors, broken: $load[0].streams_broken,
+          stalls: $load[0].stalls, max_active_streams: $load[0].max_active_streams,
+          bytes_received: $load[0].bytes_received,
+          cpu_s: ($ticks / $hz),
+          cpu_s_per_gb: (($ticks / $hz) / ($load[0].bytes_received / 1e9)),
+          samples_at_n: ($full | length),
+          idle_rss_kib: $idle_rss, rss_at_n_kib: $rss,
+          rss_per_stream_kib: (if $rss then ($rss - $idle_rss) / $n else null end),
+          idle_pss_kib: $idle_pss, pss_at_n_kib: $pss,
+          pss_per_stream_kib: (if $pss then ($pss - $idle_pss) / $n else null end)
+        }' > "$OUT/phase-$tag.json"
+    say "$tag: $(jq -c '{started, rejected, stalls, cpu_s, cpu_s_per_gb, rss_per_stream_kib, samples_at_n}' "$OUT/phase-$tag.json")"
+}
+
+for n in $STREAMS; do
+    phase rondo "$n"
+    phase nginx "$n"
+done
+uptime > "$OUT/uptime-end.txt"
+jq -s --arg up0 "$(cat "$OUT/uptime-start.txt")" --arg up1 "$(cat "$OUT/uptime-end.txt")" '
+    { phases: ., uptime_start: $up0, uptime_end: $up1,
+      ratios: (group_by(.streams) | map({
+        streams: .[0].streams,
+        cpu_s_per_gb_rondo_over_nginx: ((map(select(.server == "rondo"))[0].cpu_s_per_gb) / (map(select(.server == "nginx"))[0].cpu_s_per_gb)),
+        rss_per_stream_rondo_over_nginx: ((map(select(.server == "rondo"))[0].rss_per_stream_kib) / (map(select(.server == "nginx"))[0].rss_per_stream_kib)),
+        pss_per_stream_rondo_over_nginx: ((map(select(.server == "rondo"))[0].pss_per_stream_kib) / (map(select(.server == "nginx"))[0].pss_per_stream_kib))
+      })) }' "$OUT"/phase-*.json > "$OUT/summary.json"
+jq -r '.phases[] | "\(.server) N=\(.streams): started \(.started), rejected \(.rejected), stalls \(.stalls), \(.bytes_received / 1e9 * 1000 | round / 1000) GB, CPU \(.cpu_s) s = \(.cpu_s_per_gb * 100 | round / 100) s/GB, RSS idle \(.idle_rss_kib) KiB, at N \(.rss_at_n_kib) KiB, per stream \(.rss_per_stream_kib) KiB (PSS \(.pss_per_stream_kib))",
+       (.ratios[] | "ratio rondo/nginx N=\(.streams): CPU s/GB \(.cpu_s_per_gb_rondo_over_nginx), RSS/stream \(.rss_per_stream_rondo_over_nginx), PSS/stream \(.pss_per_stream_rondo_over_nginx)"),
+       "load average: \(.uptime_start) -> \(.uptime_end)"' "$OUT/summary.json"
+say "results in $OUT"
