@@ -1,0 +1,13 @@
+//! Helpers shared by rondo's test suites (a dev-dependency only; never
+//! published).
+//!
+//! - [`media`]: clips made at test time with ffmpeg from lavfi sources, and
+//!   the checks that ffmpeg (or an encoder) is there.
+//! - [`process`]: the built `rondo` binary as a child process: `rondo serve`
+//!   started and waited for, killed on drop; a subcommand's JSON output.
+//! - [`http`]: the small HTTP requests the end-to-end tests make again and
+//!   again.
+
+pub mod http;
+pub mod media;
+pub mod process;
