@@ -135,6 +135,10 @@ pub struct ExperimentSpec {
     /// Mean scene length of the VBR traces in ms (default: the generator's).
     #[serde(default)]
     pub trace_mean_scene_ms: Option<u64>,
+    /// Within-scene over between-scene log-sd ratio of the VBR traces, in
+    /// thousandths (default: the generator's).
+    #[serde(default)]
+    pub trace_gop_log_sd_ratio_permille: Option<u64>,
     #[serde(default)]
     pub base: toml::Table,
     pub series: Vec<Series>,
@@ -171,11 +175,21 @@ pub struct TraceOptions {
     /// Mean scene length of the VBR traces (their correlation over time,
     /// which seed 000 does not give); `None` is the generator's default.
     pub mean_scene_ms: Option<u64>,
+    /// The VBR traces' ratio of GOP-to-GOP variation within a scene to the
+    /// variation between scenes (log-sd ratio), in thousandths: how much of
+    /// the per-round variation is short-term, another side of their
+    /// correlation over time; `None` is the generator's default.
+    pub gop_log_sd_ratio_permille: Option<u64>,
 }
 
 /// Keys an experiment may set that describe the titles rather than the
 /// simulator (in `[base]`, a series, or as the swept `x`).
-const TITLE_KEYS: [&str; 3] = ["titles", "trace_seed", "trace_mean_scene_ms"];
+const TITLE_KEYS: [&str; 4] = [
+    "titles",
+    "trace_seed",
+    "trace_mean_scene_ms",
+    "trace_gop_log_sd_ratio_permille",
+];
 
 /// One point of the sweep: a series at one x.
 #[derive(Clone, Debug, PartialEq)]
@@ -234,6 +248,7 @@ impl ExperimentSpec {
                 let mut trace = TraceOptions {
                     seed: self.trace_seed,
                     mean_scene_ms: self.trace_mean_scene_ms,
+                    gop_log_sd_ratio_permille: self.trace_gop_log_sd_ratio_permille,
                 };
                 let x_value = if x.fract() == 0.0 {
                     toml::Value::Integer(x as i64)
@@ -264,10 +279,10 @@ impl ExperimentSpec {
                                 .filter(|&n| n >= 0)
                                 .ok_or_else(|| err(format!("{key} must be a whole number")))?
                                 as u64;
-                            if key == "trace_seed" {
-                                trace.seed = n;
-                            } else {
-                                trace.mean_scene_ms = Some(n);
+                            match key.as_str() {
+                                "trace_seed" => trace.seed = n,
+                                "trace_mean_scene_ms" => trace.mean_scene_ms = Some(n),
+                                _ => trace.gop_log_sd_ratio_permille = Some(n),
                             }
                         }
                     }
@@ -321,6 +336,7 @@ pub fn titles_for(
         TraceOptions {
             seed: trace_seed,
             mean_scene_ms: None,
+            gop_log_sd_ratio_permille: None,
         },
         config,
     )
@@ -333,12 +349,21 @@ pub fn titles_with(
     config: &SimConfig,
 ) -> Result<Vec<SimTitle>, SpecError> {
     let generate = |kind: TraceKind| -> Result<Vec<rondo_model::schedule::Frame>, SpecError> {
-        match (kind, trace.mean_scene_ms) {
-            (TraceKind::Vbr(content), Some(ms)) => Ok(VbrParams::for_content(content)
-                .with_mean_scene_duration_ns(ms * 1_000_000)
-                .generate(trace.seed)
-                .map_err(|e| SpecError::Invalid(format!("{}: {e}", kind.name())))?
-                .into_frames()),
+        let custom = trace.mean_scene_ms.is_some() || trace.gop_log_sd_ratio_permille.is_some();
+        match kind {
+            TraceKind::Vbr(content) if custom => Ok({
+                let mut params = VbrParams::for_content(content);
+                if let Some(ms) = trace.mean_scene_ms {
+                    params = params.with_mean_scene_duration_ns(ms * 1_000_000);
+                }
+                if let Some(permille) = trace.gop_log_sd_ratio_permille {
+                    params.gop_log_sd_ratio = permille as f64 / 1000.0;
+                }
+                params
+            }
+            .generate(trace.seed)
+            .map_err(|e| SpecError::Invalid(format!("{}: {e}", kind.name())))?
+            .into_frames()),
             _ => Ok(synth::generate(kind, trace.seed)),
         }
     };
@@ -406,7 +431,8 @@ trace_seed = 7
             points[0].trace,
             TraceOptions {
                 seed: 7,
-                mean_scene_ms: Some(1000)
+                mean_scene_ms: Some(1000),
+                gop_log_sd_ratio_permille: None,
             }
         );
         assert_eq!(points[1].trace.mean_scene_ms, Some(20000));
@@ -428,5 +454,24 @@ trace_seed = 7
             .unwrap_err()
             .to_string();
         assert!(err.contains("trace_seed must be a whole number"), "{err}");
+    }
+
+    #[test]
+    fn the_within_scene_variation_is_a_title_option_that_keeps_mean_and_cov() {
+        let spec = ExperimentSpec::from_toml(
+            &SWEEP.replace("trace_mean_scene_ms", "trace_gop_log_sd_ratio_permille"),
+            "test",
+        )
+        .unwrap();
+        let points = spec.points().unwrap();
+        assert_eq!(points[0].trace.gop_log_sd_ratio_permille, Some(1000));
+        assert_eq!(points[0].trace.mean_scene_ms, None);
+        let a = titles_with("action", points[0].trace, &points[0].config).unwrap();
+        let b = titles_with("action", points[1].trace, &points[1].config).unwrap();
+        assert_ne!(a[0].schedule.client_bytes, b[0].schedule.client_bytes);
+        for t in [&a[0], &b[0]] {
+            let stats = t.schedule.client_stats();
+            assert!((stats.mean_bytes_per_round / 624_194.0 - 1.0).abs() < 0.01);
+        }
     }
 }

@@ -229,6 +229,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let trace = TraceOptions {
         seed: args.trace_seed,
         mean_scene_ms: args.trace_mean_scene_ms,
+        gop_log_sd_ratio_permille: None,
     };
     let (mut config, titles, titles_label) = match &args.data_dir {
         None => {
