@@ -16,6 +16,7 @@ use rondo_media::container::{
     AudioCodec, ContainerKind, MediaError, PreparedMedia, StoredPiece, TrackKind, VideoCodec,
     prepare, prepare_bytes, probe, probe_bytes,
 };
+use rondo_testkit::media::{Clip, has_encoder, require_tool};
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -27,56 +28,14 @@ const CLIP_SECONDS: &str = "3";
 /// audio priming differently from the edit list.
 const DURATION_TOLERANCE_NS: i128 = 34_000_000;
 
-fn require_tool(tool: &str) {
-    let found = Command::new(tool)
-        .arg("-version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        found,
-        "`{tool}` is not installed: these tests make and check media with ffmpeg/ffprobe. \
-         Install them with `apt-get install -y --no-install-recommends ffmpeg` (CI's .ci/run does)."
-    );
-}
-
-fn has_encoder(name: &str) -> bool {
-    let out = Command::new("ffmpeg")
-        .args(["-hide_banner", "-encoders"])
-        .output()
-        .expect("run ffmpeg -encoders");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some(name))
-}
-
 /// Runs ffmpeg with the synthetic sources as inputs 0 (video) and 1
 /// (audio), then `args`, writing `dir/name`.
 fn make_clip(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
-    require_tool("ffmpeg");
-    let path = dir.join(name);
-    let out = Command::new("ffmpeg")
-        .args(["-hide_banner", "-loglevel", "error", "-y"])
-        .args([
-            "-f",
-            "lavfi",
-            "-i",
-            VIDEO_SOURCE,
-            "-f",
-            "lavfi",
-            "-i",
-            AUDIO_SOURCE,
-        ])
-        .args(["-t", CLIP_SECONDS])
+    Clip::video(VIDEO_SOURCE)
+        .audio(AUDIO_SOURCE)
+        .seconds(CLIP_SECONDS)
         .args(args)
-        .arg(&path)
-        .output()
-        .expect("run ffmpeg");
-    assert!(
-        out.status.success(),
-        "ffmpeg failed making {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    path
+        .make(dir.join(name))
 }
 
 const H264: &[&str] = &[

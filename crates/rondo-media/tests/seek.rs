@@ -17,6 +17,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rondo_media::container::seek::{SeekError, mp4_seek};
 use rondo_media::container::{PreparedMedia, prepare};
+use rondo_testkit::media::{Clip, has_encoder, require_tool};
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -25,45 +26,14 @@ const FPS: u64 = 25;
 const GOP_FRAMES: u64 = 50;
 const NS_PER_S: u64 = 1_000_000_000;
 
-fn require_tool(tool: &str) {
-    let found = Command::new(tool)
-        .arg("-version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        found,
-        "`{tool}` is not installed: install it with `apt-get install -y ffmpeg` (CI's .ci/run does)"
-    );
-}
-
-fn has_encoder(name: &str) -> bool {
-    let out = Command::new("ffmpeg")
-        .args(["-hide_banner", "-encoders"])
-        .output()
-        .expect("run ffmpeg -encoders");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some(name))
-}
-
 /// A clip with testsrc2 video (`video` codec args) and, when `audio`, a sine.
 fn make_clip(dir: &Path, name: &str, video: &[&str], audio: bool, extra: &[&str]) -> PathBuf {
-    require_tool("ffmpeg");
-    let path = dir.join(name);
     let gop = GOP_FRAMES.to_string();
-    let seconds = CLIP_SECONDS.to_string();
-    let mut cmd = Command::new("ffmpeg");
-    cmd.args(["-hide_banner", "-loglevel", "error", "-y"])
-        .args([
-            "-f",
-            "lavfi",
-            "-i",
-            &format!("testsrc2=size=320x240:rate={FPS}"),
-        ]);
+    let mut clip = Clip::video(format!("testsrc2=size=320x240:rate={FPS}"));
     if audio {
-        cmd.args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"]);
+        clip = clip.audio("sine=frequency=440:sample_rate=48000");
     }
-    cmd.args(["-t", &seconds]).args(video).args([
+    clip = clip.seconds(CLIP_SECONDS).args(video).args([
         "-g",
         &gop,
         "-keyint_min",
@@ -72,15 +42,9 @@ fn make_clip(dir: &Path, name: &str, video: &[&str], audio: bool, extra: &[&str]
         "0",
     ]);
     if audio {
-        cmd.args(["-c:a", "aac"]);
+        clip = clip.args(["-c:a", "aac"]);
     }
-    let out = cmd.args(extra).arg(&path).output().expect("run ffmpeg");
-    assert!(
-        out.status.success(),
-        "ffmpeg failed making {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    path
+    clip.args(extra).make(dir.join(name))
 }
 
 const H264: &[&str] = &[
