@@ -1,35 +1,87 @@
 //! The ingest write gate: writes use only disk time that admitted streams
-//! have not reserved.
+//! have not reserved, and the emulated disks serve them in their rounds.
 //!
-//! Every round the round driver computes the round's write credit: the
-//! smallest unreserved time over the working disks, `T − fixed − reserved`
-//! (the same tables admission fills). Once the round's reads have completed
-//! on every disk, an ingest may write rounds of its title as long as their
-//! cost fits the credit; otherwise it waits for a later round. A write's cost
-//! is charged with the array's paper bound (seed 000 §2.3) as if every
-//! replica's bytes went to one disk, plus the positioning of a second
-//! request: conservative, since the credit is the least loaded disk's and the
-//! replicas go to different disks. A round whose write costs more than a
-//! whole idle round waits for a round with nothing reserved.
+//! An ingest asks the gate before writing each round of its title
+//! ([`WriteGate::before_write_round`], with the title's layout). The gate
+//! keeps a short look-ahead of the title's rounds not yet granted
+//! ([`LOOKAHEAD_ROUNDS`], with their extents), and the round driver grants
+//! from it when it begins a round ([`DiskTimeGate::begin_round`]): the
+//! round's credit is the core's `Reservations::write_credit_ns` (the smallest
+//! unreserved time over the working disks, `T − fixed − reserved`, less what
+//! the rebuild's copies took), and rounds of the title are granted in order
+//! as long as their cost fits it. A write's cost is charged with the array's
+//! paper bound (seed 000 §2.3) as if every replica's bytes went to one disk,
+//! plus the positioning of a second request: conservative, since the credit
+//! is the least loaded disk's and the replicas go to different disks. A
+//! round whose write costs more than a whole idle round is granted alone in
+//! a round with nothing reserved.
 //!
-//! This is the server's pacing of the store's writes; the disk models of
-//! emulated devices do not see the writes, which the host's storage serves.
+//! The granted rounds' extents go into that round's disk batches as write
+//! commands ([`crate::io::ModelIo`]), so each disk's model serves them in the
+//! same C-SCAN batch as the stream reads and the round's busy time includes
+//! them; each disk touched is charged the round's cost for the
+//! busy-versus-budget check. The ingest thread writes the bytes (through the
+//! store's `TitleWriter`, which records the checksums the commit needs) once
+//! the batches of the round it was granted in have completed on every disk,
+//! as before: real writes follow the model's. A granted round the ingest
+//! never writes (it failed) has cost model time only.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex};
 
-use rondo_model::disk::PaperBound;
+use rondo_model::disk::{Op, PaperBound};
+use rondo_model::layout::TitleLayout;
+use rondo_model::units::TitleId;
 
 use crate::ingest::WriteGate;
+use crate::io::ModelIo;
 use crate::metrics::Metrics;
+
+/// Rounds of a title the gate lists ahead of the one its ingest waits for,
+/// so that several rounds may be granted in one disk-round. Bounds the
+/// gate's memory per ingest and how far the model's writes run ahead of the
+/// real ones.
+pub const LOOKAHEAD_ROUNDS: usize = 64;
+
+/// One round of a title waiting for a grant.
+struct RoundWrite {
+    round: usize,
+    bytes: u64,
+    cost_ns: u64,
+    /// `(disk, extent)` of every replica.
+    extents: Vec<(u32, ModelIo)>,
+}
+
+/// A title being ingested.
+#[derive(Default)]
+struct Ingest {
+    /// Its next rounds not yet granted, in order.
+    ahead: VecDeque<RoundWrite>,
+    /// The first round not listed in `ahead` nor granted.
+    next_unlisted: usize,
+    /// Granted rounds not yet written: title round → (round granted in, bytes).
+    granted: BTreeMap<usize, (u64, u64)>,
+}
 
 struct GateState {
     round: u64,
     /// Disks whose batch for `round` has not finished.
     disks_pending: u32,
-    /// Write time left in `round`.
-    credit_ns: u64,
     shutdown: bool,
+    ingests: BTreeMap<TitleId, Ingest>,
+    /// The round's credit left after its grants (for writes without a layout).
+    credit_left_ns: u64,
+}
+
+/// What the gate granted in one round: per disk, the write commands for the
+/// disk's batch and the time charged to it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteGrant {
+    pub io: Vec<Vec<ModelIo>>,
+    pub charged_ns: Vec<u64>,
+    /// Rounds of titles granted.
+    pub rounds: u64,
 }
 
 /// Paces ingest writes to the unreserved disk time of each round.
@@ -48,8 +100,9 @@ impl DiskTimeGate {
             state: Mutex::new(GateState {
                 round: 0,
                 disks_pending: u32::MAX,
-                credit_ns: 0,
                 shutdown: false,
+                ingests: BTreeMap::new(),
+                credit_left_ns: 0,
             }),
             changed: Condvar::new(),
             idle_round_ns,
@@ -63,20 +116,58 @@ impl DiskTimeGate {
         self.bound.request_ns(round_bytes) + self.bound.request_ns(0)
     }
 
-    /// Round `round` began with `credit_ns` of unreserved time on its least
-    /// loaded disk; `disks` batches will report completion.
-    pub fn begin_round(&self, round: u64, credit_ns: u64, disks: u32) {
+    /// Round `round` begins with `credit_ns` of write time (the core's
+    /// `write_credit_ns`); `disks` batches will report completion. Grants
+    /// waiting ingest rounds that fit and returns them for the batches.
+    pub fn begin_round(&self, round: u64, credit_ns: u64, disks: u32) -> WriteGrant {
+        let disk_count = self.metrics.disks.len();
+        let mut grant = WriteGrant {
+            io: vec![Vec::new(); disk_count],
+            charged_ns: vec![0; disk_count],
+            rounds: 0,
+        };
         let mut state = self.state.lock().expect("gate lock");
         state.round = round;
-        state.credit_ns = credit_ns.min(self.idle_round_ns);
         state.disks_pending = disks;
-        drop(state);
-        if disks == 0 {
-            self.changed.notify_all();
+        let idle = credit_ns >= self.idle_round_ns;
+        let mut credit_ns = credit_ns.min(self.idle_round_ns);
+        'titles: for ingest in state.ingests.values_mut() {
+            while let Some(next) = ingest.ahead.front() {
+                let oversized = next.cost_ns > self.idle_round_ns;
+                let fits = if oversized {
+                    idle && credit_ns == self.idle_round_ns
+                } else {
+                    next.cost_ns <= credit_ns
+                };
+                if !fits {
+                    // Rounds of a title go in order; later titles may fit.
+                    continue 'titles;
+                }
+                let next = ingest.ahead.pop_front().expect("front exists");
+                credit_ns = if oversized {
+                    0
+                } else {
+                    credit_ns - next.cost_ns
+                };
+                let mut touched = vec![false; disk_count];
+                for (disk, io) in next.extents {
+                    grant.io[disk as usize].push(io);
+                    touched[disk as usize] = true;
+                }
+                for (charged, _) in grant.charged_ns.iter_mut().zip(&touched).filter(|t| *t.1) {
+                    *charged += next.cost_ns;
+                }
+                ingest.granted.insert(next.round, (round, next.bytes));
+                grant.rounds += 1;
+            }
         }
+        state.credit_left_ns = credit_ns;
+        drop(state);
+        self.changed.notify_all();
+        grant
     }
 
-    /// A disk finished its reads of `round`.
+    /// A disk finished its batch of `round`.
     pub fn disk_done(&self, round: u64) {
         let mut state = self.state.lock().expect("gate lock");
         if state.round == round && state.disks_pending > 0 && state.disks_pending != u32::MAX {
@@ -93,9 +184,49 @@ impl DiskTimeGate {
         self.state.lock().expect("gate lock").shutdown = true;
         self.changed.notify_all();
     }
+
+    /// Tops up `ingest`'s look-ahead to [`LOOKAHEAD_ROUNDS`] past `round`,
+    /// the round its writer asks for (rounds are asked in order).
+    fn list_ahead(&self, ingest: &mut Ingest, layout: &TitleLayout, round: usize) {
+        while ingest.ahead.front().is_some_and(|w| w.round < round) {
+            ingest.ahead.pop_front();
+        }
+        ingest.next_unlisted = ingest.next_unlisted.max(round);
+        let end = (round + LOOKAHEAD_ROUNDS).min(layout.rounds().len());
+        while ingest.next_unlisted < end {
+            let r = ingest.next_unlisted;
+            let l = layout.round(r);
+            let io = |x: &rondo_model::layout::Extent| ModelIo {
+                op: Op::Write,
+                device_offset_bytes: x.device_offset_bytes,
+                length_bytes: x.length_bytes,
+            };
+            let mut extents: Vec<(u32, ModelIo)> = l
+                .primary
+                .as_slice()
+                .iter()
+                .map(|x| (l.primary_disk.0, io(x)))
+                .collect();
+            for b in &l.backups {
+                extents.extend(b.extents.as_slice().iter().map(|x| (b.disk.0, io(x))));
+            }
+            extents.retain(|(_, x)| x.length_bytes > 0);
+            let bytes = extents.iter().map(|(_, x)| x.length_bytes).sum();
+            ingest.ahead.push_back(RoundWrite {
+                round: r,
+                bytes,
+                cost_ns: self.write_cost_ns(bytes),
+                extents,
+            });
+            ingest.next_unlisted += 1;
+        }
+    }
 }
 
 impl WriteGate for DiskTimeGate {
+    /// A write without a layout (ingest always gives one): paced by the
+    /// credit the round's grants left, after the round's batches are done;
+    /// the disk models do not see it.
     fn before_write(&self, round_bytes: u64) {
         let cost_ns = self.write_cost_ns(round_bytes);
         let mut state = self.state.lock().expect("gate lock");
@@ -103,11 +234,10 @@ impl WriteGate for DiskTimeGate {
             if state.shutdown {
                 return;
             }
-            let reads_done = state.disks_pending == 0;
-            let fits = state.credit_ns >= cost_ns
-                || (cost_ns > self.idle_round_ns && state.credit_ns == self.idle_round_ns);
-            if reads_done && fits {
-                state.credit_ns = state.credit_ns.saturating_sub(cost_ns);
+            let fits = state.credit_left_ns >= cost_ns
+                || (cost_ns > self.idle_round_ns && state.credit_left_ns == self.idle_round_ns);
+            if state.disks_pending == 0 && fits {
+                state.credit_left_ns = state.credit_left_ns.saturating_sub(cost_ns);
                 self.metrics.gated_writes.fetch_add(1, Relaxed);
                 self.metrics
                     .gated_write_bytes
@@ -116,6 +246,40 @@ impl WriteGate for DiskTimeGate {
             }
             state = self.changed.wait(state).expect("gate lock");
         }
+    }
+
+    /// Waits until round `round` of `title` has been granted and the batches
+    /// of the round it was granted in (which model its writes) are done.
+    fn before_write_round(
+        &self,
+        title: TitleId,
+        layout: &TitleLayout,
+        round: usize,
+        _round_bytes: u64,
+    ) {
+        let mut state = self.state.lock().expect("gate lock");
+        let ingest = state.ingests.entry(title).or_default();
+        self.list_ahead(ingest, layout, round);
+        loop {
+            if state.shutdown {
+                return;
+            }
+            let (now, pending) = (state.round, state.disks_pending);
+            let ingest = state.ingests.get_mut(&title).expect("registered above");
+            if let Some(&(granted_in, bytes)) = ingest.granted.get(&round)
+                && (now > granted_in || (now == granted_in && pending == 0))
+            {
+                ingest.granted.remove(&round);
+                self.metrics.gated_writes.fetch_add(1, Relaxed);
+                self.metrics.gated_write_bytes.fetch_add(bytes, Relaxed);
+                return;
+            }
+            state = self.changed.wait(state).expect("gate lock");
+        }
+    }
+
+    fn title_done(&self, title: TitleId) {
+        self.state.lock().expect("gate lock").ingests.remove(&title);
     }
 }
 

@@ -14,13 +14,33 @@
 //! stream's 1–2 extents) is reported to the driver as soon as its last extent
 //! is in; the batch's end, the model's busy time and the measured busy time
 //! follow in a [`IoEvent::BatchDone`].
+//!
+//! **Other I/O on the device.** A batch also carries the round's
+//! [`DiskBatch::granted_io`]: the rebuild's source reads and target writes
+//! and the ingest writes that the core granted this disk in this round
+//! (`RebuildQueue::next_round`, the write gate's share of
+//! `Reservations::write_credit_ns`). They are model commands of their own
+//! (`Op::Read` / `Op::Write`), served in the same C-SCAN batch as the stream
+//! reads, so the model's head position, cache and backlog see them and the
+//! round's busy time (model and, paced, measured) includes them. Their bytes
+//! are moved by the thread that owns the data, not here: an ingest round
+//! goes through the store's `TitleWriter` (which records the checksums the
+//! commit needs), and a copy's write depends on reads on other disks of the
+//! same round, so it cannot take a fixed place in one disk's service order.
+//! Emulated, the thread spends each such command's model time (it sleeps to
+//! its completion instant), so the emulated drive is busy for it exactly as
+//! the model says; the host's storage serves the bytes. Native, they are
+//! modelled but not waited for. Replica re-reads after a read error are real
+//! reads done here, in an unplanned batch ([`BatchKind::Unplanned`]) served
+//! from the model's state at arrival (after its backlog); their busy time is
+//! carried into the disk's next round report, since nothing reserved them.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use rondo_model::disk::{BatchRequest, Disk, Scheduler};
+use rondo_model::disk::{BatchRequest, Disk, Op, Scheduler};
 use rondo_model::units::{SECTOR_BYTES, StreamId};
 use rondo_store::{Device, checksum};
 
@@ -77,18 +97,63 @@ impl ReadJob {
     }
 }
 
+/// One extent of I/O another thread performs on this disk (a rebuild copy's
+/// read or write, an ingest write), given to the model so it is timed in the
+/// round's batch.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ModelIo {
+    pub op: Op,
+    pub device_offset_bytes: u64,
+    pub length_bytes: u64,
+}
+
+/// What a batch is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum BatchKind {
+    /// The round's planned work: reported with [`IoEvent::BatchDone`].
+    Round,
+    /// Re-reads after a read error, sent mid-round: served after the disk's
+    /// backlog, their busy time carried into the next round's report.
+    Unplanned,
+}
+
 /// A disk's reads for one round.
 #[derive(Debug)]
 pub struct DiskBatch {
     pub round: u64,
+    pub kind: BatchKind,
     /// Disk time admission reserved on this disk for the round, fixed term
     /// included (`None` if the disk was failed when the round was planned);
     /// returned in [`IoEvent::BatchDone`] to compare with the busy time.
     pub reserved_ns: Option<u64>,
+    /// Disk time granted on this disk in this round to the rebuild's copies
+    /// and ingest writes (their charges, out of the unreserved time);
+    /// returned in [`IoEvent::BatchDone`]: the round's budget is
+    /// `reserved_ns + granted_ns`.
+    pub granted_ns: u64,
     pub jobs: Vec<ReadJob>,
+    /// The granted rebuild and ingest I/O of this disk in this round, timed
+    /// by the model in the same C-SCAN batch (their bytes are moved by the
+    /// copier and ingest threads).
+    pub granted_io: Vec<ModelIo>,
     /// A replacement device for this disk (`Store::replace_device`): used
     /// from this batch on.
     pub device: Option<Arc<Device>>,
+}
+
+impl DiskBatch {
+    /// A round's batch with nothing granted to other work.
+    pub fn round(round: u64, reserved_ns: Option<u64>, jobs: Vec<ReadJob>) -> DiskBatch {
+        DiskBatch {
+            round,
+            kind: BatchKind::Round,
+            reserved_ns,
+            granted_ns: 0,
+            jobs,
+            granted_io: Vec::new(),
+            device: None,
+        }
+    }
 }
 
 /// What I/O threads report to the round driver.
@@ -102,27 +167,31 @@ pub enum IoEvent {
         piece: usize,
         result: Result<PooledBuf, String>,
     },
-    /// A stream-round whose planned read failed, read again from the other
-    /// replica by the copier thread (client bytes, or why it failed).
-    Recovered {
-        stream: StreamId,
-        playback_round: u32,
-        result: Result<Vec<u8>, String>,
-    },
     /// A disk finished its batch for `round`.
     BatchDone {
         disk: u32,
         round: u64,
-        /// The batch's [`DiskBatch::reserved_ns`].
+        /// The batch's [`DiskBatch::reserved_ns`] and [`DiskBatch::granted_ns`].
         reserved_ns: Option<u64>,
+        granted_ns: u64,
+        /// Stream reads (requests) and their bytes, re-reads after errors
+        /// since the last report included.
         requests: usize,
         bytes: u64,
+        /// The granted rebuild and ingest commands and their bytes.
+        granted_commands: usize,
+        granted_bytes: u64,
+        /// The model's service time of those commands (start to completion
+        /// of each), part of `model_busy_ns`.
+        granted_model_ns: u64,
         /// When the last read completed (or the batch arrived, if empty).
         ended_at: Instant,
-        /// `Disk::execute_batch`'s busy time.
+        /// `Disk::execute_batch`'s busy time (re-reads since the last report
+        /// added).
         model_busy_ns: u64,
         /// Wall time from the later of the round start and the batch's
-        /// arrival to the last completion.
+        /// arrival to the last completion (re-reads since the last report
+        /// added).
         measured_busy_ns: u64,
     },
 }
@@ -161,6 +230,7 @@ pub fn spawn_device(
                 clock,
                 pool,
                 events,
+                carried: Carried::default(),
             };
             worker.run(receiver);
         })?;
@@ -179,6 +249,17 @@ struct Worker {
     clock: RoundClock,
     pool: BufferPool,
     events: Sender<IoEvent>,
+    /// Unplanned re-reads since the last round report: reported with it.
+    carried: Carried,
+}
+
+/// An unplanned batch's figures, added to the next [`IoEvent::BatchDone`].
+#[derive(Default)]
+struct Carried {
+    requests: usize,
+    bytes: u64,
+    model_busy_ns: u64,
+    measured_busy_ns: u64,
 }
 
 /// Sleeps until `deadline` (no-op if it has passed).
@@ -187,6 +268,40 @@ fn sleep_until(deadline: Instant) {
     if deadline > now {
         std::thread::sleep(deadline - now);
     }
+}
+
+/// What one model command of a batch is.
+#[derive(Copy, Clone)]
+enum Command {
+    /// Extent `extent` of job `job`: a real read here.
+    Read { job: usize, extent: usize },
+    /// A granted rebuild or ingest command: model time only.
+    Granted,
+}
+
+/// A batch's model commands: every stream extent, then every granted I/O,
+/// each a request of its own. The model orders commands by C-SCAN over their
+/// LBNs either way, so splitting requests changes neither the order nor the
+/// timing, and it tells us which extent each command is.
+pub fn batch_requests(jobs: &[ReadJob], granted_io: &[ModelIo]) -> Vec<BatchRequest> {
+    let mut requests = Vec::new();
+    for job in jobs {
+        for x in &job.extents {
+            requests.push(BatchRequest::read(
+                x.device_offset_bytes / SECTOR_BYTES,
+                x.length_bytes / SECTOR_BYTES,
+            ));
+        }
+    }
+    for io in granted_io {
+        let mut request = BatchRequest::read(
+            io.device_offset_bytes / SECTOR_BYTES,
+            io.length_bytes / SECTOR_BYTES,
+        );
+        request.op = io.op;
+        requests.push(request);
+    }
+    requests
 }
 
 impl Worker {
@@ -202,22 +317,18 @@ impl Worker {
             tracing::info!(disk = self.disk, path = %device.path().display(), "disk thread uses its new device");
             self.device = device;
         }
-        let round_start = self.clock.boundary(batch.round);
-        // Each extent is its own model command; `owner` maps a command back
-        // to (job, extent). The model orders commands by C-SCAN over their
-        // LBNs either way, so splitting requests changes neither the order
-        // nor the timing, and it tells us which extent each command is.
-        let mut requests = Vec::new();
-        let mut owner = Vec::new();
+        // An unplanned batch arrives mid-round: the model serves it from
+        // now, after whatever the disk is still doing.
+        let round_start = match batch.kind {
+            BatchKind::Round => self.clock.boundary(batch.round),
+            BatchKind::Unplanned => arrived_at,
+        };
+        let requests = batch_requests(&batch.jobs, &batch.granted_io);
+        let mut owner = Vec::with_capacity(requests.len());
         for (j, job) in batch.jobs.iter().enumerate() {
-            for (e, x) in job.extents.iter().enumerate() {
-                requests.push(BatchRequest::read(
-                    x.device_offset_bytes / SECTOR_BYTES,
-                    x.length_bytes / SECTOR_BYTES,
-                ));
-                owner.push((j, e));
-            }
+            owner.extend((0..job.extents.len()).map(|e| Command::Read { job: j, extent: e }));
         }
+        owner.extend(batch.granted_io.iter().map(|_| Command::Granted));
         let model_start_ns = self.clock.model_ns(round_start);
         let outcome = match self
             .model
@@ -232,7 +343,7 @@ impl Worker {
                 for job in &batch.jobs {
                     self.report(batch.round, job, Err(reason.clone()));
                 }
-                self.done(&batch, arrived_at, 0, 0);
+                self.done(&batch, arrived_at, 0, 0, 0);
                 return;
             }
         };
@@ -244,9 +355,22 @@ impl Worker {
         let mut failures: Vec<Option<String>> = vec![None; batch.jobs.len()];
         let mut extents_left: Vec<usize> = batch.jobs.iter().map(|j| j.extents.len()).collect();
         let mut ended_at = arrived_at;
+        let mut granted_model_ns = 0u64;
         for &(command, timing) in &outcome.commands {
             // `commands` holds (request index, timing); our requests are single extents.
-            let (j, e) = owner[command];
+            let (j, e) = match owner[command] {
+                Command::Read { job, extent } => (job, extent),
+                Command::Granted => {
+                    // Another thread moves the bytes; the drive is busy for
+                    // the model's time all the same.
+                    granted_model_ns += timing.completion_ns.saturating_sub(timing.start_ns);
+                    if self.timing == DiskTiming::Emulated {
+                        sleep_until(self.clock.at_model_ns(timing.completion_ns));
+                    }
+                    ended_at = Instant::now();
+                    continue;
+                }
+            };
             let job = &batch.jobs[j];
             let extent = job.extents[e];
             let at: u64 = job.extents[..e].iter().map(|x| x.length_bytes).sum();
@@ -287,7 +411,13 @@ impl Worker {
         }
         let busy_from = round_start.max(arrived_at);
         let measured_busy_ns = ended_at.saturating_duration_since(busy_from).as_nanos() as u64;
-        self.done(&batch, ended_at, outcome.busy_ns, measured_busy_ns);
+        self.done(
+            &batch,
+            ended_at,
+            outcome.busy_ns,
+            measured_busy_ns,
+            granted_model_ns,
+        );
     }
 
     fn report(&self, round: u64, job: &ReadJob, result: Result<PooledBuf, String>) {
@@ -303,21 +433,39 @@ impl Worker {
     }
 
     fn done(
-        &self,
+        &mut self,
         batch: &DiskBatch,
         ended_at: Instant,
         model_busy_ns: u64,
         measured_busy_ns: u64,
+        granted_model_ns: u64,
     ) {
+        let requests = batch.jobs.len();
+        let bytes: u64 = batch.jobs.iter().map(ReadJob::bytes).sum();
+        if batch.kind == BatchKind::Unplanned {
+            // Nothing reserved it and its round's report may be gone: it
+            // counts in this disk's next round.
+            let c = &mut self.carried;
+            c.requests += requests;
+            c.bytes += bytes;
+            c.model_busy_ns += model_busy_ns;
+            c.measured_busy_ns += measured_busy_ns;
+            return;
+        }
+        let carried = std::mem::take(&mut self.carried);
         let _ = self.events.send(IoEvent::BatchDone {
             disk: self.disk,
             round: batch.round,
             reserved_ns: batch.reserved_ns,
-            requests: batch.jobs.len(),
-            bytes: batch.jobs.iter().map(ReadJob::bytes).sum(),
+            granted_ns: batch.granted_ns,
+            requests: requests + carried.requests,
+            bytes: bytes + carried.bytes,
+            granted_commands: batch.granted_io.len(),
+            granted_bytes: batch.granted_io.iter().map(|io| io.length_bytes).sum(),
+            granted_model_ns,
             ended_at,
-            model_busy_ns,
-            measured_busy_ns,
+            model_busy_ns: model_busy_ns + carried.model_busy_ns,
+            measured_busy_ns: measured_busy_ns + carried.measured_busy_ns,
         });
     }
 }

@@ -1,9 +1,10 @@
 //! Server counters: admissions by outcome, deadline misses (stream-round
 //! misses and disk-round overruns, counted separately as DESIGN.md defines
 //! them), bytes sent, sessions by how they ended, and per disk the reserved
-//! and measured busy time of each round, with the disk-rounds whose busy
-//! time exceeded what admission reserved for them
-//! ([`DiskMetrics::record_round`]).
+//! and measured busy time of each round, the time granted in it to the
+//! rebuild's copies and ingest writes, and the disk-rounds whose busy time
+//! exceeded what was reserved for streams plus what was granted to those
+//! writers ([`DiskMetrics::record_round_with_grant`]).
 //!
 //! Everything is an atomic so the round driver, the I/O threads and the HTTP
 //! tasks update it without locks; [`Metrics::snapshot`] gives a consistent
@@ -29,8 +30,18 @@ pub struct DiskMetrics {
     pub last_reserved_ns: AtomicU64,
     pub last_model_busy_ns: AtomicU64,
     pub last_measured_busy_ns: AtomicU64,
+    /// The last finished round's disk time granted to the rebuild's copies
+    /// and ingest writes, and the model's service time of those commands.
+    pub last_granted_ns: AtomicU64,
+    pub last_granted_model_ns: AtomicU64,
     /// Sums over all finished rounds.
     pub reserved_ns_total: AtomicU64,
+    pub granted_ns_total: AtomicU64,
+    pub granted_model_ns_total: AtomicU64,
+    /// Rebuild and ingest commands the disk model served (extents), and
+    /// their bytes.
+    pub granted_commands: AtomicU64,
+    pub granted_bytes: AtomicU64,
     pub model_busy_ns_total: AtomicU64,
     pub measured_busy_ns_total: AtomicU64,
     /// Rounds whose batch ended after the round did (disk-round overruns).
@@ -41,15 +52,17 @@ pub struct DiskMetrics {
     /// Read errors and checksum mismatches on this disk.
     pub errors: AtomicU64,
     /// Finished rounds whose measured busy time exceeded the disk time
-    /// reserved for them (fixed term included). Admission's bound is a true
-    /// upper bound of the emulated disk, so with emulated timing this stays
-    /// 0 unless the host delays the I/O thread.
+    /// reserved for them (fixed term included) plus the time granted in
+    /// them to the rebuild and ingest. Admission's bound is a true upper
+    /// bound of the emulated disk, so with emulated timing this stays 0
+    /// unless the host delays the I/O thread or a grant's charge is short
+    /// of what its writes took.
     pub rounds_over_reserved: AtomicU64,
-    /// Finished rounds whose model busy time exceeded the reserved time: a
+    /// Finished rounds whose model busy time exceeded reserved + granted: a
     /// bound that does not hold for the model (0 in rondo mode).
     pub rounds_model_over_reserved: AtomicU64,
-    /// Smallest reserved − measured busy time over finished rounds that had
-    /// a reservation (negative: over); `i64::MAX` until the first.
+    /// Smallest (reserved + granted) − measured busy time over finished
+    /// rounds that had a budget (negative: over); `i64::MAX` until the first.
     pub min_headroom_ns: AtomicI64,
 }
 
@@ -63,7 +76,13 @@ impl Default for DiskMetrics {
             last_reserved_ns: AtomicU64::new(0),
             last_model_busy_ns: AtomicU64::new(0),
             last_measured_busy_ns: AtomicU64::new(0),
+            last_granted_ns: AtomicU64::new(0),
+            last_granted_model_ns: AtomicU64::new(0),
             reserved_ns_total: AtomicU64::new(0),
+            granted_ns_total: AtomicU64::new(0),
+            granted_model_ns_total: AtomicU64::new(0),
+            granted_commands: AtomicU64::new(0),
+            granted_bytes: AtomicU64::new(0),
             model_busy_ns_total: AtomicU64::new(0),
             measured_busy_ns_total: AtomicU64::new(0),
             overruns: AtomicU64::new(0),
@@ -76,20 +95,30 @@ impl Default for DiskMetrics {
     }
 }
 
-/// How one finished disk-round compared with its reservation.
+/// How one finished disk-round compared with its budget.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct RoundCheck {
-    /// Measured busy time > reserved.
+    /// Measured busy time > reserved + granted.
     pub measured_over: bool,
-    /// Model busy time > reserved.
+    /// Model busy time > reserved + granted.
     pub model_over: bool,
 }
 
+/// The rebuild and ingest I/O one finished disk-round served.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct GrantedIo {
+    /// Disk time granted to it out of the round's unreserved time.
+    pub granted_ns: u64,
+    /// Its model commands (extents) and their bytes.
+    pub commands: u64,
+    pub bytes: u64,
+    /// The model's service time of those commands.
+    pub model_ns: u64,
+}
+
 impl DiskMetrics {
-    /// Records one finished round's busy times: the last-round gauges, the
-    /// totals and, when the round had a reservation (`reserved_ns`, fixed
-    /// term included; `None` for a disk that was failed when the round was
-    /// planned), whether either busy time exceeded it.
+    /// [`DiskMetrics::record_round_with_grant`] for a round with nothing
+    /// granted to other writers.
     pub fn record_round(
         &self,
         round: u64,
@@ -97,23 +126,56 @@ impl DiskMetrics {
         model_busy_ns: u64,
         measured_busy_ns: u64,
     ) -> RoundCheck {
+        self.record_round_with_grant(
+            round,
+            reserved_ns,
+            GrantedIo::default(),
+            model_busy_ns,
+            measured_busy_ns,
+        )
+    }
+
+    /// Records one finished round's busy times: the last-round gauges, the
+    /// totals and, when the round had a budget, whether either busy time
+    /// exceeded it. The budget is what admission reserved for streams
+    /// (`reserved_ns`, fixed term included; `None` for a disk that was
+    /// failed when the round was planned) plus what the round granted the
+    /// rebuild and ingest (both come out of the same round). A failed disk
+    /// being rebuilt has a budget too: the fixed term (in `reserved_ns`)
+    /// plus its copies' writes.
+    pub fn record_round_with_grant(
+        &self,
+        round: u64,
+        reserved_ns: Option<u64>,
+        granted: GrantedIo,
+        model_busy_ns: u64,
+        measured_busy_ns: u64,
+    ) -> RoundCheck {
         self.last_round.store(round, Relaxed);
         self.last_model_busy_ns.store(model_busy_ns, Relaxed);
         self.last_measured_busy_ns.store(measured_busy_ns, Relaxed);
+        self.last_granted_ns.store(granted.granted_ns, Relaxed);
+        self.last_granted_model_ns.store(granted.model_ns, Relaxed);
         self.model_busy_ns_total.fetch_add(model_busy_ns, Relaxed);
         self.measured_busy_ns_total
             .fetch_add(measured_busy_ns, Relaxed);
+        self.granted_ns_total.fetch_add(granted.granted_ns, Relaxed);
+        self.granted_model_ns_total
+            .fetch_add(granted.model_ns, Relaxed);
+        self.granted_commands.fetch_add(granted.commands, Relaxed);
+        self.granted_bytes.fetch_add(granted.bytes, Relaxed);
         let Some(reserved_ns) = reserved_ns else {
             return RoundCheck {
                 measured_over: false,
                 model_over: false,
             };
         };
-        let headroom_ns = reserved_ns as i64 - measured_busy_ns as i64;
+        let budget_ns = reserved_ns + granted.granted_ns;
+        let headroom_ns = budget_ns as i64 - measured_busy_ns as i64;
         self.min_headroom_ns.fetch_min(headroom_ns, Relaxed);
         let check = RoundCheck {
-            measured_over: measured_busy_ns > reserved_ns,
-            model_over: model_busy_ns > reserved_ns,
+            measured_over: measured_busy_ns > budget_ns,
+            model_over: model_busy_ns > budget_ns,
         };
         if check.measured_over {
             self.rounds_over_reserved.fetch_add(1, Relaxed);
@@ -248,7 +310,13 @@ impl Metrics {
                     last_reserved_ns: g(&d.last_reserved_ns),
                     last_model_busy_ns: g(&d.last_model_busy_ns),
                     last_measured_busy_ns: g(&d.last_measured_busy_ns),
+                    last_granted_ns: g(&d.last_granted_ns),
+                    last_granted_model_ns: g(&d.last_granted_model_ns),
                     reserved_ns_total: g(&d.reserved_ns_total),
+                    granted_ns_total: g(&d.granted_ns_total),
+                    granted_model_ns_total: g(&d.granted_model_ns_total),
+                    granted_commands: g(&d.granted_commands),
+                    granted_bytes: g(&d.granted_bytes),
                     model_busy_ns_total: g(&d.model_busy_ns_total),
                     measured_busy_ns_total: g(&d.measured_busy_ns_total),
                     overruns: g(&d.overruns),
@@ -298,13 +366,22 @@ pub struct DiskSnapshot {
     pub last_reserved_ns: u64,
     pub last_model_busy_ns: u64,
     pub last_measured_busy_ns: u64,
+    /// The last round's time granted to the rebuild and ingest, and the
+    /// model's time for their commands.
+    pub last_granted_ns: u64,
+    pub last_granted_model_ns: u64,
     pub reserved_ns_total: u64,
+    pub granted_ns_total: u64,
+    pub granted_model_ns_total: u64,
+    pub granted_commands: u64,
+    pub granted_bytes: u64,
     pub model_busy_ns_total: u64,
     pub measured_busy_ns_total: u64,
     pub overruns: u64,
     pub rounds_over_reserved: u64,
     pub rounds_model_over_reserved: u64,
-    /// Smallest reserved − measured busy time of a round (null before the first).
+    /// Smallest (reserved + granted) − measured busy time of a round (null
+    /// before the first).
     pub min_headroom_ns: Option<i64>,
 }
 
@@ -349,5 +426,52 @@ mod tests {
             d.measured_busy_ns_total.load(Relaxed),
             60_000_000 + 100_000_000 + 100_000_001 + 25_000_000 + 5_000_000
         );
+    }
+
+    #[test]
+    fn the_budget_is_reserved_plus_granted_and_overruns_still_count() {
+        let d = DiskMetrics::default();
+        let granted = |granted_ns| GrantedIo {
+            granted_ns,
+            commands: 2,
+            bytes: 1 << 20,
+            model_ns: granted_ns / 2,
+        };
+        // Busier than the streams' reservation, within reserved + granted.
+        let ok = d.record_round_with_grant(
+            1,
+            Some(100_000_000),
+            granted(80_000_000),
+            170_000_000,
+            180_000_000,
+        );
+        assert!(!ok.measured_over && !ok.model_over);
+        assert_eq!(d.min_headroom(), Some(0));
+        // Past reserved + granted: a genuine overrun, counted.
+        let over = d.record_round_with_grant(
+            2,
+            Some(100_000_000),
+            granted(80_000_000),
+            170_000_000,
+            180_000_001,
+        );
+        assert!(over.measured_over && !over.model_over);
+        let both = d.record_round_with_grant(
+            3,
+            Some(100_000_000),
+            granted(10_000_000),
+            120_000_000,
+            130_000_000,
+        );
+        assert!(both.measured_over && both.model_over);
+        assert_eq!(d.rounds_over_reserved.load(Relaxed), 2);
+        assert_eq!(d.rounds_model_over_reserved.load(Relaxed), 1);
+        assert_eq!(d.granted_ns_total.load(Relaxed), 170_000_000);
+        assert_eq!(d.granted_commands.load(Relaxed), 6);
+        assert_eq!(d.last_granted_ns.load(Relaxed), 10_000_000);
+        // No budget (a failed disk, nothing rebuilt onto it): never compared.
+        let failed = d.record_round_with_grant(4, None, granted(0), 0, 5_000_000);
+        assert!(!failed.measured_over);
+        assert_eq!(d.rounds_over_reserved.load(Relaxed), 2);
     }
 }

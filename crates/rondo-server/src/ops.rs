@@ -36,7 +36,7 @@ use rondo_store::Device;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-pub use rebuild::{CopierJob, Rebuild, RebuildSummary, rebuild_round, spawn_copier};
+pub use rebuild::{CopierJob, Rebuild, RebuildRound, RebuildSummary, rebuild_round, spawn_copier};
 
 use crate::session::end_stream;
 use crate::state::{Core, Shared};

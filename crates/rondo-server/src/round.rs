@@ -11,15 +11,23 @@
 //!    round r+1), dropping streams whose client has not read for the grace
 //!    time;
 //! 3. asks the core which reads each disk does this round
-//!    (`Reservations::plan_round`), turns them into device extents from the
-//!    titles' layouts and catalog checksums, and sends each disk its batch;
-//! 4. opens the ingest write gate's credit for the round.
+//!    (`Reservations::plan_round`) and turns them into device extents from
+//!    the titles' layouts and catalog checksums;
+//! 4. asks the core which rebuild copies run this round
+//!    (`RebuildQueue::next_round`) and grants ingest writes from what they
+//!    leave (`Reservations::write_credit_ns`, through the write gate), and
+//!    adds their reads and writes to each disk's batch, so the disk models
+//!    serve them with the stream reads; then sends each disk its batch, with
+//!    its budget: reserved for streams plus granted to those writers.
 //!
 //! Between boundaries it receives the I/O threads' completions, assembles
 //! each stream-round (one primary request, or the backup's pieces from
-//! several disks), and hands late rounds over as soon as they arrive. It
-//! never waits for a client: sessions have bounded channels and a stream
-//! that cannot take its data keeps it in its own backlog.
+//! several disks), and hands late rounds over as soon as they arrive. A
+//! read that fails is read again from the other replica (the core's
+//! `replica_after_error`) by the disks holding it, in an unplanned batch
+//! through their models. It never waits for a client: sessions have bounded
+//! channels and a stream that cannot take its data keeps it in its own
+//! backlog.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,7 +42,8 @@ use rondo_model::reservation::{PlannedRead, replica_after_error};
 use rondo_model::units::StreamId;
 
 use crate::buffers::PooledBuf;
-use crate::io::{DiskBatch, IoEvent, JobExtent, ReadJob};
+use crate::io::{BatchKind, DiskBatch, IoEvent, JobExtent, ReadJob};
+use crate::metrics::GrantedIo;
 use crate::session::end_stream;
 use crate::state::{Core, Shared};
 use crate::titles::LoadedTitle;
@@ -48,6 +57,9 @@ struct Inflight {
     pieces: Vec<Option<PooledBuf>>,
     /// Counted as a deadline miss already.
     missed: bool,
+    /// A re-read from the other replica after this stream-round's read
+    /// failed: if it fails too, the stream stops.
+    recovery: bool,
 }
 
 /// The driver thread's own state.
@@ -56,9 +68,6 @@ pub struct Driver {
     disks: Vec<Sender<DiskBatch>>,
     events: Receiver<IoEvent>,
     inflight: BTreeMap<(StreamId, u32), Inflight>,
-    /// Stream-rounds being read again from the other replica after an
-    /// error: their read round, and whether counted as a miss already.
-    recovering: BTreeMap<(StreamId, u32), (u64, bool)>,
     /// The round most recently begun.
     current: u64,
 }
@@ -77,7 +86,6 @@ impl Driver {
             disks,
             events,
             inflight: BTreeMap::new(),
-            recovering: BTreeMap::new(),
             current: 0,
         }
     }
@@ -159,22 +167,6 @@ impl Driver {
             }
         }
 
-        for ((stream, _), (read_round, missed)) in self.recovering.iter_mut() {
-            if *read_round < round && !*missed {
-                *missed = true;
-                if core.streams.contains_key(stream) {
-                    metrics.stream_round_misses.fetch_add(1, Relaxed);
-                    tracing::warn!(
-                        stream = stream.0,
-                        read_round = *read_round,
-                        "deadline miss: the other replica's read was not complete when its round ended"
-                    );
-                }
-            }
-        }
-        self.recovering
-            .retain(|(stream, _), _| core.streams.contains_key(stream));
-
         // 2. Advance the tables; hand over what may be sent now.
         core.reservations.advance_to(round);
         let ids: Vec<StreamId> = core.streams.keys().copied().collect();
@@ -210,17 +202,16 @@ impl Driver {
                 d.reserved_ns_total.fetch_add(reserved_ns, Relaxed);
                 reserved = Some(reserved_ns);
             }
-            batches.push(DiskBatch {
-                round,
-                reserved_ns: reserved,
-                jobs,
-                device: swaps[disk as usize].take(),
-            });
+            let mut batch = DiskBatch::round(round, reserved, jobs);
+            batch.device = swaps[disk as usize].take();
+            batches.push(batch);
         }
         // The rebuild's copies for this round, in the time left unreserved;
         // the ingest gate gets what they leave.
-        let rebuild_ns = crate::ops::rebuild_round(&shared, &mut core, round);
-        let credit_ns = core.reservations.write_credit_ns(round, &rebuild_ns);
+        let rebuild = crate::ops::rebuild_round(&shared, &mut core, round);
+        let credit_ns = core
+            .reservations
+            .write_credit_ns(round, &rebuild.charged_ns);
         // Empty rounds (no bytes) complete at once: they have no extents.
         let empty: Vec<(StreamId, u32)> = self
             .inflight
@@ -242,9 +233,21 @@ impl Driver {
         drop(core);
 
         let working = batches.len() as u32;
-        shared
+        let writes = shared
             .gate
             .begin_round(round, credit_ns.unwrap_or(0), working);
+        // What was granted goes into the disks' batches: their models serve
+        // it with the stream reads, and it is part of the round's budget.
+        for (disk, batch) in batches.iter_mut().enumerate() {
+            batch.granted_io.extend_from_slice(&rebuild.io[disk]);
+            batch.granted_io.extend_from_slice(&writes.io[disk]);
+            batch.granted_ns = rebuild.charged_ns[disk] + writes.charged_ns[disk];
+            if batch.reserved_ns.is_none() && batch.granted_ns > 0 {
+                // A failed disk being rebuilt: no stream reads, but its
+                // copies' writes were budgeted (after the fixed term).
+                batch.reserved_ns = Some(fixed_ns);
+            }
+        }
         for (disk, batch) in batches.into_iter().enumerate() {
             // Bounded: a disk rounds behind makes the driver wait here rather
             // than queue without limit; clients never do.
@@ -284,6 +287,7 @@ impl Driver {
             read_round: round,
             pieces: Vec::new(),
             missed: false,
+            recovery: false,
         });
         if extents.is_empty() {
             // An empty round: nothing to read.
@@ -322,17 +326,16 @@ impl Driver {
                 piece,
                 result,
             } => self.on_read(disk, stream, playback_round, piece, result),
-            IoEvent::Recovered {
-                stream,
-                playback_round,
-                result,
-            } => self.on_recovered(stream, playback_round, result),
             IoEvent::BatchDone {
                 disk,
                 round,
                 reserved_ns,
+                granted_ns,
                 requests,
                 bytes,
+                granted_commands,
+                granted_bytes,
+                granted_model_ns,
                 ended_at,
                 model_busy_ns,
                 measured_busy_ns,
@@ -342,15 +345,29 @@ impl Driver {
                 d.rounds.fetch_add(1, Relaxed);
                 d.reads.fetch_add(requests as u64, Relaxed);
                 d.bytes_read.fetch_add(bytes, Relaxed);
-                let check = d.record_round(round, reserved_ns, model_busy_ns, measured_busy_ns);
+                let granted = GrantedIo {
+                    granted_ns,
+                    commands: granted_commands as u64,
+                    bytes: granted_bytes,
+                    model_ns: granted_model_ns,
+                };
+                let check = d.record_round_with_grant(
+                    round,
+                    reserved_ns,
+                    granted,
+                    model_busy_ns,
+                    measured_busy_ns,
+                );
                 if check.measured_over || check.model_over {
                     tracing::warn!(
                         disk,
                         round,
                         reserved_ms = reserved_ns.unwrap_or(0) as f64 / 1e6,
+                        granted_ms = granted_ns as f64 / 1e6,
+                        granted_model_ms = granted_model_ns as f64 / 1e6,
                         model_busy_ms = model_busy_ns as f64 / 1e6,
                         measured_busy_ms = measured_busy_ns as f64 / 1e6,
-                        "disk busier than reserved in a round{}",
+                        "disk busier than reserved and granted in a round{}",
                         if check.model_over {
                             " (the disk model too: the round bound does not hold)"
                         } else {
@@ -414,7 +431,11 @@ impl Driver {
     /// A planned read failed (I/O error or bad checksum): count it against
     /// the disk (`ArrayHealth`: suspect, then failed past the threshold) and
     /// read the stream-round from the other replica if the core's rule
-    /// (`replica_after_error`) finds one; otherwise stop the stream.
+    /// (`replica_after_error`) finds one; otherwise, or if that re-read
+    /// failed too, stop the stream. The re-read is done by the I/O threads
+    /// of the disks holding the other replica, in an unplanned batch through
+    /// their models (so the emulated disks spend its time), and assembled
+    /// like a planned read; late, it counts as a deadline miss.
     fn on_read_error(
         &mut self,
         disk: u32,
@@ -435,7 +456,12 @@ impl Driver {
             disk,
             stream = stream.0,
             playback_round,
-            "read error on disk {disk} ({reason}); reading the other replica"
+            "read error on disk {disk} ({reason}){}",
+            if inflight.recovery {
+                ""
+            } else {
+                "; reading the other replica"
+            }
         );
         if now == Some(DiskState::Failed) && was != DiskState::Failed {
             crate::ops::fail_disk(
@@ -448,6 +474,14 @@ impl Driver {
         if !core.streams.contains_key(&stream) {
             return;
         }
+        if inflight.recovery {
+            self.abort(
+                &mut core,
+                stream,
+                &format!("playback round {playback_round}: the other replica failed too: {reason}"),
+            );
+            return;
+        }
         let layout = inflight.title.layout.round(playback_round as usize);
         let backup_disks: Vec<u32> = layout.backups.iter().map(|b| b.disk.0).collect();
         let other = replica_after_error(
@@ -456,65 +490,58 @@ impl Driver {
             &backup_disks,
             |d| !core.reservations.is_failed(d),
         );
-        match other {
-            Some(replica) => {
-                self.recovering
-                    .insert((stream, playback_round), (inflight.read_round, false));
-                let _ = shared
-                    .replica_reads
-                    .send(crate::ops::CopierJob::ReplicaRead {
-                        stream,
-                        playback_round,
-                        replica,
-                        title: Arc::clone(&inflight.title),
-                    });
-            }
-            None => self.abort(
+        let Some(replica) = other else {
+            self.abort(
                 &mut core,
                 stream,
                 &format!(
                     "reading playback round {playback_round} failed ({reason}) and no other \
                      working replica holds it"
                 ),
-            ),
+            );
+            return;
+        };
+        // The other replica's requests, as `plan_round` would give them.
+        let reads: Vec<PlannedRead> = match replica {
+            Replica::Primary => vec![(layout.primary_disk.0, 0u16)],
+            Replica::Backup => (0..backup_disks.len())
+                .map(|entry| (backup_disks[entry], entry as u16))
+                .collect(),
         }
-    }
-
-    /// The other replica's data for a stream-round whose read failed.
-    fn on_recovered(
-        &mut self,
-        stream: StreamId,
-        playback_round: u32,
-        result: Result<Vec<u8>, String>,
-    ) {
-        self.recovering.remove(&(stream, playback_round));
-        let shared = Arc::clone(&self.shared);
-        let mut core = shared.core.lock().expect("core lock");
-        match result {
-            Ok(data) => {
-                let Some(state) = core.streams.get(&stream) else {
-                    return;
-                };
-                let read_round = state.read_round(playback_round as usize);
-                tracing::info!(
-                    stream = stream.0,
-                    playback_round,
-                    "round served from the other replica"
-                );
-                self.deliver(
-                    &mut core,
-                    stream,
-                    playback_round,
-                    read_round,
-                    Bytes::from(data),
-                    Instant::now(),
-                );
+        .into_iter()
+        .map(|(on_disk, backup_entry)| PlannedRead {
+            stream,
+            title: inflight.title.id(),
+            playback_round,
+            disk: on_disk,
+            replica,
+            backup_entry,
+            cost_ns: 0,
+        })
+        .collect();
+        let mut batches: Vec<(u32, ReadJob)> = Vec::new();
+        for read in &reads {
+            if let Some(job) = self.job(&core, inflight.read_round, read) {
+                batches.push((read.disk, job));
             }
-            Err(reason) => self.abort(
-                &mut core,
-                stream,
-                &format!("playback round {playback_round}: the other replica failed too: {reason}"),
-            ),
+        }
+        drop(core);
+        let key = (stream, playback_round);
+        if let Some(again) = self.inflight.get_mut(&key) {
+            again.recovery = true;
+            again.missed = inflight.missed;
+        }
+        if batches.is_empty() {
+            // Nothing to read (cannot happen for a round that had bytes).
+            self.inflight.remove(&key);
+            return;
+        }
+        for (on_disk, job) in batches {
+            let mut batch = DiskBatch::round(self.current, None, vec![job]);
+            batch.kind = BatchKind::Unplanned;
+            if self.disks[on_disk as usize].send(batch).is_err() {
+                tracing::error!(disk = on_disk, "disk thread has stopped");
+            }
         }
     }
 

@@ -24,8 +24,9 @@ use std::io::{self, Read, Seek, Write};
 use std::path::Path;
 
 use rondo_media::container::{MediaError, PreparedMedia, prepare, prepare_bytes};
-use rondo_model::layout::{LayoutError, TitlePlan};
+use rondo_model::layout::{LayoutError, TitleLayout, TitlePlan};
 use rondo_model::schedule::{Frame, Schedule, ScheduleError};
+use rondo_model::units::TitleId;
 use rondo_store::{
     DeviceError, KeyframeRecord, Store, StoreError, TitleMeta, TitleRecord, TitleWriter,
     validate_title_name,
@@ -34,12 +35,33 @@ use thiserror::Error;
 
 /// Paces ingest writes. The running server implements it to let a round's
 /// writes through only when the disk time admitted streams have reserved
-/// leaves room; offline ingest uses [`Unthrottled`].
+/// leaves room (and to have its emulated disks serve them); offline ingest
+/// uses [`Unthrottled`].
 pub trait WriteGate {
     /// Called before each round is written, with the bytes the round writes
     /// to the devices (every replica, block padding included). Returns when
     /// the writes may go ahead.
     fn before_write(&self, round_bytes: u64);
+
+    /// What ingest calls before writing round `round` of `title`: the same,
+    /// with the title's layout, so a gate can see where the round's writes
+    /// go (and the rounds after it). By default, [`WriteGate::before_write`].
+    fn before_write_round(
+        &self,
+        title: TitleId,
+        layout: &TitleLayout,
+        round: usize,
+        round_bytes: u64,
+    ) {
+        let _ = (title, layout, round);
+        self.before_write(round_bytes);
+    }
+
+    /// The ingest of `title` has ended (stored or not): no more rounds of it
+    /// will be asked for.
+    fn title_done(&self, title: TitleId) {
+        let _ = title;
+    }
 }
 
 /// Lets every write through at once (no server owns the directory).
@@ -400,10 +422,12 @@ impl Job<'_> {
                 byte_offset: k.byte_offset,
             })
             .collect();
+        let title = writer.id();
         let written = writer
             .set_keyframes(&keyframes)
             .map_err(|e| IngestError::from_store(self.file, e))
             .and_then(|()| self.write_rounds(prepared, source, &schedule, &mut writer));
+        self.write_gate.title_done(title);
         match written {
             Ok(()) => writer
                 .commit()
@@ -500,8 +524,12 @@ struct RoundCutter<'a> {
 
 impl RoundCutter<'_> {
     fn write_round(&mut self) -> io::Result<()> {
-        self.write_gate
-            .before_write(self.schedule.disk_read_bytes[self.round] * self.replicas);
+        self.write_gate.before_write_round(
+            self.writer.id(),
+            self.writer.layout(),
+            self.round,
+            self.schedule.disk_read_bytes[self.round] * self.replicas,
+        );
         if let Err(e) = self.writer.write_round(self.round, &self.buf) {
             let message = e.to_string();
             self.failure = Some(e);

@@ -13,13 +13,14 @@
 //! it. When the queue is empty the copier syncs the device and the disk
 //! serves again (`Reservations::restore_disk`, `ArrayHealth::restore`).
 //!
-//! A second thread of the same kind reads a stream-round again from the
-//! other replica when its planned read failed (an I/O error or a bad
-//! checksum); such a read is not planned, so it is done outside the disk
-//! model, like the copies.
-//!
-//! The copies are paced by reservations, like ingest writes: emulated disk
-//! models do not see them, the host's storage serves them.
+//! The copies' reads and writes are also handed to the disks' batches of the
+//! same round ([`RebuildRound::io`]: reads on the source disks, writes on the
+//! rebuilt one), so each disk's model serves them in its C-SCAN batch with
+//! the stream reads and the round's busy time includes them; the copier
+//! moves the bytes (a copy's write needs reads on other disks of the same
+//! round, so no single disk's service order can hold the whole copy). The
+//! charges `next_round` made are returned per disk: the round's budget for
+//! the busy-versus-budget check, and what the ingest gate may not use.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -27,17 +28,17 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use rondo_model::disk::RoundBound;
+use rondo_model::disk::{Op, RoundBound};
 use rondo_model::layout::{Extent, Replica};
 use rondo_model::rebuild::{CopyTask, RebuildQueue};
 use rondo_model::reservation::Bound;
-use rondo_model::units::{DiskIndex, StreamId};
+use rondo_model::units::{DiskIndex, SECTOR_BYTES};
 use rondo_store::{AlignedBuf, ExtentRecord, Store, checksum};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::publish_state;
-use crate::io::IoEvent;
+use crate::io::{IoEvent, ModelIo};
 use crate::state::{Core, Shared};
 use crate::titles::LoadedTitle;
 
@@ -123,14 +124,16 @@ pub enum CopierJob {
     },
     /// Every copy has been handed over: sync the device and end the rebuild.
     Finish { disk: u32 },
-    /// Read one stream-round from `replica` (its planned read failed) and
-    /// report it to the round driver.
-    ReplicaRead {
-        stream: StreamId,
-        playback_round: u32,
-        replica: Replica,
-        title: Arc<LoadedTitle>,
-    },
+}
+
+/// The rebuild's share of one round.
+#[derive(Clone, Debug, Default)]
+pub struct RebuildRound {
+    /// Disk time the copies were charged, per disk (reads on the sources,
+    /// writes on the rebuilt disk).
+    pub charged_ns: Vec<u64>,
+    /// The copies' reads and writes, per disk, for the round's batches.
+    pub io: Vec<Vec<ModelIo>>,
 }
 
 /// The disk time of reading `extents` under the array's read bound.
@@ -141,22 +144,39 @@ fn read_cost_ns(bound: &Bound, extents: &[(u64, u64)]) -> u64 {
     }
 }
 
+/// `(first sector, sector count)` extents as model commands of `op`.
+fn model_io(op: Op, extents: &[(u64, u64)]) -> impl Iterator<Item = ModelIo> + '_ {
+    extents
+        .iter()
+        .filter(|&&(_, sectors)| sectors > 0)
+        .map(move |&(lbn, sectors)| ModelIo {
+            op,
+            device_offset_bytes: lbn * SECTOR_BYTES,
+            length_bytes: sectors * SECTOR_BYTES,
+        })
+}
+
 /// The round driver's part, once per round after planning its reads: the
 /// copies that fit this round's unreserved time go to the copier. Returns
-/// the disk time they are charged, per disk (what other writers may not use).
-pub fn rebuild_round(shared: &Shared, core: &mut Core, round: u64) -> Vec<u64> {
+/// the disk time they are charged, per disk (what other writers may not
+/// use), and their I/O for each disk's batch.
+pub fn rebuild_round(shared: &Shared, core: &mut Core, round: u64) -> RebuildRound {
     let Core {
         reservations,
         ops,
         titles,
         ..
     } = core;
-    let mut charged_ns = vec![0u64; reservations.config().disks as usize];
+    let disks = reservations.config().disks as usize;
+    let mut out = RebuildRound {
+        charged_ns: vec![0u64; disks],
+        io: vec![Vec::new(); disks],
+    };
     let Some(rebuild) = ops.rebuild.as_mut() else {
-        return charged_ns;
+        return out;
     };
     if rebuild.finishing {
-        return charged_ns;
+        return out;
     }
     let read_ns = |_: u32, extents: &[(u64, u64)]| read_cost_ns(&shared.bound, extents);
     let write_ns = |extents: &[(u64, u64)]| shared.write_bound.extents_ns(extents);
@@ -165,9 +185,12 @@ pub fn rebuild_round(shared: &Shared, core: &mut Core, round: u64) -> Vec<u64> {
         .next_round(reservations, round, read_ns, write_ns);
     for task in &run {
         for source in &task.read_from {
-            charged_ns[source.disk as usize] += read_ns(source.disk, &source.extents);
+            out.charged_ns[source.disk as usize] += read_ns(source.disk, &source.extents);
+            out.io[source.disk as usize].extend(model_io(Op::Read, &source.extents));
         }
-        charged_ns[task.write_to.disk as usize] += write_ns(&task.write_to.extents);
+        let target = task.write_to.disk as usize;
+        out.charged_ns[target] += write_ns(&task.write_to.extents);
+        out.io[target].extend(model_io(Op::Write, &task.write_to.extents));
     }
     for task in lost {
         let message = format!(
@@ -193,17 +216,19 @@ pub fn rebuild_round(shared: &Shared, core: &mut Core, round: u64) -> Vec<u64> {
         rebuild.finishing = true;
         let _ = shared.copier.send(CopierJob::Finish { disk });
     }
-    charged_ns
+    out
 }
 
 /// Starts a thread doing `jobs` (named `name`); it exits when the server
-/// shuts down. The server runs two: the copier, fed the rebuild's copies,
-/// and one for replica re-reads, so that those never wait behind copies.
+/// shuts down. The server runs it as the copier, fed the rebuild's copies.
+/// (It also starts one on the `replica_reads` channel, which nothing feeds
+/// now: replica re-reads after errors are done by the disks' I/O threads,
+/// through their models. `events` is kept for that caller.)
 pub fn spawn_copier(
     name: &str,
     shared: Arc<Shared>,
     jobs: Receiver<CopierJob>,
-    events: Sender<IoEvent>,
+    _events: Sender<IoEvent>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(name.into())
@@ -220,22 +245,6 @@ pub fn spawn_copier(
                         }
                     }
                     Ok(CopierJob::Finish { disk }) => finish(&shared, disk),
-                    Ok(CopierJob::ReplicaRead {
-                        stream,
-                        playback_round,
-                        replica,
-                        title,
-                    }) => {
-                        let result = shared
-                            .store
-                            .read_round(&title.stored, playback_round as usize, replica)
-                            .map_err(|e| e.to_string());
-                        let _ = events.send(IoEvent::Recovered {
-                            stream,
-                            playback_round,
-                            result,
-                        });
-                    }
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => return,
                 }
