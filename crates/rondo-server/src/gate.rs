@@ -346,4 +346,104 @@ mod tests {
         writer.join().unwrap();
         assert_eq!(g.metrics.gated_writes.load(Relaxed), 1);
     }
+
+    fn layout(rounds: usize, round_bytes: u64) -> TitleLayout {
+        use rondo_model::layout::{
+            ArrayAllocator, BackupParams, LayoutParams, ReplicaPlacement, TitlePlan,
+        };
+        use rondo_model::units::DiskIndex;
+        let params = LayoutParams {
+            disk_count: 4,
+            stride_bytes: 2 * 1024 * 1024,
+            block_bytes: 16 * 1024,
+            backup: Some(BackupParams {
+                placement: ReplicaPlacement::Deterministic,
+                backup_block_bytes: None,
+                fragment_sequence: Default::default(),
+            }),
+        };
+        let plan = TitlePlan::new(&vec![round_bytes; rounds], &params, DiskIndex(0), 1).unwrap();
+        ArrayAllocator::uniform(4, 100).place(&plan).unwrap()
+    }
+
+    fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !f() {
+            assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn ingest_rounds_are_granted_into_the_batches_then_written_after_them() {
+        const MIB: u64 = 1024 * 1024;
+        let g = Arc::new(DiskTimeGate::new(
+            900_000_000,
+            PaperBound::seed000_table2(),
+            Arc::new(Metrics::new(4)),
+        ));
+        let title = TitleId(7);
+        let l = Arc::new(layout(8, MIB));
+        let cost = g.write_cost_ns(2 * MIB);
+        // Nobody waits yet: nothing granted.
+        assert_eq!(g.begin_round(0, 900_000_000, 0).rounds, 0);
+        let writer = {
+            let (g, l) = (Arc::clone(&g), Arc::clone(&l));
+            std::thread::spawn(move || {
+                for round in 0..8 {
+                    g.before_write_round(title, &l, round, 2 * MIB);
+                }
+                g.title_done(title);
+            })
+        };
+        wait_for("the ingest registers", || {
+            g.state.lock().unwrap().ingests.contains_key(&title)
+        });
+        // Room for two rounds: rounds 0 and 1 go into round 1's batches, as
+        // write commands on each round's primary and backup disks.
+        let grant = g.begin_round(1, 2 * cost + 1, 4);
+        assert_eq!(grant.rounds, 2);
+        let mut written = vec![0u64; 4];
+        for (disk, ios) in grant.io.iter().enumerate() {
+            for io in ios {
+                assert_eq!(io.op, Op::Write);
+                written[disk] += io.length_bytes;
+            }
+        }
+        assert_eq!(written.iter().sum::<u64>(), 4 * MIB, "{written:?}");
+        for r in 0..2 {
+            let round = l.round(r);
+            assert!(written[round.primary_disk.0 as usize] >= MIB);
+            assert!(written[round.backups[0].disk.0 as usize] >= MIB);
+        }
+        for (disk, &bytes) in written.iter().enumerate() {
+            // Each disk touched is charged each round it writes.
+            assert_eq!(grant.charged_ns[disk], cost * bytes / MIB, "disk {disk}");
+        }
+        // The writes wait for round 1's batches (which model them).
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(g.metrics.gated_writes.load(Relaxed), 0);
+        for _ in 0..4 {
+            g.disk_done(1);
+        }
+        wait_for("two rounds written", || {
+            g.metrics.gated_writes.load(Relaxed) == 2
+        });
+        assert_eq!(g.metrics.gated_write_bytes.load(Relaxed), 4 * MIB);
+        // Too little credit: nothing more.
+        assert_eq!(g.begin_round(2, cost - 1, 0).rounds, 0);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(g.metrics.gated_writes.load(Relaxed), 2);
+        // An idle round grants what fits of the look-ahead (4 of 6 here).
+        let idle = g.begin_round(3, 900_000_000, 0);
+        assert_eq!(idle.rounds, 900_000_000 / cost);
+        assert_eq!(g.begin_round(4, 900_000_000, 0).rounds, 6 - idle.rounds);
+        writer.join().unwrap();
+        assert_eq!(g.metrics.gated_writes.load(Relaxed), 8);
+        assert!(
+            g.state.lock().unwrap().ingests.is_empty(),
+            "title_done forgets it"
+        );
+        assert_eq!(g.begin_round(5, 900_000_000, 0).rounds, 0);
+    }
 }
