@@ -11,9 +11,10 @@
 //! it from the other replicas: each round the round driver asks the core
 //! which copies fit in the disk time admitted streams left unreserved
 //! (`RebuildQueue::next_round`, reads charged with the read bound, writes
-//! with the write bound) and hands them to the copier thread
-//! ([`rebuild`]), which verifies every extent against the catalog's
-//! checksum before writing it. When the last copy is written and synced, the
+//! with the write bound), adds their reads and writes to that round's disk
+//! batches (so the disk models serve them with the stream reads) and hands
+//! them to the copier thread ([`rebuild`]), which verifies every extent
+//! against the catalog's checksum before writing it. When the last copy is written and synced, the
 //! disk serves again. `GET /api/disks` shows each disk's state, errors and
 //! the rebuild's progress with an estimate of the time left.
 
