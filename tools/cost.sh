@@ -246,7 +246,7 @@ jq -s --arg up0 "$(cat "$OUT/uptime-start.txt")" --arg up1 "$(cat "$OUT/uptime-e
         rss_per_stream_rondo_over_nginx: ((map(select(.server == "rondo"))[0].rss_per_stream_kib) / (map(select(.server == "nginx"))[0].rss_per_stream_kib)),
         pss_per_stream_rondo_over_nginx: ((map(select(.server == "rondo"))[0].pss_per_stream_kib) / (map(select(.server == "nginx"))[0].pss_per_stream_kib))
       })) }' "$OUT"/phase-*.json > "$OUT/summary.json"
-jq -r '.phases[] | "\(.server) N=\(.streams): started \(.started), rejected \(.rejected), stalls \(.stalls), \(.bytes_received / 1e9 * 1000 | round / 1000) GB, CPU \(.cpu_s) s = \(.cpu_s_per_gb * 100 | round / 100) s/GB, RSS idle \(.idle_rss_kib) KiB, at N \(.rss_at_n_kib) KiB, per stream \(.rss_per_stream_kib) KiB (PSS \(.pss_per_stream_kib))",
+jq -r '(.phases[] | "\(.server) N=\(.streams): started \(.started), rejected \(.rejected), stalls \(.stalls), \(.bytes_received / 1e9 * 1000 | round / 1000) GB, CPU \(.cpu_s) s = \(.cpu_s_per_gb * 100 | round / 100) s/GB, RSS idle \(.idle_rss_kib) KiB, at N \(.rss_at_n_kib) KiB, per stream \(.rss_per_stream_kib) KiB (PSS \(.pss_per_stream_kib))"),
        (.ratios[] | "ratio rondo/nginx N=\(.streams): CPU s/GB \(.cpu_s_per_gb_rondo_over_nginx), RSS/stream \(.rss_per_stream_rondo_over_nginx), PSS/stream \(.pss_per_stream_rondo_over_nginx)"),
        "load average: \(.uptime_start) -> \(.uptime_end)"' "$OUT/summary.json"
 say "results in $OUT"
