@@ -127,14 +127,7 @@ async fn busy_run(media: &Path, scheme: Scheme) -> BusyRun {
     // Let the last batches report before reading the counters.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let history = get_json(&http, &format!("{url}/api/history")).await;
-    let text = http
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = get_text(&http, &format!("{url}/metrics")).await;
     let metrics = server.metrics();
     server.shutdown().await;
 

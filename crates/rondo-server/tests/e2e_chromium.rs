@@ -158,22 +158,6 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Whether chromium can run; panics when it is missing unless
-/// `RONDO_SKIP_BROWSER_TESTS` is set.
-fn chromium_available() -> bool {
-    if Command::new("chromium").arg("--version").output().is_ok() {
-        return true;
-    }
-    if std::env::var_os("RONDO_SKIP_BROWSER_TESTS").is_some() {
-        eprintln!("SKIPPED (RONDO_SKIP_BROWSER_TESTS): chromium is not installed");
-        return false;
-    }
-    panic!(
-        "chromium is not installed: apt-get install -y chromium (.ci/run does), or set \
-         RONDO_SKIP_BROWSER_TESTS=1 to skip this test"
-    );
-}
-
 /// Headless Chromium on `url`, with DevTools on a port it picks (written to
 /// `profile/DevToolsActivePort`).
 fn launch_chromium(url: &str, profile: &std::path::Path) -> std::process::Child {

@@ -68,14 +68,7 @@ async fn control_endpoints_need_the_token_and_ingest_through_the_gate() {
             assert!(body["error"].as_str().unwrap().contains("Bearer"), "{body}");
         }
     }
-    let titles: serde_json::Value = client
-        .get(format!("{base}/api/titles"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let titles = get_json(&client, &format!("{base}/api/titles")).await;
     assert_eq!(titles.as_array().unwrap().len(), 1);
 
     // With the token: a missing name and a file that is not media are refused.
@@ -131,14 +124,7 @@ async fn control_endpoints_need_the_token_and_ingest_through_the_gate() {
         "every written round went through the gate"
     );
     let new_url = created["stream_url"].as_str().unwrap().to_string();
-    let titles: serde_json::Value = client
-        .get(format!("{base}/api/titles"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let titles = get_json(&client, &format!("{base}/api/titles")).await;
     assert!(
         titles
             .as_array()

@@ -312,14 +312,7 @@ async fn titles_stream_over_http_exactly_and_on_time() {
     let client = reqwest::Client::new();
 
     // The title list has what players need.
-    let list: serde_json::Value = client
-        .get(format!("{base}/api/titles"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = get_json(&client, &format!("{base}/api/titles")).await;
     let list = list.as_array().unwrap();
     assert_eq!(list.len(), 3);
     let titles: Vec<Arc<Title>> = titles
@@ -344,17 +337,11 @@ async fn titles_stream_over_http_exactly_and_on_time() {
         })
         .collect();
     // The schedule endpoint gives the per-round client bytes.
-    let schedule: serde_json::Value = client
-        .get(format!(
-            "{base}/api/titles/{}/schedule",
-            titles[0].record.id.0
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let schedule = get_json(
+        &client,
+        &format!("{base}/api/titles/{}/schedule", titles[0].record.id.0),
+    )
+    .await;
     let per_round: Vec<u64> = serde_json::from_value(schedule["client_bytes"].clone()).unwrap();
     assert_eq!(per_round, titles[0].record.client_bytes);
     assert_eq!(schedule["round_duration_ns"], TEST_ROUND_NS);

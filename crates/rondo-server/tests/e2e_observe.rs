@@ -266,14 +266,8 @@ async fn metrics_and_events_follow_the_streams() {
         );
     }
 
-    let recent: Vec<Value> = client
-        .get(format!("{base}/api/history"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let recent = get_json(&client, &format!("{base}/api/history")).await;
+    let recent = recent.as_array().unwrap();
     assert!(
         recent.len() >= history.len() + rounds.len(),
         "{}",
@@ -327,22 +321,6 @@ async fn metrics_and_events_follow_the_streams() {
         "metrics e2e: {} rounds seen live, {received} bytes sent, shutdown in {:?}",
         rounds.len(),
         started.elapsed()
-    );
-}
-
-/// Whether chromium can run; panics when it is missing unless
-/// `RONDO_SKIP_BROWSER_TESTS` is set.
-fn chromium_available() -> bool {
-    if Command::new("chromium").arg("--version").output().is_ok() {
-        return true;
-    }
-    if std::env::var_os("RONDO_SKIP_BROWSER_TESTS").is_some() {
-        eprintln!("SKIPPED (RONDO_SKIP_BROWSER_TESTS): chromium is not installed");
-        return false;
-    }
-    panic!(
-        "chromium is not installed: apt-get install -y chromium (.ci/run does), or set \
-         RONDO_SKIP_BROWSER_TESTS=1 to skip this test"
     );
 }
 
@@ -425,15 +403,8 @@ async fn dashboard_renders_with_data_in_headless_chromium() {
     scrape(&client, &base).await;
     let players = play(&base, &[ids[0], ids[1], ids[2], ids[0]]);
     let history_len = || async {
-        let h: Vec<Value> = client
-            .get(format!("{base}/api/history"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        h.len()
+        let history = get_json(&client, &format!("{base}/api/history")).await;
+        history.as_array().unwrap().len()
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while history_len().await < 6 && Instant::now() < deadline {

@@ -28,6 +28,7 @@ use e2e_support::*;
 use reqwest::StatusCode;
 use reqwest::header::CONTENT_LENGTH;
 use rondo_server::RunningServer;
+use rondo_testkit::media::Clip;
 
 const SECONDS: u32 = 32;
 const FPS: u64 = 25;
@@ -35,28 +36,20 @@ const GOP_FRAMES: u64 = 50;
 
 /// A 320×240 25 fps H.264 + AAC clip with a 2 s GOP.
 fn make_clip(dir: &Path, name: &str, ts: bool) -> PathBuf {
-    let path = dir.join(name);
     let gop = GOP_FRAMES.to_string();
-    let seconds = SECONDS.to_string();
-    let mut cmd = Command::new("ffmpeg");
-    cmd.args(["-v", "error", "-y"])
-        .args(["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25"])
-        .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
-        .args(["-t", &seconds, "-c:v", "libx264", "-preset", "veryfast"])
+    let clip = Clip::video("testsrc2=size=320x240:rate=25")
+        .sine()
+        .seconds(SECONDS)
+        .args(["-c:v", "libx264", "-preset", "veryfast"])
         .args(["-pix_fmt", "yuv420p", "-g", &gop, "-keyint_min", &gop])
         .args(["-sc_threshold", "0", "-b:v", "400k", "-threads", "1"])
         .args(["-c:a", "aac", "-b:a", "64k"]);
-    if ts {
-        cmd.args(["-f", "mpegts"]);
+    let clip = if ts {
+        clip.args(["-f", "mpegts"])
     } else {
-        cmd.args(["-movflags", "+faststart"]);
-    }
-    let status = cmd
-        .arg(&path)
-        .status()
-        .expect("ffmpeg runs (install ffmpeg)");
-    assert!(status.success(), "ffmpeg failed making {name}");
-    path
+        clip.args(["-movflags", "+faststart"])
+    };
+    clip.make(dir.join(name))
 }
 
 struct Title {

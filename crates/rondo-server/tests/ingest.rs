@@ -10,7 +10,6 @@
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use rondo_media::container::{ContainerKind, prepare, prepare_bytes};
 use rondo_model::layout::Replica;
@@ -21,44 +20,21 @@ use rondo_server::ingest::{
 };
 use rondo_server::titles::{RoundPosition, load_titles, rondo_bound};
 use rondo_store::{ArrayId, Store, StoreConfig, StoredTitle, TitleRecord};
+use rondo_testkit::media::Clip;
 use tempfile::TempDir;
 
 const MIB: u64 = 1024 * 1024;
 /// Device capacity of the test arrays: real 2 MiB strides, small sparse disks.
 const CAPACITY_BYTES: u64 = 256 * MIB;
 
-fn require_ffmpeg() {
-    let found = Command::new("ffmpeg")
-        .arg("-version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        found,
-        "`ffmpeg` is not installed: these tests make media with it. Install it with \
-         `apt-get install -y --no-install-recommends ffmpeg` (CI's .ci/run does)."
-    );
-}
-
 /// Makes `dir/name` with ffmpeg from `video` (a lavfi source) and a sine
 /// tone, `seconds` long, then `args` (codecs, container options).
 fn make_media(dir: &Path, name: &str, video: &str, seconds: u32, args: &[&str]) -> PathBuf {
-    require_ffmpeg();
-    let path = dir.join(name);
-    let out = Command::new("ffmpeg")
-        .args(["-hide_banner", "-loglevel", "error", "-y"])
-        .args(["-f", "lavfi", "-i", video])
-        .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
-        .args(["-t", &seconds.to_string()])
+    Clip::video(video)
+        .sine()
+        .seconds(seconds)
         .args(args)
-        .arg(&path)
-        .output()
-        .expect("run ffmpeg");
-    assert!(
-        out.status.success(),
-        "ffmpeg failed making {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    path
+        .make(dir.join(name))
 }
 
 const TESTSRC: &str = "testsrc2=size=320x240:rate=30";

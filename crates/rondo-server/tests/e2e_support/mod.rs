@@ -1,12 +1,20 @@
 //! Shared by the end-to-end tests: media made with ffmpeg at test time, a
 //! data directory with short rounds, a running server, and small HTTP and
-//! ffprobe helpers.
+//! ffprobe helpers (those not specific to rondo-server's own API come from
+//! rondo-testkit and are re-exported here).
 
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+// Not every test uses every helper (as `dead_code` above).
+#[allow(unused_imports)]
+pub use rondo_testkit::http::{get_json, get_text};
+use rondo_testkit::media::Clip;
+#[allow(unused_imports)]
+pub use rondo_testkit::media::ffprobe_frames as ffprobe;
 
 use rondo_model::layout::Replica;
 use rondo_server::ingest::{Unthrottled, ingest_file};
@@ -46,65 +54,25 @@ pub fn make_media_padded(
     ts_mux_kbps: Option<u32>,
 ) -> PathBuf {
     let ext = if kind == MediaKind::Ts { "ts" } else { "mp4" };
-    let path = dir.join(format!("{name}.{ext}"));
-    let duration = seconds.to_string();
-    let mut args: Vec<&str> = vec![
-        "-v",
-        "error",
-        "-y",
-        "-f",
-        "lavfi",
-        "-i",
-        "testsrc2=size=320x240:rate=25",
-        "-f",
-        "lavfi",
-        "-i",
-        "sine=frequency=440:sample_rate=48000",
-        "-t",
-        &duration,
-        "-c:v",
-        "libx264",
-        "-preset",
-        "veryfast",
-        "-pix_fmt",
-        "yuv420p",
-        "-g",
-        "25",
-        "-keyint_min",
-        "25",
-        "-sc_threshold",
-        "0",
-        "-b:v",
-        "400k",
-        "-maxrate",
-        "400k",
-        "-bufsize",
-        "400k",
-        "-c:a",
-        "aac",
-        "-b:a",
-        "64k",
-        "-threads",
-        "1",
-    ];
+    let mut clip = Clip::video("testsrc2=size=320x240:rate=25")
+        .sine()
+        .seconds(seconds)
+        .args([
+            "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p",
+        ])
+        .args(["-g", "25", "-keyint_min", "25", "-sc_threshold", "0"])
+        .args(["-b:v", "400k", "-maxrate", "400k", "-bufsize", "400k"])
+        .args(["-c:a", "aac", "-b:a", "64k", "-threads", "1"]);
     match kind {
-        MediaKind::Mp4Faststart => args.extend(["-movflags", "+faststart"]),
+        MediaKind::Mp4Faststart => clip = clip.args(["-movflags", "+faststart"]),
         MediaKind::Mp4MoovAtEnd => {}
-        MediaKind::Ts => args.extend(["-f", "mpegts"]),
+        MediaKind::Ts => clip = clip.args(["-f", "mpegts"]),
     }
-    let muxrate = ts_mux_kbps.map(|k| format!("{k}k"));
-    if let Some(rate) = &muxrate {
+    if let Some(kbps) = ts_mux_kbps {
         assert_eq!(kind, MediaKind::Ts, "only a TS is padded");
-        args.extend(["-muxrate", rate.as_str()]);
+        clip = clip.args(["-muxrate", &format!("{kbps}k")]);
     }
-    let path_text = path.to_str().expect("utf-8 temp path");
-    args.push(path_text);
-    let status = Command::new("ffmpeg")
-        .args(&args)
-        .status()
-        .expect("ffmpeg runs (install ffmpeg)");
-    assert!(status.success(), "ffmpeg failed making {name}");
-    path
+    clip.make(dir.join(format!("{name}.{ext}")))
 }
 
 /// A data directory with the `rondo serve` defaults (4 Cheetah disks,
@@ -151,49 +119,6 @@ pub async fn start(store: Store, config: ServerConfig) -> RunningServer {
     RunningServer::start(store, config)
         .await
         .expect("the server starts")
-}
-
-/// What ffprobe reports about a file or URL: container duration and the
-/// number of video frames it decoded.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Probe {
-    pub duration_s: f64,
-    pub video_frames: u64,
-}
-
-/// Runs ffprobe (counting frames, so it reads everything) on `input`.
-pub fn ffprobe(input: &str) -> Probe {
-    let output = Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-count_frames",
-            "-select_streams",
-            "v:0",
-            "-show_entries",
-            "stream=nb_read_frames:format=duration",
-            "-of",
-            "json",
-            input,
-        ])
-        .output()
-        .expect("ffprobe runs");
-    assert!(
-        output.status.success(),
-        "ffprobe {input} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&output.stdout).expect("ffprobe json");
-    Probe {
-        duration_s: v["format"]["duration"]
-            .as_str()
-            .and_then(|s| s.parse().ok())
-            .expect("duration"),
-        video_frames: v["streams"][0]["nb_read_frames"]
-            .as_str()
-            .and_then(|s| s.parse().ok())
-            .expect("nb_read_frames"),
-    }
 }
 
 /// One chunk of a response body as the client received it.
@@ -303,14 +228,18 @@ pub async fn admin_post(
     (status, value)
 }
 
-/// GETs `url` as JSON.
-pub async fn get_json(client: &reqwest::Client, url: &str) -> serde_json::Value {
-    client
-        .get(url)
-        .send()
-        .await
-        .expect("request sent")
-        .json()
-        .await
-        .expect("JSON answer")
+/// Whether chromium can run; panics when it is missing unless
+/// `RONDO_SKIP_BROWSER_TESTS` is set.
+pub fn chromium_available() -> bool {
+    if Command::new("chromium").arg("--version").output().is_ok() {
+        return true;
+    }
+    if std::env::var_os("RONDO_SKIP_BROWSER_TESTS").is_some() {
+        eprintln!("SKIPPED (RONDO_SKIP_BROWSER_TESTS): chromium is not installed");
+        return false;
+    }
+    panic!(
+        "chromium is not installed: apt-get install -y chromium (.ci/run does), or set \
+         RONDO_SKIP_BROWSER_TESTS=1 to skip this test"
+    );
 }
