@@ -430,12 +430,13 @@ fn load_data_dir(
     args: &SimulateArgs,
     placement_of: impl Fn(PlacementArg) -> ReplicaPlacement,
 ) -> anyhow::Result<(SimConfig, Bound, Vec<PlacedTitle>)> {
-    let store = Store::open(dir).with_context(|| {
-        format!(
-            "opening data directory {} (a running server holds its lock: stop it first)",
-            dir.display()
-        )
-    })?;
+    let store = match Store::open(dir) {
+        Ok(store) => store,
+        Err(e @ rondo_store::StoreError::Locked { .. }) => {
+            anyhow::bail!("{e}; stop the server to simulate its directory")
+        }
+        Err(e) => return Err(e.into()),
+    };
     let array = store.config().clone();
     array.check_flags(&DirectoryFlags {
         disk_count: args.disks,
