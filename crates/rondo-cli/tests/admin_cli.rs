@@ -4,12 +4,11 @@
 //! restore-disk rebuilding the disk until it serves again, and fsck passing
 //! after a clean shutdown. The server is killed when its guard drops.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use rondo_testkit::process::{Serve, output_text as out, success_json as json};
 use serde_json::Value;
 
 fn rondo() -> Command {
@@ -29,74 +28,13 @@ fn admin(data: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn out(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-fn json(output: &Output) -> Value {
-    assert!(output.status.success(), "{}", out(output));
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", out(output)))
-}
-
-/// A running `rondo serve`, killed on drop.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    fn start(data: &Path) -> Server {
-        let mut child = rondo()
-            .args(["serve", "--data-dir", text(data), "--listen", "127.0.0.1:0"])
-            .env("RONDO_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.trim().strip_prefix("player: ") {
-                    let _ = tx.send(url.trim_end_matches('/').to_string());
-                }
-            }
-        });
-        let url = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("rondo serve did not print its URL within 30 s");
-        Server { child, url }
-    }
-
-    /// SIGTERM (the shell's kill), then wait for a clean exit.
-    fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        let sent = Command::new("sh")
-            .args(["-c", &format!("kill -TERM {pid}")])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "rondo serve exited with {status}");
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn fail_replace_and_restore_a_disk_through_the_cli() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let server = Server::start(&data);
+    let mut server = Serve::on(env!("CARGO_BIN_EXE_rondo"), &data)
+        .timeout(Duration::from_secs(30))
+        .start();
 
     // Streams play while disk 1 fails.
     let load = rondo()
@@ -181,7 +119,9 @@ fn fail_replace_and_restore_a_disk_through_the_cli() {
         "{}",
         out(&shown)
     );
-    server.stop();
+    // SIGTERM, then a clean exit.
+    let status = server.terminate();
+    assert!(status.success(), "rondo serve exited with {status}");
 
     let fsck = rondo()
         .args(["fsck", "--data-dir", text(&data), "--json"])

@@ -21,15 +21,16 @@
 //!   server ever ran (and the file ingested while it was down, as the store
 //!   held it); after a clean stop fsck passes with no orphan.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rondo_model::layout::Replica;
 use rondo_server::ingest::{Unthrottled, ingest_sample_titles};
 use rondo_server::titles::{default_store_config, open_or_create};
+use rondo_testkit::http::{get_json, get_text};
+use rondo_testkit::media::Clip;
+use rondo_testkit::process::{RondoServe, Serve, stdout_json};
 use serde_json::Value;
 
 fn rondo() -> Command {
@@ -49,11 +50,8 @@ const BURST: usize = 300;
 /// An MPEG-TS of `seconds` made with ffmpeg, padded with null packets to
 /// `mux_kbps` (a large file without a costly encode).
 fn make_ts(dir: &Path, name: &str, seconds: u32, mux_kbps: u32) -> PathBuf {
-    let path = dir.join(format!("{name}.ts"));
-    let out = Command::new("ffmpeg")
-        .args(["-hide_banner", "-loglevel", "error", "-y"])
-        .args(["-f", "lavfi", "-i", "testsrc2=size=160x120:rate=10"])
-        .args(["-t", &seconds.to_string()])
+    Clip::video("testsrc2=size=160x120:rate=10")
+        .seconds(seconds)
         .args([
             "-c:v",
             "libx264",
@@ -64,72 +62,16 @@ fn make_ts(dir: &Path, name: &str, seconds: u32, mux_kbps: u32) -> PathBuf {
         ])
         .args(["-g", "10", "-threads", "1", "-f", "mpegts"])
         .args(["-muxrate", &format!("{mux_kbps}k")])
-        .arg(&path)
-        .output()
-        .expect("ffmpeg runs (install ffmpeg; CI's .ci/run does)");
-    assert!(
-        out.status.success(),
-        "ffmpeg: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    path
+        .make(dir.join(format!("{name}.ts")))
 }
 
-/// A running `rondo serve`, killed on drop; its stderr goes to a file.
-struct Server {
-    child: Child,
-    url: String,
-    stderr: PathBuf,
-}
-
-impl Server {
-    fn start(data: &Path, stderr: PathBuf) -> Server {
-        let mut child = rondo()
-            .args(["serve", "--data-dir", text(data), "--listen", "127.0.0.1:0"])
-            .env("RONDO_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.trim().strip_prefix("player: ") {
-                    let _ = tx.send(url.trim_end_matches('/').to_string());
-                }
-            }
-        });
-        let url = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("rondo serve did not print its URL within 60 s");
-        Server { child, url, stderr }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn get_json(http: &reqwest::Client, url: &str) -> Value {
-    http.get(url)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
-        .json()
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
-}
-
-async fn get_text(http: &reqwest::Client, url: &str) -> String {
-    http.get(url).send().await.unwrap().text().await.unwrap()
+/// A running `rondo serve` on `data`, killed on drop; its stderr goes to a
+/// file.
+fn start_server(data: &Path, stderr: PathBuf) -> RondoServe {
+    Serve::on(env!("CARGO_BIN_EXE_rondo"), data)
+        .stderr_to(stderr)
+        .timeout(Duration::from_secs(60))
+        .start()
 }
 
 /// The value of one Prometheus sample line `series value`.
@@ -256,13 +198,7 @@ fn fsck(data: &Path) -> Value {
         .args(["fsck", "--data-dir", text(data), "--json"])
         .output()
         .unwrap();
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "fsck JSON: {e}: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
+    let report = stdout_json(&output);
     assert!(output.status.success(), "fsck failed: {report:#}");
     assert_eq!(
         report["problems"].as_array().unwrap().len(),
@@ -303,7 +239,7 @@ async fn kill_9_under_load_then_restart_is_clean() {
     let http = reqwest::Client::new();
 
     // A fresh server: idle reservations and the burst it admits.
-    let first = Server::start(&data, tmp.path().join("serve-1.log"));
+    let first = start_server(&data, tmp.path().join("serve-1.log"));
     let url = first.url.clone();
     wait_rounds(&http, &url, 2).await;
     let fresh_idle = idle_reserved_s(&get_text(&http, &format!("{url}/metrics")).await, disks);
@@ -449,7 +385,7 @@ async fn kill_9_under_load_then_restart_is_clean() {
     };
 
     // The restart.
-    let second = Server::start(&data, tmp.path().join("serve-2.log"));
+    let second = start_server(&data, tmp.path().join("serve-2.log"));
     let url = second.url.clone();
     let info: Value =
         serde_json::from_str(&std::fs::read_to_string(data.join("server.json")).unwrap()).unwrap();
@@ -549,16 +485,8 @@ async fn kill_9_under_load_then_restart_is_clean() {
     );
 
     // A clean stop; fsck passes with nothing left over.
-    let pid = second.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
     let mut second = second;
-    let status = second.child.wait().unwrap();
+    let status = second.terminate();
     assert!(status.success(), "rondo serve exited with {status}");
     assert!(!data.join("server.json").exists());
     let report = fsck(&data);

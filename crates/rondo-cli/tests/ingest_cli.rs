@@ -19,7 +19,8 @@ use rondo_model::layout::Replica;
 use rondo_server::ingest::handoff::{SERVER_INFO_FILE, ServerInfo, TOKEN_FILE};
 use rondo_server::titles::default_store_config;
 use rondo_store::{ArrayId, HEADER_REGION_BYTES, Store, StoreConfig, TitleRecord};
-use serde_json::Value;
+use rondo_testkit::media::Clip;
+use rondo_testkit::process::stdout_json;
 use tempfile::TempDir;
 
 const MIB: u64 = 1024 * 1024;
@@ -30,16 +31,6 @@ fn rondo() -> Command {
 
 fn run(args: &[&str]) -> Output {
     rondo().args(args).output().unwrap()
-}
-
-fn stdout_json(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
 }
 
 fn stderr(output: &Output) -> String {
@@ -58,21 +49,9 @@ fn assert_ok(output: &Output, what: &str) {
 /// Makes `dir/name` with ffmpeg: `video` (a lavfi source) and a sine tone,
 /// `seconds` long, H.264 (ultrafast) + AAC, then `extra` arguments.
 fn make_media(dir: &Path, name: &str, video: &str, seconds: u32, extra: &[&str]) -> PathBuf {
-    let found = Command::new("ffmpeg")
-        .arg("-version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        found,
-        "`ffmpeg` is not installed: these tests make media with it. Install it with \
-         `apt-get install -y --no-install-recommends ffmpeg` (CI's .ci/run does)."
-    );
-    let path = dir.join(name);
-    let out = Command::new("ffmpeg")
-        .args(["-hide_banner", "-loglevel", "error", "-y"])
-        .args(["-f", "lavfi", "-i", video])
-        .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
-        .args(["-t", &seconds.to_string()])
+    Clip::video(video)
+        .sine()
+        .seconds(seconds)
         .args([
             "-c:v",
             "libx264",
@@ -83,15 +62,7 @@ fn make_media(dir: &Path, name: &str, video: &str, seconds: u32, extra: &[&str])
         ])
         .args(["-g", "30", "-c:a", "aac"])
         .args(extra)
-        .arg(&path)
-        .output()
-        .expect("run ffmpeg");
-    assert!(
-        out.status.success(),
-        "ffmpeg failed making {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    path
+        .make(dir.join(name))
 }
 
 const TESTSRC: &str = "testsrc2=size=320x240:rate=30";

@@ -8,13 +8,13 @@
 //! The server listens on the default 127.0.0.1:8080 when that port is free
 //! (exactly the README's command); otherwise on a free port, with a note.
 
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
+use rondo_testkit::media::{Clip, Probe, ffprobe_frames};
+use rondo_testkit::process::Serve;
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -28,30 +28,9 @@ fn rondo(cwd: &Path) -> Command {
     command
 }
 
-/// Kills the server if the test fails before it stops it.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn make_mp4(path: &Path, seconds: u32) {
-    let output = Command::new("ffmpeg")
-        .args([
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-y",
-            "-f",
-            "lavfi",
-            "-i",
-        ])
-        .arg(format!("testsrc2=size=320x240:rate=25:duration={seconds}"))
-        .args(["-f", "lavfi", "-i"])
-        .arg(format!("sine=frequency=440:duration={seconds}"))
+    Clip::video(format!("testsrc2=size=320x240:rate=25:duration={seconds}"))
+        .audio(format!("sine=frequency=440:duration={seconds}"))
         .args([
             "-c:v",
             "libx264",
@@ -59,19 +38,9 @@ fn make_mp4(path: &Path, seconds: u32) {
             "ultrafast",
             "-pix_fmt",
             "yuv420p",
-            "-c:a",
-            "aac",
-            "-movflags",
-            "+faststart",
         ])
-        .arg(path)
-        .output()
-        .expect("ffmpeg runs (install it with apt-get install -y ffmpeg; CI's .ci/run does)");
-    assert!(
-        output.status.success(),
-        "ffmpeg failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .args(["-c:a", "aac", "-movflags", "+faststart"])
+        .make(path);
 }
 
 fn get_json(url: &str) -> Value {
@@ -103,83 +72,22 @@ fn stream_url(base: &str, title: &Value) -> String {
     }
 }
 
-/// ffprobe's duration (s) and video frame count of a URL.
-fn ffprobe(url: &str) -> (f64, u64) {
-    let output = Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-count_frames",
-            "-select_streams",
-            "v:0",
-            "-show_entries",
-            "format=duration:stream=nb_read_frames",
-            "-of",
-            "json",
-        ])
-        .arg(url)
-        .output()
-        .expect("ffprobe runs");
-    assert!(
-        output.status.success(),
-        "ffprobe {url}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let probe: Value = serde_json::from_slice(&output.stdout).unwrap();
-    let duration_s: f64 = probe["format"]["duration"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let frames: u64 = probe["streams"][0]["nb_read_frames"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    (duration_s, frames)
-}
-
 #[test]
 fn serve_with_no_arguments_then_ingest_beside_it() {
     let home = TempDir::new().unwrap();
     let clip = home.path().join("my.mp4");
     make_mp4(&clip, 6);
 
-    let mut command = rondo(home.path());
-    command.arg("serve");
+    let mut serve = Serve::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(home.path())
+        .stderr_inherit()
+        .timeout(START_TIMEOUT);
     if TcpListener::bind("127.0.0.1:8080").is_err() {
         println!("NOTE: 127.0.0.1:8080 is busy; serving on a free port instead of the default");
-        command.args(["--listen", "127.0.0.1:0"]);
+        serve = serve.args(["--listen", "127.0.0.1:0"]);
     }
-    let mut server = Server(
-        command
-            .env("RONDO_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
-
-    // Everything the server prints, line by line, from a reader thread.
-    let stdout = server.0.stdout.take().unwrap();
-    let (lines_tx, lines) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut printed = Vec::new();
-    let player_url = loop {
-        let line = lines.recv_timeout(START_TIMEOUT).unwrap_or_else(|_| {
-            panic!("rondo serve printed no player URL within {START_TIMEOUT:?}: {printed:?}")
-        });
-        printed.push(line.clone());
-        if let Some(url) = line.trim().strip_prefix("player: ") {
-            break url.trim_end_matches('/').to_string();
-        }
-    };
+    let mut server = serve.start();
+    let player_url = server.url.clone();
     let api = format!("{player_url}/api");
     assert!(
         home.path().join("rondo-data").join("rondo.toml").exists(),
@@ -222,7 +130,10 @@ fn serve_with_no_arguments_then_ingest_beside_it() {
         .find(|t| t["name"] == "my")
         .unwrap_or_else(|| panic!("a title named after the file's stem: {after:?}"));
     let url = stream_url(&player_url, mine);
-    let (duration_s, frames) = ffprobe(&url);
+    let Probe {
+        duration_s,
+        video_frames: frames,
+    } = ffprobe_frames(&url);
     assert!(
         (duration_s - 6.0).abs() < 0.1,
         "ffprobe over HTTP: {duration_s} s"
@@ -230,10 +141,7 @@ fn serve_with_no_arguments_then_ingest_beside_it() {
     assert_eq!(frames, 150, "6 s at 25 fps");
 
     // SIGTERM: a clean stop, and the data directory is free again.
-    // SAFETY: kill(2) on our own child's pid.
-    let rc = unsafe { libc::kill(server.0.id() as libc::pid_t, libc::SIGTERM) };
-    assert_eq!(rc, 0);
-    let status = server.0.wait().unwrap();
+    let status = server.terminate();
     assert!(status.success(), "serve exits 0 on SIGTERM: {status:?}");
     let output = rondo(home.path()).args(["fsck"]).output().unwrap();
     assert!(

@@ -23,13 +23,14 @@
 //! derived from its configuration (below), printed with the CPU time it
 //! used.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rondo_testkit::media::Clip;
+use rondo_testkit::process::{RondoServe, Serve};
 use serde_json::Value;
 
 fn rondo() -> Command {
@@ -79,11 +80,8 @@ fn raise_open_files_limit() -> u64 {
 /// A `seconds`-long MPEG-TS made with ffmpeg, padded with null packets to
 /// a constant `mux_kbps`.
 fn make_ts(dir: &Path, seconds: u32, mux_kbps: u32) -> PathBuf {
-    let path = dir.join("title.ts");
-    let out = Command::new("ffmpeg")
-        .args(["-hide_banner", "-loglevel", "error", "-y"])
-        .args(["-f", "lavfi", "-i", "testsrc2=size=160x120:rate=10"])
-        .args(["-t", &seconds.to_string()])
+    Clip::video("testsrc2=size=160x120:rate=10")
+        .seconds(seconds)
         .args([
             "-c:v",
             "libx264",
@@ -94,58 +92,21 @@ fn make_ts(dir: &Path, seconds: u32, mux_kbps: u32) -> PathBuf {
         ])
         .args(["-g", "10", "-threads", "1", "-f", "mpegts"])
         .args(["-muxrate", &format!("{mux_kbps}k")])
-        .arg(&path)
-        .output()
-        .expect("ffmpeg runs (install ffmpeg; CI's .ci/run does)");
-    assert!(
-        out.status.success(),
-        "ffmpeg: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    path
+        .make(dir.join("title.ts"))
 }
 
-/// A running `rondo serve`, killed on drop; stderr goes to a file.
-struct Server {
-    child: Child,
-    url: String,
-    stderr: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server(data: &Path, stderr: PathBuf) -> Server {
-    let mut child = rondo()
-        .args(["serve", "--data-dir", text(data), "--listen", "127.0.0.1:0"])
+/// A running `rondo serve` on `data`, killed on drop; stderr goes to a file.
+fn start_server(data: &Path, stderr: PathBuf) -> RondoServe {
+    Serve::on(env!("CARGO_BIN_EXE_rondo"), data)
         .args(["--disks", &DISKS.to_string(), "--disk-profile", "nvme-gen4"])
         .args([
             "--no-samples",
             "--stall-grace-s",
             &STALL_GRACE_S.to_string(),
         ])
-        .env("RONDO_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(url) = line.trim().strip_prefix("player: ") {
-                let _ = tx.send(url.trim_end_matches('/').to_string());
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("rondo serve did not print its URL within 60 s");
-    Server { child, url, stderr }
+        .stderr_to(stderr)
+        .timeout(Duration::from_secs(60))
+        .start()
 }
 
 /// A `kB` field of /proc/PID/status, in bytes.
@@ -292,7 +253,7 @@ fn a_thousand_connections_with_a_hundred_idle() {
     let (peak_active, peak_at_s) = *peak_active.lock().unwrap();
     let peak_buffer_bytes = *peak_buffer_bytes.lock().unwrap();
     let metrics = get("/api/metrics");
-    let log = std::fs::read_to_string(&server.stderr).unwrap_or_default();
+    let log = server.log();
     let dropped_logged = log
         .lines()
         .filter(|l| l.contains("client stopped reading; stream dropped after the grace time"))

@@ -79,8 +79,7 @@ impl Serve {
     /// Writes the server's stderr to `path` (read back with
     /// [`RondoServe::log`]).
     pub fn stderr_to(mut self, path: PathBuf) -> Serve {
-        let file = File::create(&path)
-            .unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+        let file = File::create(&path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
         self.command.stderr(file);
         self.stderr_file = Some(path);
         self
