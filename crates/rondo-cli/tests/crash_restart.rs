@@ -29,7 +29,7 @@ use rondo_model::layout::Replica;
 use rondo_server::ingest::{Unthrottled, ingest_sample_titles};
 use rondo_server::titles::{default_store_config, open_or_create};
 use rondo_testkit::http::{get_json, get_text};
-use rondo_testkit::media::Clip;
+use rondo_testkit::media::padded_ts;
 use rondo_testkit::process::{RondoServe, Serve, stdout_json};
 use serde_json::Value;
 
@@ -50,19 +50,7 @@ const BURST: usize = 300;
 /// An MPEG-TS of `seconds` made with ffmpeg, padded with null packets to
 /// `mux_kbps` (a large file without a costly encode).
 fn make_ts(dir: &Path, name: &str, seconds: u32, mux_kbps: u32) -> PathBuf {
-    Clip::video("testsrc2=size=160x120:rate=10")
-        .seconds(seconds)
-        .args([
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-pix_fmt",
-            "yuv420p",
-        ])
-        .args(["-g", "10", "-threads", "1", "-f", "mpegts"])
-        .args(["-muxrate", &format!("{mux_kbps}k")])
-        .make(dir.join(format!("{name}.ts")))
+    padded_ts(seconds, mux_kbps).make(dir.join(format!("{name}.ts")))
 }
 
 /// A running `rondo serve` on `data`, killed on drop; its stderr goes to a

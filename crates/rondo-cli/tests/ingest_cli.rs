@@ -19,7 +19,7 @@ use rondo_model::layout::Replica;
 use rondo_server::ingest::handoff::{SERVER_INFO_FILE, ServerInfo, TOKEN_FILE};
 use rondo_server::titles::default_store_config;
 use rondo_store::{ArrayId, HEADER_REGION_BYTES, Store, StoreConfig, TitleRecord};
-use rondo_testkit::media::Clip;
+use rondo_testkit::media::{Clip, X264_ULTRAFAST};
 use rondo_testkit::process::stdout_json;
 use tempfile::TempDir;
 
@@ -52,14 +52,7 @@ fn make_media(dir: &Path, name: &str, video: &str, seconds: u32, extra: &[&str])
     Clip::video(video)
         .sine()
         .seconds(seconds)
-        .args([
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-pix_fmt",
-            "yuv420p",
-        ])
+        .args(X264_ULTRAFAST)
         .args(["-g", "30", "-c:a", "aac"])
         .args(extra)
         .make(dir.join(name))

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use rondo_testkit::media::{Clip, Probe, ffprobe_frames};
+use rondo_testkit::media::{Clip, Probe, X264_ULTRAFAST, ffprobe_frames};
 use rondo_testkit::process::Serve;
 use serde_json::Value;
 use tempfile::TempDir;
@@ -31,14 +31,7 @@ fn rondo(cwd: &Path) -> Command {
 fn make_mp4(path: &Path, seconds: u32) {
     Clip::video(format!("testsrc2=size=320x240:rate=25:duration={seconds}"))
         .audio(format!("sine=frequency=440:duration={seconds}"))
-        .args([
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-pix_fmt",
-            "yuv420p",
-        ])
+        .args(X264_ULTRAFAST)
         .args(["-c:a", "aac", "-movflags", "+faststart"])
         .make(path);
 }

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rondo_testkit::media::Clip;
+use rondo_testkit::media::padded_ts;
 use rondo_testkit::process::{RondoServe, Serve};
 use serde_json::Value;
 
@@ -80,19 +80,7 @@ fn raise_open_files_limit() -> u64 {
 /// A `seconds`-long MPEG-TS made with ffmpeg, padded with null packets to
 /// a constant `mux_kbps`.
 fn make_ts(dir: &Path, seconds: u32, mux_kbps: u32) -> PathBuf {
-    Clip::video("testsrc2=size=160x120:rate=10")
-        .seconds(seconds)
-        .args([
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-pix_fmt",
-            "yuv420p",
-        ])
-        .args(["-g", "10", "-threads", "1", "-f", "mpegts"])
-        .args(["-muxrate", &format!("{mux_kbps}k")])
-        .make(dir.join("title.ts"))
+    padded_ts(seconds, mux_kbps).make(dir.join("title.ts"))
 }
 
 /// A running `rondo serve` on `data`, killed on drop; stderr goes to a file.

@@ -16,7 +16,7 @@ use rondo_media::container::{
     AudioCodec, ContainerKind, MediaError, PreparedMedia, StoredPiece, TrackKind, VideoCodec,
     prepare, prepare_bytes, probe, probe_bytes,
 };
-use rondo_testkit::media::{Clip, has_encoder, require_tool};
+use rondo_testkit::media::{Clip, X264_ULTRAFAST_BFRAMES, has_encoder, require_tool};
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -38,17 +38,8 @@ fn make_clip(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
         .make(dir.join(name))
 }
 
-const H264: &[&str] = &[
-    "-c:v",
-    "libx264",
-    "-preset",
-    "ultrafast",
-    // B-frames give a negative first DTS and an edit list to shift by.
-    "-x264-params",
-    "bframes=2",
-    "-pix_fmt",
-    "yuv420p",
-];
+// B-frames give a negative first DTS and an edit list to shift by.
+const H264: &[&str] = X264_ULTRAFAST_BFRAMES;
 const AAC: &[&str] = &["-c:a", "aac"];
 
 fn args<'a>(parts: &[&[&'a str]]) -> Vec<&'a str> {

@@ -17,7 +17,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rondo_media::container::seek::{SeekError, mp4_seek};
 use rondo_media::container::{PreparedMedia, prepare};
-use rondo_testkit::media::{Clip, has_encoder, require_tool};
+use rondo_testkit::media::{Clip, X264_ULTRAFAST_BFRAMES, has_encoder, require_tool};
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -47,16 +47,7 @@ fn make_clip(dir: &Path, name: &str, video: &[&str], audio: bool, extra: &[&str]
     clip.args(extra).make(dir.join(name))
 }
 
-const H264: &[&str] = &[
-    "-c:v",
-    "libx264",
-    "-preset",
-    "ultrafast",
-    "-x264-params",
-    "bframes=2",
-    "-pix_fmt",
-    "yuv420p",
-];
+const H264: &[&str] = X264_ULTRAFAST_BFRAMES;
 const H265: &[&str] = &[
     "-c:v",
     "libx265",

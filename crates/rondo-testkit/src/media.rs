@@ -17,6 +17,41 @@ use std::process::Command;
 /// The audio source most clips use: a 440 Hz tone at 48 kHz.
 pub const SINE_440: &str = "sine=frequency=440:sample_rate=48000";
 
+/// H.264 at libx264's fastest preset, 4:2:0: the video codec arguments of
+/// most test clips.
+pub const X264_ULTRAFAST: &[&str] = &[
+    "-c:v",
+    "libx264",
+    "-preset",
+    "ultrafast",
+    "-pix_fmt",
+    "yuv420p",
+];
+
+/// [`X264_ULTRAFAST`] with two B-frames: a negative first DTS, and in an
+/// MP4 an edit list to shift by.
+pub const X264_ULTRAFAST_BFRAMES: &[&str] = &[
+    "-c:v",
+    "libx264",
+    "-preset",
+    "ultrafast",
+    "-x264-params",
+    "bframes=2",
+    "-pix_fmt",
+    "yuv420p",
+];
+
+/// A `seconds`-long 160×120 10 fps H.264 MPEG-TS (no audio, a 1 s GOP, one
+/// thread) padded with null packets to a constant `mux_kbps`: a large file
+/// without a costly encode.
+pub fn padded_ts(seconds: u32, mux_kbps: u32) -> Clip {
+    Clip::video("testsrc2=size=160x120:rate=10")
+        .seconds(seconds)
+        .args(X264_ULTRAFAST)
+        .args(["-g", "10", "-threads", "1", "-f", "mpegts"])
+        .args(["-muxrate", &format!("{mux_kbps}k")])
+}
+
 /// Panics with how to install it when `tool` (ffmpeg, ffprobe) does not
 /// run.
 pub fn require_tool(tool: &str) {
