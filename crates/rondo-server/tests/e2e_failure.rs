@@ -422,6 +422,14 @@ async fn a_replaced_disk_is_rebuilt_byte_for_byte_while_streams_play() {
     }
     let metrics = server.metrics();
     assert_eq!(metrics.stream_round_misses, 0);
+    // The copies went through the emulated disks' models (every rebuilt
+    // byte written by disk 2's), and no disk-round was busier than its
+    // streams' reservation plus what the rebuild was granted.
+    assert_eq!(metrics.disks[2].granted_bytes, total_bytes);
+    for d in &metrics.disks {
+        assert_eq!(d.rounds_model_over_reserved, 0, "{d:?}");
+        assert_eq!(d.rounds_over_reserved, 0, "{d:?}");
+    }
     // After the rebuild disk 2 serves reads again.
     let reads_before = metrics.disks[2].reads;
     let title = &titles[0];
