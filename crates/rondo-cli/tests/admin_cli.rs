@@ -130,3 +130,26 @@ fn fail_replace_and_restore_a_disk_through_the_cli() {
     let fsck = json(&fsck);
     assert_eq!(fsck["problems"].as_array().unwrap().len(), 0, "{fsck:#}");
 }
+
+#[test]
+fn a_server_json_left_by_a_dead_server_is_named_as_such() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A child that has exited: its pid names no process now.
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead_pid = child.id();
+    child.wait().unwrap();
+    std::fs::write(
+        tmp.path().join("server.json"),
+        format!(r#"{{"url": "http://127.0.0.1:9", "pid": {dead_pid}}}"#),
+    )
+    .unwrap();
+    let output = admin(tmp.path(), &["status"]);
+    assert!(!output.status.success());
+    let message = out(&output);
+    assert!(
+        message.contains(&format!("process {dead_pid}"))
+            && message.contains("has exited")
+            && message.contains("rondo serve --data-dir"),
+        "{message}"
+    );
+}
