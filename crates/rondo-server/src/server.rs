@@ -184,7 +184,6 @@ impl RunningServer {
         let write_bound =
             RondoBound::for_op(&profile, Op::Write, WRITE_BOUND_EXTENTS).map_err(profile_error)?;
         let (copier_tx, copier_rx) = crossbeam_channel::unbounded();
-        let (replica_tx, replica_rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
             store: store.clone(),
             data_dir: data_dir.clone(),
@@ -203,7 +202,6 @@ impl RunningServer {
             }),
             gate,
             copier: copier_tx,
-            replica_reads: replica_tx,
             shutting_down: AtomicBool::new(false),
             token,
             base_url: base_url.clone(),
@@ -232,12 +230,10 @@ impl RunningServer {
             batch_senders.push(thread.batches);
             devices.push(thread.handle);
         }
-        for (name, jobs) in [("rondo-copier", copier_rx), ("rondo-replica", replica_rx)] {
-            devices.push(
-                spawn_copier(name, Arc::clone(&shared), jobs, events_tx.clone())
-                    .map_err(io_error("starting the rebuild's copier threads"))?,
-            );
-        }
+        devices.push(
+            spawn_copier("rondo-copier", Arc::clone(&shared), copier_rx)
+                .map_err(io_error("starting the rebuild's copier thread"))?,
+        );
         drop(events_tx);
         let driver = Driver::new(Arc::clone(&shared), batch_senders, events_rx);
         let driver = std::thread::Builder::new()

@@ -50,10 +50,8 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     pub core: Mutex<Core>,
     pub gate: Arc<DiskTimeGate>,
-    /// Feeds the rebuild's copies (and replica reads) to the copier thread.
+    /// Feeds the rebuild's copies to the copier thread.
     pub copier: crossbeam_channel::Sender<crate::ops::CopierJob>,
-    /// Feeds replica re-reads after read errors to their own thread.
-    pub replica_reads: crossbeam_channel::Sender<crate::ops::CopierJob>,
     /// Set at shutdown: no new admissions, the driver drops every stream.
     pub shutting_down: AtomicBool,
     /// The API token (control endpoints).

@@ -205,6 +205,16 @@ async fn a_rebuild_is_served_by_the_emulated_disks_within_the_round_budget() {
     stop.store(true, Relaxed);
     let rounds = sampler.await.unwrap();
     let m = server.metrics();
+    // Prometheus shows disk 2's granted bytes (the rebuild's, over) as the JSON does.
+    let text = get_text(&http, &format!("{url}/metrics")).await;
+    let line = format!(
+        "rondo_disk_granted_bytes_total{{disk=\"2\"}} {}",
+        m.disks[2].granted_bytes
+    );
+    assert!(
+        text.lines().any(|l| l == line),
+        "no line {line:?} in /metrics"
+    );
     Arc::into_inner(server)
         .expect("sampler done")
         .shutdown()

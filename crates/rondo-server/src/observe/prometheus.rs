@@ -169,7 +169,7 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_ns: u64) -> String
     // Per disk: one family at a time, a sample per disk.
     let disk_labels: Vec<String> = (0..metrics.disks.len()).map(|d| d.to_string()).collect();
     type DiskValue = fn(&crate::metrics::DiskMetrics) -> f64;
-    let per_disk: [(&str, &str, &str, DiskValue); 14] = [
+    let per_disk: [(&str, &str, &str, DiskValue); 17] = [
         (
             "rondo_disk_reserved_seconds",
             "gauge",
@@ -243,15 +243,33 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_ns: u64) -> String
             |d| d.errors.load(Relaxed) as f64,
         ),
         (
+            "rondo_disk_granted_seconds_total",
+            "counter",
+            "Disk time granted to writes and the rebuild's copies (ingest, rebuild), summed over finished rounds.",
+            |d| seconds(d.granted_ns_total.load(Relaxed)),
+        ),
+        (
+            "rondo_disk_granted_model_seconds_total",
+            "counter",
+            "The disk model's time for the granted writes and copies, summed over finished rounds.",
+            |d| seconds(d.granted_model_ns_total.load(Relaxed)),
+        ),
+        (
+            "rondo_disk_granted_bytes_total",
+            "counter",
+            "Bytes of granted writes and copies the disk model served.",
+            |d| d.granted_bytes.load(Relaxed) as f64,
+        ),
+        (
             "rondo_disk_rounds_over_reserved_total",
             "counter",
-            "Finished rounds whose measured busy time exceeded the disk time reserved for them (fixed term included).",
+            "Finished rounds whose measured busy time exceeded the disk time reserved for them (fixed term included) plus the time granted to writes.",
             |d| d.rounds_over_reserved.load(Relaxed) as f64,
         ),
         (
             "rondo_disk_rounds_model_over_reserved_total",
             "counter",
-            "Finished rounds whose disk-model busy time exceeded the disk time reserved for them (the round bound did not hold).",
+            "Finished rounds whose disk-model busy time exceeded the disk time reserved for them plus the time granted to writes (the round bound did not hold).",
             |d| d.rounds_model_over_reserved.load(Relaxed) as f64,
         ),
     ];

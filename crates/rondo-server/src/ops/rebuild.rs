@@ -27,7 +27,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rondo_model::disk::{Op, RoundBound};
 use rondo_model::layout::{Extent, Replica};
 use rondo_model::rebuild::{CopyTask, RebuildQueue};
@@ -38,7 +38,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::publish_state;
-use crate::io::{IoEvent, ModelIo};
+use crate::io::ModelIo;
 use crate::state::{Core, Shared};
 use crate::titles::LoadedTitle;
 
@@ -219,16 +219,13 @@ pub fn rebuild_round(shared: &Shared, core: &mut Core, round: u64) -> RebuildRou
     out
 }
 
-/// Starts a thread doing `jobs` (named `name`); it exits when the server
-/// shuts down. The server runs it as the copier, fed the rebuild's copies.
-/// (It also starts one on the `replica_reads` channel, which nothing feeds
-/// now: replica re-reads after errors are done by the disks' I/O threads,
-/// through their models. `events` is kept for that caller.)
+/// Starts the copier thread (named `name`), fed the rebuild's copies; it
+/// exits when the server shuts down. (Replica re-reads after read errors
+/// are the disks' I/O threads', through their models.)
 pub fn spawn_copier(
     name: &str,
     shared: Arc<Shared>,
     jobs: Receiver<CopierJob>,
-    _events: Sender<IoEvent>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(name.into())
