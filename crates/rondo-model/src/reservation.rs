@@ -307,6 +307,34 @@ pub struct ReservationConfig {
     pub horizon_rounds: u64,
 }
 
+impl ReservationConfig {
+    /// The tables of an array of `disks` disks whose longest stream lasts
+    /// `longest_stream_rounds` (its reads and its last send round) and whose
+    /// admission looks `lookahead_rounds` ahead: the horizon holds a stream
+    /// admitted at the end of the look-ahead, plus the current round and the
+    /// one being planned. The network is unlimited (seed 000 §6.3); the
+    /// simulator and the server both size their tables here.
+    pub fn for_array(
+        disks: u32,
+        scheme: Scheme,
+        round_duration_ns: u64,
+        round_fixed_ns: u64,
+        buffer_per_disk_bytes: u64,
+        longest_stream_rounds: u64,
+        lookahead_rounds: u64,
+    ) -> ReservationConfig {
+        ReservationConfig {
+            disks,
+            scheme,
+            round_duration_ns,
+            round_fixed_ns,
+            buffer_capacity_bytes: buffer_per_disk_bytes * u64::from(disks),
+            network_capacity_bytes_per_round: None,
+            horizon_rounds: longest_stream_rounds + lookahead_rounds + 2,
+        }
+    }
+}
+
 /// Why a stream was not admitted.
 #[derive(Clone, Debug, PartialEq, Eq, Error, Serialize, Deserialize)]
 pub enum Rejection {

@@ -139,18 +139,17 @@ impl RunningServer {
             .max()
             .unwrap_or(1);
         let max_title_rounds = (config.max_title_duration.as_nanos() as u64).div_ceil(round_ns);
-        let horizon_rounds =
-            longest_stream_rounds.max(max_title_rounds + 1) + config.lookahead_rounds + 2;
         let fixed_ns = bound.fixed_ns();
-        let mut reservations = Reservations::new(ReservationConfig {
-            disks: array.disk_count,
-            scheme: array.scheme,
-            round_duration_ns: round_ns,
-            round_fixed_ns: fixed_ns,
-            buffer_capacity_bytes: config.buffer_per_disk_bytes * u64::from(array.disk_count),
-            network_capacity_bytes_per_round: None,
-            horizon_rounds,
-        });
+        // Titles ingested while serving may be as long as the configured maximum.
+        let mut reservations = Reservations::new(ReservationConfig::for_array(
+            array.disk_count,
+            array.scheme,
+            round_ns,
+            fixed_ns,
+            config.buffer_per_disk_bytes,
+            longest_stream_rounds.max(max_title_rounds + 1),
+            config.lookahead_rounds,
+        ));
         let mut loaded = std::collections::BTreeMap::new();
         for title in titles {
             reservations.add_title(title.id(), title.charges.clone());

@@ -490,15 +490,15 @@ pub fn prepare_placed(
         .map(|t| t.schedule.rounds() as u64 + 1)
         .max()
         .unwrap_or(1);
-    let mut reservations = Reservations::new(ReservationConfig {
-        disks: config.disks,
-        scheme: config.scheme,
-        round_duration_ns: config.round_duration_ns,
+    let mut reservations = Reservations::new(ReservationConfig::for_array(
+        config.disks,
+        config.scheme,
+        config.round_duration_ns,
         round_fixed_ns,
-        buffer_capacity_bytes: config.buffer_per_disk_bytes * config.disks as u64,
-        network_capacity_bytes_per_round: None,
-        horizon_rounds: longest + lookahead_rounds + 2,
-    });
+        config.buffer_per_disk_bytes,
+        longest,
+        lookahead_rounds,
+    ));
     let mut layouts = Vec::with_capacity(titles.len());
     for (t, title) in titles.iter().enumerate() {
         reservations.add_title(TitleId(t as u64), title.charges.clone());
