@@ -225,7 +225,9 @@ fn figures_11_and_12_declustering() {
     );
     // The "< 3% change at 8 disks" is missed (+4.5% at 128 KiB,
     // −7% at 768 KiB); docs/experiments/seed000-fig11.md reports the miss and
-    // what moves it (our no-declustering baseline and the look-ahead).
+    // what moves it (our no-declustering baseline and the look-ahead; the
+    // dip at large B_d comes from the per-disk fragment sequence, and the
+    // per-round sequence removes it, but neither changes the small-block gain).
     let whole = active(&r, "minimum, deterministic", WHOLE);
     let gain = det / whole - 1.0;
     println!("figure 11: best declustered deterministic is {gain:+.3} against no declustering");
