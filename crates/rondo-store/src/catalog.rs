@@ -230,16 +230,7 @@ pub fn encode_client_bytes(client_bytes: &[u64]) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + client_bytes.len() * 3);
     out.push(1);
     for &value in client_bytes {
-        let mut v = value;
-        loop {
-            let byte = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                out.push(byte);
-                break;
-            }
-            out.push(byte | 0x80);
-        }
+        push_varint(&mut out, value);
     }
     out
 }
@@ -250,6 +241,12 @@ pub fn decode_client_bytes(blob: &[u8]) -> Option<Vec<u64>> {
     if format != 1 {
         return None;
     }
+    read_varints(body)
+}
+
+/// The unsigned LEB128 varints of `body`; `None` if one overflows 64 bits
+/// or the last is cut off.
+fn read_varints(body: &[u8]) -> Option<Vec<u64>> {
     let mut out = Vec::new();
     let mut value = 0u64;
     let mut shift = 0u32;
@@ -313,23 +310,8 @@ pub fn decode_keyframes(blob: &[u8]) -> Option<Vec<KeyframeRecord>> {
         return None;
     }
     // The same varints as client bytes; pairs of (time, offset) deltas.
-    let mut deltas = Vec::new();
-    let mut value = 0u64;
-    let mut shift = 0u32;
-    for &byte in body {
-        if shift >= 64 || (shift == 63 && byte & 0x7e != 0) {
-            return None;
-        }
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            deltas.push(value);
-            value = 0;
-            shift = 0;
-        } else {
-            shift += 7;
-        }
-    }
-    if shift != 0 || deltas.len() % 2 != 0 {
+    let deltas = read_varints(body)?;
+    if deltas.len() % 2 != 0 {
         return None;
     }
     let (mut time_ns, mut byte_offset) = (0u64, 0u64);
