@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use e2e_support::*;
 use futures_util::StreamExt;
-use rondo_model::layout::Replica;
 use rondo_model::reservation::Scheme;
 use rondo_server::RunningServer;
 use rondo_server::metrics::MetricsSnapshot;
@@ -269,20 +268,7 @@ async fn a_rebuild_is_served_by_the_emulated_disks_within_the_round_budget() {
 
     // The rebuilt extents hold the same bytes as the other replica.
     let store = Store::open(&dir).unwrap();
-    let mut compared = 0;
-    for record in &titles {
-        let title = store.load_title(record.id).unwrap();
-        for (round, layout) in title.layout.rounds().iter().enumerate() {
-            let on_2 = layout.primary_disk.0 == 2 || layout.backups.iter().any(|b| b.disk.0 == 2);
-            if on_2 && !layout.primary.is_empty() {
-                let primary = store.read_round(&title, round, Replica::Primary).unwrap();
-                let backup = store.read_round(&title, round, Replica::Backup).unwrap();
-                assert_eq!(primary, backup, "title {} round {round}", record.id.0);
-                compared += 1;
-            }
-        }
-    }
-    assert!(compared > 0);
+    assert!(assert_replicas_agree_on(&store, &titles, 2) > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

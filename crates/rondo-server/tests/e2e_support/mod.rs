@@ -243,3 +243,24 @@ pub fn chromium_available() -> bool {
          RONDO_SKIP_BROWSER_TESTS=1 to skip this test"
     );
 }
+
+/// Checks, after a rebuild of `disk`, that every round with a replica on it
+/// reads the same bytes from both replicas; returns how many rounds it
+/// compared.
+pub fn assert_replicas_agree_on(store: &Store, titles: &[TitleRecord], disk: u32) -> usize {
+    let mut compared = 0;
+    for record in titles {
+        let title = store.load_title(record.id).unwrap();
+        for (round, layout) in title.layout.rounds().iter().enumerate() {
+            let on_disk =
+                layout.primary_disk.0 == disk || layout.backups.iter().any(|b| b.disk.0 == disk);
+            if on_disk && !layout.primary.is_empty() {
+                let primary = store.read_round(&title, round, Replica::Primary).unwrap();
+                let backup = store.read_round(&title, round, Replica::Backup).unwrap();
+                assert_eq!(primary, backup, "title {} round {round}", record.id.0);
+                compared += 1;
+            }
+        }
+    }
+    compared
+}
