@@ -58,25 +58,6 @@ const PER_CONNECTION_BYTES: u64 = 64 * 1024;
 /// Descriptors the test needs: one per connection on each side, and spare.
 const OPEN_FILES_NEEDED: u64 = 2 * (READERS + IDLE) as u64 + 512;
 
-/// Raises this process's soft RLIMIT_NOFILE to the hard limit (the server
-/// and the load generator inherit it; both raise their own too).
-fn raise_open_files_limit() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
-    unsafe {
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
-        limit.rlim_cur = limit.rlim_max;
-        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
-    }
-    #[allow(clippy::unnecessary_cast)]
-    let soft = limit.rlim_cur as u64;
-    soft
-}
-
 /// A `seconds`-long MPEG-TS made with ffmpeg, padded with null packets to
 /// a constant `mux_kbps`.
 fn make_ts(dir: &Path, seconds: u32, mux_kbps: u32) -> PathBuf {
@@ -138,7 +119,9 @@ fn a_thousand_connections_with_a_hundred_idle() {
         );
         return;
     }
-    let open_files = raise_open_files_limit();
+    // The server and the load generator inherit it (and raise their own too).
+    let open_files =
+        rondo_server::raise_open_files_limit().expect("getrlimit(RLIMIT_NOFILE) works");
     assert!(
         open_files >= OPEN_FILES_NEEDED,
         "the open-files limit is {open_files}, this test needs {OPEN_FILES_NEEDED}: \

@@ -33,5 +33,6 @@ pub mod titles;
 
 pub use config::{DiskTiming, ServerConfig};
 pub use server::{
-    RunningServer, SERVER_JSON, ServerError, init_logging, serve_until_signal, shutdown_signal,
+    RunningServer, SERVER_JSON, ServerError, init_logging, raise_open_files_limit,
+    serve_until_signal, shutdown_signal,
 };

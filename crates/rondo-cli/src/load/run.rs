@@ -65,32 +65,6 @@ pub fn run_blocking(config: LoadConfig) -> anyhow::Result<Report> {
     runtime.block_on(run(config))
 }
 
-/// Raises the soft RLIMIT_NOFILE to the hard limit (one descriptor per
-/// connection); returns the soft limit in force.
-fn raise_open_files_limit() -> Option<u64> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return None;
-        }
-        if limit.rlim_cur < limit.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: limit.rlim_max,
-                rlim_max: limit.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                limit = raised;
-            }
-        }
-    }
-    #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every target
-    Some(limit.rlim_cur as u64)
-}
-
 async fn fetch_titles(
     client: &reqwest::Client,
     url: &str,
@@ -143,7 +117,7 @@ fn progress_message(live: &LiveCounters, phase: &str) -> String {
 }
 
 async fn run(config: LoadConfig) -> anyhow::Result<Report> {
-    let open_files_limit = raise_open_files_limit();
+    let open_files_limit = rondo_server::raise_open_files_limit();
     let client = reqwest::Client::builder()
         .connect_timeout(config.client.header_timeout)
         .tcp_nodelay(true)
