@@ -39,14 +39,10 @@ MEASURE_S=${MEASURE_S:-600}
 PORT=${PORT:-18080}
 URL="http://127.0.0.1:$PORT"
 
-say() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-for tool in ffmpeg curl jq; do
-    command -v "$tool" >/dev/null || { say "needs $tool (apt-get install -y $tool)"; exit 1; }
-done
-if [[ ! -x $RONDO ]]; then
-    say "building $RONDO (cargo build --release -p rondo-cli)"
-    (cd "$ROOT" && cargo build --release -p rondo-cli)
-fi
+# shellcheck source=tools/lib.sh
+source "$ROOT/tools/lib.sh"
+require_tools ffmpeg curl jq
+ensure_rondo
 mkdir -p "$OUT"
 WORK=$(mktemp -d "${WORK_PARENT:-/tmp}/rondo-capacity.XXXXXX")
 SERVER_PID=""
@@ -60,23 +56,10 @@ trap cleanup EXIT
 # One descriptor per connection for the server and the load generator.
 ulimit -n "$(ulimit -Hn)"
 
-say "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-uptime > "$OUT/uptime-start.txt"
-lscpu > "$OUT/lscpu.txt"
+record_machine
 
 # 1. Titles.
-files=()
-for kbps in $BITRATES_KBPS; do
-    f="$WORK/title-${kbps}k.mp4"
-    say "making $f ($TITLE_SECONDS s, ${kbps} kb/s video)"
-    ffmpeg -hide_banner -loglevel error -y \
-        -f lavfi -i "testsrc2=size=640x360:rate=25" \
-        -f lavfi -i "sine=frequency=440:sample_rate=48000" -t "$TITLE_SECONDS" \
-        -c:v libx264 -preset ultrafast -b:v "${kbps}k" -maxrate "$((kbps * 3 / 2))k" \
-        -bufsize "$((kbps * 2))k" -g 25 -pix_fmt yuv420p -c:a aac -b:a 64k \
-        -movflags +faststart "$f"
-    files+=("$f")
-done
+make_titles
 
 # 2. Store them.
 DATA="$WORK/data"

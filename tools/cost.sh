@@ -47,20 +47,16 @@ ARRIVAL_S=${ARRIVAL_S:-10}
 PORT=${PORT:-18090}
 NGINX_PORT=${NGINX_PORT:-18091}
 
-say() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# shellcheck source=tools/lib.sh
+source "$ROOT/tools/lib.sh"
 if ! command -v nginx >/dev/null; then
     say "installing nginx (Debian package)"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
     # The package may start its own service on port 80; it is not ours to keep.
     (command -v service >/dev/null && service nginx stop >/dev/null 2>&1) || true
 fi
-for tool in ffmpeg curl jq ss nginx; do
-    command -v "$tool" >/dev/null || { say "needs $tool"; exit 1; }
-done
-if [[ ! -x $RONDO ]]; then
-    say "building $RONDO (cargo build --release -p rondo-cli)"
-    (cd "$ROOT" && cargo build --release -p rondo-cli)
-fi
+require_tools ffmpeg curl jq ss nginx
+ensure_rondo
 mkdir -p "$OUT"
 WORK=$(mktemp -d "${WORK_PARENT:-/tmp}/rondo-cost.XXXXXX")
 PIDS=()
@@ -72,24 +68,11 @@ cleanup() {
 trap cleanup EXIT
 ulimit -n "$(ulimit -Hn)"
 CLK_TCK=$(getconf CLK_TCK)
-say "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); open files $(ulimit -n)"
-uptime > "$OUT/uptime-start.txt"
-lscpu > "$OUT/lscpu.txt"
+record_machine
 nginx -v 2> "$OUT/nginx-version.txt"
 
 # Titles.
-files=()
-for kbps in $BITRATES_KBPS; do
-    f="$WORK/title-${kbps}k.mp4"
-    say "making $f ($TITLE_SECONDS s, ${kbps} kb/s video)"
-    ffmpeg -hide_banner -loglevel error -y \
-        -f lavfi -i "testsrc2=size=640x360:rate=25" \
-        -f lavfi -i "sine=frequency=440:sample_rate=48000" -t "$TITLE_SECONDS" \
-        -c:v libx264 -preset ultrafast -b:v "${kbps}k" -maxrate "$((kbps * 3 / 2))k" \
-        -bufsize "$((kbps * 2))k" -g 25 -pix_fmt yuv420p -c:a aac -b:a 64k \
-        -movflags +faststart "$f"
-    files+=("$f")
-done
+make_titles
 
 # rondo's data directory: created by serve with the array's flags, titles
 # uploaded to it.
@@ -238,13 +221,18 @@ for n in $STREAMS; do
     phase nginx "$n"
 done
 uptime > "$OUT/uptime-end.txt"
+# rondo's value over nginx's for one N; null when nginx's is 0 (too small a
+# run to measure).
 jq -s --arg up0 "$(cat "$OUT/uptime-start.txt")" --arg up1 "$(cat "$OUT/uptime-end.txt")" '
+    def ratio(f): (map(select(.server == "rondo"))[0] | f) as $a
+        | (map(select(.server == "nginx"))[0] | f) as $b
+        | if $b == 0 then null else $a / $b end;
     { phases: ., uptime_start: $up0, uptime_end: $up1,
       ratios: (group_by(.streams) | map({
         streams: .[0].streams,
-        cpu_s_per_gb_rondo_over_nginx: ((map(select(.server == "rondo"))[0].cpu_s_per_gb) / (map(select(.server == "nginx"))[0].cpu_s_per_gb)),
-        rss_per_stream_rondo_over_nginx: ((map(select(.server == "rondo"))[0].rss_per_stream_kib) / (map(select(.server == "nginx"))[0].rss_per_stream_kib)),
-        pss_per_stream_rondo_over_nginx: ((map(select(.server == "rondo"))[0].pss_per_stream_kib) / (map(select(.server == "nginx"))[0].pss_per_stream_kib))
+        cpu_s_per_gb_rondo_over_nginx: ratio(.cpu_s_per_gb),
+        rss_per_stream_rondo_over_nginx: ratio(.rss_per_stream_kib),
+        pss_per_stream_rondo_over_nginx: ratio(.pss_per_stream_kib)
       })) }' "$OUT"/phase-*.json > "$OUT/summary.json"
 jq -r '(.phases[] | "\(.server) N=\(.streams): started \(.started), rejected \(.rejected), stalls \(.stalls), \(.bytes_received / 1e9 * 1000 | round / 1000) GB, CPU \(.cpu_s) s = \(.cpu_s_per_gb * 100 | round / 100) s/GB, RSS idle \(.idle_rss_kib) KiB, at N \(.rss_at_n_kib) KiB, per stream \(.rss_per_stream_kib) KiB (PSS \(.pss_per_stream_kib))"),
        (.ratios[] | "ratio rondo/nginx N=\(.streams): CPU s/GB \(.cpu_s_per_gb_rondo_over_nginx), RSS/stream \(.rss_per_stream_rondo_over_nginx), PSS/stream \(.pss_per_stream_rondo_over_nginx)"),
