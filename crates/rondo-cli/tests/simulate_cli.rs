@@ -6,6 +6,14 @@ fn rondo() -> Command {
     Command::cargo_bin("rondo").unwrap()
 }
 
+/// Runs `command`, which must fail with `message` in its standard error.
+fn assert_fails_with(command: &mut Command, message: &str) {
+    let out = command.output().unwrap();
+    assert!(!out.status.success(), "{command:?} succeeded");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(message), "{command:?}: {stderr}");
+}
+
 #[test]
 fn simulate_json_reports_load_and_capacity() {
     let out = rondo()
@@ -83,24 +91,18 @@ fn simulated_disk_mode_with_a_failure_reports_zero_misses_under_minimum() {
 
 #[test]
 fn simulate_refuses_bad_arguments_clearly() {
-    let out = rondo()
-        .args(["simulate", "--scheme", "raid5"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown scheme 'raid5'"));
-    let out = rondo()
-        .args(["simulate", "--profile", "floppy"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown disk profile 'floppy'"));
-    let out = rondo()
-        .args(["simulate", "--titles", "opera"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown titles 'opera'"));
+    assert_fails_with(
+        rondo().args(["simulate", "--scheme", "raid5"]),
+        "unknown scheme 'raid5'",
+    );
+    assert_fails_with(
+        rondo().args(["simulate", "--profile", "floppy"]),
+        "unknown disk profile 'floppy'",
+    );
+    assert_fails_with(
+        rondo().args(["simulate", "--titles", "opera"]),
+        "unknown titles 'opera'",
+    );
 }
 
 #[test]
@@ -195,19 +197,14 @@ fn experiment_run_names_what_is_wrong_in_a_bad_file() {
         "name = \"t\"\nx = \"disks\"\nx_values = [4]\n[[series]]\nlabel = \"a\"\nplacment = \"random\"\n",
     )
     .unwrap();
-    let out = rondo()
-        .args(["experiment", "run"])
-        .arg(&typo)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown field `placment`"));
-    let out = rondo()
-        .args(["experiment", "run", "/nonexistent/x.toml"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/x.toml"));
+    assert_fails_with(
+        rondo().args(["experiment", "run"]).arg(&typo),
+        "unknown field `placment`",
+    );
+    assert_fails_with(
+        rondo().args(["experiment", "run", "/nonexistent/x.toml"]),
+        "cannot read /nonexistent/x.toml",
+    );
 }
 
 #[test]
@@ -373,11 +370,10 @@ fn simulate_data_dir_runs_the_stored_titles_on_the_directory_array() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--disks") && err.contains('4'), "{err}");
-    let out = rondo()
-        .args(["simulate", "--titles", "cbr", "--data-dir"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+    assert_fails_with(
+        rondo()
+            .args(["simulate", "--titles", "cbr", "--data-dir"])
+            .arg(&data),
+        "cannot be used with",
+    );
 }
