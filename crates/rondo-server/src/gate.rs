@@ -70,8 +70,6 @@ struct GateState {
     disks_pending: u32,
     shutdown: bool,
     ingests: BTreeMap<TitleId, Ingest>,
-    /// The round's credit left after its grants (for writes without a layout).
-    credit_left_ns: u64,
 }
 
 /// What the gate granted in one round: per disk, the write commands for the
@@ -102,7 +100,6 @@ impl DiskTimeGate {
                 disks_pending: u32::MAX,
                 shutdown: false,
                 ingests: BTreeMap::new(),
-                credit_left_ns: 0,
             }),
             changed: Condvar::new(),
             idle_round_ns,
@@ -161,7 +158,6 @@ impl DiskTimeGate {
                 grant.rounds += 1;
             }
         }
-        state.credit_left_ns = credit_ns;
         drop(state);
         self.changed.notify_all();
         grant
@@ -224,30 +220,6 @@ impl DiskTimeGate {
 }
 
 impl WriteGate for DiskTimeGate {
-    /// A write without a layout (ingest always gives one): paced by the
-    /// credit the round's grants left, after the round's batches are done;
-    /// the disk models do not see it.
-    fn before_write(&self, round_bytes: u64) {
-        let cost_ns = self.write_cost_ns(round_bytes);
-        let mut state = self.state.lock().expect("gate lock");
-        loop {
-            if state.shutdown {
-                return;
-            }
-            let fits = state.credit_left_ns >= cost_ns
-                || (cost_ns > self.idle_round_ns && state.credit_left_ns == self.idle_round_ns);
-            if state.disks_pending == 0 && fits {
-                state.credit_left_ns = state.credit_left_ns.saturating_sub(cost_ns);
-                self.metrics.gated_writes.fetch_add(1, Relaxed);
-                self.metrics
-                    .gated_write_bytes
-                    .fetch_add(round_bytes, Relaxed);
-                return;
-            }
-            state = self.changed.wait(state).expect("gate lock");
-        }
-    }
-
     /// Waits until round `round` of `title` has been granted and the batches
     /// of the round it was granted in (which model its writes) are done.
     fn before_write_round(
@@ -288,65 +260,6 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn gate() -> Arc<DiskTimeGate> {
-        Arc::new(DiskTimeGate::new(
-            900_000_000,
-            PaperBound::seed000_table2(),
-            Arc::new(Metrics::new(2)),
-        ))
-    }
-
-    #[test]
-    fn writes_wait_for_the_rounds_reads_and_its_credit() {
-        let g = gate();
-        let cost = g.write_cost_ns(1_000_000);
-        assert!(cost > 1_000_000_000 / 11 && cost < 200_000_000, "{cost}");
-        // Reads of round 0 still running: a writer waits.
-        g.begin_round(0, 2 * cost, 2);
-        let writer = {
-            let g = Arc::clone(&g);
-            std::thread::spawn(move || {
-                g.before_write(1_000_000);
-                g.before_write(1_000_000);
-                g.before_write(1_000_000);
-            })
-        };
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(g.metrics.gated_writes.load(Relaxed), 0);
-        g.disk_done(0);
-        std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(
-            g.metrics.gated_writes.load(Relaxed),
-            0,
-            "one disk still reads"
-        );
-        g.disk_done(0);
-        std::thread::sleep(Duration::from_millis(50));
-        // Two writes fit the credit; the third waits for the next round.
-        assert_eq!(g.metrics.gated_writes.load(Relaxed), 2);
-        g.begin_round(1, cost - 1, 0);
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(g.metrics.gated_writes.load(Relaxed), 2, "credit too small");
-        g.begin_round(2, cost, 0);
-        writer.join().unwrap();
-        assert_eq!(g.metrics.gated_writes.load(Relaxed), 3);
-    }
-
-    #[test]
-    fn an_oversized_write_goes_in_an_idle_round() {
-        let g = gate();
-        g.begin_round(0, 800_000_000, 0);
-        let writer = {
-            let g = Arc::clone(&g);
-            std::thread::spawn(move || g.before_write(50_000_000))
-        };
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(g.metrics.gated_writes.load(Relaxed), 0);
-        g.begin_round(1, 900_000_000, 0);
-        writer.join().unwrap();
-        assert_eq!(g.metrics.gated_writes.load(Relaxed), 1);
-    }
-
     fn layout(rounds: usize, round_bytes: u64) -> TitleLayout {
         use rondo_model::layout::{
             ArrayAllocator, BackupParams, LayoutParams, ReplicaPlacement, TitlePlan,
@@ -372,6 +285,37 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "timed out: {what}");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    #[test]
+    fn an_oversized_round_goes_alone_in_an_idle_round() {
+        const MIB: u64 = 1024 * 1024;
+        // A 2 MiB round written twice costs more than this gate's idle
+        // round: it waits for a round with nothing reserved.
+        let g = Arc::new(DiskTimeGate::new(
+            200_000_000,
+            PaperBound::seed000_table2(),
+            Arc::new(Metrics::new(4)),
+        ));
+        assert!(g.write_cost_ns(4 * MIB) > 200_000_000);
+        let title = TitleId(3);
+        let l = Arc::new(layout(2, 2 * MIB));
+        let writer = {
+            let (g, l) = (Arc::clone(&g), Arc::clone(&l));
+            std::thread::spawn(move || {
+                g.before_write_round(title, &l, 0, 4 * MIB);
+                g.title_done(title);
+            })
+        };
+        wait_for("the ingest registers", || {
+            g.state.lock().unwrap().ingests.contains_key(&title)
+        });
+        assert_eq!(g.begin_round(0, 199_999_999, 0).rounds, 0, "not idle");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(g.metrics.gated_writes.load(Relaxed), 0);
+        assert_eq!(g.begin_round(1, 200_000_000, 0).rounds, 1, "alone");
+        writer.join().unwrap();
+        assert_eq!(g.metrics.gated_writes.load(Relaxed), 1);
     }
 
     #[test]

@@ -12,8 +12,9 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
 use rondo_media::container::{ContainerKind, prepare, prepare_bytes};
-use rondo_model::layout::Replica;
+use rondo_model::layout::{Replica, TitleLayout};
 use rondo_model::schedule::Schedule;
+use rondo_model::units::TitleId;
 use rondo_server::ingest::{
     IngestError, Unthrottled, WriteGate, ingest_bytes, ingest_file, ingest_file_as,
     ingest_sample_titles, sample_titles, stored_frames,
@@ -460,7 +461,7 @@ struct RecordingGate {
 }
 
 impl WriteGate for RecordingGate {
-    fn before_write(&self, round_bytes: u64) {
+    fn before_write_round(&self, _: TitleId, _: &TitleLayout, _: usize, round_bytes: u64) {
         self.round_bytes.borrow_mut().push(round_bytes);
     }
 }

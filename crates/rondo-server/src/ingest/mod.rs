@@ -38,24 +38,17 @@ use thiserror::Error;
 /// leaves room (and to have its emulated disks serve them); offline ingest
 /// uses [`Unthrottled`].
 pub trait WriteGate {
-    /// Called before each round is written, with the bytes the round writes
-    /// to the devices (every replica, block padding included). Returns when
-    /// the writes may go ahead.
-    fn before_write(&self, round_bytes: u64);
-
-    /// What ingest calls before writing round `round` of `title`: the same,
-    /// with the title's layout, so a gate can see where the round's writes
-    /// go (and the rounds after it). By default, [`WriteGate::before_write`].
+    /// Called before round `round` of `title` is written, with the title's
+    /// layout (where the round's writes go, and the rounds after it) and the
+    /// bytes the round writes to the devices (every replica, block padding
+    /// included). Returns when the writes may go ahead.
     fn before_write_round(
         &self,
         title: TitleId,
         layout: &TitleLayout,
         round: usize,
         round_bytes: u64,
-    ) {
-        let _ = (title, layout, round);
-        self.before_write(round_bytes);
-    }
+    );
 
     /// The ingest of `title` has ended (stored or not): no more rounds of it
     /// will be asked for.
@@ -69,7 +62,7 @@ pub trait WriteGate {
 pub struct Unthrottled;
 
 impl WriteGate for Unthrottled {
-    fn before_write(&self, _round_bytes: u64) {}
+    fn before_write_round(&self, _: TitleId, _: &TitleLayout, _: usize, _: u64) {}
 }
 
 /// Why a file was not stored. Every message starts with the file and says
