@@ -4,7 +4,7 @@
 //! and measured busy time of each round, the time granted in it to the
 //! rebuild's copies and ingest writes, and the disk-rounds whose busy time
 //! exceeded what was reserved for streams plus what was granted to those
-//! writers ([`DiskMetrics::record_round_with_grant`]).
+//! writers ([`DiskMetrics::record_round`]).
 //!
 //! Everything is an atomic so the round driver, the I/O threads and the HTTP
 //! tasks update it without locks; [`Metrics::snapshot`] gives a consistent
@@ -117,24 +117,6 @@ pub struct GrantedIo {
 }
 
 impl DiskMetrics {
-    /// [`DiskMetrics::record_round_with_grant`] for a round with nothing
-    /// granted to other writers.
-    pub fn record_round(
-        &self,
-        round: u64,
-        reserved_ns: Option<u64>,
-        model_busy_ns: u64,
-        measured_busy_ns: u64,
-    ) -> RoundCheck {
-        self.record_round_with_grant(
-            round,
-            reserved_ns,
-            GrantedIo::default(),
-            model_busy_ns,
-            measured_busy_ns,
-        )
-    }
-
     /// Records one finished round's busy times: the last-round gauges, the
     /// totals and, when the round had a budget, whether either busy time
     /// exceeded it. The budget is what admission reserved for streams
@@ -143,7 +125,7 @@ impl DiskMetrics {
     /// rebuild and ingest (both come out of the same round). A failed disk
     /// being rebuilt has a budget too: the fixed term (in `reserved_ns`)
     /// plus its copies' writes.
-    pub fn record_round_with_grant(
+    pub fn record_round(
         &self,
         round: u64,
         reserved_ns: Option<u64>,
@@ -394,7 +376,13 @@ mod tests {
         let d = DiskMetrics::default();
         assert_eq!(d.min_headroom(), None);
         // Within the reservation: nothing counted, headroom 40 ms.
-        let ok = d.record_round(3, Some(100_000_000), 50_000_000, 60_000_000);
+        let ok = d.record_round(
+            3,
+            Some(100_000_000),
+            GrantedIo::default(),
+            50_000_000,
+            60_000_000,
+        );
         assert_eq!(
             ok,
             RoundCheck {
@@ -405,20 +393,38 @@ mod tests {
         assert_eq!(d.rounds_over_reserved.load(Relaxed), 0);
         assert_eq!(d.min_headroom(), Some(40_000_000));
         // Equal is not over.
-        d.record_round(4, Some(100_000_000), 100_000_000, 100_000_000);
+        d.record_round(
+            4,
+            Some(100_000_000),
+            GrantedIo::default(),
+            100_000_000,
+            100_000_000,
+        );
         assert_eq!(d.rounds_over_reserved.load(Relaxed), 0);
         assert_eq!(d.rounds_model_over_reserved.load(Relaxed), 0);
         // Measured over (the host delayed the thread), model within.
-        let late = d.record_round(5, Some(100_000_000), 90_000_000, 100_000_001);
+        let late = d.record_round(
+            5,
+            Some(100_000_000),
+            GrantedIo::default(),
+            90_000_000,
+            100_000_001,
+        );
         assert!(late.measured_over && !late.model_over);
         // Both over (a bound that does not hold).
-        let bad = d.record_round(6, Some(10_000_000), 20_000_000, 25_000_000);
+        let bad = d.record_round(
+            6,
+            Some(10_000_000),
+            GrantedIo::default(),
+            20_000_000,
+            25_000_000,
+        );
         assert!(bad.measured_over && bad.model_over);
         assert_eq!(d.rounds_over_reserved.load(Relaxed), 2);
         assert_eq!(d.rounds_model_over_reserved.load(Relaxed), 1);
         assert_eq!(d.min_headroom(), Some(-15_000_000));
         // A failed disk's round has no reservation: never counted.
-        let failed = d.record_round(7, None, 0, 5_000_000);
+        let failed = d.record_round(7, None, GrantedIo::default(), 0, 5_000_000);
         assert!(!failed.measured_over && !failed.model_over);
         assert_eq!(d.rounds_over_reserved.load(Relaxed), 2);
         assert_eq!(d.last_round.load(Relaxed), 7);
@@ -438,7 +444,7 @@ mod tests {
             model_ns: granted_ns / 2,
         };
         // Busier than the streams' reservation, within reserved + granted.
-        let ok = d.record_round_with_grant(
+        let ok = d.record_round(
             1,
             Some(100_000_000),
             granted(80_000_000),
@@ -448,7 +454,7 @@ mod tests {
         assert!(!ok.measured_over && !ok.model_over);
         assert_eq!(d.min_headroom(), Some(0));
         // Past reserved + granted: a genuine overrun, counted.
-        let over = d.record_round_with_grant(
+        let over = d.record_round(
             2,
             Some(100_000_000),
             granted(80_000_000),
@@ -456,7 +462,7 @@ mod tests {
             180_000_001,
         );
         assert!(over.measured_over && !over.model_over);
-        let both = d.record_round_with_grant(
+        let both = d.record_round(
             3,
             Some(100_000_000),
             granted(10_000_000),
@@ -470,7 +476,7 @@ mod tests {
         assert_eq!(d.granted_commands.load(Relaxed), 6);
         assert_eq!(d.last_granted_ns.load(Relaxed), 10_000_000);
         // No budget (a failed disk, nothing rebuilt onto it): never compared.
-        let failed = d.record_round_with_grant(4, None, granted(0), 0, 5_000_000);
+        let failed = d.record_round(4, None, granted(0), 0, 5_000_000);
         assert!(!failed.measured_over);
         assert_eq!(d.rounds_over_reserved.load(Relaxed), 2);
     }

@@ -351,13 +351,8 @@ impl Driver {
                     bytes: granted_bytes,
                     model_ns: granted_model_ns,
                 };
-                let check = d.record_round_with_grant(
-                    round,
-                    reserved_ns,
-                    granted,
-                    model_busy_ns,
-                    measured_busy_ns,
-                );
+                let check =
+                    d.record_round(round, reserved_ns, granted, model_busy_ns, measured_busy_ns);
                 if check.measured_over || check.model_over {
                     tracing::warn!(
                         disk,

@@ -455,7 +455,13 @@ mod tests {
         d1.measured_busy_ns_total.store(1_500_000_000, Relaxed);
         d1.state.store(2, Relaxed);
         // Disk 0: one round measured over its reservation, the model within.
-        metrics.disks[0].record_round(9, Some(10_000_000), 5_000_000, 12_000_000);
+        metrics.disks[0].record_round(
+            9,
+            Some(10_000_000),
+            crate::metrics::GrantedIo::default(),
+            5_000_000,
+            12_000_000,
+        );
         metrics.disks[2].state.store(3, Relaxed);
         metrics.rebuild_disk_plus_one.store(3, Relaxed);
         metrics.rebuild_done_bytes.store(1 << 20, Relaxed);
