@@ -219,6 +219,7 @@ mod tests {
                 placement: ReplicaPlacement::Deterministic,
                 backup_block_bytes: b_d,
                 fragment_sequence: Default::default(),
+                round_robin_counter: Default::default(),
             }),
         };
         let plan = TitlePlan::new(rounds, &params, DiskIndex(0), 1).unwrap();

@@ -273,6 +273,7 @@ mod tests {
                 placement: ReplicaPlacement::Deterministic,
                 backup_block_bytes: None,
                 fragment_sequence: Default::default(),
+                round_robin_counter: Default::default(),
             }),
         };
         let plan = TitlePlan::new(&vec![round_bytes; rounds], &params, DiskIndex(0), 1).unwrap();

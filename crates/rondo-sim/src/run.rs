@@ -24,7 +24,7 @@ use rondo_model::disk::{
 };
 use rondo_model::layout::{
     self, ArrayAllocator, BackupParams, FragmentSequence, LayoutError, LayoutParams, Replica,
-    ReplicaPlacement, TitleLayout, TitlePlan,
+    ReplicaPlacement, RoundRobinCounter, TitleLayout, TitlePlan,
 };
 use rondo_model::reservation::{Bound, ReservationConfig, Reservations, Scheme, TitleCharges};
 use rondo_model::schedule::Schedule;
@@ -80,6 +80,10 @@ pub struct SimConfig {
     /// Deterministic placement of declustered fragments (docs/layout.md).
     #[serde(default)]
     pub fragment_sequence: FragmentSequence,
+    /// Deterministic placement's round-robin counter: per primary disk or
+    /// per title (docs/layout.md).
+    #[serde(default)]
+    pub round_robin_counter: RoundRobinCounter,
     pub bound: BoundKind,
     pub mode: Mode,
     pub round_duration_ns: u64,
@@ -123,7 +127,8 @@ impl SimConfig {
             scheme,
             placement,
             backup_block_bytes: None,
-            fragment_sequence: FragmentSequence::PerDisk,
+            fragment_sequence: FragmentSequence::PerFragment,
+            round_robin_counter: RoundRobinCounter::PerDisk,
             bound: BoundKind::Paper,
             mode: Mode::AdmissionOnly,
             round_duration_ns: ROUND_DURATION_NS_DEFAULT,
@@ -383,6 +388,7 @@ pub fn place_titles(
             placement: config.placement,
             backup_block_bytes: config.backup_block_bytes,
             fragment_sequence: config.fragment_sequence,
+            round_robin_counter: config.round_robin_counter,
         }),
     };
     params.validate()?;

@@ -8,7 +8,7 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use rondo_model::layout::{BackupParams, LayoutParams, ReplicaPlacement};
+use rondo_model::layout::{BackupParams, LayoutParams, ReplicaPlacement, RoundRobinCounter};
 use rondo_model::reservation::Scheme;
 use rondo_model::units::{
     BLOCK_BYTES_DEFAULT, NS_PER_MS, ROUND_DURATION_NS_DEFAULT, STRIDE_BYTES_DEFAULT,
@@ -119,6 +119,8 @@ pub struct StoreConfig {
     pub placement: ReplicaPlacement,
     /// B_d; `None` keeps each round's backup whole.
     pub backup_block_bytes: Option<u64>,
+    /// Deterministic placement's round-robin counter (docs/layout.md).
+    pub round_robin_counter: RoundRobinCounter,
     /// Size of each device's stride area (the caller takes it from the disk
     /// profile or a configured size).
     pub capacity_bytes: u64,
@@ -129,8 +131,10 @@ pub struct StoreConfig {
 
 impl StoreConfig {
     /// D disks of `capacity_bytes` each with the defaults `rondo serve` uses:
-    /// 2 MiB strides, 16 KiB blocks, 1 s rounds, `minimum` + `deterministic`,
-    /// no declustering, device files inside the directory, a random array id.
+    /// 2 MiB strides, 16 KiB blocks, 1 s rounds, `minimum` + `deterministic`
+    /// with a per-title round-robin counter (it carries more streams than
+    /// per-disk: docs/experiments/seed000-fig11.md), no declustering, device
+    /// files inside the directory, a random array id.
     pub fn new(disk_count: u32, disk_profile: &str, capacity_bytes: u64) -> StoreConfig {
         StoreConfig {
             array_id: None,
@@ -142,6 +146,7 @@ impl StoreConfig {
             scheme: Scheme::Minimum,
             placement: ReplicaPlacement::Deterministic,
             backup_block_bytes: None,
+            round_robin_counter: RoundRobinCounter::PerTitle,
             capacity_bytes,
             device_paths: None,
         }
@@ -173,6 +178,10 @@ pub struct ArrayConfig {
     pub placement: ReplicaPlacement,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_block_bytes: Option<u64>,
+    /// Absent in directories created before the option existed, which were
+    /// all laid out per disk (the serde default).
+    #[serde(default)]
+    pub round_robin_counter: RoundRobinCounter,
     /// Where the stride area starts on every device.
     pub header_region_bytes: u64,
     /// In disk order: entry k is disk k.
@@ -232,6 +241,7 @@ impl ArrayConfig {
             scheme: config.scheme,
             placement: config.placement,
             backup_block_bytes: config.backup_block_bytes,
+            round_robin_counter: config.round_robin_counter,
             header_region_bytes: HEADER_REGION_BYTES,
             devices,
         }
@@ -246,8 +256,10 @@ impl ArrayConfig {
             backup: self.scheme.stores_backup().then_some(BackupParams {
                 placement: self.placement,
                 backup_block_bytes: self.backup_block_bytes,
-                // Data directories use the original rule (docs/layout.md).
+                // Declustered data directories use the original fragment
+                // rule (docs/layout.md).
                 fragment_sequence: Default::default(),
+                round_robin_counter: self.round_robin_counter,
             }),
         }
     }
@@ -502,6 +514,34 @@ mod tests {
         declustered.backup_block_bytes = Some(64 * 1024);
         let back: ArrayConfig = toml::from_str(&declustered.to_toml()).unwrap();
         assert_eq!(back, declustered);
+    }
+
+    #[test]
+    fn directories_from_before_the_counter_option_stay_per_disk() {
+        // New directories record the per-title counter; a rondo.toml written
+        // before the option existed has no such line and was laid out with
+        // the per-disk counter, which is what it must keep planning with.
+        let c = config();
+        let text = c.to_toml();
+        assert!(
+            text.contains("round_robin_counter = \"per-title\""),
+            "{text}"
+        );
+        assert_eq!(
+            c.layout_params().backup.unwrap().round_robin_counter,
+            RoundRobinCounter::PerTitle
+        );
+        let old_text: String = text
+            .lines()
+            .filter(|l| !l.starts_with("round_robin_counter"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let old: ArrayConfig = toml::from_str(&old_text).unwrap();
+        assert_eq!(old.round_robin_counter, RoundRobinCounter::PerDisk);
+        assert_eq!(
+            old.layout_params().backup.unwrap().round_robin_counter,
+            RoundRobinCounter::PerDisk
+        );
     }
 
     #[test]

@@ -27,7 +27,7 @@ use rondo_experiments::runner::{PointResult, Progress, run_point, run_point_with
 use rondo_experiments::spec::{Point, TraceOptions, titles_with};
 use rondo_experiments::stats::StoppingRule;
 use rondo_model::disk::profile_by_name;
-use rondo_model::layout::ReplicaPlacement;
+use rondo_model::layout::{ReplicaPlacement, RoundRobinCounter};
 use rondo_model::reservation::{Bound, Scheme};
 use rondo_model::units::{NS_PER_MS, NS_PER_S};
 use rondo_sim::run::{BoundKind, FailureSpec, Mode, PlacedTitle, SimConfig, SimTitle};
@@ -66,6 +66,13 @@ pub struct SimulateArgs {
     /// Backup placement [default: deterministic, or the data directory's].
     #[arg(long, value_enum)]
     placement: Option<PlacementArg>,
+    /// Deterministic placement's round-robin counter: `per-title` (round i's
+    /// backup at offset 1 + i mod (D−1), what new data directories use) or
+    /// `per-disk` (the j-th round on a disk at offset 1 + j mod (D−1), what
+    /// directories created before it and the paper-mode experiments use)
+    /// [default: per-title, or the data directory's]. docs/layout.md.
+    #[arg(long, value_enum, conflicts_with = "data_dir")]
+    round_robin_counter: Option<CounterArg>,
     /// Decluster backups into fragments of this many bytes (B_d).
     #[arg(long)]
     backup_block_bytes: Option<u64>,
@@ -147,6 +154,12 @@ pub enum PlacementArg {
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum CounterArg {
+    PerDisk,
+    PerTitle,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
 pub enum BoundArg {
     Paper,
     Rondo,
@@ -171,6 +184,8 @@ struct Setup {
     data_dir: Option<String>,
     disks: u32,
     profile: String,
+    /// Deterministic placement's round-robin counter (`per-disk`, `per-title`).
+    round_robin_counter: RoundRobinCounter,
     round_ms: f64,
     /// μ of equation 1 (D·R_disk·T/S_tot) per second, R_disk the profile's
     /// minimum media rate, S_tot the mean title size.
@@ -245,6 +260,10 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 .clone()
                 .unwrap_or_else(|| DEFAULT_PROFILE.to_string());
             config.backup_block_bytes = args.backup_block_bytes;
+            config.round_robin_counter = match args.round_robin_counter {
+                Some(CounterArg::PerDisk) => RoundRobinCounter::PerDisk,
+                Some(CounterArg::PerTitle) | None => RoundRobinCounter::PerTitle,
+            };
             config.bound = match args.bound {
                 BoundArg::Paper => BoundKind::Paper,
                 BoundArg::Rondo => BoundKind::Rondo,
@@ -355,8 +374,13 @@ fn progress_bar(visible: bool) -> ProgressBar {
 fn print_report(report: &Report) {
     let p = &report.at_load;
     let s = &report.setup;
+    let counter = match (p.placement.as_str(), s.round_robin_counter) {
+        ("deterministic", RoundRobinCounter::PerDisk) => " (per-disk counter)",
+        ("deterministic", RoundRobinCounter::PerTitle) => " (per-title counter)",
+        _ => "",
+    };
     println!(
-        "{} disks ({}), scheme {}, placement {}, {} bound, {}, T = {} ms, titles {}",
+        "{} disks ({}), scheme {}, placement {}{counter}, {} bound, {}, T = {} ms, titles {}",
         p.disks, s.profile, p.scheme, p.placement, p.bound, p.mode, s.round_ms, p.titles
     );
     println!(
@@ -470,6 +494,7 @@ fn load_data_dir(
     let mut config = SimConfig::seed000(array.disk_count, array.scheme, array.placement);
     config.profile = array.disk_profile.clone();
     config.backup_block_bytes = array.backup_block_bytes;
+    config.round_robin_counter = array.round_robin_counter;
     config.bound = BoundKind::Rondo;
     config.round_duration_ns = array.round_duration_ns;
     config.stride_bytes = array.stride_bytes;
@@ -501,6 +526,7 @@ fn setup_of(args: &SimulateArgs, config: &SimConfig, titles: &Titles) -> anyhow:
         data_dir: args.data_dir.as_ref().map(|d| d.display().to_string()),
         disks: config.disks,
         profile: config.profile.clone(),
+        round_robin_counter: config.round_robin_counter,
         round_ms: config.round_duration_ns as f64 / NS_PER_MS as f64,
         mu_per_s,
         mu_rate_bytes_per_s: config.mu_rate_bytes_per_s,

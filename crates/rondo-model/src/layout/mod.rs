@@ -55,23 +55,45 @@ pub enum Replica {
     Backup,
 }
 
-/// Where deterministic placement puts a declustered round's fragments.
-/// Seed 000 gives the rule for whole backups (Figure 2) and leaves open how
-/// it extends to fragments; both readings are kept so experiments can
-/// compare them (docs/experiments/seed000-fig11.md). Without B_d they are
-/// the same rule.
+/// How far deterministic placement's round-robin moves per round when a
+/// round is declustered. Seed 000 gives the rule for whole backups (Figure 2)
+/// and leaves open how it extends to fragments; both readings are kept so
+/// experiments can compare them (docs/experiments/seed000-fig11.md). Without
+/// B_d they are the same rule.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FragmentSequence {
-    /// One round-robin position per fragment: the c-th fragment stored for
-    /// disk k's rounds goes to (k + 1 + c mod (D−1)) mod D, so a round's
-    /// split shifts the backup disks of the rounds after it.
+    /// One round-robin position per fragment: the c-th fragment counted goes
+    /// to (k + 1 + c mod (D−1)) mod D, so a round's split shifts the backup
+    /// disks of the rounds after it. Data directories written before this
+    /// variant was renamed store it as "per-disk".
     #[default]
-    PerDisk,
-    /// One round-robin position per round: fragment q of the j-th round on
-    /// disk k goes to (k + 1 + (j + q) mod (D−1)) mod D, so the first
+    #[serde(alias = "per-disk")]
+    PerFragment,
+    /// One round-robin position per round: fragment q of a round whose
+    /// counter is c goes to (k + 1 + (c + q) mod (D−1)) mod D, so the first
     /// fragment lands where the whole backup would have.
     PerRound,
+}
+
+/// Which rounds share one round-robin counter in deterministic placement.
+/// Figure 2 shows disk 0's rounds kD, (k+1)D, … replicated round-robin over
+/// the other disks and says the other disks' data are "replicated in a
+/// similar way"; both readings below satisfy that for every disk (D and
+/// D−1 are coprime), and they differ in how the backup offsets of
+/// neighbouring rounds of a title relate. Seed 000 does not say which its
+/// prototype used (docs/experiments/seed000-fig11.md compares them).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoundRobinCounter {
+    /// One counter per primary disk: the j-th round a title stores on disk k
+    /// has its backup on (k + 1 + j mod (D−1)) mod D, so a stream keeps one
+    /// backup offset for D rounds running.
+    #[default]
+    PerDisk,
+    /// One counter for the whole title: round i has its backup on
+    /// (k + 1 + i mod (D−1)) mod D, so the offset steps at every round.
+    PerTitle,
 }
 
 /// How the backup replica is stored, when there is one.
@@ -85,6 +107,9 @@ pub struct BackupParams {
     /// random placement).
     #[serde(default)]
     pub fragment_sequence: FragmentSequence,
+    /// Deterministic placement's counter scope (ignored by random placement).
+    #[serde(default)]
+    pub round_robin_counter: RoundRobinCounter,
 }
 
 /// The array-wide layout parameters, fixed when a data directory is created.
@@ -111,7 +136,8 @@ impl LayoutParams {
             backup: Some(BackupParams {
                 placement: ReplicaPlacement::Deterministic,
                 backup_block_bytes: None,
-                fragment_sequence: FragmentSequence::PerDisk,
+                fragment_sequence: FragmentSequence::PerFragment,
+                round_robin_counter: RoundRobinCounter::PerDisk,
             }),
         }
     }

@@ -12,7 +12,9 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use super::rng::SplitMix64;
-use super::{FragmentSequence, LayoutError, LayoutParams, Replica, ReplicaPlacement};
+use super::{
+    FragmentSequence, LayoutError, LayoutParams, Replica, ReplicaPlacement, RoundRobinCounter,
+};
 use crate::units::DiskIndex;
 
 /// One request of one replica of one round: what admission reserves.
@@ -204,8 +206,9 @@ const NO_ENTRY: u32 = u32::MAX;
 struct Builder {
     plan: TitlePlan,
     rng: SplitMix64,
-    /// Deterministic placement: backup fragments of the title's rounds on
-    /// disk k placed so far (the round-robin position for disk k).
+    /// Deterministic placement: the round-robin position of disk k's rounds
+    /// (fragments or rounds placed so far, per `FragmentSequence`); with a
+    /// per-title counter only slot 0 is used.
     fragment_counter: Vec<u64>,
     primary_used_bytes: Vec<u64>,
     backup_used_bytes: Vec<u64>,
@@ -293,21 +296,29 @@ impl Builder {
         self.fragment_offset.clear();
         match placement {
             ReplicaPlacement::Deterministic => {
-                let counter = &mut self.fragment_counter[disk as usize];
-                match self.plan.params.backup.map(|b| b.fragment_sequence) {
-                    Some(FragmentSequence::PerRound) => {
-                        // One step per round: fragment q of the j-th round
-                        // of disk k goes to (k + 1 + (j + q) mod (D−1)) mod D.
+                let backup = self.plan.params.backup.unwrap_or_else(|| {
+                    unreachable!("fragments are assigned only for a backup replica")
+                });
+                // Per disk, disk k's rounds share a counter; per title, all
+                // the title's rounds share slot 0.
+                let slot = match backup.round_robin_counter {
+                    RoundRobinCounter::PerDisk => disk as usize,
+                    RoundRobinCounter::PerTitle => 0,
+                };
+                let counter = &mut self.fragment_counter[slot];
+                match backup.fragment_sequence {
+                    FragmentSequence::PerRound => {
+                        // One step per round: fragment q of the round whose
+                        // counter is c goes to (k + 1 + (c + q) mod (D−1)) mod D.
                         for q in 0..fragments as u64 {
                             self.fragment_offset
                                 .push(1 + ((*counter + q) % others) as u32);
                         }
                         *counter += 1;
                     }
-                    _ => {
+                    FragmentSequence::PerFragment => {
                         // Seed 000 Figure 2, one step per fragment: the c-th
-                        // fragment of disk k's rounds goes to
-                        // (k + 1 + c mod (D−1)) mod D.
+                        // fragment counted goes to (k + 1 + c mod (D−1)) mod D.
                         for _ in 0..fragments {
                             self.fragment_offset.push(1 + (*counter % others) as u32);
                             *counter += 1;

@@ -26,7 +26,8 @@ fn deterministic(backup_block_bytes: Option<u64>) -> Option<BackupParams> {
     Some(BackupParams {
         placement: ReplicaPlacement::Deterministic,
         backup_block_bytes,
-        fragment_sequence: FragmentSequence::PerDisk,
+        fragment_sequence: FragmentSequence::PerFragment,
+        round_robin_counter: RoundRobinCounter::PerDisk,
     })
 }
 
@@ -34,7 +35,8 @@ fn random(backup_block_bytes: Option<u64>) -> Option<BackupParams> {
     Some(BackupParams {
         placement: ReplicaPlacement::Random,
         backup_block_bytes,
-        fragment_sequence: FragmentSequence::PerDisk,
+        fragment_sequence: FragmentSequence::PerFragment,
+        round_robin_counter: RoundRobinCounter::PerDisk,
     })
 }
 
@@ -573,9 +575,10 @@ fn layout_params() -> impl Strategy<Value = LayoutParams> {
         4 => (
             any::<bool>(),
             prop_oneof![Just(None), (1u64..=10).prop_map(Some)],
+            any::<bool>(),
             any::<bool>()
         )
-            .prop_map(|(det, b_d_blocks, per_round)| Some(BackupParams {
+            .prop_map(|(det, b_d_blocks, per_round, per_title)| Some(BackupParams {
                 placement: if det {
                     ReplicaPlacement::Deterministic
                 } else {
@@ -585,7 +588,12 @@ fn layout_params() -> impl Strategy<Value = LayoutParams> {
                 fragment_sequence: if per_round {
                     FragmentSequence::PerRound
                 } else {
-                    FragmentSequence::PerDisk
+                    FragmentSequence::PerFragment
+                },
+                round_robin_counter: if per_title {
+                    RoundRobinCounter::PerTitle
+                } else {
+                    RoundRobinCounter::PerDisk
                 },
             })),
     ];
@@ -615,12 +623,21 @@ fn fragment_bytes(p: &LayoutParams, round_bytes: u64) -> u64 {
         .unwrap_or(round_bytes.max(1))
 }
 
+/// The deterministic counter a round on disk `k` steps.
+fn slot(backup: &BackupParams, k: u32) -> usize {
+    match backup.round_robin_counter {
+        RoundRobinCounter::PerDisk => k as usize,
+        RoundRobinCounter::PerTitle => 0,
+    }
+}
+
 /// Plan-level invariants that need no allocation.
 fn check_plan(plan: &TitlePlan, sizes: &[u64], start: u32) -> Result<(), TestCaseError> {
     let p = *plan.params();
     let d = p.disk_count;
     prop_assert_eq!(plan.rounds(), sizes.len());
-    // Deterministic rule, simulated independently: fragment counter per disk.
+    // Deterministic rule, simulated independently: a fragment counter per
+    // disk, or one for the title in slot 0.
     let mut counter = vec![0u64; d as usize];
     for (i, &bytes) in sizes.iter().enumerate() {
         let primary = plan.primary(i);
@@ -649,7 +666,7 @@ fn check_plan(plan: &TitlePlan, sizes: &[u64], start: u32) -> Result<(), TestCas
             prop_assert_eq!(ranges.iter().map(|r| r.end - r.start).sum::<u64>(), b.bytes);
             for &q in plan.fragment_ordinals(i, e) {
                 if backup.placement == ReplicaPlacement::Deterministic {
-                    let c = counter[k as usize] + u64::from(q);
+                    let c = counter[slot(&backup, k)] + u64::from(q);
                     let want = (u64::from(k) + 1 + c % u64::from(d - 1)) % u64::from(d);
                     prop_assert_eq!(u64::from(b.disk.0), want, "round {} fragment {}", i, q);
                 }
@@ -675,13 +692,17 @@ fn check_plan(plan: &TitlePlan, sizes: &[u64], start: u32) -> Result<(), TestCas
             wanted_disks,
             "fragments spread over too few disks"
         );
-        counter[k as usize] += match backup.fragment_sequence {
-            FragmentSequence::PerDisk => fragments,
+        counter[slot(&backup, k)] += match backup.fragment_sequence {
+            FragmentSequence::PerFragment => fragments,
             FragmentSequence::PerRound => 1,
         };
         if backup.backup_block_bytes.is_none() && bytes > 0 {
-            // Seed 000 Figure 2: j-th round of the title on disk k.
-            let j = i as u64 / u64::from(d);
+            // Seed 000 Figure 2: the j-th round of the title on disk k, or
+            // with one counter for the title, its round i.
+            let j = match backup.round_robin_counter {
+                RoundRobinCounter::PerDisk => i as u64 / u64::from(d),
+                RoundRobinCounter::PerTitle => i as u64,
+            };
             let want = (u64::from(k) + 1 + j % u64::from(d - 1)) % u64::from(d);
             if backup.placement == ReplicaPlacement::Deterministic {
                 prop_assert_eq!(u64::from(backups[0].disk.0), want);
@@ -899,7 +920,7 @@ fn strides_kept_outside_titles_are_skipped_by_first_fit() {
 fn per_round_fragment_sequence_starts_each_round_where_its_whole_backup_would_go() {
     // D = 4, B_d = 16 KiB, title starting on disk 0: rounds 0 and 4 are
     // disk 0's rounds j = 0 and 1. Per round, round 4's fragments start at
-    // (0 + 1 + 1) mod 4 = disk 2, whatever round 0's split; per disk they
+    // (0 + 1 + 1) mod 4 = disk 2, whatever round 0's split; per fragment they
     // continue after round 0's three fragments.
     let sizes = [48, 16, 0, 32, 64, 32].map(|s| s * K);
     let placed = |sequence: FragmentSequence| {
@@ -907,6 +928,7 @@ fn per_round_fragment_sequence_starts_each_round_where_its_whole_backup_would_go
             placement: ReplicaPlacement::Deterministic,
             backup_block_bytes: Some(16 * K),
             fragment_sequence: sequence,
+            round_robin_counter: RoundRobinCounter::PerDisk,
         });
         let plan = TitlePlan::new(&sizes, &params(4, backup), DiskIndex(0), 0).unwrap();
         (0..sizes.len())
@@ -914,18 +936,19 @@ fn per_round_fragment_sequence_starts_each_round_where_its_whole_backup_would_go
             .collect::<Vec<_>>()
     };
     let per_round = placed(FragmentSequence::PerRound);
-    let per_disk = placed(FragmentSequence::PerDisk);
+    let per_fragment = placed(FragmentSequence::PerFragment);
     assert_eq!(per_round[0], vec![1, 2, 3]);
-    assert_eq!(per_disk[0], vec![1, 2, 3]);
+    assert_eq!(per_fragment[0], vec![1, 2, 3]);
     // Round 4: four fragments over three disks, the fourth back on the first.
     assert_eq!(per_round[4], vec![2, 3, 1]);
-    assert_eq!(per_disk[4], vec![1, 2, 3]);
+    assert_eq!(per_fragment[4], vec![1, 2, 3]);
     // Whole backups (no B_d) place the same under both rules.
-    for sequence in [FragmentSequence::PerDisk, FragmentSequence::PerRound] {
+    for sequence in [FragmentSequence::PerFragment, FragmentSequence::PerRound] {
         let backup = Some(BackupParams {
             placement: ReplicaPlacement::Deterministic,
             backup_block_bytes: None,
             fragment_sequence: sequence,
+            round_robin_counter: RoundRobinCounter::PerDisk,
         });
         let plan = TitlePlan::new(&sizes, &params(4, backup), DiskIndex(0), 0).unwrap();
         let whole = deterministic(None);
@@ -934,4 +957,35 @@ fn per_round_fragment_sequence_starts_each_round_where_its_whole_backup_would_go
             assert_eq!(plan.backups(i), reference.backups(i), "round {i}");
         }
     }
+}
+
+#[test]
+fn a_per_title_counter_steps_the_backup_offset_every_round() {
+    // D = 4, whole backups, title starting on disk 1: per title, round i's
+    // backup is at offset 1 + i mod 3 from its primary; per disk, at
+    // 1 + ⌊i/4⌋ mod 3. Both give each disk's rounds round-robin backups
+    // (Figure 2): disk 2 holds rounds 1, 5, 9, whose backups go to disks
+    // 3, 0, 1 per disk and 0, 1, 3 per title (offsets 1, 2, 3 and 2, 3, 1).
+    let sizes = [48, 32, 16, 64, 48, 48, 32, 16, 32, 16, 64, 48].map(|s| s * K);
+    let backup_disks = |counter: RoundRobinCounter| {
+        let backup = Some(BackupParams {
+            placement: ReplicaPlacement::Deterministic,
+            backup_block_bytes: None,
+            fragment_sequence: FragmentSequence::PerFragment,
+            round_robin_counter: counter,
+        });
+        let plan = TitlePlan::new(&sizes, &params(4, backup), DiskIndex(1), 0).unwrap();
+        (0..sizes.len())
+            .map(|i| plan.backups(i)[0].disk.0)
+            .collect::<Vec<_>>()
+    };
+    // Primary disks: 1 2 3 0 1 2 3 0 1 2 3 0.
+    assert_eq!(
+        backup_disks(RoundRobinCounter::PerDisk),
+        vec![2, 3, 0, 1, 3, 0, 1, 2, 0, 1, 2, 3]
+    );
+    assert_eq!(
+        backup_disks(RoundRobinCounter::PerTitle),
+        vec![2, 0, 2, 1, 3, 1, 0, 2, 0, 3, 1, 3]
+    );
 }
