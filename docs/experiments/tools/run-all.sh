@@ -64,10 +64,14 @@ if [[ $what == all || $what == investigations ]]; then
   run inv-fig10-scene-length-w32 $I/seed000-fig10-scene-length.toml --set lookahead_rounds=32
   run inv-fig10-scene-length-capacity $I/seed000-fig10-scene-length.toml --set load=1.5
   run inv-fig10-lookahead-rondo-capacity $I/seed000-fig10-lookahead.toml --set bound=rondo --set load=1.5
-  for v in scene-length trace-seed lookahead; do
+  for v in scene-length trace-seed lookahead gop-variation fragment-sequence round-robin-counter; do
     run inv-fig11-$v $I/seed000-fig11-$v.toml
   done
+  run inv-fig11-round-robin-counter-rondo $I/seed000-fig11-round-robin-counter.toml --set bound=rondo
   run inv-fig11-fine-x $I/seed000-fig11-fine-x.toml
+  run inv-fig12-per-title experiments/seed000-fig12.toml --set round_robin_counter=per-title
+  run inv-fig7-round-robin-counter $I/seed000-fig7-round-robin-counter.toml
+  run inv-fig7-rrc-lookahead $I/seed000-fig7-round-robin-counter-lookahead.toml
   run inv-ftc-paper $I/failure-tolerance-cost.toml
   run inv-ftc-rondo $I/failure-tolerance-cost.toml --set bound=rondo
   run inv-ftc-paper-capacity $I/failure-tolerance-cost.toml --set load=1.5
