@@ -6,16 +6,17 @@
 //! matching the clients' view; a heavy load on a two-disk array that
 //! admission must partly refuse; a server frozen with SIGSTOP mid-playback,
 //! which every playing client must see as a stall; and the refusals of bad
-//! input. Each server is killed when its guard is dropped, panics included.
+//! input. Each server is killed when its guard is dropped, panics included
+//! (rondo-testkit's `Serve`).
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 use tempfile::TempDir;
+
+use rondo_testkit::media::{Clip, X264_ULTRAFAST};
+use rondo_testkit::process::{RondoServe, Serve, success_json};
 
 fn rondo() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rondo"))
@@ -24,96 +25,32 @@ fn rondo() -> Command {
 /// Length of the test title.
 const CLIP_SECONDS: u32 = 6;
 
-/// A `CLIP_SECONDS` H.264/AAC faststart MP4 made with ffmpeg.
-fn make_clip(dir: &Path) -> PathBuf {
-    let found = Command::new("ffmpeg")
-        .arg("-version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        found,
-        "`ffmpeg` is not installed: these tests make media with it. Install it with \
-         `apt-get install -y --no-install-recommends ffmpeg` (CI's .ci/run does)."
-    );
-    let path = dir.join("clip.mp4");
-    let out = Command::new("ffmpeg")
-        .args(["-hide_banner", "-loglevel", "error", "-y"])
-        .args(["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25"])
-        .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
-        .args(["-t", &CLIP_SECONDS.to_string()])
-        .args([
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-pix_fmt",
-            "yuv420p",
-        ])
-        .args(["-g", "25", "-c:a", "aac", "-movflags", "+faststart"])
-        .arg(&path)
-        .output()
-        .expect("run ffmpeg");
-    assert!(
-        out.status.success(),
-        "ffmpeg failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    path
-}
-
-/// A running `rondo serve`, killed on drop.
+/// A running `rondo serve` (killed on drop) and its data directory.
 struct Server {
-    child: Child,
+    serve: RondoServe,
     url: String,
     _dir: TempDir,
 }
 
 impl Server {
-    /// Starts a server on a new data directory with `extra` flags, waits
-    /// for it to print its URL and hands it the test title.
+    /// Starts a server on a new data directory in 250 ms rounds with
+    /// `extra` flags and hands it the test title: a `CLIP_SECONDS` H.264/AAC
+    /// faststart MP4 made with ffmpeg.
     fn start(extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let clip = make_clip(dir.path());
+        let clip = Clip::video("testsrc2=size=320x240:rate=25")
+            .sine()
+            .seconds(CLIP_SECONDS)
+            .args(X264_ULTRAFAST)
+            .args(["-g", "25", "-c:a", "aac", "-movflags", "+faststart"])
+            .make(dir.path().join("clip.mp4"));
         let data_dir = dir.path().join("data");
-        let mut child = rondo()
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(&data_dir)
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--round-ms",
-                "250",
-                "--no-samples",
-            ])
+        let serve = Serve::on(env!("CARGO_BIN_EXE_rondo"), &data_dir)
+            .args(["--round-ms", "250", "--no-samples"])
             .args(extra)
-            .env("RONDO_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.trim().strip_prefix("player: ") {
-                    let _ = tx.send(url.trim_end_matches('/').to_string());
-                }
-            }
-        });
-        let mut server = Server {
-            child,
-            url: String::new(),
-            _dir: dir,
-        };
-        server.url = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("rondo serve did not print its URL within 30 s");
-        assert!(
-            server.url.starts_with("http://127.0.0.1:"),
-            "{}",
-            server.url
-        );
+            .start();
+        let url = serve.url.clone();
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
         // The running server owns the directory: ingest uploads to it.
         let out = rondo()
             .arg("ingest")
@@ -123,41 +60,17 @@ impl Server {
             .arg("--json")
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "rondo ingest failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        server
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        success_json(&out);
+        Server {
+            serve,
+            url,
+            _dir: dir,
+        }
     }
 }
 
 fn load(args: &[&str]) -> Output {
     rondo().arg("load").args(args).output().unwrap()
-}
-
-fn stdout_json(output: &Output) -> Value {
-    assert!(
-        output.status.success(),
-        "rondo load failed: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
 }
 
 fn u(v: &Value, key: &str) -> u64 {
@@ -189,7 +102,7 @@ fn light_load_plays_every_stream_without_a_stall() {
         "--json",
         "--per-stream",
     ]);
-    let r = stdout_json(&out);
+    let r = success_json(&out);
 
     let requested = u(&r, "streams_requested");
     let started = u(&r, "streams_started");
@@ -250,7 +163,7 @@ fn heavy_load_on_two_disks_is_partly_refused() {
         "2",
         "--json",
     ]);
-    let r = stdout_json(&out);
+    let r = success_json(&out);
     let rejected = u(&r, "streams_rejected");
     let started = u(&r, "streams_started");
     assert!(
@@ -307,7 +220,7 @@ fn a_paused_server_makes_every_playing_client_stall() {
     // 6 s after that; freeze the server for 1.5 s while they play (its
     // rounds then catch up).
     std::thread::sleep(Duration::from_millis(2000));
-    let pid = server.child.id().to_string();
+    let pid = server.serve.pid().to_string();
     let signal = |name: &str| {
         let status = Command::new("kill").args([name, &pid]).status().unwrap();
         assert!(status.success(), "kill {name} {pid}");
@@ -315,7 +228,7 @@ fn a_paused_server_makes_every_playing_client_stall() {
     signal("-STOP");
     std::thread::sleep(Duration::from_millis(1500));
     signal("-CONT");
-    let r = stdout_json(&client.wait_with_output().unwrap());
+    let r = success_json(&client.wait_with_output().unwrap());
     assert_eq!(u(&r, "streams_started"), 3, "{r:#}");
     assert_eq!(u(&r, "streams_completed"), 3, "{r:#}");
     assert_eq!(u(&r, "stalled_streams"), 3, "{r:#}");

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use super::rng::SplitMix64;
 use super::{
-    FragmentSequence, LayoutError, LayoutParams, Replica, ReplicaPlacement, RoundRobinCounter,
+    BackupParams, FragmentSequence, LayoutError, LayoutParams, Replica, ReplicaPlacement,
+    RoundRobinCounter,
 };
 use crate::units::DiskIndex;
 
@@ -281,7 +282,7 @@ impl Builder {
             // An empty round still takes one (empty) fragment slot, so that a
             // B_d at least as large as every round places exactly as no B_d.
             let fragments = bytes.div_ceil(fragment_bytes).max(1) as usize;
-            self.assign_fragments(disk, fragments, backup.placement);
+            self.assign_fragments(disk, fragments, backup);
             if bytes > 0 {
                 self.emit_backups(disk, bytes, fragment_bytes);
             }
@@ -291,14 +292,11 @@ impl Builder {
 
     /// Fills `fragment_offset[q]` (the backup disk of fragment q is
     /// (primary + offset) mod D, offset in 1..D) for the round's fragments.
-    fn assign_fragments(&mut self, disk: u32, fragments: usize, placement: ReplicaPlacement) {
+    fn assign_fragments(&mut self, disk: u32, fragments: usize, backup: BackupParams) {
         let others = u64::from(self.plan.params.disk_count - 1);
         self.fragment_offset.clear();
-        match placement {
+        match backup.placement {
             ReplicaPlacement::Deterministic => {
-                let backup = self.plan.params.backup.unwrap_or_else(|| {
-                    unreachable!("fragments are assigned only for a backup replica")
-                });
                 // Per disk, disk k's rounds share a counter; per title, all
                 // the title's rounds share slot 0.
                 let slot = match backup.round_robin_counter {
