@@ -7,7 +7,7 @@
 
 use rondo_media::synth;
 use rondo_model::disk;
-use rondo_model::layout::ReplicaPlacement;
+use rondo_model::layout::{ReplicaPlacement, RoundRobinCounter};
 use rondo_model::reservation::Scheme;
 use rondo_model::schedule::Schedule;
 use rondo_sim::run::{BoundKind, FailureSpec, Mode, SimConfig, SimResult, SimTitle, run};
@@ -63,6 +63,13 @@ fn failure_scenario(seed: u64, scheme: Scheme) -> (SimConfig, SimResult) {
         ReplicaPlacement::Random
     };
     let mut c = SimConfig::seed000(disks, scheme, placement);
+    // Both round-robin counters: per-disk is paper mode's, per-title what
+    // `rondo serve` creates data directories with.
+    c.round_robin_counter = if mix(seed, 5).is_multiple_of(2) {
+        RoundRobinCounter::PerTitle
+    } else {
+        RoundRobinCounter::PerDisk
+    };
     c.bound = BoundKind::Rondo;
     c.mode = Mode::SimulatedDisk;
     c.load = 1.5;
@@ -116,12 +123,13 @@ fn minimum_in_rondo_mode_survives_any_single_failure_with_data_in_the_inner_zone
         );
         assert!(
             r.deadline_misses == 0 && r.disk_round_overruns == 0 && r.lost_reads == 0,
-            "seed {seed}: {} misses, {} overruns, {} lost reads with D = {}, {:?}, failure {:?}\n{}",
+            "seed {seed}: {} misses, {} overruns, {} lost reads with D = {}, {:?} ({:?}), failure {:?}\n{}",
             r.deadline_misses,
             r.disk_round_overruns,
             r.lost_reads,
             c.disks,
             c.placement,
+            c.round_robin_counter,
             c.failure,
             replay_hint("minimum_in", seed)
         );
