@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::schedule::Schedule;
-use crate::units::{BLOCK_BYTES_DEFAULT, DiskIndex, SECTOR_BYTES, STRIDE_BYTES_DEFAULT, TitleId};
+use crate::units::{DiskIndex, SECTOR_BYTES, TitleId};
 
 /// Where backups go (DESIGN.md: `deterministic` or `random`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -126,22 +126,6 @@ pub struct LayoutParams {
 }
 
 impl LayoutParams {
-    /// Default strides and blocks over `disk_count` disks with whole
-    /// deterministic backups (what `rondo serve` uses).
-    pub fn with_defaults(disk_count: u32) -> LayoutParams {
-        LayoutParams {
-            disk_count,
-            stride_bytes: STRIDE_BYTES_DEFAULT,
-            block_bytes: BLOCK_BYTES_DEFAULT,
-            backup: Some(BackupParams {
-                placement: ReplicaPlacement::Deterministic,
-                backup_block_bytes: None,
-                fragment_sequence: FragmentSequence::PerFragment,
-                round_robin_counter: RoundRobinCounter::PerDisk,
-            }),
-        }
-    }
-
     /// Checks the relations the layout relies on: blocks are whole sectors,
     /// strides and B_d are whole blocks, and a backup has a disk to go to.
     pub fn validate(&self) -> Result<(), LayoutError> {
