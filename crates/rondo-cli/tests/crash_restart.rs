@@ -4,7 +4,7 @@
 //!
 //! Before the kill: a fresh server's idle reservations (the fixed term per
 //! disk) and its capacity for a burst of requests of one title; then twelve
-//! paced streams mid-flight and an upload (`rondo ingest` handing a 90 s
+//! paced streams mid-flight and an upload (`rondo ingest` handing a 240 s
 //! title to the server) inside the write gate. SIGKILL. Then:
 //!
 //! - the stale files: `rondo.lock` (its flock died with the process) and
@@ -221,7 +221,7 @@ async fn kill_9_under_load_then_restart_is_clean() {
         references
     };
     assert_eq!(references.len(), 3, "the three sample titles");
-    let upload = make_ts(tmp.path(), "upload", 90, 4000);
+    let upload = make_ts(tmp.path(), "upload", 240, 4000);
     let offline = make_ts(tmp.path(), "offline", 4, 300);
     let disks = default_store_config().disk_count as usize;
     let http = reqwest::Client::new();

@@ -611,19 +611,18 @@ impl Reservations {
             .collect()
     }
 
-    /// The write credit of `round`: the least time any working disk has left
+    /// The write credits of `round`, per disk: the time each disk has left
     /// after admitted streams' reservations and `used_ns[disk]` of other
-    /// writes (e.g. a rebuild's copies). Ingest may write at most this much
-    /// per disk, since a round's replicas go to different disks. `None` when
-    /// no disk works.
-    pub fn write_credit_ns(&self, round: u64, used_ns: &[u64]) -> Option<u64> {
+    /// writes (e.g. a rebuild's copies). A write may use on each disk at most
+    /// that disk's credit; a failed disk's whole round is free
+    /// ([`Reservations::unreserved_ns`]).
+    pub fn write_credits_ns(&self, round: u64, used_ns: &[u64]) -> Vec<u64> {
         (0..self.config.disks)
-            .filter(|&d| !self.failed[d as usize])
             .map(|d| {
                 let used = used_ns.get(d as usize).copied().unwrap_or(0);
                 self.unreserved_ns(d, round).saturating_sub(used)
             })
-            .min()
+            .collect()
     }
 
     /// Disk time on `disk` in `round` that no admitted stream has reserved:
@@ -1277,10 +1276,14 @@ mod tests {
             "a failed disk is free for rebuild"
         );
         assert_eq!(r.unreserved_ns(1, 0), 900 * MS - r.reserved_ns(1, 0));
-        // The write credit skips the failed disk and charges other writes.
-        let least = (1..4).map(|d| r.unreserved_ns(d, 0)).min().unwrap();
-        assert_eq!(r.write_credit_ns(0, &[]), Some(least));
-        assert_eq!(r.write_credit_ns(0, &[0, least, least, least]), Some(0));
+        // The write credits are each disk's unreserved time less other writes.
+        let unreserved: Vec<u64> = (0..4).map(|d| r.unreserved_ns(d, 0)).collect();
+        assert_eq!(r.write_credits_ns(0, &[]), unreserved);
+        let used = [5 * MS, unreserved[1], unreserved[2] + 1, 0];
+        assert_eq!(
+            r.write_credits_ns(0, &used),
+            vec![unreserved[0] - 5 * MS, 0, 0, unreserved[3]]
+        );
         let (plan, lost) = r.plan_round(0);
         assert!(lost.is_empty());
         assert!(plan[0].is_empty());

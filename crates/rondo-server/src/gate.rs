@@ -5,33 +5,34 @@
 //! ([`WriteGate::before_write_round`], with the title's layout). The gate
 //! keeps a short look-ahead of the title's rounds not yet granted
 //! ([`LOOKAHEAD_ROUNDS`], with their extents), and the round driver grants
-//! from it when it begins a round ([`DiskTimeGate::begin_round`]): the
-//! round's credit is the core's `Reservations::write_credit_ns` (the smallest
-//! unreserved time over the working disks, `T − fixed − reserved`, less what
-//! the rebuild's copies took), and rounds of the title are granted in order
-//! as long as their cost fits it. A write's cost is charged with the array's
-//! paper bound (seed 000 §2.3) as if every replica's bytes went to one disk,
-//! plus the positioning of a second request: conservative, since the credit
-//! is the least loaded disk's and the replicas go to different disks. A
-//! round whose write costs more than a whole idle round is granted alone in
-//! a round with nothing reserved.
+//! from it when it begins a round ([`DiskTimeGate::begin_round`]): each
+//! disk's credit is the core's `Reservations::write_credits_ns` (that disk's
+//! `T − fixed − reserved`, less what the rebuild's copies took there), and
+//! rounds of the title are granted in order as long as, on every disk they
+//! write, their charge fits what is left of that disk's credit. A write is
+//! charged per disk with the rondo-mode write bound
+//! (`RondoBound::for_op(.., Op::Write, ..)`, one charge per extent), as the
+//! rebuild's copies are. A round whose charge on some disk exceeds a whole
+//! idle round is granted alone in a round with nothing reserved on the disks
+//! it writes.
 //!
 //! The granted rounds' extents go into that round's disk batches as write
-//! commands ([`crate::io::ModelIo`]), so each disk's model serves them in the
-//! same C-SCAN batch as the stream reads and the round's busy time includes
-//! them; each disk touched is charged the round's cost for the
-//! busy-versus-budget check. The ingest thread writes the bytes (through the
-//! store's `TitleWriter`, which records the checksums the commit needs) once
-//! the batches of the round it was granted in have completed on every disk,
-//! as before: real writes follow the model's. A granted round the ingest
-//! never writes (it failed) has cost model time only.
+//! commands ([`crate::io::ModelIo`]), so each disk's model serves them in its
+//! C-SCAN batch with the stream reads and the round's busy time includes
+//! them; each disk is charged what it was granted for the busy-versus-budget
+//! check. The ingest thread writes the bytes (through the store's
+//! `TitleWriter`, which records the checksums the commit needs) once the
+//! batches of the round it was granted in have completed on every disk, as
+//! before: real writes follow the model's. A granted round the ingest never
+//! writes (it failed) has cost model time only.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex};
 
-use rondo_model::disk::{Op, PaperBound};
+use rondo_model::disk::{Op, RondoBound, RoundBound};
 use rondo_model::layout::TitleLayout;
+use rondo_model::units::SECTOR_BYTES;
 use rondo_model::units::TitleId;
 
 use crate::ingest::WriteGate;
@@ -48,7 +49,8 @@ pub const LOOKAHEAD_ROUNDS: usize = 64;
 struct RoundWrite {
     round: usize,
     bytes: u64,
-    cost_ns: u64,
+    /// `(disk, charge)` for every disk the round writes.
+    charges_ns: Vec<(u32, u64)>,
     /// `(disk, extent)` of every replica.
     extents: Vec<(u32, ModelIo)>,
 }
@@ -88,12 +90,13 @@ pub struct DiskTimeGate {
     changed: Condvar,
     /// `T − fixed`: the write time of a round with nothing reserved.
     idle_round_ns: u64,
-    bound: PaperBound,
+    /// The rondo-mode write bound of the array's disks.
+    bound: RondoBound,
     metrics: Arc<Metrics>,
 }
 
 impl DiskTimeGate {
-    pub fn new(idle_round_ns: u64, bound: PaperBound, metrics: Arc<Metrics>) -> DiskTimeGate {
+    pub fn new(idle_round_ns: u64, bound: RondoBound, metrics: Arc<Metrics>) -> DiskTimeGate {
         DiskTimeGate {
             state: Mutex::new(GateState {
                 round: 0,
@@ -108,15 +111,30 @@ impl DiskTimeGate {
         }
     }
 
-    /// The disk time charged for writing `round_bytes` (every replica).
-    pub fn write_cost_ns(&self, round_bytes: u64) -> u64 {
-        self.bound.request_ns(round_bytes) + self.bound.request_ns(0)
+    /// The disk time charged, per disk, for writing `extents` (`(disk,
+    /// extent)` of every replica of a round): one write-bound charge per
+    /// extent, summed over each disk's, in disk order.
+    pub fn write_charges_ns(&self, extents: &[(u32, ModelIo)]) -> Vec<(u32, u64)> {
+        let mut charges: Vec<(u32, u64)> = Vec::new();
+        for (disk, io) in extents {
+            let ns = self.bound.extents_ns(&[(
+                io.device_offset_bytes / SECTOR_BYTES,
+                io.length_bytes.div_ceil(SECTOR_BYTES),
+            )]);
+            match charges.iter_mut().find(|(d, _)| d == disk) {
+                Some((_, total)) => *total += ns,
+                None => charges.push((*disk, ns)),
+            }
+        }
+        charges.sort_unstable();
+        charges
     }
 
-    /// Round `round` begins with `credit_ns` of write time (the core's
-    /// `write_credit_ns`); `disks` batches will report completion. Grants
-    /// waiting ingest rounds that fit and returns them for the batches.
-    pub fn begin_round(&self, round: u64, credit_ns: u64, disks: u32) -> WriteGrant {
+    /// Round `round` begins with `credits_ns[disk]` of write time per disk
+    /// (the core's `write_credits_ns`); `disks` batches will report
+    /// completion. Grants waiting ingest rounds that fit and returns them for
+    /// the batches.
+    pub fn begin_round(&self, round: u64, credits_ns: &[u64], disks: u32) -> WriteGrant {
         let disk_count = self.metrics.disks.len();
         let mut grant = WriteGrant {
             io: vec![Vec::new(); disk_count],
@@ -126,33 +144,42 @@ impl DiskTimeGate {
         let mut state = self.state.lock().expect("gate lock");
         state.round = round;
         state.disks_pending = disks;
-        let idle = credit_ns >= self.idle_round_ns;
-        let mut credit_ns = credit_ns.min(self.idle_round_ns);
+        let mut left_ns: Vec<u64> = (0..disk_count)
+            .map(|d| {
+                credits_ns
+                    .get(d)
+                    .copied()
+                    .unwrap_or(0)
+                    .min(self.idle_round_ns)
+            })
+            .collect();
         'titles: for ingest in state.ingests.values_mut() {
             while let Some(next) = ingest.ahead.front() {
-                let oversized = next.cost_ns > self.idle_round_ns;
-                let fits = if oversized {
-                    idle && credit_ns == self.idle_round_ns
-                } else {
-                    next.cost_ns <= credit_ns
-                };
+                let oversized = next
+                    .charges_ns
+                    .iter()
+                    .any(|&(_, ns)| ns > self.idle_round_ns);
+                let fits = next.charges_ns.iter().all(|&(d, ns)| {
+                    let left = left_ns[d as usize];
+                    if oversized {
+                        // Alone on its disks: nothing reserved nor granted there.
+                        left == self.idle_round_ns
+                    } else {
+                        ns <= left
+                    }
+                });
                 if !fits {
                     // Rounds of a title go in order; later titles may fit.
                     continue 'titles;
                 }
                 let next = ingest.ahead.pop_front().expect("front exists");
-                credit_ns = if oversized {
-                    0
-                } else {
-                    credit_ns - next.cost_ns
-                };
-                let mut touched = vec![false; disk_count];
+                for &(d, ns) in &next.charges_ns {
+                    let left = &mut left_ns[d as usize];
+                    *left = if oversized { 0 } else { *left - ns };
+                    grant.charged_ns[d as usize] += ns;
+                }
                 for (disk, io) in next.extents {
                     grant.io[disk as usize].push(io);
-                    touched[disk as usize] = true;
-                }
-                for (charged, _) in grant.charged_ns.iter_mut().zip(&touched).filter(|t| *t.1) {
-                    *charged += next.cost_ns;
                 }
                 ingest.granted.insert(next.round, (round, next.bytes));
                 grant.rounds += 1;
@@ -191,32 +218,39 @@ impl DiskTimeGate {
         let end = (round + LOOKAHEAD_ROUNDS).min(layout.rounds().len());
         while ingest.next_unlisted < end {
             let r = ingest.next_unlisted;
-            let l = layout.round(r);
-            let io = |x: &rondo_model::layout::Extent| ModelIo {
-                op: Op::Write,
-                device_offset_bytes: x.device_offset_bytes,
-                length_bytes: x.length_bytes,
-            };
-            let mut extents: Vec<(u32, ModelIo)> = l
-                .primary
-                .as_slice()
-                .iter()
-                .map(|x| (l.primary_disk.0, io(x)))
-                .collect();
-            for b in &l.backups {
-                extents.extend(b.extents.as_slice().iter().map(|x| (b.disk.0, io(x))));
-            }
-            extents.retain(|(_, x)| x.length_bytes > 0);
+            let extents = round_writes(layout, r);
             let bytes = extents.iter().map(|(_, x)| x.length_bytes).sum();
             ingest.ahead.push_back(RoundWrite {
                 round: r,
                 bytes,
-                cost_ns: self.write_cost_ns(bytes),
+                charges_ns: self.write_charges_ns(&extents),
                 extents,
             });
             ingest.next_unlisted += 1;
         }
     }
+}
+
+/// The write commands of round `round` of `layout`: `(disk, extent)` of its
+/// primary and every backup piece, empty extents left out.
+fn round_writes(layout: &TitleLayout, round: usize) -> Vec<(u32, ModelIo)> {
+    let l = layout.round(round);
+    let io = |x: &rondo_model::layout::Extent| ModelIo {
+        op: Op::Write,
+        device_offset_bytes: x.device_offset_bytes,
+        length_bytes: x.length_bytes,
+    };
+    let mut extents: Vec<(u32, ModelIo)> = l
+        .primary
+        .as_slice()
+        .iter()
+        .map(|x| (l.primary_disk.0, io(x)))
+        .collect();
+    for b in &l.backups {
+        extents.extend(b.extents.as_slice().iter().map(|x| (b.disk.0, io(x))));
+    }
+    extents.retain(|(_, x)| x.length_bytes > 0);
+    extents
 }
 
 impl WriteGate for DiskTimeGate {
@@ -288,19 +322,39 @@ mod tests {
         }
     }
 
+    fn gate(idle_round_ns: u64) -> Arc<DiskTimeGate> {
+        let profile = rondo_model::disk::profile_by_name("cheetah-4lp").unwrap();
+        let bound = RondoBound::for_op(&profile, Op::Write, 16).unwrap();
+        Arc::new(DiskTimeGate::new(
+            idle_round_ns,
+            bound,
+            Arc::new(Metrics::new(4)),
+        ))
+    }
+
+    /// Per-disk charges of round `r` of `l` as a credit vector (0 elsewhere).
+    fn charges(g: &DiskTimeGate, l: &TitleLayout, r: usize) -> Vec<u64> {
+        let mut per_disk = vec![0u64; 4];
+        for (d, ns) in g.write_charges_ns(&round_writes(l, r)) {
+            per_disk[d as usize] += ns;
+        }
+        per_disk
+    }
+
+    fn plus(a: &[u64], b: &[u64]) -> Vec<u64> {
+        a.iter().zip(b).map(|(x, y)| x + y).collect()
+    }
+
     #[test]
     fn an_oversized_round_goes_alone_in_an_idle_round() {
         const MIB: u64 = 1024 * 1024;
-        // A 2 MiB round written twice costs more than this gate's idle
-        // round: it waits for a round with nothing reserved.
-        let g = Arc::new(DiskTimeGate::new(
-            200_000_000,
-            PaperBound::seed000_table2(),
-            Arc::new(Metrics::new(4)),
-        ));
-        assert!(g.write_cost_ns(4 * MIB) > 200_000_000);
+        // A 2 MiB round costs more on each of its disks than this gate's
+        // idle round: it waits for a round with nothing reserved there.
+        let idle = 100_000_000;
+        let g = gate(idle);
         let title = TitleId(3);
         let l = Arc::new(layout(2, 2 * MIB));
+        assert!(charges(&g, &l, 0).iter().any(|&ns| ns > idle));
         let writer = {
             let (g, l) = (Arc::clone(&g), Arc::clone(&l));
             std::thread::spawn(move || {
@@ -311,27 +365,39 @@ mod tests {
         wait_for("the ingest registers", || {
             g.state.lock().unwrap().ingests.contains_key(&title)
         });
-        assert_eq!(g.begin_round(0, 199_999_999, 0).rounds, 0, "not idle");
+        let round0 = l.round(0);
+        let mut almost = vec![idle; 4];
+        almost[round0.backups[0].disk.0 as usize] = idle - 1;
+        assert_eq!(g.begin_round(0, &almost, 0).rounds, 0, "not idle");
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(g.metrics.gated_writes.load(Relaxed), 0);
-        assert_eq!(g.begin_round(1, 200_000_000, 0).rounds, 1, "alone");
+        assert_eq!(g.begin_round(1, &[idle; 4], 0).rounds, 1, "alone");
         writer.join().unwrap();
         assert_eq!(g.metrics.gated_writes.load(Relaxed), 1);
     }
 
     #[test]
-    fn ingest_rounds_are_granted_into_the_batches_then_written_after_them() {
+    fn ingest_rounds_are_granted_per_disk_into_the_batches_then_written_after_them() {
         const MIB: u64 = 1024 * 1024;
-        let g = Arc::new(DiskTimeGate::new(
-            900_000_000,
-            PaperBound::seed000_table2(),
-            Arc::new(Metrics::new(4)),
-        ));
+        let idle = 900_000_000;
+        let g = gate(idle);
         let title = TitleId(7);
         let l = Arc::new(layout(8, MIB));
-        let cost = g.write_cost_ns(2 * MIB);
+        let cost: Vec<Vec<u64>> = (0..8).map(|r| charges(&g, &l, r)).collect();
+        // Each round is charged on its primary and its backup disk only, the
+        // write bound of that disk's extents (about 1 MiB at the inner
+        // zone's rate plus positioning: well under the old charge of both
+        // replicas on every disk).
+        for (r, c) in cost.iter().enumerate() {
+            let round = l.round(r);
+            let touched = [round.primary_disk.0, round.backups[0].disk.0];
+            for (d, &ns) in c.iter().enumerate() {
+                assert_eq!(ns > 0, touched.contains(&(d as u32)), "round {r} disk {d}");
+                assert!(ns < 150_000_000, "round {r} disk {d}: {ns} ns for 1 MiB");
+            }
+        }
         // Nobody waits yet: nothing granted.
-        assert_eq!(g.begin_round(0, 900_000_000, 0).rounds, 0);
+        assert_eq!(g.begin_round(0, &[idle; 4], 0).rounds, 0);
         let writer = {
             let (g, l) = (Arc::clone(&g), Arc::clone(&l));
             std::thread::spawn(move || {
@@ -344,9 +410,10 @@ mod tests {
         wait_for("the ingest registers", || {
             g.state.lock().unwrap().ingests.contains_key(&title)
         });
-        // Room for two rounds: rounds 0 and 1 go into round 1's batches, as
-        // write commands on each round's primary and backup disks.
-        let grant = g.begin_round(1, 2 * cost + 1, 4);
+        // Credits for exactly rounds 0 and 1: both go into round 1's
+        // batches, as write commands on each round's primary and backup disks.
+        let two = plus(&cost[0], &cost[1]);
+        let grant = g.begin_round(1, &two, 4);
         assert_eq!(grant.rounds, 2);
         let mut written = vec![0u64; 4];
         for (disk, ios) in grant.io.iter().enumerate() {
@@ -361,10 +428,7 @@ mod tests {
             assert!(written[round.primary_disk.0 as usize] >= MIB);
             assert!(written[round.backups[0].disk.0 as usize] >= MIB);
         }
-        for (disk, &bytes) in written.iter().enumerate() {
-            // Each disk touched is charged each round it writes.
-            assert_eq!(grant.charged_ns[disk], cost * bytes / MIB, "disk {disk}");
-        }
+        assert_eq!(grant.charged_ns, two, "each disk charged its own writes");
         // The writes wait for round 1's batches (which model them).
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(g.metrics.gated_writes.load(Relaxed), 0);
@@ -375,20 +439,33 @@ mod tests {
             g.metrics.gated_writes.load(Relaxed) == 2
         });
         assert_eq!(g.metrics.gated_write_bytes.load(Relaxed), 4 * MIB);
-        // Too little credit: nothing more.
-        assert_eq!(g.begin_round(2, cost - 1, 0).rounds, 0);
+        // One disk short of round 2's charge: nothing more, whatever the others have.
+        let mut short = vec![idle; 4];
+        let busy = (0..4).find(|&d| cost[2][d] > 0).unwrap();
+        short[busy] = cost[2][busy] - 1;
+        assert_eq!(g.begin_round(2, &short, 0).rounds, 0);
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(g.metrics.gated_writes.load(Relaxed), 2);
-        // An idle round grants what fits of the look-ahead (4 of 6 here).
-        let idle = g.begin_round(3, 900_000_000, 0);
-        assert_eq!(idle.rounds, 900_000_000 / cost);
-        assert_eq!(g.begin_round(4, 900_000_000, 0).rounds, 6 - idle.rounds);
+        // An idle round grants the rest of the title while every disk's
+        // charges fit (1 MiB rounds on four disks: all six).
+        let fit = {
+            let mut used = vec![0u64; 4];
+            (2..8)
+                .take_while(|&r| {
+                    used = plus(&used, &cost[r]);
+                    used.iter().all(|&ns| ns <= idle)
+                })
+                .count() as u64
+        };
+        let first = g.begin_round(3, &[idle; 4], 0);
+        assert_eq!(first.rounds, fit);
+        assert_eq!(g.begin_round(4, &[idle; 4], 0).rounds, 6 - fit);
         writer.join().unwrap();
         assert_eq!(g.metrics.gated_writes.load(Relaxed), 8);
         assert!(
             g.state.lock().unwrap().ingests.is_empty(),
             "title_done forgets it"
         );
-        assert_eq!(g.begin_round(5, 900_000_000, 0).rounds, 0);
+        assert_eq!(g.begin_round(5, &[idle; 4], 0).rounds, 0);
     }
 }

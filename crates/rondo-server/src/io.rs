@@ -19,7 +19,7 @@
 //! [`DiskBatch::granted_io`]: the rebuild's source reads and target writes
 //! and the ingest writes that the core granted this disk in this round
 //! (`RebuildQueue::next_round`, the write gate's share of
-//! `Reservations::write_credit_ns`). They are model commands of their own
+//! `Reservations::write_credits_ns`). They are model commands of their own
 //! (`Op::Read` / `Op::Write`), served in the same C-SCAN batch as the stream
 //! reads, so the model's head position, cache and backlog see them and the
 //! round's busy time (model and, paced, measured) includes them. Their bytes

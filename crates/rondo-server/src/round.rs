@@ -15,7 +15,7 @@
 //!    the titles' layouts and catalog checksums;
 //! 4. asks the core which rebuild copies run this round
 //!    (`RebuildQueue::next_round`) and grants ingest writes from what they
-//!    leave (`Reservations::write_credit_ns`, through the write gate), and
+//!    leave (`Reservations::write_credits_ns`, per disk, through the write gate), and
 //!    adds their reads and writes to each disk's batch, so the disk models
 //!    serve them with the stream reads; then sends each disk its batch, with
 //!    its budget: reserved for streams plus granted to those writers.
@@ -209,9 +209,9 @@ impl Driver {
         // The rebuild's copies for this round, in the time left unreserved;
         // the ingest gate gets what they leave.
         let rebuild = crate::ops::rebuild_round(&shared, &mut core, round);
-        let credit_ns = core
+        let credits_ns = core
             .reservations
-            .write_credit_ns(round, &rebuild.charged_ns);
+            .write_credits_ns(round, &rebuild.charged_ns);
         // Empty rounds (no bytes) complete at once: they have no extents.
         let empty: Vec<(StreamId, u32)> = self
             .inflight
@@ -233,9 +233,7 @@ impl Driver {
         drop(core);
 
         let working = batches.len() as u32;
-        let writes = shared
-            .gate
-            .begin_round(round, credit_ns.unwrap_or(0), working);
+        let writes = shared.gate.begin_round(round, &credits_ns, working);
         // What was granted goes into the disks' batches: their models serve
         // it with the stream reads, and it is part of the round's budget.
         for (disk, batch) in batches.iter_mut().enumerate() {

@@ -165,10 +165,11 @@ impl RunningServer {
         let base_url = format!("http://{local_addr}");
 
         let metrics = Arc::new(Metrics::new(array.disk_count));
-        let paper = profile.paper_bound().map_err(profile_error)?;
+        let write_bound =
+            RondoBound::for_op(&profile, Op::Write, WRITE_BOUND_EXTENTS).map_err(profile_error)?;
         let gate = Arc::new(DiskTimeGate::new(
             round_ns.saturating_sub(fixed_ns),
-            paper,
+            write_bound.clone(),
             Arc::clone(&metrics),
         ));
         let pool = BufferPool::new(
@@ -180,8 +181,6 @@ impl RunningServer {
             t0: Instant::now() + Duration::from_millis(20),
             round_ns,
         };
-        let write_bound =
-            RondoBound::for_op(&profile, Op::Write, WRITE_BOUND_EXTENTS).map_err(profile_error)?;
         let (copier_tx, copier_rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
             store: store.clone(),

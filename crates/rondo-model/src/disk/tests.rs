@@ -601,9 +601,12 @@ proptest! {
 
     /// rondo mode: execute_batch's busy time under C-SCAN never exceeds the
     /// bound, whatever the placement (innermost zone included), request sizes,
-    /// one- or two-extent requests, batches of reads or of writes, the seek
-    /// line's tuning, and the disk's prior head, cache, read-ahead and backlog
-    /// (left by a prior batch of mixed reads and writes).
+    /// one- or two-extent requests, batches of reads, of writes or of both
+    /// (each request charged with its own op's bound and the larger fixed
+    /// term, as the server charges stream reads beside ingest and rebuild
+    /// writes), the seek line's tuning, and the disk's prior head, cache,
+    /// read-ahead and backlog (left by a prior batch of mixed reads and
+    /// writes).
     #[test]
     fn rondo_bound_covers_every_cscan_batch(
         profile in 0usize..5,
@@ -614,12 +617,14 @@ proptest! {
         pairs in prop::collection::vec(any::<bool>(), 30),
         gap_ns in -30_000_000i64..30_000_000,
         prior_writes in prop::collection::vec(any::<bool>(), 30),
-        writes in prop::bool::weighted(0.2),
+        // 0: reads, 1: writes, 2: both, request by request.
+        kind in prop_oneof![3 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
+        mixed_writes in prop::collection::vec(any::<bool>(), 30),
         extents_per_round in 1u32..40,
     ) {
         let p = profile_for(profile);
-        let op = if writes { Op::Write } else { Op::Read };
-        let bound = RondoBound::for_op(&p, op, extents_per_round).unwrap();
+        let read_bound = RondoBound::for_op(&p, Op::Read, extents_per_round).unwrap();
+        let write_bound = RondoBound::for_op(&p, Op::Write, extents_per_round).unwrap();
         let mut disk = Disk::new(p).unwrap();
         let m = disk.mechanism().cloned();
         let place_on = |placement, draws: &[(f64, u64)], disk: &Disk| match &m {
@@ -640,13 +645,26 @@ proptest! {
         let before = disk.execute_batch(&prior, 0, Scheduler::Fcfs).unwrap();
         let start = (before.end_ns as i64 + gap_ns).max(0) as u64;
         let mut batch = requests_of(&place_on(placement, &draws, &disk), &pairs);
-        for r in &mut batch {
-            r.op = op;
+        for (r, &w) in batch.iter_mut().zip(&mixed_writes) {
+            r.op = match kind {
+                0 => Op::Read,
+                1 => Op::Write,
+                _ if w => Op::Write,
+                _ => Op::Read,
+            };
         }
         let out = disk.execute_batch(&batch, start, Scheduler::Cscan).unwrap();
-        let extents: Vec<Vec<(u64, u64)>> = batch.iter().map(as_pairs).collect();
-        let refs: Vec<&[(u64, u64)]> = extents.iter().map(|v| v.as_slice()).collect();
-        let limit = bound.round_extents_ns(&refs);
+        let bound_of = |op| if op == Op::Write { &write_bound } else { &read_bound };
+        let fixed = match kind {
+            0 => read_bound.fixed_ns(),
+            1 => write_bound.fixed_ns(),
+            _ => read_bound.fixed_ns().max(write_bound.fixed_ns()),
+        };
+        let limit = fixed
+            + batch
+                .iter()
+                .map(|r| bound_of(r.op).extents_ns(&as_pairs(r)))
+                .sum::<u64>();
         prop_assert!(
             out.busy_ns <= limit,
             "busy {} ns > bound {} ns ({} requests)", out.busy_ns, limit, batch.len()
