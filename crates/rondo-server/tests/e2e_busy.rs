@@ -19,7 +19,7 @@
 
 mod e2e_support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use e2e_support::*;
@@ -33,6 +33,11 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// about 1 MB per round, so a Cheetah disk carries about ten streams.
 const TITLE_SECONDS: u32 = 16;
 const TITLE_KBPS: u32 = 8000;
+
+/// The streams' title: TITLE_SECONDS of MPEG-TS padded to TITLE_KBPS.
+fn long_title(dir: &Path) -> PathBuf {
+    make_media_padded(dir, "long", MediaKind::Ts, TITLE_SECONDS, Some(TITLE_KBPS))
+}
 /// Requests made at once: about twice what the array admits.
 const CLIENTS: usize = 48;
 /// When disk 1 is failed, after the requests.
@@ -174,13 +179,7 @@ async fn minimum_keeps_every_disk_round_within_its_reservation_through_a_failure
     let _serial = SERIAL.lock().await;
     init_logs();
     let tmp = tempfile::tempdir().unwrap();
-    let media = make_media_padded(
-        tmp.path(),
-        "long",
-        MediaKind::Ts,
-        TITLE_SECONDS,
-        Some(TITLE_KBPS),
-    );
+    let media = long_title(tmp.path());
     let run = busy_run(&media, Scheme::Minimum).await;
     assert!(
         run.admitted >= 16 && run.admitted < CLIENTS,
@@ -218,13 +217,7 @@ async fn unreserved_disk_rounds_exceed_their_reservation_after_the_failure() {
     let _serial = SERIAL.lock().await;
     init_logs();
     let tmp = tempfile::tempdir().unwrap();
-    let media = make_media_padded(
-        tmp.path(),
-        "long",
-        MediaKind::Ts,
-        TITLE_SECONDS,
-        Some(TITLE_KBPS),
-    );
+    let media = long_title(tmp.path());
     let run = busy_run(&media, Scheme::Unreserved).await;
     let model_over: u64 = run.model_over.iter().sum();
     let over: u64 = run.over.iter().sum();

@@ -14,6 +14,7 @@
 mod e2e_support;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -31,6 +32,11 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// 1 MB per round per stream (8 Mbit/s, null-padded MPEG-TS), 16 s.
 const TITLE_SECONDS: u32 = 16;
 const TITLE_KBPS: u32 = 8000;
+
+/// The streams' title: TITLE_SECONDS of MPEG-TS padded to TITLE_KBPS.
+fn long_title(dir: &Path) -> PathBuf {
+    make_media_padded(dir, "long", MediaKind::Ts, TITLE_SECONDS, Some(TITLE_KBPS))
+}
 
 /// One disk-round as `/api/metrics`' last-round fields showed it.
 #[derive(Clone, Copy, Debug)]
@@ -144,13 +150,7 @@ async fn a_rebuild_is_served_by_the_emulated_disks_within_the_round_budget() {
     init_logs();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
-    let media = make_media_padded(
-        tmp.path(),
-        "long",
-        MediaKind::Ts,
-        TITLE_SECONDS,
-        Some(TITLE_KBPS),
-    );
+    let media = long_title(tmp.path());
     let store = loaded_store(&dir, &media);
     let titles = store.titles().unwrap();
     let server = Arc::new(start(store, test_config()).await);
@@ -277,13 +277,7 @@ async fn an_upload_is_written_through_the_emulated_disks_within_the_round_budget
     init_logs();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
-    let media = make_media_padded(
-        tmp.path(),
-        "long",
-        MediaKind::Ts,
-        TITLE_SECONDS,
-        Some(TITLE_KBPS),
-    );
+    let media = long_title(tmp.path());
     let upload = make_media_padded(tmp.path(), "upload", MediaKind::Ts, 24, Some(TITLE_KBPS));
     let store = loaded_store(&dir, &media);
     let titles = store.titles().unwrap();

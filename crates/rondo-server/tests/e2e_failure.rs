@@ -212,13 +212,12 @@ async fn unreserved_misses_deadlines_after_the_same_failure() {
 /// the stored layout rather than assuming a pair.
 fn disks_sparing(store: &Store, title: &rondo_store::TitleRecord) -> (u32, u32) {
     let stored = store.load_title(title.id).unwrap();
-    let pairs = (0u32..4).flat_map(|f1| {
-        (0u32..4)
-            .filter(move |&f2| f2 != f1)
-            .map(move |f2| (f1, f2))
-    });
-    pairs
-        .into_iter()
+    (0u32..4)
+        .flat_map(|f1| {
+            (0u32..4)
+                .filter(move |&f2| f2 != f1)
+                .map(move |f2| (f1, f2))
+        })
         .find(|&(f1, f2)| {
             let working = |d: u32| d != f1 && d != f2;
             stored
