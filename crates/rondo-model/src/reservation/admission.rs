@@ -1,0 +1,228 @@
+//! Admission (seed 000 §6.2): the start rounds tried, the check that every
+//! round of the stream fits, and which replica each round reads.
+
+use super::{
+    Admission, Charge, Rejection, Reservations, RoundChoice, Scheme, StreamRecord, TitleCharges,
+    stream_end,
+};
+use crate::units::{StreamId, TitleId};
+
+impl Reservations {
+    /// Tries start rounds `earliest_round`, `earliest_round + 1`, … up to
+    /// `lookahead_rounds` of them; admits the stream at the first that fits
+    /// every round of the title, or rejects it (seed 000 §6.2).
+    pub fn try_admit(
+        &mut self,
+        title: TitleId,
+        earliest_round: u64,
+        lookahead_rounds: u64,
+    ) -> Result<Admission, Rejection> {
+        self.try_admit_from(title, 0, earliest_round, lookahead_rounds)
+    }
+
+    /// Like [`Reservations::try_admit`] for a stream that begins at the
+    /// title's playback round `first_playback_round` (a seek or a range
+    /// request): only the rounds from there on are reserved. Its first
+    /// round's buffer and network reservation is the title's for that round,
+    /// which also counts the previous round's data: a slight overcount, never
+    /// an undercount.
+    pub fn try_admit_from(
+        &mut self,
+        title: TitleId,
+        first_playback_round: usize,
+        earliest_round: u64,
+        lookahead_rounds: u64,
+    ) -> Result<Admission, Rejection> {
+        let rounds = self
+            .titles
+            .get(&title)
+            .ok_or(Rejection::UnknownTitle(title))?
+            .rounds();
+        self.try_admit_range(
+            title,
+            first_playback_round..rounds,
+            earliest_round,
+            lookahead_rounds,
+        )
+    }
+
+    /// Like [`Reservations::try_admit_from`] for a stream that reads only
+    /// the title's playback rounds `playback_rounds` (a range request for
+    /// part of a title): nothing is reserved past the range's last round.
+    /// An `end` past the title's end is cut to it.
+    pub fn try_admit_range(
+        &mut self,
+        title: TitleId,
+        playback_rounds: std::ops::Range<usize>,
+        earliest_round: u64,
+        lookahead_rounds: u64,
+    ) -> Result<Admission, Rejection> {
+        let charges = self
+            .titles
+            .get(&title)
+            .ok_or(Rejection::UnknownTitle(title))?;
+        let first_playback_round = playback_rounds.start;
+        let end_playback_round = playback_rounds.end.min(charges.rounds());
+        if first_playback_round >= end_playback_round {
+            return Err(Rejection::PastEnd {
+                first_playback_round,
+                rounds: charges.rounds(),
+            });
+        }
+        let stream_rounds = (stream_end(charges, end_playback_round) - first_playback_round) as u64;
+        let earliest_round = earliest_round.max(self.current_round);
+        let lookahead_rounds = lookahead_rounds.max(1);
+        let window_end = self.current_round + self.config.horizon_rounds;
+        if earliest_round + stream_rounds > window_end {
+            return Err(Rejection::TooLong {
+                rounds: stream_rounds,
+                horizon_rounds: self.config.horizon_rounds,
+            });
+        }
+        let mut last = Rejection::DiskTime {
+            lookahead_rounds,
+            disk: 0,
+            round: earliest_round,
+        };
+        for start in earliest_round..earliest_round + lookahead_rounds {
+            if start + stream_rounds > window_end {
+                break;
+            }
+            let rounds = first_playback_round..end_playback_round;
+            match self.fits(charges, rounds, start, lookahead_rounds) {
+                Ok(choice) => {
+                    let stream = StreamId(self.next_stream);
+                    self.next_stream += 1;
+                    let record = StreamRecord {
+                        title,
+                        start_round: start,
+                        first_playback_round,
+                        end_playback_round,
+                        choice,
+                    };
+                    self.apply(&record, 1);
+                    self.streams.insert(stream, record);
+                    return Ok(Admission {
+                        stream,
+                        start_round: start,
+                    });
+                }
+                Err(rejection @ Rejection::DataUnavailable { .. }) => return Err(rejection),
+                Err(rejection) => last = rejection,
+            }
+        }
+        Err(last)
+    }
+
+    /// Checks whether the title fits starting at `start`; returns the replica
+    /// choice per round. Pure: changes nothing.
+    fn fits(
+        &self,
+        charges: &TitleCharges,
+        playback_rounds: std::ops::Range<usize>,
+        start: u64,
+        lookahead_rounds: u64,
+    ) -> Result<Vec<RoundChoice>, Rejection> {
+        let (first, end) = (playback_rounds.start, playback_rounds.end);
+        let cfg = &self.config;
+        let budget_ns = cfg.round_duration_ns.saturating_sub(cfg.round_fixed_ns);
+        let horizon = cfg.horizon_rounds;
+        let disk_full = |disk: u32, round: u64| Rejection::DiskTime {
+            lookahead_rounds,
+            disk,
+            round,
+        };
+        for i in first..stream_end(charges, end) {
+            let round = start + (i - first) as u64;
+            let ring = (round % horizon) as usize;
+            if self.buffer_bytes[ring] + charges.buffer_bytes[i] > cfg.buffer_capacity_bytes {
+                return Err(Rejection::Buffer {
+                    lookahead_rounds,
+                    round,
+                });
+            }
+            if let Some(cap) = cfg.network_capacity_bytes_per_round
+                && self.network_bytes[ring] + charges.network_bytes[i] > cap
+            {
+                return Err(Rejection::Network {
+                    lookahead_rounds,
+                    round,
+                });
+            }
+        }
+        let mut choice = Vec::with_capacity(end - first);
+        for i in first..end {
+            let round = start + (i - first) as u64;
+            let primary = charges.primary(i);
+            let backup = charges.backup(i);
+            let round_choice = self.choose(primary, backup, round, i as u64)?;
+            match round_choice {
+                RoundChoice::Primary => {
+                    let slot = self.slot(primary.disk, round);
+                    if slot.reserved_ns(cfg.scheme) + primary.cost_ns > budget_ns {
+                        return Err(disk_full(primary.disk, round));
+                    }
+                    if matches!(cfg.scheme, Scheme::Mirroring | Scheme::Minimum) {
+                        for piece in backup {
+                            let slot = self.slot(piece.disk, round);
+                            let extra = match cfg.scheme {
+                                Scheme::Mirroring => piece.cost_ns,
+                                _ => (slot.backup_from(primary.disk) + piece.cost_ns)
+                                    .saturating_sub(slot.backup_max_ns),
+                            };
+                            if slot.reserved_ns(cfg.scheme) + extra > budget_ns {
+                                return Err(disk_full(piece.disk, round));
+                            }
+                        }
+                    }
+                }
+                RoundChoice::Backup | RoundChoice::Rerouted => {
+                    for piece in backup {
+                        let slot = self.slot(piece.disk, round);
+                        if slot.reserved_ns(cfg.scheme) + piece.cost_ns > budget_ns {
+                            return Err(disk_full(piece.disk, round));
+                        }
+                    }
+                }
+            }
+            choice.push(round_choice);
+        }
+        Ok(choice)
+    }
+
+    /// Which replica a new stream reads in one round.
+    fn choose(
+        &self,
+        primary: Charge,
+        backup: &[Charge],
+        round: u64,
+        playback_round: u64,
+    ) -> Result<RoundChoice, Rejection> {
+        let backup_ok = !backup.is_empty() && backup.iter().all(|p| !self.failed[p.disk as usize]);
+        if self.failed[primary.disk as usize] {
+            return if backup_ok && self.config.scheme.stores_backup() {
+                Ok(RoundChoice::Rerouted)
+            } else {
+                Err(Rejection::DataUnavailable {
+                    round: playback_round,
+                })
+            };
+        }
+        if self.config.scheme == Scheme::Dynamic && backup_ok {
+            // Seed 000 §5: the replica on the disk expected to be least
+            // loaded, judged by the reservations made so far. Ties keep the
+            // primary. A declustered backup is judged by its busiest piece.
+            let scheme = self.config.scheme;
+            let primary_load = self.slot(primary.disk, round).reserved_ns(scheme) + primary.cost_ns;
+            let backup_load = backup
+                .iter()
+                .map(|p| self.slot(p.disk, round).reserved_ns(scheme) + p.cost_ns)
+                .max()
+                .unwrap_or(u64::MAX);
+            if backup_load < primary_load {
+                return Ok(RoundChoice::Backup);
+            }
+        }
+        Ok(RoundChoice::Primary)
+    }
+}

@@ -1,0 +1,214 @@
+//! A title's per-round disk charges and the bound that computes them.
+//!
+//! [`TitleCharges`] is what admission adds per stream: where each round's
+//! primary and backup pieces live and what each costs under the round
+//! bound ([`Bound`], paper or rondo mode). Computed once per title, when it
+//! is stored or loaded, for the simulator and the server alike.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::disk::{PaperBound, RondoBound, RoundBound};
+use crate::layout::{DiskRead, TitleLayout, TitlePlan};
+use crate::schedule::Schedule;
+
+/// The disk time one replica piece of one round costs on one disk.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Charge {
+    pub disk: u32,
+    /// Reserved disk time: the bound's per-request cost of this read.
+    pub cost_ns: u64,
+}
+
+/// A title's per-round resource needs, computed once from its schedule, its
+/// layout and the round bound. Round i is playback round i of the title.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TitleCharges {
+    /// Primary read of each round.
+    pub(super) primary: Vec<Charge>,
+    /// Backup pieces of round i are `backup[backup_start[i]..backup_start[i + 1]]`,
+    /// at most one per disk (one request per disk per round per stream).
+    pub(super) backup_start: Vec<u32>,
+    pub(super) backup: Vec<Charge>,
+    /// Server buffer held in each stream round (`rounds + 1` entries).
+    pub(super) buffer_bytes: Vec<u64>,
+    /// Bytes sent to the client in each stream round (`rounds + 1` entries;
+    /// data read in round i is sent in round i + 1).
+    pub(super) network_bytes: Vec<u64>,
+}
+
+/// Why charges could not be built.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ChargesError {
+    #[error("round {round}: a backup piece lies on the primary's disk {disk}")]
+    BackupOnPrimaryDisk { round: usize, disk: u32 },
+    #[error(
+        "round {round}: two backup pieces on disk {disk}; a stream issues one request per disk per round"
+    )]
+    TwoPiecesOnOneDisk { round: usize, disk: u32 },
+    #[error("buffer and network sequences need {expected} entries (rounds + 1), got {got}")]
+    SequenceLength { expected: usize, got: usize },
+    #[error("a title needs at least one round")]
+    Empty,
+    #[error("the rondo-mode bound needs the title's placed extents")]
+    NeedsLayout,
+}
+
+impl TitleCharges {
+    /// Builds charges from per-round primary charges and backup pieces.
+    /// `client_bytes[i]` is what playback round i sends (in stream round i + 1);
+    /// `buffer_bytes` has `rounds + 1` entries (see `schedule::Schedule`).
+    pub fn new(
+        primary: Vec<Charge>,
+        backups: Vec<Vec<Charge>>,
+        buffer_bytes: Vec<u64>,
+        client_bytes: &[u64],
+    ) -> Result<TitleCharges, ChargesError> {
+        let rounds = primary.len();
+        if rounds == 0 {
+            return Err(ChargesError::Empty);
+        }
+        if buffer_bytes.len() != rounds + 1 || client_bytes.len() != rounds {
+            return Err(ChargesError::SequenceLength {
+                expected: rounds + 1,
+                got: buffer_bytes.len().min(client_bytes.len() + 1),
+            });
+        }
+        assert_eq!(backups.len(), rounds, "one backup list per round");
+        let mut backup_start = Vec::with_capacity(rounds + 1);
+        let mut backup = Vec::new();
+        for (round, pieces) in backups.into_iter().enumerate() {
+            backup_start.push(backup.len() as u32);
+            for (n, piece) in pieces.iter().enumerate() {
+                if piece.disk == primary[round].disk {
+                    return Err(ChargesError::BackupOnPrimaryDisk {
+                        round,
+                        disk: piece.disk,
+                    });
+                }
+                if pieces[..n].iter().any(|p| p.disk == piece.disk) {
+                    return Err(ChargesError::TwoPiecesOnOneDisk {
+                        round,
+                        disk: piece.disk,
+                    });
+                }
+            }
+            backup.extend(pieces);
+        }
+        backup_start.push(backup.len() as u32);
+        let mut network_bytes = vec![0];
+        network_bytes.extend_from_slice(client_bytes);
+        Ok(TitleCharges {
+            primary,
+            backup_start,
+            backup,
+            buffer_bytes,
+            network_bytes,
+        })
+    }
+
+    /// Charges of a title laid out by `plan` with `schedule` (the same
+    /// rounds), where `request_cost_ns(round, read, backup_entry)` is the
+    /// round bound's cost of one request (`backup_entry` is `None` for the
+    /// primary). Empty rounds issue no request and cost nothing. Backups are
+    /// included only when the plan has them.
+    pub fn from_plan(
+        plan: &TitlePlan,
+        schedule: &Schedule,
+        mut request_cost_ns: impl FnMut(usize, &DiskRead, Option<usize>) -> u64,
+    ) -> Result<TitleCharges, ChargesError> {
+        assert_eq!(
+            plan.rounds(),
+            schedule.rounds(),
+            "plan and schedule of one title"
+        );
+        let mut cost = |round: usize, read: &DiskRead, entry: Option<usize>| Charge {
+            disk: read.disk.0,
+            cost_ns: if read.extent_count == 0 {
+                0
+            } else {
+                request_cost_ns(round, read, entry)
+            },
+        };
+        let primary = (0..plan.rounds())
+            .map(|i| cost(i, &plan.primary(i), None))
+            .collect();
+        let backups = (0..plan.rounds())
+            .map(|i| {
+                plan.backups(i)
+                    .iter()
+                    .enumerate()
+                    .map(|(e, read)| cost(i, read, Some(e)))
+                    .collect()
+            })
+            .collect();
+        TitleCharges::new(
+            primary,
+            backups,
+            schedule.buffer_bytes.clone(),
+            &schedule.client_bytes,
+        )
+    }
+
+    pub fn rounds(&self) -> usize {
+        self.primary.len()
+    }
+
+    pub fn primary(&self, round: usize) -> Charge {
+        self.primary[round]
+    }
+
+    pub fn backup(&self, round: usize) -> &[Charge] {
+        &self.backup[self.backup_start[round] as usize..self.backup_start[round + 1] as usize]
+    }
+
+    /// Stream rounds the title occupies: its reads plus the final send round.
+    pub fn stream_rounds(&self) -> usize {
+        self.buffer_bytes.len()
+    }
+}
+
+/// The round bound admission charges requests with (DESIGN.md, "Paper mode
+/// and rondo mode").
+#[derive(Clone, Debug)]
+pub enum Bound {
+    /// Seed 000 §2.3 with its datasheet parameters; ignores where data lies.
+    Paper(PaperBound),
+    /// A true upper bound of the detailed disk model for the data's location.
+    Rondo(RondoBound),
+}
+
+impl Bound {
+    /// Charged once per disk per round.
+    pub fn fixed_ns(&self) -> u64 {
+        match self {
+            Bound::Paper(b) => b.fixed_ns(),
+            Bound::Rondo(b) => b.fixed_ns(),
+        }
+    }
+
+    /// Whether the bound needs the request's extents (LBNs), i.e. a placed layout.
+    pub fn needs_extents(&self) -> bool {
+        matches!(self, Bound::Rondo(_))
+    }
+
+    /// The charges of a title: `layout` must be the placement of `plan`
+    /// when the bound needs extents. The simulator and the server both build
+    /// titles' charges here, so they admit with the same numbers.
+    pub fn title_charges(
+        &self,
+        plan: &TitlePlan,
+        layout: Option<&TitleLayout>,
+        schedule: &Schedule,
+    ) -> Result<TitleCharges, ChargesError> {
+        if self.needs_extents() && layout.is_none() {
+            return Err(ChargesError::NeedsLayout);
+        }
+        TitleCharges::from_plan(plan, schedule, |round, read, entry| match self {
+            Bound::Paper(b) => b.request_ns(read.bytes),
+            Bound::Rondo(b) => {
+                b.extents_ns(&layout.expect("checked above").request_extents(round, entry))
+            }
+        })
+    }
+}

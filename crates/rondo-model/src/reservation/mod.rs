@@ -1,0 +1,488 @@
+//! Reservations and admission control (seed 000 §2.3, §4, §5, §6.2).
+//!
+//! This module owns the per-disk, per-round reservation tables and the rule
+//! that admits a stream only if every round of its title fits: disk time on
+//! every disk it touches (under the configured reservation scheme), buffer
+//! space and network bandwidth. The tables are rings indexed by absolute
+//! round, `horizon_rounds` long (the longest title plus the look-ahead), so
+//! memory does not grow with time. Minimum reservation keeps, per disk and
+//! round, a short sparse list of (source disk, backup time) pairs instead of
+//! §8's D² dense vectors: a disk holds backups of at most a few streams per
+//! round, so the list is short whatever D is.
+//!
+//! A title's per-round disk costs are computed once (when it is stored) into
+//! a [`TitleCharges`] record: where each round's primary and backup fragments
+//! live and what each costs under the round bound. Admission then only adds
+//! integers. The same tables answer, round by round, which reads each disk
+//! does ([`Reservations::plan_round`]), so the simulator and the server
+//! execute exactly what was admitted.
+
+mod admission;
+mod charges;
+mod degraded;
+mod plan;
+mod tables;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::layout::Replica;
+use crate::units::{StreamId, TitleId};
+
+pub use charges::{Bound, Charge, ChargesError, TitleCharges};
+pub use degraded::replica_after_error;
+use tables::DiskSlot;
+
+/// Disk bandwidth reservation scheme (DESIGN.md, "Reservation schemes").
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheme {
+    /// Primary replica only; a disk failure loses data.
+    None,
+    /// Primary and backup stored, only primary reads reserved: the negative control.
+    Unreserved,
+    /// Primary and backup reads both reserved (seed 000 §4, Figure 4).
+    Mirroring,
+    /// Primary plus, per disk and round, the largest backup time for any one
+    /// other disk's failure (seed 000 §4, Figure 5).
+    Minimum,
+    /// Read whichever replica lies on the less loaded disk, decided at admission (§5).
+    Dynamic,
+}
+
+impl Scheme {
+    pub const ALL: [Scheme; 5] = [
+        Scheme::None,
+        Scheme::Unreserved,
+        Scheme::Mirroring,
+        Scheme::Minimum,
+        Scheme::Dynamic,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::None => "none",
+            Scheme::Unreserved => "unreserved",
+            Scheme::Mirroring => "mirroring",
+            Scheme::Minimum => "minimum",
+            Scheme::Dynamic => "dynamic",
+        }
+    }
+
+    /// Whether the title's backup replica is stored at all.
+    pub fn stores_backup(self) -> bool {
+        self != Scheme::None
+    }
+}
+
+impl std::str::FromStr for Scheme {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Scheme::ALL
+            .into_iter()
+            .find(|scheme| scheme.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown scheme '{s}' (known: none, unreserved, mirroring, minimum, dynamic)"
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for Scheme {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What admission is configured with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReservationConfig {
+    pub disks: u32,
+    pub scheme: Scheme,
+    pub round_duration_ns: u64,
+    /// The bound's once-per-disk-per-round term (paper: 2·T_fullSeek).
+    pub round_fixed_ns: u64,
+    /// Total server buffer (seed 000 §6.3: 64 MB per disk).
+    pub buffer_capacity_bytes: u64,
+    /// Network bytes per round; `None` is unlimited (seed 000 §6.3).
+    pub network_capacity_bytes_per_round: Option<u64>,
+    /// Longest stream (in stream rounds) the tables can hold, plus look-ahead.
+    pub horizon_rounds: u64,
+}
+
+impl ReservationConfig {
+    /// The tables of an array of `disks` disks whose longest stream lasts
+    /// `longest_stream_rounds` (its reads and its last send round) and whose
+    /// admission looks `lookahead_rounds` ahead: the horizon holds a stream
+    /// admitted at the end of the look-ahead, plus the current round and the
+    /// one being planned. The network is unlimited (seed 000 §6.3); the
+    /// simulator and the server both size their tables here.
+    pub fn for_array(
+        disks: u32,
+        scheme: Scheme,
+        round_duration_ns: u64,
+        round_fixed_ns: u64,
+        buffer_per_disk_bytes: u64,
+        longest_stream_rounds: u64,
+        lookahead_rounds: u64,
+    ) -> ReservationConfig {
+        ReservationConfig {
+            disks,
+            scheme,
+            round_duration_ns,
+            round_fixed_ns,
+            buffer_capacity_bytes: buffer_per_disk_bytes * u64::from(disks),
+            network_capacity_bytes_per_round: None,
+            horizon_rounds: longest_stream_rounds + lookahead_rounds + 2,
+        }
+    }
+}
+
+/// Why a stream was not admitted.
+#[derive(Clone, Debug, PartialEq, Eq, Error, Serialize, Deserialize)]
+pub enum Rejection {
+    #[error(
+        "no start round within {lookahead_rounds} rounds: disk {disk} is full in round {round}"
+    )]
+    DiskTime {
+        lookahead_rounds: u64,
+        disk: u32,
+        round: u64,
+    },
+    #[error(
+        "no start round within {lookahead_rounds} rounds: server buffer is full in round {round}"
+    )]
+    Buffer { lookahead_rounds: u64, round: u64 },
+    #[error("no start round within {lookahead_rounds} rounds: network is full in round {round}")]
+    Network { lookahead_rounds: u64, round: u64 },
+    #[error("round {round} of the title has no replica on a working disk")]
+    DataUnavailable { round: u64 },
+    #[error("title is {rounds} stream rounds long; the reservation horizon is {horizon_rounds}")]
+    TooLong { rounds: u64, horizon_rounds: u64 },
+    #[error("unknown title {0:?}")]
+    UnknownTitle(TitleId),
+    #[error("playback round {first_playback_round} is past the title's end ({rounds} rounds)")]
+    PastEnd {
+        first_playback_round: usize,
+        rounds: usize,
+    },
+}
+
+/// One read a disk performs in a round, as planned from the reservations.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedRead {
+    pub stream: StreamId,
+    pub title: TitleId,
+    /// The title's playback round whose data is read.
+    pub playback_round: u32,
+    pub disk: u32,
+    pub replica: Replica,
+    /// For a backup read, which entry of the round's backup list
+    /// (`TitlePlan::backups`); 0 for the primary.
+    pub backup_entry: u16,
+    /// The disk time reserved for this read (its bound cost).
+    pub cost_ns: u64,
+}
+
+/// How one admitted stream reads each round, kept so its reservations can be
+/// released and its rounds planned.
+#[derive(Clone, Debug)]
+struct StreamRecord {
+    title: TitleId,
+    /// Absolute round of the stream's first read.
+    start_round: u64,
+    /// The title's playback round read first (0 unless the stream started
+    /// mid-title, e.g. a player's range request).
+    first_playback_round: usize,
+    /// The playback round after the stream's last read: the title's end, or
+    /// the end of a range request's bytes.
+    end_playback_round: usize,
+    /// Per playback round from `first_playback_round` on, the replica the
+    /// stream was admitted to read.
+    choice: Vec<RoundChoice>,
+}
+
+impl StreamRecord {
+    /// The title's playback round (and schedule index) the stream handles in `round`.
+    fn index(&self, round: u64) -> usize {
+        self.first_playback_round + (round - self.start_round) as usize
+    }
+
+    /// The first round after the stream's last.
+    fn end_round(&self, charges: &TitleCharges) -> u64 {
+        self.start_round
+            + (stream_end(charges, self.end_playback_round) - self.first_playback_round) as u64
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum RoundChoice {
+    /// Primary read; backups reserved per the scheme.
+    Primary,
+    /// Dynamic balancing chose the backup (all its pieces).
+    Backup,
+    /// The primary's disk had failed at admission: the backup pieces are read
+    /// (and charged as reads); nothing else is reserved.
+    Rerouted,
+}
+
+/// The schedule index after a stream's last round (its data held and sent
+/// after its last read) when its reads end before playback round
+/// `end_playback_round`.
+fn stream_end(charges: &TitleCharges, end_playback_round: usize) -> usize {
+    end_playback_round + (charges.stream_rounds() - charges.rounds())
+}
+
+/// Admitted stream: where it starts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Admission {
+    pub stream: StreamId,
+    /// Absolute round of the stream's first disk read.
+    pub start_round: u64,
+}
+
+/// The reservation tables of one disk array.
+#[derive(Clone, Debug)]
+pub struct Reservations {
+    config: ReservationConfig,
+    titles: BTreeMap<TitleId, Arc<TitleCharges>>,
+    /// `slots[disk * horizon + round % horizon]`.
+    slots: Vec<DiskSlot>,
+    buffer_bytes: Vec<u64>,
+    network_bytes: Vec<u64>,
+    streams: BTreeMap<StreamId, StreamRecord>,
+    next_stream: u64,
+    /// Every round before this one is in the past and its slots are cleared.
+    current_round: u64,
+    failed: Vec<bool>,
+}
+
+impl Reservations {
+    pub fn new(config: ReservationConfig) -> Reservations {
+        assert!(config.disks >= 1, "an array needs a disk");
+        assert!(config.horizon_rounds >= 2, "horizon too short");
+        let slots =
+            vec![DiskSlot::default(); (config.disks as u64 * config.horizon_rounds) as usize];
+        Reservations {
+            buffer_bytes: vec![0; config.horizon_rounds as usize],
+            network_bytes: vec![0; config.horizon_rounds as usize],
+            failed: vec![false; config.disks as usize],
+            slots,
+            titles: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            next_stream: 0,
+            current_round: 0,
+            config,
+        }
+    }
+
+    pub fn config(&self) -> &ReservationConfig {
+        &self.config
+    }
+
+    pub fn current_round(&self) -> u64 {
+        self.current_round
+    }
+
+    /// Registers a stored title's charges.
+    pub fn add_title(&mut self, title: TitleId, charges: TitleCharges) {
+        for r in 0..charges.rounds() {
+            assert!(charges.primary(r).disk < self.config.disks);
+            assert!(charges.backup(r).iter().all(|c| c.disk < self.config.disks));
+        }
+        self.titles.insert(title, Arc::new(charges));
+    }
+
+    pub fn title(&self, title: TitleId) -> Option<&TitleCharges> {
+        self.titles.get(&title).map(|c| c.as_ref())
+    }
+
+    /// Removes a title; refused (returns false) while a stream plays it.
+    pub fn remove_title(&mut self, title: TitleId) -> bool {
+        if self.streams.values().any(|s| s.title == title) {
+            return false;
+        }
+        self.titles.remove(&title).is_some()
+    }
+
+    pub fn active_streams(&self) -> usize {
+        self.streams.len()
+    }
+
+    fn slot_index(&self, disk: u32, round: u64) -> usize {
+        (disk as u64 * self.config.horizon_rounds + round % self.config.horizon_rounds) as usize
+    }
+
+    fn slot(&self, disk: u32, round: u64) -> &DiskSlot {
+        &self.slots[self.slot_index(disk, round)]
+    }
+
+    /// Disk time reserved on `disk` in `round`, without the fixed term.
+    pub fn reserved_ns(&self, disk: u32, round: u64) -> u64 {
+        self.check_window(round);
+        self.slot(disk, round).reserved_ns(self.config.scheme)
+    }
+
+    /// The part of `reserved_ns` that is for primary (planned) reads.
+    pub fn reserved_primary_ns(&self, disk: u32, round: u64) -> u64 {
+        self.check_window(round);
+        self.slot(disk, round).primary_ns
+    }
+
+    /// Backup time on `disk` in `round` for primaries on `source`.
+    pub fn reserved_backup_from_ns(&self, disk: u32, round: u64, source: u32) -> u64 {
+        self.check_window(round);
+        self.slot(disk, round).backup_from(source)
+    }
+
+    /// Server buffer reserved in `round`.
+    pub fn reserved_buffer_bytes(&self, round: u64) -> u64 {
+        self.check_window(round);
+        self.buffer_bytes[(round % self.config.horizon_rounds) as usize]
+    }
+
+    fn check_window(&self, round: u64) {
+        assert!(
+            round >= self.current_round && round < self.current_round + self.config.horizon_rounds,
+            "round {round} outside the reservation window [{}, {})",
+            self.current_round,
+            self.current_round + self.config.horizon_rounds
+        );
+    }
+
+    /// Moves time forward to `round`: past rounds' slots are cleared and
+    /// streams that ended are forgotten.
+    pub fn advance_to(&mut self, round: u64) {
+        assert!(round >= self.current_round, "time runs forward");
+        let horizon = self.config.horizon_rounds;
+        let first_cleared = self.current_round.max(round.saturating_sub(horizon));
+        for past in first_cleared..round {
+            let slot = (past % horizon) as usize;
+            for disk in 0..self.config.disks {
+                let i = (disk as u64 * horizon) as usize + slot;
+                self.slots[i].clear();
+            }
+            self.buffer_bytes[slot] = 0;
+            self.network_bytes[slot] = 0;
+        }
+        self.current_round = round;
+        let titles = &self.titles;
+        self.streams
+            .retain(|_, s| s.end_round(&titles[&s.title]) > round);
+    }
+
+    /// Adds (`sign` = 1) or removes (`sign` = -1) a stream's reservations for
+    /// rounds at or after the current round.
+    fn apply(&mut self, record: &StreamRecord, sign: i8) {
+        let charges = Arc::clone(&self.titles[&record.title]);
+        let scheme = self.config.scheme;
+        let horizon = self.config.horizon_rounds;
+        let first = self.current_round.max(record.start_round);
+        for round in first..record.end_round(&charges) {
+            let i = record.index(round);
+            let ring = (round % horizon) as usize;
+            self.buffer_bytes[ring] =
+                add_signed(self.buffer_bytes[ring], charges.buffer_bytes[i], sign);
+            self.network_bytes[ring] =
+                add_signed(self.network_bytes[ring], charges.network_bytes[i], sign);
+            if i >= record.end_playback_round {
+                continue;
+            }
+            let primary = charges.primary(i);
+            match record.choice[i - record.first_playback_round] {
+                RoundChoice::Primary => {
+                    let idx = self.slot_index(primary.disk, round);
+                    let slot = &mut self.slots[idx];
+                    slot.primary_ns = add_signed(slot.primary_ns, primary.cost_ns, sign);
+                    if matches!(scheme, Scheme::Mirroring | Scheme::Minimum) {
+                        for piece in charges.backup(i) {
+                            let idx = self.slot_index(piece.disk, round);
+                            if sign > 0 {
+                                self.slots[idx].add_backup(primary.disk, piece.cost_ns);
+                            } else {
+                                self.slots[idx].remove_backup(primary.disk, piece.cost_ns);
+                            }
+                        }
+                    }
+                }
+                RoundChoice::Backup | RoundChoice::Rerouted => {
+                    for piece in charges.backup(i) {
+                        let idx = self.slot_index(piece.disk, round);
+                        let slot = &mut self.slots[idx];
+                        slot.primary_ns = add_signed(slot.primary_ns, piece.cost_ns, sign);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases a stream's reservations from the current round on (the
+    /// client left, or playback stopped early). Returns false if unknown.
+    pub fn release(&mut self, stream: StreamId) -> bool {
+        match self.streams.remove(&stream) {
+            Some(record) => {
+                self.apply(&record, -1);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Recomputes every table from the stream records and checks it equals the
+    /// incremental one; for tests and the simulator's invariant checks.
+    pub fn check_invariants(&self) {
+        let mut fresh = Reservations::new(self.config.clone());
+        fresh.titles = self.titles.clone();
+        fresh.current_round = self.current_round;
+        fresh.failed = self.failed.clone();
+        for record in self.streams.values() {
+            fresh.apply(record, 1);
+        }
+        let horizon = self.config.horizon_rounds;
+        for round in self.current_round..self.current_round + horizon {
+            for disk in 0..self.config.disks {
+                let (a, b) = (self.slot(disk, round), fresh.slot(disk, round));
+                assert_eq!(
+                    a.primary_ns, b.primary_ns,
+                    "primary disk {disk} round {round}"
+                );
+                assert_eq!(
+                    a.backup_sum_ns, b.backup_sum_ns,
+                    "backup sum disk {disk} round {round}"
+                );
+                assert_eq!(
+                    a.backup_max_ns, b.backup_max_ns,
+                    "backup max disk {disk} round {round}"
+                );
+                assert_eq!(
+                    a.backup_by_source, b.backup_by_source,
+                    "disk {disk} round {round}"
+                );
+                assert!(
+                    self.config.round_fixed_ns + a.reserved_ns(self.config.scheme)
+                        <= self.config.round_duration_ns,
+                    "disk {disk} over-reserved in round {round}"
+                );
+            }
+            let ring = (round % horizon) as usize;
+            assert_eq!(self.buffer_bytes[ring], fresh.buffer_bytes[ring]);
+            assert!(self.buffer_bytes[ring] <= self.config.buffer_capacity_bytes);
+        }
+    }
+}
+
+fn add_signed(value: u64, delta: u64, sign: i8) -> u64 {
+    if sign > 0 {
+        value + delta
+    } else {
+        value
+            .checked_sub(delta)
+            .expect("released more than was reserved")
+    }
+}

@@ -1,0 +1,408 @@
+use super::*;
+use proptest::prelude::*;
+
+const MS: u64 = 1_000_000;
+
+fn config(disks: u32, scheme: Scheme) -> ReservationConfig {
+    ReservationConfig {
+        disks,
+        scheme,
+        round_duration_ns: 1000 * MS,
+        round_fixed_ns: 100 * MS,
+        buffer_capacity_bytes: u64::MAX,
+        network_capacity_bytes_per_round: None,
+        horizon_rounds: 64,
+    }
+}
+
+/// A title striped round-robin from `start` with deterministic backups
+/// (Figure 2) and per-round costs `costs_ms`; backups cost the same.
+fn striped(disks: u32, start: u32, costs_ms: &[u64]) -> TitleCharges {
+    let mut on_disk = vec![0u32; disks as usize];
+    let mut primary = Vec::new();
+    let mut backups = Vec::new();
+    for (i, &c) in costs_ms.iter().enumerate() {
+        let k = (start + i as u32) % disks;
+        let j = on_disk[k as usize];
+        on_disk[k as usize] += 1;
+        primary.push(Charge {
+            disk: k,
+            cost_ns: c * MS,
+        });
+        backups.push(if disks == 1 {
+            vec![]
+        } else {
+            vec![Charge {
+                disk: (k + 1 + j % (disks - 1)) % disks,
+                cost_ns: c * MS,
+            }]
+        });
+    }
+    let n = costs_ms.len();
+    TitleCharges::new(primary, backups, vec![1; n + 1], &vec![1; n]).unwrap()
+}
+
+#[test]
+fn none_admits_until_the_disk_budget_is_spent() {
+    let mut r = Reservations::new(config(1, Scheme::None));
+    r.add_title(TitleId(0), striped(1, 0, &[300]));
+    // Budget 1000 - 100 fixed = 900 ms: three 300 ms reads fit, a fourth does not.
+    for _ in 0..3 {
+        assert_eq!(r.try_admit(TitleId(0), 0, 1).unwrap().start_round, 0);
+    }
+    assert_eq!(
+        r.try_admit(TitleId(0), 0, 1),
+        Err(Rejection::DiskTime {
+            lookahead_rounds: 1,
+            disk: 0,
+            round: 0
+        })
+    );
+    // With a look-ahead of two rounds it starts one round later.
+    assert_eq!(r.try_admit(TitleId(0), 0, 2).unwrap().start_round, 1);
+    r.check_invariants();
+}
+
+#[test]
+fn minimum_reserves_the_largest_backup_per_source() {
+    // Three disks; two one-round titles with primaries on disks 0 and 1,
+    // both backed up on disk 2.
+    let mut r = Reservations::new(config(3, Scheme::Minimum));
+    let one = |p: u32, b: u32, ms: u64| {
+        TitleCharges::new(
+            vec![Charge {
+                disk: p,
+                cost_ns: ms * MS,
+            }],
+            vec![vec![Charge {
+                disk: b,
+                cost_ns: ms * MS,
+            }]],
+            vec![0, 0],
+            &[0],
+        )
+        .unwrap()
+    };
+    r.add_title(TitleId(0), one(0, 2, 200));
+    r.add_title(TitleId(1), one(1, 2, 300));
+    r.try_admit(TitleId(0), 0, 1).unwrap();
+    r.try_admit(TitleId(1), 0, 1).unwrap();
+    // Disk 2 holds backup time 200 (from disk 0) and 300 (from disk 1): only the max is reserved.
+    assert_eq!(r.reserved_ns(2, 0), 300 * MS);
+    assert_eq!(r.reserved_backup_from_ns(2, 0, 0), 200 * MS);
+    // Mirroring would reserve the sum.
+    let mut m = Reservations::new(config(3, Scheme::Mirroring));
+    m.add_title(TitleId(0), one(0, 2, 200));
+    m.add_title(TitleId(1), one(1, 2, 300));
+    m.try_admit(TitleId(0), 0, 1).unwrap();
+    m.try_admit(TitleId(1), 0, 1).unwrap();
+    assert_eq!(m.reserved_ns(2, 0), 500 * MS);
+    // Unreserved reserves no backup time at all.
+    let mut u = Reservations::new(config(3, Scheme::Unreserved));
+    u.add_title(TitleId(0), one(0, 2, 200));
+    u.try_admit(TitleId(0), 0, 1).unwrap();
+    assert_eq!(u.reserved_ns(2, 0), 0);
+}
+
+#[test]
+fn release_returns_the_tables_to_empty() {
+    let mut r = Reservations::new(config(4, Scheme::Minimum));
+    r.add_title(TitleId(0), striped(4, 1, &[100, 250, 50, 400, 120]));
+    let a = r.try_admit(TitleId(0), 0, 1).unwrap();
+    let b = r.try_admit(TitleId(0), 2, 1).unwrap();
+    assert!(r.release(a.stream));
+    assert!(r.release(b.stream));
+    assert!(!r.release(b.stream));
+    for round in 0..10 {
+        for disk in 0..4 {
+            assert_eq!(r.reserved_ns(disk, round), 0);
+        }
+    }
+    r.check_invariants();
+}
+
+#[test]
+fn dynamic_reads_the_less_loaded_replica() {
+    let mut r = Reservations::new(config(2, Scheme::Dynamic));
+    let one = |p: u32, b: u32| {
+        TitleCharges::new(
+            vec![Charge {
+                disk: p,
+                cost_ns: 100 * MS,
+            }],
+            vec![vec![Charge {
+                disk: b,
+                cost_ns: 100 * MS,
+            }]],
+            vec![0, 0],
+            &[0],
+        )
+        .unwrap()
+    };
+    r.add_title(TitleId(0), one(0, 1));
+    r.try_admit(TitleId(0), 0, 1).unwrap();
+    r.try_admit(TitleId(0), 0, 1).unwrap();
+    // The first read disk 0 (tie keeps the primary), the second disk 1.
+    assert_eq!(r.reserved_ns(0, 0), 100 * MS);
+    assert_eq!(r.reserved_ns(1, 0), 100 * MS);
+    let (plan, lost) = r.plan_round(0);
+    assert!(lost.is_empty());
+    assert_eq!(plan[0].len(), 1);
+    assert_eq!(plan[1].len(), 1);
+    assert_eq!(plan[1][0].replica, Replica::Backup);
+}
+
+#[test]
+fn failed_disk_reads_go_to_backups_and_new_streams_are_rerouted() {
+    let mut r = Reservations::new(config(4, Scheme::Minimum));
+    r.add_title(TitleId(0), striped(4, 0, &[100; 8]));
+    let a = r.try_admit(TitleId(0), 0, 1).unwrap();
+    assert!(r.fail_disk(0).is_empty(), "one failure loses nothing");
+    assert_eq!(
+        r.unreserved_ns(0, 0),
+        900 * MS,
+        "a failed disk is free for rebuild"
+    );
+    assert_eq!(r.unreserved_ns(1, 0), 900 * MS - r.reserved_ns(1, 0));
+    // The write credits are each disk's unreserved time less other writes.
+    let unreserved: Vec<u64> = (0..4).map(|d| r.unreserved_ns(d, 0)).collect();
+    assert_eq!(r.write_credits_ns(0, &[]), unreserved);
+    let used = [5 * MS, unreserved[1], unreserved[2] + 1, 0];
+    assert_eq!(
+        r.write_credits_ns(0, &used),
+        vec![unreserved[0] - 5 * MS, 0, 0, unreserved[3]]
+    );
+    let (plan, lost) = r.plan_round(0);
+    assert!(lost.is_empty());
+    assert!(plan[0].is_empty());
+    assert_eq!(plan[1][0].stream, a.stream);
+    assert_eq!(plan[1][0].replica, Replica::Backup);
+    // A new stream on the degraded array is charged for the rerouted reads.
+    let b = r.try_admit(TitleId(0), 1, 1).unwrap();
+    assert_eq!(r.reserved_primary_ns(0, 1), 0);
+    r.check_invariants();
+    // A second failure that removes both replicas loses data, and says which streams.
+    // Both streams read title round 0, primary on disk 0, backup on disk 1.
+    let stopped = r.fail_disk(1);
+    assert_eq!(stopped, vec![a.stream, b.stream]);
+    let (_, lost) = r.plan_round(1);
+    assert_eq!(lost.len(), 1, "stream b reads title round 0 in round 1");
+    assert!(matches!(
+        r.try_admit(TitleId(0), 2, 1),
+        Err(Rejection::DataUnavailable { .. })
+    ));
+}
+
+#[test]
+fn advance_clears_past_rounds_and_forgets_ended_streams() {
+    let mut r = Reservations::new(config(2, Scheme::Mirroring));
+    r.add_title(TitleId(0), striped(2, 0, &[100, 100, 100]));
+    r.try_admit(TitleId(0), 0, 1).unwrap();
+    assert_eq!(r.active_streams(), 1);
+    r.advance_to(3);
+    assert_eq!(r.active_streams(), 1); // still sending its last round
+    r.advance_to(4);
+    assert_eq!(r.active_streams(), 0);
+    // The ring wraps: round 64 + 0 reuses slot 0, which must be clear.
+    r.advance_to(64);
+    assert_eq!(r.reserved_ns(0, 64), 0);
+    r.check_invariants();
+}
+
+#[test]
+fn a_stream_can_start_mid_title() {
+    let mut r = Reservations::new(config(4, Scheme::Minimum));
+    r.add_title(TitleId(0), striped(4, 0, &[100, 200, 300, 400, 500]));
+    let a = r.try_admit_from(TitleId(0), 3, 0, 1).unwrap();
+    // Stream round 0 reads playback round 3 (disk 3), round 1 reads round 4 (disk 0).
+    assert_eq!(r.reserved_primary_ns(3, 0), 400 * MS);
+    assert_eq!(r.reserved_primary_ns(0, 1), 500 * MS);
+    assert_eq!(r.reserved_primary_ns(0, 0), 0);
+    let (plan, _) = r.plan_round(1);
+    assert_eq!(plan[0][0].playback_round, 4);
+    r.check_invariants();
+    r.advance_to(3);
+    assert_eq!(
+        r.active_streams(),
+        0,
+        "two reads and a send round, then it ends"
+    );
+    assert!(!r.release(a.stream));
+    assert!(matches!(
+        r.try_admit_from(TitleId(0), 5, 3, 1),
+        Err(Rejection::PastEnd { .. })
+    ));
+}
+
+#[test]
+fn buffer_capacity_limits_admission() {
+    let mut cfg = config(2, Scheme::None);
+    cfg.buffer_capacity_bytes = 10;
+    let mut r = Reservations::new(cfg);
+    let charges = TitleCharges::new(
+        vec![Charge {
+            disk: 0,
+            cost_ns: 1,
+        }],
+        vec![vec![]],
+        vec![6, 6],
+        &[1],
+    )
+    .unwrap();
+    r.add_title(TitleId(0), charges);
+    r.try_admit(TitleId(0), 0, 1).unwrap();
+    assert!(matches!(
+        r.try_admit(TitleId(0), 0, 1),
+        Err(Rejection::Buffer { .. })
+    ));
+    assert_eq!(r.try_admit(TitleId(0), 0, 3).unwrap().start_round, 2);
+}
+
+#[test]
+fn a_range_reserves_only_its_rounds() {
+    let mut r = Reservations::new(config(4, Scheme::Minimum));
+    r.add_title(TitleId(0), striped(4, 0, &[100, 200, 300, 400, 500]));
+    // Playback rounds 1 and 2 only (disks 1, 2), from round 0.
+    let a = r.try_admit_range(TitleId(0), 1..3, 0, 1).unwrap();
+    assert_eq!(a.start_round, 0);
+    assert_eq!(r.reserved_primary_ns(1, 0), 200 * MS);
+    assert_eq!(r.reserved_primary_ns(2, 1), 300 * MS);
+    assert_eq!(r.reserved_primary_ns(3, 2), 0, "round 3 is past the range");
+    assert_eq!(r.reserved_primary_ns(0, 3), 0);
+    let (plan, _) = r.plan_round(2);
+    assert!(plan.iter().all(Vec::is_empty), "no read after the range");
+    // Its buffer is held one round past its last read (the send round).
+    assert!(r.reserved_buffer_bytes(2) > 0);
+    assert_eq!(r.reserved_buffer_bytes(3), 0);
+    r.check_invariants();
+    r.advance_to(3);
+    assert_eq!(r.active_streams(), 0, "two reads and a send round");
+    // The whole title from mid-title is the same as an open range.
+    let b = r.try_admit_from(TitleId(0), 3, 3, 1).unwrap();
+    let from = (
+        r.reserved_ns(3, 3),
+        r.reserved_ns(0, 4),
+        r.reserved_buffer_bytes(5),
+    );
+    assert_eq!(from.0, 400 * MS);
+    r.release(b.stream);
+    let c = r.try_admit_range(TitleId(0), 3..99, 3, 1).unwrap();
+    let range = (
+        r.reserved_ns(3, 3),
+        r.reserved_ns(0, 4),
+        r.reserved_buffer_bytes(5),
+    );
+    assert_eq!(from, range);
+    r.release(c.stream);
+    assert_eq!(r.reserved_ns(3, 3), 0);
+    r.check_invariants();
+    assert!(matches!(
+        r.try_admit_range(TitleId(0), 5..9, 3, 1),
+        Err(Rejection::PastEnd { .. })
+    ));
+    assert!(matches!(
+        r.try_admit_range(TitleId(0), 2..2, 3, 1),
+        Err(Rejection::PastEnd { .. })
+    ));
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Admit {
+        title: usize,
+        lookahead: u64,
+        first: usize,
+        /// Playback rounds read; past the title's end means to its end.
+        length: usize,
+    },
+    Release {
+        nth: usize,
+    },
+    Advance {
+        rounds: u64,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0usize..4, 1u64..4, 0usize..4, 1usize..24).prop_map(|(title, lookahead, first, length)| Op::Admit { title, lookahead, first, length }),
+        1 => (0usize..64).prop_map(|nth| Op::Release { nth }),
+        2 => (1u64..5).prop_map(|rounds| Op::Advance { rounds }),
+    ]
+}
+
+proptest! {
+    /// Whatever the order of admissions, releases and advances, the
+    /// incremental tables equal tables rebuilt from scratch, and under
+    /// `minimum` any single failure leaves every surviving disk within
+    /// its round: fixed + primary + backup from the failed disk ≤ T.
+    #[test]
+    fn tables_stay_consistent_and_minimum_covers_any_single_failure(
+        disks in 2u32..7,
+        scheme in prop::sample::select(Scheme::ALL.to_vec()),
+        costs in proptest::collection::vec(proptest::collection::vec(10u64..400, 3..20), 4),
+        ops in proptest::collection::vec(op(), 1..120),
+    ) {
+        let mut r = Reservations::new(config(disks, scheme));
+        for (t, c) in costs.iter().enumerate() {
+            r.add_title(TitleId(t as u64), striped(disks, t as u32 % disks, c));
+        }
+        let mut admitted = Vec::new();
+        for op in ops {
+            match op {
+                Op::Admit { title, lookahead, first, length } => {
+                    let now = r.current_round();
+                    let first = first.min(costs[title].len() - 1);
+                    let rounds = first..first + length;
+                    if let Ok(a) = r.try_admit_range(TitleId(title as u64), rounds, now, lookahead) {
+                        admitted.push(a.stream);
+                    }
+                }
+                Op::Release { nth } => {
+                    if !admitted.is_empty() {
+                        let s = admitted.remove(nth % admitted.len());
+                        r.release(s);
+                    }
+                }
+                Op::Advance { rounds } => r.advance_to(r.current_round() + rounds),
+            }
+        }
+        r.check_invariants();
+        if scheme == Scheme::Minimum || scheme == Scheme::Mirroring {
+            let now = r.current_round();
+            for failed in 0..disks {
+                for disk in (0..disks).filter(|&d| d != failed) {
+                    for round in now..now + 30 {
+                        let load = 100 * MS + r.reserved_primary_ns(disk, round)
+                            + r.reserved_backup_from_ns(disk, round, failed);
+                        prop_assert!(load <= 1000 * MS);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_failed_read_falls_back_to_the_other_replica_if_it_serves() {
+    let all = |_| true;
+    assert_eq!(
+        replica_after_error(Replica::Primary, 0, &[1, 2], all),
+        Some(Replica::Backup)
+    );
+    assert_eq!(
+        replica_after_error(Replica::Backup, 0, &[1], all),
+        Some(Replica::Primary)
+    );
+    // One fragment of a declustered backup on a failed disk: no backup.
+    assert_eq!(
+        replica_after_error(Replica::Primary, 0, &[1, 2], |d| d != 2),
+        None
+    );
+    assert_eq!(
+        replica_after_error(Replica::Backup, 0, &[1], |d| d != 0),
+        None
+    );
+    // No backup stored (`none`).
+    assert_eq!(replica_after_error(Replica::Primary, 0, &[], all), None);
+}
