@@ -82,9 +82,11 @@ impl ArrayHealth {
         if !self.is_serving(disk) {
             return None;
         }
-        let window_start = round.saturating_sub(self.policy.window_rounds);
+        // Errors of the last `window_rounds` rounds, this one included (an
+        // error in round 0 counts like any other).
+        let window = self.policy.window_rounds;
         let recent = &mut self.recent_errors[d];
-        recent.retain(|&r| r > window_start);
+        recent.retain(|&r| r + window > round);
         recent.push(round);
         let next = if recent.len() as u32 >= self.policy.errors_to_fail {
             DiskState::Failed

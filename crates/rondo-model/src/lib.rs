@@ -8,6 +8,7 @@
 //! (`rondo-sim`) and the server (`rondo-server`) are two drivers of this code,
 //! so a simulated result is a statement about the code that serves streams.
 
+pub mod array;
 pub mod disk;
 pub mod health;
 pub mod layout;

@@ -187,6 +187,15 @@ impl Bound {
         }
     }
 
+    /// The bound's cost of one request of `extents` (`(first sector, sector
+    /// count)` each): what a rebuild copy's or a write's I/O is charged.
+    pub fn extents_ns(&self, extents: &[(u64, u64)]) -> u64 {
+        match self {
+            Bound::Paper(b) => b.extents_ns(extents),
+            Bound::Rondo(b) => b.extents_ns(extents),
+        }
+    }
+
     /// Whether the bound needs the request's extents (LBNs), i.e. a placed layout.
     pub fn needs_extents(&self) -> bool {
         matches!(self, Bound::Rondo(_))

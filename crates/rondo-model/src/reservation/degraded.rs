@@ -23,14 +23,28 @@ impl Reservations {
         self.streams_losing_data()
     }
 
+    /// Like [`Reservations::fail_disk`] for a failure that takes effect at
+    /// `from_round` (the first round not planned yet): only rounds a stream
+    /// reads from there on count.
+    pub fn fail_disk_from(&mut self, disk: u32, from_round: u64) -> Vec<StreamId> {
+        self.failed[disk as usize] = true;
+        self.streams_losing_data_from(from_round)
+    }
+
     /// Streams with a remaining round whose data has no working replica.
     pub fn streams_losing_data(&self) -> Vec<StreamId> {
+        self.streams_losing_data_from(self.current_round)
+    }
+
+    /// Streams with a round read at or after `from_round` whose data has no
+    /// working replica.
+    pub fn streams_losing_data_from(&self, from_round: u64) -> Vec<StreamId> {
         let working = |c: &Charge| !self.failed[c.disk as usize];
         self.streams
             .iter()
             .filter(|(_, record)| {
                 let charges = &self.titles[&record.title];
-                let first = record.index(self.current_round.max(record.start_round));
+                let first = record.index(from_round.max(record.start_round));
                 (first..record.end_playback_round).any(|i| {
                     let backup = charges.backup(i);
                     !working(&charges.primary(i))

@@ -239,6 +239,30 @@ fn stream_end(charges: &TitleCharges, end_playback_round: usize) -> usize {
     end_playback_round + (charges.stream_rounds() - charges.rounds())
 }
 
+/// An admitted stream's place in time.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamSpan {
+    pub title: TitleId,
+    /// Absolute round of its first read.
+    pub start_round: u64,
+    /// The title's playback round read first.
+    pub first_playback_round: usize,
+    /// The playback round after its last read.
+    pub end_playback_round: usize,
+}
+
+impl StreamSpan {
+    /// The absolute round in which playback round `playback_round` is read.
+    pub fn read_round(&self, playback_round: usize) -> u64 {
+        self.start_round + (playback_round - self.first_playback_round) as u64
+    }
+
+    /// The absolute round after its last read.
+    pub fn end_read_round(&self) -> u64 {
+        self.read_round(self.end_playback_round)
+    }
+}
+
 /// Admitted stream: where it starts.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Admission {
@@ -309,6 +333,27 @@ impl Reservations {
             return false;
         }
         self.titles.remove(&title).is_some()
+    }
+
+    /// Where an admitted stream is in time: `None` once it has ended or was
+    /// released.
+    pub fn stream_span(&self, stream: StreamId) -> Option<StreamSpan> {
+        self.streams.get(&stream).map(|r| StreamSpan {
+            title: r.title,
+            start_round: r.start_round,
+            first_playback_round: r.first_playback_round,
+            end_playback_round: r.end_playback_round,
+        })
+    }
+
+    /// Every registered stream, in id order.
+    pub fn stream_ids(&self) -> impl Iterator<Item = StreamId> + '_ {
+        self.streams.keys().copied()
+    }
+
+    /// The titles registered, in id order.
+    pub fn title_ids(&self) -> impl Iterator<Item = TitleId> + '_ {
+        self.titles.keys().copied()
     }
 
     pub fn active_streams(&self) -> usize {

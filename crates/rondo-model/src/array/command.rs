@@ -1,0 +1,266 @@
+//! What crosses the array's command boundary: the per-disk commands of a
+//! round, the completions executors report back, and the effects the array
+//! answers with.
+//!
+//! Everything here is plain data with round numbers and model time, never a
+//! process-local clock or pointer, so an executor may be a simulated disk,
+//! an I/O thread on a local device or (later) a storage node behind RPC.
+//! The simulator and the server execute the same commands.
+
+use serde::{Deserialize, Serialize};
+
+use crate::disk::{Op, Scheduler};
+use crate::health::DiskState;
+use crate::layout::Replica;
+use crate::units::{StreamId, TitleId};
+
+/// One contiguous byte range of a command, with the checksum its bytes must
+/// have (block padding included) when the catalog knows it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandExtent {
+    /// Relative to the device's stride area, as in the layout's `Extent`.
+    pub device_offset_bytes: u64,
+    pub length_bytes: u64,
+    pub crc32c: Option<u32>,
+}
+
+impl CommandExtent {
+    /// `(first sector, sector count)`, the disk model's form.
+    pub fn sectors(&self) -> (u64, u64) {
+        (
+            self.device_offset_bytes / crate::units::SECTOR_BYTES,
+            self.length_bytes.div_ceil(crate::units::SECTOR_BYTES),
+        )
+    }
+}
+
+/// Identifies one rebuild copy while it runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CopyId(pub u64);
+
+/// Why a command exists.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Purpose {
+    /// One stream's request: a piece of playback round `playback_round`
+    /// (`piece` 0 for a primary, the backup entry for a backup piece).
+    /// `recovery` marks a re-read from the other replica after an error.
+    Deliver {
+        stream: StreamId,
+        title: TitleId,
+        playback_round: u32,
+        replica: Replica,
+        piece: u16,
+        recovery: bool,
+    },
+    /// A rebuild copy's read of the surviving replica.
+    RebuildRead { copy: CopyId },
+    /// A rebuild copy's write onto the rebuilt disk.
+    RebuildWrite { copy: CopyId },
+    /// One replica extent of round `title_round` of a title being ingested.
+    IngestWrite { title: TitleId, title_round: u32 },
+}
+
+/// One request a disk executes: 1–2 extents read or written back to back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskCommand {
+    pub disk: u32,
+    /// The absolute round the command belongs to.
+    pub round: u64,
+    pub op: Op,
+    pub purpose: Purpose,
+    pub extents: Vec<CommandExtent>,
+    /// Disk time reserved or granted for it under the array's bounds.
+    pub charge_ns: u64,
+}
+
+impl DiskCommand {
+    pub fn bytes(&self) -> u64 {
+        self.extents.iter().map(|e| e.length_bytes).sum()
+    }
+
+    /// The extents as `(first sector, sector count)`.
+    pub fn sectors(&self) -> Vec<(u64, u64)> {
+        self.extents.iter().map(CommandExtent::sectors).collect()
+    }
+}
+
+/// One disk's share of a round.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskRoundPlan {
+    pub disk: u32,
+    /// Whether the disk serves reads this round (not failed or rebuilding).
+    pub serving: bool,
+    /// Disk time reserved for streams, fixed term included; `None` for a
+    /// disk that serves no reads and is granted nothing.
+    pub reserved_ns: Option<u64>,
+    /// Disk time granted to the rebuild's copies and ingest writes out of
+    /// the unreserved time. The round's budget is `reserved + granted`.
+    pub granted_ns: u64,
+    /// The order the disk serves the round's commands in.
+    pub scheduler: Scheduler,
+    /// Stream reads first (the retrieval policy's choice), then the
+    /// rebuild's and the ingest's commands.
+    pub commands: Vec<DiskCommand>,
+}
+
+/// A stream-round whose data is complete: it may be sent from `send_round`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundReady {
+    pub stream: StreamId,
+    pub playback_round: u32,
+    /// The replica the data came from.
+    pub replica: Replica,
+    pub read_round: u64,
+    /// Data read in round i is sent in round i + 1.
+    pub send_round: u64,
+    /// It completed after its round ended (a deadline miss).
+    pub late: bool,
+}
+
+/// A stream-round not complete when its round ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Miss {
+    pub stream: StreamId,
+    pub playback_round: u32,
+    pub read_round: u64,
+}
+
+/// Why the array stopped a stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AbortReason {
+    /// A round the stream still needs has no replica on a serving disk.
+    DataLost { playback_round: u32 },
+    /// Reading a round failed on both replicas (or on the only one).
+    ReadFailed { playback_round: u32, detail: String },
+    /// The array is shutting down.
+    Shutdown,
+}
+
+impl std::fmt::Display for AbortReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AbortReason::DataLost { playback_round } => write!(
+                f,
+                "playback round {playback_round} has no replica on a working disk (a second \
+                 failure): its data is gone until the disks are rebuilt"
+            ),
+            AbortReason::ReadFailed {
+                playback_round,
+                detail,
+            } => write!(
+                f,
+                "reading playback round {playback_round} failed and no other working replica \
+                 holds it: {detail}"
+            ),
+            AbortReason::Shutdown => f.write_str("the server is shutting down"),
+        }
+    }
+}
+
+/// A stream the array stopped, released from its tables.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Aborted {
+    pub stream: StreamId,
+    pub title: TitleId,
+    /// Where the stream was in time (for the caller's playback counts).
+    pub start_round: u64,
+    pub end_read_round: u64,
+    /// The round from which it no longer reads.
+    pub at_round: u64,
+    pub reason: AbortReason,
+}
+
+/// A rebuild copy the executor moves: read the surviving replica, rebuild
+/// the lost extents, write them on the rebuilt disk.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Copy {
+    pub id: CopyId,
+    pub task: crate::rebuild::CopyTask,
+}
+
+/// What a round asks of its executors.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RoundPlan {
+    pub round: u64,
+    /// Model time of the round's start and its length (the cycle: asked of
+    /// the array, never fixed in a driver).
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    /// Per disk, in disk order.
+    pub disks: Vec<DiskRoundPlan>,
+    /// Stream-rounds with nothing to read (empty rounds): complete at once.
+    pub ready: Vec<RoundReady>,
+    /// Stream-rounds of the round that just ended not complete in time.
+    pub missed: Vec<Miss>,
+    /// Streams stopped at this boundary (their data is lost).
+    pub aborted: Vec<Aborted>,
+    /// Rebuild copies to move this round (their disk time is in the
+    /// batches as `RebuildRead` / `RebuildWrite` commands).
+    pub copies: Vec<Copy>,
+    /// Rebuild copies that cannot run: their source has failed too.
+    pub copies_lost: Vec<crate::rebuild::CopyTask>,
+    /// Every copy has been handed out: once they are done, sync the rebuilt
+    /// device and call `Array::finish_rebuild`.
+    pub rebuild_handed_out: Option<u32>,
+    /// Ingest rounds granted this round: `(title, title round, bytes)`;
+    /// written once the round's batches are done.
+    pub ingest_grants: Vec<(TitleId, u32, u64)>,
+}
+
+/// How a command ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadOutcome {
+    Ok,
+    /// The device reported an error.
+    IoError(String),
+    /// The bytes did not match the catalog's checksum.
+    BadChecksum(String),
+}
+
+/// A stream read finished: which piece, on which disk, how.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completion {
+    pub disk: u32,
+    pub stream: StreamId,
+    pub playback_round: u32,
+    pub replica: Replica,
+    pub piece: u16,
+    pub outcome: ReadOutcome,
+}
+
+/// Why a disk failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FailCause {
+    Operator,
+    /// Read errors passed the health threshold.
+    Errors,
+    /// Recorded failed before a restart.
+    Recorded,
+}
+
+impl std::fmt::Display for FailCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FailCause::Operator => "an operator failed it",
+            FailCause::Errors => "read errors passed the health threshold",
+            FailCause::Recorded => "recorded failed before this start",
+        })
+    }
+}
+
+/// What the array answers a completion or an operator action with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Effect {
+    /// A stream-round is complete.
+    Ready(RoundReady),
+    /// Read these now, outside the round's plan: the other replica of a
+    /// stream-round whose read failed.
+    ReRead(Vec<DiskCommand>),
+    /// A disk changed state.
+    DiskState { disk: u32, state: DiskState },
+    /// A disk failed: record it (so a restart keeps it failed) before the
+    /// next round is planned.
+    DiskFailed { disk: u32, cause: FailCause },
+    /// A stream was stopped and released.
+    Aborted(Aborted),
+}

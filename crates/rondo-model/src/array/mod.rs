@@ -1,0 +1,1088 @@
+//! The array: one sans-IO state machine that owns every decision about a
+//! disk array, executed alike by the simulator and by the server.
+//!
+//! It holds the reservation tables and admission, the one title registry
+//! (charges, layout with checksums, byte ↔ round index), the one stream
+//! registry (in the tables), disk health as the only truth about a disk's
+//! state, the rebuild queue and the write queue for ingest. Drivers hand it
+//! requests ([`Array::admit`], [`Array::release`]), round boundaries
+//! ([`Array::begin_round`]), completions with their outcomes
+//! ([`Array::complete`]) and operator actions ([`Array::fail_disk`],
+//! [`Array::start_replace`], [`Array::start_rebuild`]); it answers with
+//! admissions or rejections, fully resolved per-disk commands
+//! ([`RoundPlan`]) and effects (re-reads, disk state changes, aborted
+//! streams). It does no I/O, reads no clock and draws no random numbers;
+//! [`Array::check_invariants`] checks its state in O(streams + disks ×
+//! horizon).
+//!
+//! Its seams: the retrieval policy ([`RetrievalPolicy`]: which reads a disk
+//! does in a round), the round length asked of the array
+//! ([`Array::round_duration_ns`], [`Array::round_start_ns`]), the write
+//! queue (ingest now, a tier's staging later) and the command boundary
+//! ([`command`]: plain data that a storage node could execute behind RPC).
+
+pub mod command;
+pub mod policy;
+mod titles;
+pub mod writes;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::disk::Op;
+use crate::health::{ArrayHealth, DiskState, HealthPolicy};
+use crate::layout::{Replica, TitleLayout};
+use crate::rebuild::{RebuildProgress, RebuildQueue, rebuild_tasks};
+use crate::reservation::{
+    Admission, Bound, PlannedRead, Rejection, ReservationConfig, Reservations, StreamSpan,
+    replica_after_error,
+};
+use crate::units::{StreamId, TitleId};
+
+pub use command::{
+    AbortReason, Aborted, Completion, Copy, CopyId, DiskCommand, DiskRoundPlan, Effect, FailCause,
+    Miss, Purpose, ReadOutcome, RoundPlan, RoundReady,
+};
+pub use policy::{OneReadPerStream, RetrievalPolicy};
+pub use titles::{ArrayTitle, ExtentChecksums, RoundIndex, RoundPosition};
+pub use writes::{WRITE_LOOKAHEAD_ROUNDS, WriteQueue};
+
+/// What an array is configured with.
+#[derive(Clone, Debug)]
+pub struct ArrayConfig {
+    pub reservation: ReservationConfig,
+    /// Start rounds admission tries from the next round (seed 000 §6.2).
+    pub lookahead_rounds: u64,
+    pub health: HealthPolicy,
+    /// The bound admission and the rebuild's reads are charged with.
+    pub read_bound: Bound,
+    /// The bound ingest and rebuild writes are charged with (rondo mode's
+    /// write bound; the read bound where the paper has none).
+    pub write_bound: Bound,
+}
+
+/// Which part of a title a stream plays.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Span {
+    /// The whole title.
+    Whole,
+    /// Stored bytes `first_byte .. first_byte + length_bytes` (an HTTP Range,
+    /// or a time seek resolved to a keyframe's byte); nothing is reserved
+    /// past the round holding the last byte.
+    Bytes { first_byte: u64, length_bytes: u64 },
+    /// From the round whose playback interval holds `t_ns` to the end (a
+    /// time seek on a title without keyframes).
+    FromTime { t_ns: u64 },
+}
+
+/// A request to play a title.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AdmitRequest {
+    pub title: TitleId,
+    pub span: Span,
+}
+
+/// An admitted stream.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Admitted {
+    pub stream: StreamId,
+    /// Absolute round of its first read.
+    pub start_round: u64,
+    /// The earliest round it could have started in (the next round).
+    pub earliest_round: u64,
+    pub first_playback_round: usize,
+    pub end_playback_round: usize,
+    /// Stored bytes of the first round before the span's first byte.
+    pub skip_bytes: u64,
+    /// Stored bytes the stream sends.
+    pub length_bytes: u64,
+}
+
+/// Why an operator action was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Error, Serialize)]
+pub enum OpsError {
+    #[error("no disk {disk}: this array has {disks} disks, numbered 0 to {}", .disks - 1)]
+    NoSuchDisk { disk: u32, disks: u32 },
+    #[error("disk {disk} is {state} already")]
+    Already { disk: u32, state: &'static str },
+    #[error("disk {disk} is {state}: {what}")]
+    WrongState {
+        disk: u32,
+        state: &'static str,
+        what: &'static str,
+    },
+    #[error("disk {disk} is being replaced; {what}")]
+    Replacing { disk: u32, what: &'static str },
+    #[error("disk {disk} is being rebuilt; one rebuild at a time")]
+    RebuildRunning { disk: u32 },
+    #[error(
+        "disk {other} has failed too: data whose replicas were on disks {disk} and {other} \
+         cannot be rebuilt; replace and rebuild disks one at a time while the others serve"
+    )]
+    SecondFailure { disk: u32, other: u32 },
+}
+
+/// The name of a disk state, as the API and logs spell it.
+pub fn state_name(state: DiskState) -> &'static str {
+    match state {
+        DiskState::Healthy => "healthy",
+        DiskState::Suspect => "suspect",
+        DiskState::Failed => "failed",
+        DiskState::Rebuilding => "rebuilding",
+    }
+}
+
+/// A rebuild started: what it will copy.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RebuildStarted {
+    pub disk: u32,
+    pub copies: usize,
+    pub total_bytes: u64,
+    pub round: u64,
+}
+
+/// A rebuild in progress, as the array tracks it.
+#[derive(Clone, Debug)]
+struct RebuildState {
+    queue: RebuildQueue,
+    started_round: u64,
+    /// Copies handed out and not reported done.
+    outstanding: BTreeMap<CopyId, u64>,
+    copied_bytes: u64,
+    failures: Vec<String>,
+    /// Every copy has been handed out.
+    handed_out: bool,
+}
+
+/// Progress of the rebuild, for status pages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RebuildStatus {
+    pub progress: RebuildProgress,
+    pub started_round: u64,
+    /// Bytes the executor reported written and verified.
+    pub copied_bytes: u64,
+    pub copies_outstanding: usize,
+    pub failures: Vec<String>,
+}
+
+/// One stream-round being read.
+#[derive(Clone, Debug)]
+struct Inflight {
+    replica: Replica,
+    read_round: u64,
+    /// Per piece: still to complete.
+    pending: Vec<bool>,
+    missed: bool,
+    /// A re-read from the other replica: if it fails too, the stream stops.
+    recovery: bool,
+}
+
+/// Counts over the array's life, for metrics and reports.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ArrayCounters {
+    pub admitted: u64,
+    pub rejected: u64,
+    /// Stream-rounds not complete when their round ended.
+    pub stream_round_misses: u64,
+    pub read_errors: u64,
+    /// Re-reads from the other replica after an error.
+    pub rereads: u64,
+    pub streams_aborted: u64,
+    /// Planned reads with no working replica.
+    pub lost_reads: u64,
+}
+
+/// The array state machine.
+#[derive(Debug)]
+pub struct Array {
+    config: ArrayConfig,
+    reservations: Reservations,
+    titles: BTreeMap<TitleId, Arc<ArrayTitle>>,
+    health: ArrayHealth,
+    policy: Box<dyn RetrievalPolicy>,
+    inflight: BTreeMap<(StreamId, u32), Inflight>,
+    rebuild: Option<RebuildState>,
+    replacing: Vec<bool>,
+    writes: WriteQueue,
+    /// The first round not begun: the earliest start round of a new stream.
+    next_round: u64,
+    next_copy: u64,
+    counters: ArrayCounters,
+}
+
+impl Array {
+    /// An array with seed 000's retrieval policy.
+    pub fn new(config: ArrayConfig) -> Array {
+        Array::with_policy(config, Box::new(OneReadPerStream))
+    }
+
+    pub fn with_policy(config: ArrayConfig, policy: Box<dyn RetrievalPolicy>) -> Array {
+        let disks = config.reservation.disks;
+        Array {
+            reservations: Reservations::new(config.reservation.clone()),
+            health: ArrayHealth::new(disks, config.health),
+            titles: BTreeMap::new(),
+            policy,
+            inflight: BTreeMap::new(),
+            rebuild: None,
+            replacing: vec![false; disks as usize],
+            writes: WriteQueue::default(),
+            next_round: 0,
+            next_copy: 0,
+            counters: ArrayCounters::default(),
+            config,
+        }
+    }
+
+    pub fn config(&self) -> &ArrayConfig {
+        &self.config
+    }
+
+    pub fn disk_count(&self) -> u32 {
+        self.config.reservation.disks
+    }
+
+    /// The reservation tables (read-only: every change goes through the array).
+    pub fn reservations(&self) -> &Reservations {
+        &self.reservations
+    }
+
+    pub fn counters(&self) -> ArrayCounters {
+        self.counters
+    }
+
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    // ----- time -----
+
+    /// The first round not begun yet.
+    pub fn next_round(&self) -> u64 {
+        self.next_round
+    }
+
+    /// The length of round `round`. Constant today (seed 000); seed 004's
+    /// dynamic time-cycle changes it, so drivers always ask.
+    pub fn round_duration_ns(&self, _round: u64) -> u64 {
+        self.config.reservation.round_duration_ns
+    }
+
+    /// Model time at which round `round` starts.
+    pub fn round_start_ns(&self, round: u64) -> u64 {
+        round * self.config.reservation.round_duration_ns
+    }
+
+    // ----- titles -----
+
+    /// Registers a stored title.
+    pub fn add_title(&mut self, title: ArrayTitle) -> Arc<ArrayTitle> {
+        let title = Arc::new(title);
+        self.reservations
+            .add_title(title.id, title.charges.as_ref().clone());
+        self.titles.insert(title.id, Arc::clone(&title));
+        title
+    }
+
+    /// Removes a title; refused (false) while a stream plays it or an
+    /// ingest writes it.
+    pub fn remove_title(&mut self, title: TitleId) -> bool {
+        if !self.reservations.remove_title(title) {
+            return false;
+        }
+        self.titles.remove(&title);
+        true
+    }
+
+    pub fn title(&self, title: TitleId) -> Option<&Arc<ArrayTitle>> {
+        self.titles.get(&title)
+    }
+
+    pub fn titles(&self) -> impl Iterator<Item = &Arc<ArrayTitle>> {
+        self.titles.values()
+    }
+
+    // ----- streams -----
+
+    /// Admits a stream from the next round, with the configured look-ahead.
+    pub fn admit(&mut self, request: &AdmitRequest) -> Result<Admitted, Rejection> {
+        let lookahead = self.config.lookahead_rounds;
+        self.admit_with_lookahead(request, lookahead)
+    }
+
+    /// Like [`Array::admit`] with another look-ahead.
+    pub fn admit_with_lookahead(
+        &mut self,
+        request: &AdmitRequest,
+        lookahead_rounds: u64,
+    ) -> Result<Admitted, Rejection> {
+        let result = self.try_admit(request, lookahead_rounds);
+        match &result {
+            Ok(_) => self.counters.admitted += 1,
+            Err(_) => self.counters.rejected += 1,
+        }
+        result
+    }
+
+    fn try_admit(
+        &mut self,
+        request: &AdmitRequest,
+        lookahead_rounds: u64,
+    ) -> Result<Admitted, Rejection> {
+        let title = self
+            .titles
+            .get(&request.title)
+            .ok_or(Rejection::UnknownTitle(request.title))?;
+        let index = &title.index;
+        let rounds = index.rounds();
+        let past_end = |first_playback_round| Rejection::PastEnd {
+            first_playback_round,
+            rounds,
+        };
+        let (playback_rounds, skip_bytes, length_bytes): (Range<usize>, u64, u64) =
+            match request.span {
+                Span::Whole => (0..rounds, 0, index.size_bytes()),
+                Span::Bytes {
+                    first_byte,
+                    length_bytes,
+                } => {
+                    let first = index
+                        .position_of_byte(first_byte)
+                        .ok_or_else(|| past_end(rounds))?;
+                    let last_byte = first_byte
+                        .saturating_add(length_bytes.max(1) - 1)
+                        .min(index.size_bytes().saturating_sub(1));
+                    let last = index
+                        .position_of_byte(last_byte)
+                        .expect("clamped to the title's size");
+                    (
+                        first.round..last.round + 1,
+                        first.offset_in_round_bytes,
+                        last_byte + 1 - first_byte,
+                    )
+                }
+                Span::FromTime { t_ns } => {
+                    let round = index.round_for_time(t_ns);
+                    let start = index.round_byte_range(round).start;
+                    (round..rounds, 0, index.size_bytes() - start)
+                }
+            };
+        let earliest_round = self.next_round;
+        let Admission {
+            stream,
+            start_round,
+        } = self.reservations.try_admit_range(
+            request.title,
+            playback_rounds.clone(),
+            earliest_round,
+            lookahead_rounds,
+        )?;
+        Ok(Admitted {
+            stream,
+            start_round,
+            earliest_round,
+            first_playback_round: playback_rounds.start,
+            end_playback_round: playback_rounds.end,
+            skip_bytes,
+            length_bytes,
+        })
+    }
+
+    /// Releases a stream (its client left): reservations from the next
+    /// round on and its reads in flight are dropped. False if unknown.
+    pub fn release(&mut self, stream: StreamId) -> bool {
+        let known = self.reservations.release(stream);
+        self.drop_inflight(stream);
+        known
+    }
+
+    pub fn stream(&self, stream: StreamId) -> Option<StreamSpan> {
+        self.reservations.stream_span(stream)
+    }
+
+    pub fn active_streams(&self) -> usize {
+        self.reservations.active_streams()
+    }
+
+    fn drop_inflight(&mut self, stream: StreamId) {
+        let keys: Vec<(StreamId, u32)> = self
+            .inflight
+            .range((stream, 0)..=(stream, u32::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            self.inflight.remove(&key);
+        }
+    }
+
+    /// Stops and releases a stream the array cannot serve.
+    fn abort(&mut self, stream: StreamId, reason: AbortReason) -> Option<Aborted> {
+        let span = self.reservations.stream_span(stream)?;
+        self.release(stream);
+        self.counters.streams_aborted += 1;
+        Some(Aborted {
+            stream,
+            title: span.title,
+            start_round: span.start_round,
+            end_read_round: span.end_read_round(),
+            at_round: self.next_round,
+            reason,
+        })
+    }
+
+    /// Stops every stream (shutdown).
+    pub fn abort_all(&mut self) -> Vec<Aborted> {
+        let streams: Vec<StreamId> = self.reservations.stream_ids().collect();
+        streams
+            .into_iter()
+            .filter_map(|s| self.abort(s, AbortReason::Shutdown))
+            .collect()
+    }
+
+    // ----- rounds -----
+
+    /// Advances to `round` without planning reads: admission-only mode
+    /// (reservations only, seed 000 §6.1). Returns the streams aborted.
+    pub fn begin_round_admission_only(&mut self, round: u64) -> Vec<Aborted> {
+        assert!(round >= self.next_round, "rounds begin in order");
+        self.reservations.advance_to(round);
+        self.next_round = round + 1;
+        Vec::new()
+    }
+
+    /// Begins round `round` (the next one): counts the misses of the round
+    /// that ended, advances the tables, and plans every disk's commands —
+    /// the streams' reads chosen by the retrieval policy, then the rebuild's
+    /// copies in the time left unreserved, then ingest writes in what the
+    /// rebuild left.
+    pub fn begin_round(&mut self, round: u64) -> RoundPlan {
+        assert!(round >= self.next_round, "rounds begin in order");
+        let disks = self.disk_count() as usize;
+        let mut plan = RoundPlan {
+            round,
+            start_ns: self.round_start_ns(round),
+            duration_ns: self.round_duration_ns(round),
+            ..RoundPlan::default()
+        };
+        // 1. Stream-rounds of earlier rounds still incomplete are misses.
+        for (&(stream, playback_round), f) in self.inflight.iter_mut() {
+            if f.read_round < round && !f.missed {
+                f.missed = true;
+                self.counters.stream_round_misses += 1;
+                plan.missed.push(Miss {
+                    stream,
+                    playback_round,
+                    read_round: f.read_round,
+                });
+            }
+        }
+        // 2. Time moves on.
+        self.reservations.advance_to(round);
+        self.next_round = round + 1;
+        // 3. The streams' reads.
+        let (planned, lost) = self.reservations.plan_round(round);
+        self.counters.lost_reads += lost.len() as u64;
+        for read in &lost {
+            if let Some(a) = self.abort(
+                read.stream,
+                AbortReason::DataLost {
+                    playback_round: read.playback_round,
+                },
+            ) {
+                plan.aborted.push(a);
+            }
+        }
+        let fixed_ns = self.config.reservation.round_fixed_ns;
+        let scheduler = self.policy.scheduler();
+        for (disk, reads) in planned.into_iter().enumerate() {
+            let disk = disk as u32;
+            let reads = self.policy.disk_reads(disk, round, reads);
+            let serving = !self.reservations.is_failed(disk);
+            let mut commands = Vec::with_capacity(reads.len());
+            for read in reads {
+                if let Some(c) = self.deliver_command(round, &read, false, &mut plan.ready) {
+                    commands.push(c);
+                }
+            }
+            plan.disks.push(DiskRoundPlan {
+                disk,
+                serving,
+                reserved_ns: serving.then(|| fixed_ns + self.reservations.reserved_ns(disk, round)),
+                granted_ns: 0,
+                scheduler,
+                commands,
+            });
+        }
+        // 4. The rebuild takes unreserved time first ...
+        let rebuild_charged = self.plan_rebuild(round, &mut plan);
+        // 5. ... and ingest writes what it leaves.
+        let credits = self.reservations.write_credits_ns(round, &rebuild_charged);
+        let idle_round_ns = self
+            .config
+            .reservation
+            .round_duration_ns
+            .saturating_sub(fixed_ns);
+        let grant = self
+            .writes
+            .grant(round, &credits, idle_round_ns, &self.config.write_bound);
+        for (d, disk_plan) in plan.disks.iter_mut().enumerate() {
+            disk_plan.granted_ns = rebuild_charged[d] + grant.charged_ns[d];
+            if disk_plan.reserved_ns.is_none() && disk_plan.granted_ns > 0 {
+                // A failed disk being rebuilt: no stream reads, but its
+                // copies' writes are budgeted after the fixed term.
+                disk_plan.reserved_ns = Some(fixed_ns);
+            }
+        }
+        for (d, commands) in grant.commands.into_iter().enumerate() {
+            plan.disks[d].commands.extend(commands);
+        }
+        plan.ingest_grants = grant.rounds;
+        debug_assert_eq!(plan.disks.len(), disks);
+        plan
+    }
+
+    /// The command of one planned read, registering its stream-round in
+    /// flight; `None` for a read with nothing on the disk (an empty round,
+    /// complete at once and listed in `ready`, or a title without layout).
+    fn deliver_command(
+        &mut self,
+        round: u64,
+        read: &PlannedRead,
+        recovery: bool,
+        ready: &mut Vec<RoundReady>,
+    ) -> Option<DiskCommand> {
+        let title = self.titles.get(&read.title)?;
+        let playback_round = read.playback_round as usize;
+        let entry = read.backup_entry as usize;
+        let layout = title.layout.as_deref()?;
+        let round_layout = layout.round(playback_round);
+        let (extents, pieces) = match read.replica {
+            Replica::Primary => (&round_layout.primary, 1),
+            Replica::Backup => (
+                &round_layout.backups[entry].extents,
+                round_layout.backups.len(),
+            ),
+        };
+        let key = (read.stream, read.playback_round);
+        let f = self.inflight.entry(key).or_insert_with(|| Inflight {
+            replica: read.replica,
+            read_round: round,
+            pending: vec![false; pieces],
+            missed: false,
+            recovery,
+        });
+        if extents.is_empty() {
+            if f.pending.iter().all(|p| !p) {
+                let f = self.inflight.remove(&key).expect("inserted above");
+                ready.push(RoundReady {
+                    stream: read.stream,
+                    playback_round: read.playback_round,
+                    replica: f.replica,
+                    read_round: round,
+                    send_round: round + 1,
+                    late: false,
+                });
+            }
+            return None;
+        }
+        let piece = if read.replica == Replica::Primary {
+            0
+        } else {
+            entry
+        };
+        f.pending[piece] = true;
+        let sums = title.request_checksums(playback_round, read.replica, entry);
+        let extents = extents
+            .as_slice()
+            .iter()
+            .enumerate()
+            .map(|(i, x)| command::CommandExtent {
+                device_offset_bytes: x.device_offset_bytes,
+                length_bytes: x.length_bytes,
+                crc32c: sums.and_then(|s| s.get(i).copied()),
+            })
+            .collect();
+        Some(DiskCommand {
+            disk: read.disk,
+            round,
+            op: Op::Read,
+            purpose: Purpose::Deliver {
+                stream: read.stream,
+                title: read.title,
+                playback_round: read.playback_round,
+                replica: read.replica,
+                piece: piece as u16,
+                recovery,
+            },
+            extents,
+            charge_ns: read.cost_ns,
+        })
+    }
+
+    /// The rebuild's copies of `round`; returns the time charged per disk.
+    fn plan_rebuild(&mut self, round: u64, plan: &mut RoundPlan) -> Vec<u64> {
+        let disks = self.disk_count() as usize;
+        let mut charged = vec![0u64; disks];
+        let Some(rebuild) = self.rebuild.as_mut() else {
+            return charged;
+        };
+        if rebuild.handed_out {
+            return charged;
+        }
+        let read_bound = &self.config.read_bound;
+        let write_bound = &self.config.write_bound;
+        let (run, lost) = rebuild.queue.next_round(
+            &self.reservations,
+            round,
+            |_, extents| read_bound.extents_ns(extents),
+            |extents| write_bound.extents_ns(extents),
+        );
+        let to_command =
+            |disk: u32, op: Op, purpose: Purpose, extents: &[(u64, u64)], ns| DiskCommand {
+                disk,
+                round,
+                op,
+                purpose,
+                extents: extents
+                    .iter()
+                    .filter(|&&(_, sectors)| sectors > 0)
+                    .map(|&(lbn, sectors)| command::CommandExtent {
+                        device_offset_bytes: lbn * crate::units::SECTOR_BYTES,
+                        length_bytes: sectors * crate::units::SECTOR_BYTES,
+                        crc32c: None,
+                    })
+                    .collect(),
+                charge_ns: ns,
+            };
+        for task in run {
+            let id = CopyId(self.next_copy);
+            self.next_copy += 1;
+            for source in &task.read_from {
+                let ns = read_bound.extents_ns(&source.extents);
+                charged[source.disk as usize] += ns;
+                let c = to_command(
+                    source.disk,
+                    Op::Read,
+                    Purpose::RebuildRead { copy: id },
+                    &source.extents,
+                    ns,
+                );
+                plan.disks[source.disk as usize].commands.push(c);
+            }
+            let target = task.write_to.disk;
+            let ns = write_bound.extents_ns(&task.write_to.extents);
+            charged[target as usize] += ns;
+            let c = to_command(
+                target,
+                Op::Write,
+                Purpose::RebuildWrite { copy: id },
+                &task.write_to.extents,
+                ns,
+            );
+            plan.disks[target as usize].commands.push(c);
+            rebuild.outstanding.insert(id, task.bytes);
+            plan.copies.push(Copy { id, task });
+        }
+        for task in lost {
+            rebuild.failures.push(format!(
+                "title {} round {} {:?}: no working replica to copy from",
+                task.title.0, task.round, task.target
+            ));
+            plan.copies_lost.push(task);
+        }
+        if rebuild.queue.is_done() {
+            rebuild.handed_out = true;
+            plan.rebuild_handed_out = Some(rebuild.queue.disk());
+        }
+        charged
+    }
+
+    // ----- completions -----
+
+    /// A stream read finished. Returns what follows: the stream-round is
+    /// ready; or, after an error, the disk's health changes (a failed disk's
+    /// streams that lost data are stopped) and the other replica is read,
+    /// or the stream stops when there is none.
+    pub fn complete(&mut self, completion: &Completion) -> Vec<Effect> {
+        let key = (completion.stream, completion.playback_round);
+        let Some(f) = self.inflight.get_mut(&key) else {
+            // Released, or a stale piece of a replica replaced by a re-read.
+            return Vec::new();
+        };
+        if f.replica != completion.replica {
+            return Vec::new();
+        }
+        if completion.outcome == ReadOutcome::Ok {
+            let piece = completion.piece as usize;
+            if piece >= f.pending.len() || !f.pending[piece] {
+                return Vec::new();
+            }
+            f.pending[piece] = false;
+            if f.pending.iter().any(|&p| p) {
+                return Vec::new();
+            }
+            let f = self.inflight.remove(&key).expect("present");
+            return vec![Effect::Ready(RoundReady {
+                stream: completion.stream,
+                playback_round: completion.playback_round,
+                replica: f.replica,
+                read_round: f.read_round,
+                send_round: f.read_round + 1,
+                late: f.missed,
+            })];
+        }
+        self.read_failed(completion)
+    }
+
+    fn read_failed(&mut self, completion: &Completion) -> Vec<Effect> {
+        let detail = match &completion.outcome {
+            ReadOutcome::IoError(e) => format!("I/O error on disk {}: {e}", completion.disk),
+            ReadOutcome::BadChecksum(e) => format!("bad checksum on disk {}: {e}", completion.disk),
+            ReadOutcome::Ok => unreachable!("only failures get here"),
+        };
+        self.counters.read_errors += 1;
+        let mut effects = Vec::new();
+        let disk = completion.disk;
+        let was = self.health.state(disk);
+        // Errors are dated by the round in progress.
+        let now = self
+            .health
+            .record_error(disk, self.next_round.saturating_sub(1));
+        if let Some(state) = now {
+            effects.push(Effect::DiskState { disk, state });
+            if state == DiskState::Failed && was != DiskState::Failed {
+                effects.extend(self.fail_serving_disk(disk, FailCause::Errors));
+            }
+        }
+        let key = (completion.stream, completion.playback_round);
+        let Some(f) = self.inflight.remove(&key) else {
+            return effects;
+        };
+        let playback_round = completion.playback_round;
+        let stop = |detail: String| AbortReason::ReadFailed {
+            playback_round,
+            detail,
+        };
+        if f.recovery {
+            effects.extend(
+                self.abort(
+                    completion.stream,
+                    stop(format!("the other replica failed too: {detail}")),
+                )
+                .map(Effect::Aborted),
+            );
+            return effects;
+        }
+        let Some(span) = self.reservations.stream_span(completion.stream) else {
+            return effects;
+        };
+        let title = Arc::clone(&self.titles[&span.title]);
+        let layout = title.layout.as_deref().expect("a read came from a layout");
+        let round_layout = layout.round(playback_round as usize);
+        let backup_disks: Vec<u32> = round_layout.backups.iter().map(|b| b.disk.0).collect();
+        let other =
+            replica_after_error(f.replica, round_layout.primary_disk.0, &backup_disks, |d| {
+                !self.reservations.is_failed(d)
+            });
+        let Some(replica) = other else {
+            effects.extend(
+                self.abort(completion.stream, stop(detail))
+                    .map(Effect::Aborted),
+            );
+            return effects;
+        };
+        // The other replica's requests, as `plan_round` would give them;
+        // charged nothing: no reservation covers an unplanned re-read.
+        let reads: Vec<PlannedRead> = match replica {
+            Replica::Primary => vec![(round_layout.primary_disk.0, 0u16)],
+            Replica::Backup => backup_disks
+                .iter()
+                .enumerate()
+                .map(|(entry, &d)| (d, entry as u16))
+                .collect(),
+        }
+        .into_iter()
+        .map(|(on_disk, backup_entry)| PlannedRead {
+            stream: completion.stream,
+            title: span.title,
+            playback_round,
+            disk: on_disk,
+            replica,
+            backup_entry,
+            cost_ns: 0,
+        })
+        .collect();
+        let mut ready = Vec::new();
+        let commands: Vec<DiskCommand> = reads
+            .iter()
+            .filter_map(|r| self.deliver_command(f.read_round, r, true, &mut ready))
+            .collect();
+        if let Some(again) = self.inflight.get_mut(&key) {
+            again.missed = f.missed;
+        }
+        self.counters.rereads += 1;
+        effects.extend(ready.into_iter().map(Effect::Ready));
+        if !commands.is_empty() {
+            effects.push(Effect::ReRead(commands));
+        }
+        effects
+    }
+
+    // ----- disks -----
+
+    pub fn disk_state(&self, disk: u32) -> DiskState {
+        self.health.state(disk)
+    }
+
+    /// Whether the disk serves reads.
+    pub fn is_serving(&self, disk: u32) -> bool {
+        self.health.is_serving(disk)
+    }
+
+    pub fn total_errors(&self, disk: u32) -> u64 {
+        self.health.total_errors(disk)
+    }
+
+    fn check_disk(&self, disk: u32) -> Result<(), OpsError> {
+        let disks = self.disk_count();
+        if disk >= disks {
+            return Err(OpsError::NoSuchDisk { disk, disks });
+        }
+        Ok(())
+    }
+
+    /// Fails a disk (an operator's action, or recorded failed before a
+    /// restart): from the next round its reads go to the other replicas;
+    /// streams with a round left that has no working replica are stopped.
+    pub fn fail_disk(&mut self, disk: u32, cause: FailCause) -> Result<Vec<Effect>, OpsError> {
+        self.check_disk(disk)?;
+        if !self.health.is_serving(disk) {
+            return Err(OpsError::Already {
+                disk,
+                state: state_name(self.health.state(disk)),
+            });
+        }
+        let mut effects = vec![Effect::DiskState {
+            disk,
+            state: DiskState::Failed,
+        }];
+        effects.extend(self.fail_serving_disk(disk, cause));
+        Ok(effects)
+    }
+
+    fn fail_serving_disk(&mut self, disk: u32, cause: FailCause) -> Vec<Effect> {
+        self.health.fail(disk);
+        let mut effects = vec![Effect::DiskFailed { disk, cause }];
+        let lost = self.reservations.fail_disk_from(disk, self.next_round);
+        for stream in lost {
+            let span = self.reservations.stream_span(stream).expect("registered");
+            // The first playback round it has not read yet.
+            let next = span.first_playback_round
+                + (self.next_round.max(span.start_round) - span.start_round) as usize;
+            if let Some(a) = self.abort(
+                stream,
+                AbortReason::DataLost {
+                    playback_round: next as u32,
+                },
+            ) {
+                effects.push(Effect::Aborted(a));
+            }
+        }
+        effects
+    }
+
+    /// A replacement device is being mapped to failed disk `disk`; no
+    /// rebuild may start until [`Array::end_replace`].
+    pub fn start_replace(&mut self, disk: u32) -> Result<(), OpsError> {
+        self.check_disk(disk)?;
+        match self.health.state(disk) {
+            DiskState::Failed if !self.replacing[disk as usize] => {
+                self.replacing[disk as usize] = true;
+                Ok(())
+            }
+            DiskState::Failed => Err(OpsError::Replacing {
+                disk,
+                what: "wait for it to end",
+            }),
+            DiskState::Rebuilding => Err(OpsError::WrongState {
+                disk,
+                state: "rebuilding",
+                what: "wait for the rebuild to end",
+            }),
+            state => Err(OpsError::WrongState {
+                disk,
+                state: state_name(state),
+                what: "it serves; fail it first",
+            }),
+        }
+    }
+
+    /// The replacement of `disk` ended (mapped or not).
+    pub fn end_replace(&mut self, disk: u32) {
+        self.replacing[disk as usize] = false;
+    }
+
+    /// Starts rebuilding failed disk `disk` from the other replicas: one
+    /// rebuild at a time, and only while every other disk serves.
+    pub fn start_rebuild(&mut self, disk: u32) -> Result<RebuildStarted, OpsError> {
+        self.check_disk(disk)?;
+        let state = self.health.state(disk);
+        if state != DiskState::Failed {
+            return Err(OpsError::WrongState {
+                disk,
+                state: state_name(state),
+                what: "only a failed disk is rebuilt",
+            });
+        }
+        if self.replacing[disk as usize] {
+            return Err(OpsError::Replacing {
+                disk,
+                what: "restore it afterwards",
+            });
+        }
+        if let Some(r) = &self.rebuild {
+            return Err(OpsError::RebuildRunning {
+                disk: r.queue.disk(),
+            });
+        }
+        if let Some(other) = (0..self.disk_count()).find(|&d| d != disk && !self.is_serving(d)) {
+            return Err(OpsError::SecondFailure { disk, other });
+        }
+        let tasks = rebuild_tasks(
+            disk,
+            self.titles
+                .values()
+                .filter_map(|t| t.layout.as_deref().map(|l| (t.id, l))),
+        );
+        let copies = tasks.len();
+        let queue = RebuildQueue::new(disk, tasks);
+        let total_bytes = queue.progress().total_bytes;
+        self.health.start_rebuild(disk);
+        self.rebuild = Some(RebuildState {
+            queue,
+            started_round: self.next_round,
+            outstanding: BTreeMap::new(),
+            copied_bytes: 0,
+            failures: Vec::new(),
+            handed_out: false,
+        });
+        Ok(RebuildStarted {
+            disk,
+            copies,
+            total_bytes,
+            round: self.next_round,
+        })
+    }
+
+    /// A rebuild copy was moved (`Ok(bytes)`) or could not be (`Err`).
+    pub fn copy_done(&mut self, copy: CopyId, result: Result<(), String>) {
+        let Some(r) = self.rebuild.as_mut() else {
+            return;
+        };
+        let Some(bytes) = r.outstanding.remove(&copy) else {
+            return;
+        };
+        match result {
+            Ok(()) => r.copied_bytes += bytes,
+            Err(e) => r.failures.push(e),
+        }
+    }
+
+    /// The rebuilt device is synced: the disk serves again when every copy
+    /// succeeded. Returns the disk's new state change, if any.
+    pub fn finish_rebuild(&mut self, disk: u32, synced: bool) -> Option<RebuildStatus> {
+        let r = self.rebuild.as_ref()?;
+        if r.queue.disk() != disk || !r.handed_out {
+            return None;
+        }
+        let status = self.rebuild_status().expect("running");
+        self.rebuild = None;
+        if synced && status.failures.is_empty() && status.copies_outstanding == 0 {
+            self.health.restore(disk);
+            self.reservations.restore_disk(disk);
+        } else {
+            // Not whole: the disk stays failed and may be rebuilt again.
+            self.health.fail(disk);
+        }
+        Some(status)
+    }
+
+    pub fn rebuild_status(&self) -> Option<RebuildStatus> {
+        self.rebuild.as_ref().map(|r| RebuildStatus {
+            progress: r.queue.progress(),
+            started_round: r.started_round,
+            copied_bytes: r.copied_bytes,
+            copies_outstanding: r.outstanding.len(),
+            failures: r.failures.clone(),
+        })
+    }
+
+    // ----- writes -----
+
+    /// An ingest of `title` (placed as `layout`) will write its rounds in
+    /// order, in disk time the streams and the rebuild leave.
+    pub fn begin_ingest(&mut self, title: TitleId, layout: Arc<TitleLayout>) {
+        self.writes.begin(title, layout);
+    }
+
+    /// The ingest's writer waits for round `title_round`.
+    pub fn want_write(&mut self, title: TitleId, title_round: usize) {
+        self.writes.want(title, title_round);
+    }
+
+    /// The ingest of `title` ended.
+    pub fn end_ingest(&mut self, title: TitleId) -> bool {
+        self.writes.end(title)
+    }
+
+    // ----- invariants -----
+
+    /// Checks the array's state; panics with what is wrong. O(streams +
+    /// disks × horizon + in-flight reads).
+    pub fn check_invariants(&self) {
+        self.reservations.check_invariants();
+        for d in 0..self.disk_count() {
+            assert_eq!(
+                self.health.is_serving(d),
+                !self.reservations.is_failed(d),
+                "disk {d}: health and the tables disagree on whether it serves"
+            );
+        }
+        assert!(
+            self.reservations
+                .title_ids()
+                .eq(self.titles.keys().copied()),
+            "the title registry and the tables hold different titles"
+        );
+        for (&(stream, playback_round), f) in &self.inflight {
+            assert!(
+                f.pending.iter().any(|&p| p),
+                "stream {} round {playback_round}: in flight with nothing pending",
+                stream.0
+            );
+            assert!(f.read_round < self.next_round, "in flight before its round");
+        }
+        if let Some(r) = &self.rebuild {
+            assert_eq!(
+                self.health.state(r.queue.disk()),
+                DiskState::Rebuilding,
+                "the rebuilt disk is in the rebuilding state"
+            );
+        }
+        for d in 0..self.disk_count() {
+            if self.health.state(d) == DiskState::Rebuilding {
+                assert!(
+                    self.rebuild.as_ref().is_some_and(|r| r.queue.disk() == d),
+                    "disk {d} is rebuilding without a rebuild"
+                );
+            }
+        }
+    }
+}

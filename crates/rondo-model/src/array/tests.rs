@@ -1,0 +1,426 @@
+//! The array's entry points, one behaviour at a time.
+
+use super::*;
+use crate::disk::PaperBound;
+use crate::layout::{ArrayAllocator, BackupParams, LayoutParams, ReplicaPlacement, TitlePlan};
+use crate::reservation::Scheme;
+use crate::schedule::Schedule;
+use crate::units::{DiskIndex, NS_PER_S};
+
+const KIB: u64 = 1024;
+
+fn config(disks: u32, scheme: Scheme) -> ArrayConfig {
+    let bound = Bound::Paper(PaperBound::seed000_table2());
+    ArrayConfig {
+        reservation: ReservationConfig::for_array(
+            disks,
+            scheme,
+            NS_PER_S,
+            bound.fixed_ns(),
+            64 << 20,
+            64,
+            4,
+        ),
+        lookahead_rounds: 4,
+        health: HealthPolicy {
+            errors_to_fail: 3,
+            window_rounds: 10,
+        },
+        read_bound: bound.clone(),
+        write_bound: bound,
+    }
+}
+
+/// A title of `client_bytes` per round, placed on `allocator` from disk
+/// `start`, with made-up checksums (`round · 100 + extent`).
+fn title(
+    id: u64,
+    disks: u32,
+    start: u32,
+    client_bytes: &[u64],
+    allocator: &mut ArrayAllocator,
+) -> ArrayTitle {
+    let schedule = Schedule::from_client_bytes(client_bytes.to_vec(), NS_PER_S, 16 * KIB).unwrap();
+    let params = LayoutParams {
+        disk_count: disks,
+        stride_bytes: 2048 * KIB,
+        block_bytes: 16 * KIB,
+        backup: Some(BackupParams {
+            placement: ReplicaPlacement::Deterministic,
+            backup_block_bytes: None,
+            fragment_sequence: Default::default(),
+            round_robin_counter: Default::default(),
+        }),
+    };
+    let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(start), 1).unwrap();
+    let layout = allocator.place(&plan).unwrap();
+    let bound = Bound::Paper(PaperBound::seed000_table2());
+    let charges = bound
+        .title_charges(&plan, Some(&layout), &schedule)
+        .unwrap();
+    let sums = |n: usize, r: usize| (0..n).map(|e| (r * 100 + e) as u32).collect::<Vec<_>>();
+    let checksums = ExtentChecksums {
+        primary: layout
+            .rounds()
+            .iter()
+            .enumerate()
+            .map(|(r, l)| sums(l.primary.len(), r))
+            .collect(),
+        backup: layout
+            .rounds()
+            .iter()
+            .enumerate()
+            .map(|(r, l)| sums(l.backups.iter().map(|b| b.extents.len()).sum(), r))
+            .collect(),
+    };
+    ArrayTitle::new(
+        TitleId(id),
+        charges,
+        Some(layout),
+        Some(checksums),
+        client_bytes,
+        NS_PER_S,
+    )
+}
+
+fn array(disks: u32, scheme: Scheme, client_bytes: &[u64]) -> Array {
+    let mut a = Array::new(config(disks, scheme));
+    let mut allocator = ArrayAllocator::uniform(disks, 1000);
+    a.add_title(title(0, disks, 0, client_bytes, &mut allocator));
+    a
+}
+
+fn whole(title: u64) -> AdmitRequest {
+    AdmitRequest {
+        title: TitleId(title),
+        span: Span::Whole,
+    }
+}
+
+fn ok(c: &DiskCommand) -> Completion {
+    let Purpose::Deliver {
+        stream,
+        playback_round,
+        replica,
+        piece,
+        ..
+    } = c.purpose
+    else {
+        panic!("not a stream read: {c:?}")
+    };
+    Completion {
+        disk: c.disk,
+        stream,
+        playback_round,
+        replica,
+        piece,
+        outcome: ReadOutcome::Ok,
+    }
+}
+
+fn deliveries(plan: &RoundPlan) -> Vec<&DiskCommand> {
+    plan.disks
+        .iter()
+        .flat_map(|d| &d.commands)
+        .filter(|c| matches!(c.purpose, Purpose::Deliver { .. }))
+        .collect()
+}
+
+#[test]
+fn spans_map_bytes_and_times_to_playback_rounds() {
+    let mut a = array(4, Scheme::Minimum, &[1000, 0, 2000, 3000]);
+    let s = a
+        .admit(&AdmitRequest {
+            title: TitleId(0),
+            span: Span::Bytes {
+                first_byte: 1500,
+                length_bytes: 2000,
+            },
+        })
+        .unwrap();
+    // Byte 1500 is 500 into round 2 (round 1 is empty); byte 3499 is in round 3.
+    assert_eq!((s.first_playback_round, s.end_playback_round), (2, 4));
+    assert_eq!((s.skip_bytes, s.length_bytes), (500, 2000));
+    let s = a
+        .admit(&AdmitRequest {
+            title: TitleId(0),
+            span: Span::Bytes {
+                first_byte: 10,
+                length_bytes: u64::MAX,
+            },
+        })
+        .unwrap();
+    assert_eq!((s.first_playback_round, s.end_playback_round), (0, 4));
+    assert_eq!(s.length_bytes, 5990, "cut to the title's end");
+    let s = a
+        .admit(&AdmitRequest {
+            title: TitleId(0),
+            span: Span::FromTime {
+                t_ns: 2_500_000_000,
+            },
+        })
+        .unwrap();
+    assert_eq!((s.first_playback_round, s.length_bytes), (2, 5000));
+    assert!(matches!(
+        a.admit(&AdmitRequest {
+            title: TitleId(0),
+            span: Span::Bytes {
+                first_byte: 6000,
+                length_bytes: 1
+            }
+        }),
+        Err(Rejection::PastEnd { .. })
+    ));
+    assert_eq!(a.counters().admitted, 3);
+    a.check_invariants();
+}
+
+#[test]
+fn a_round_plans_checked_reads_and_completions_make_rounds_ready() {
+    let mut a = array(4, Scheme::Minimum, &[100 * KIB, 0, 200 * KIB, 50 * KIB]);
+    let s = a.admit(&whole(0)).unwrap();
+    assert_eq!(s.start_round, 0);
+    let plan = a.begin_round(0);
+    assert_eq!(plan.duration_ns, NS_PER_S);
+    let reads = deliveries(&plan);
+    assert_eq!(reads.len(), 1);
+    let read = reads[0];
+    assert_eq!(read.disk, 0, "round 0 lives on the start disk");
+    assert_eq!(read.extents[0].crc32c, Some(0));
+    assert!(read.charge_ns > 0);
+    assert_eq!(
+        plan.disks[0].reserved_ns,
+        Some(a.config.reservation.round_fixed_ns + read.charge_ns)
+    );
+    let effects = a.complete(&ok(read));
+    assert!(matches!(
+        effects.as_slice(),
+        [Effect::Ready(RoundReady {
+            playback_round: 0,
+            send_round: 1,
+            late: false,
+            ..
+        })]
+    ));
+    // Round 1 is empty: ready at once, no command.
+    let plan = a.begin_round(1);
+    assert!(deliveries(&plan).is_empty());
+    assert_eq!(plan.ready.len(), 1);
+    assert_eq!(plan.ready[0].playback_round, 1);
+    // Round 2's read is not completed before round 3 begins: a miss.
+    let plan = a.begin_round(2);
+    let late = deliveries(&plan)[0].clone();
+    assert_eq!(late.extents[0].crc32c, Some(200));
+    let plan = a.begin_round(3);
+    assert_eq!(plan.missed.len(), 1);
+    assert_eq!(a.counters().stream_round_misses, 1);
+    let effects = a.complete(&ok(&late));
+    assert!(matches!(
+        effects.as_slice(),
+        [Effect::Ready(RoundReady { late: true, .. })]
+    ));
+    a.check_invariants();
+}
+
+#[test]
+fn a_failed_read_is_read_again_from_the_backup_and_a_second_failure_stops_the_stream() {
+    let mut a = array(4, Scheme::Minimum, &[100 * KIB; 6]);
+    let s = a.admit(&whole(0)).unwrap();
+    let plan = a.begin_round(0);
+    let read = deliveries(&plan)[0].clone();
+    let mut failed = ok(&read);
+    failed.outcome = ReadOutcome::BadChecksum("crc mismatch".into());
+    let effects = a.complete(&failed);
+    assert!(effects.contains(&Effect::DiskState {
+        disk: read.disk,
+        state: DiskState::Suspect
+    }));
+    let Some(Effect::ReRead(again)) = effects.iter().find(|e| matches!(e, Effect::ReRead(_)))
+    else {
+        panic!("no re-read: {effects:?}")
+    };
+    assert_eq!(again.len(), 1);
+    assert_ne!(again[0].disk, read.disk);
+    assert!(matches!(
+        again[0].purpose,
+        Purpose::Deliver {
+            replica: Replica::Backup,
+            recovery: true,
+            ..
+        }
+    ));
+    // A stale completion of the primary changes nothing.
+    assert!(a.complete(&ok(&read)).is_empty());
+    let mut failed_again = ok(&again[0]);
+    failed_again.outcome = ReadOutcome::IoError("EIO".into());
+    let effects = a.complete(&failed_again);
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, Effect::Aborted(x) if x.stream == s.stream)),
+        "{effects:?}"
+    );
+    assert_eq!(a.active_streams(), 0, "the aborted stream is released");
+    assert_eq!(a.counters().streams_aborted, 1);
+    a.check_invariants();
+}
+
+#[test]
+fn errors_past_the_threshold_fail_the_disk_and_its_reads_go_to_the_backups() {
+    let mut a = array(4, Scheme::Minimum, &[100 * KIB; 12]);
+    for _ in 0..3 {
+        a.admit(&whole(0)).unwrap();
+    }
+    let plan = a.begin_round(0);
+    let reads: Vec<DiskCommand> = deliveries(&plan).into_iter().cloned().collect();
+    assert_eq!(reads.len(), 3, "{reads:?}");
+    let disk = reads[0].disk;
+    let mut effects = Vec::new();
+    for r in &reads {
+        let mut c = ok(r);
+        c.outcome = ReadOutcome::IoError("EIO".into());
+        effects.extend(a.complete(&c));
+    }
+    assert!(effects.contains(&Effect::DiskFailed {
+        disk,
+        cause: FailCause::Errors
+    }));
+    assert!(!a.is_serving(disk));
+    assert!(a.reservations().is_failed(disk));
+    // No stream lost data (single failure, backups stored).
+    assert!(!effects.iter().any(|e| matches!(e, Effect::Aborted(_))));
+    // Every later read of the failed disk's data goes to its backup.
+    for round in 1..12 {
+        let plan = a.begin_round(round);
+        assert!(plan.disks[disk as usize].commands.is_empty());
+        assert!(!plan.disks[disk as usize].serving);
+        for c in deliveries(&plan) {
+            a.complete(&ok(c));
+        }
+        a.check_invariants();
+    }
+}
+
+#[test]
+fn a_second_failure_stops_and_releases_the_streams_whose_data_is_gone() {
+    let mut a = array(3, Scheme::Minimum, &[100 * KIB; 9]);
+    for _ in 0..4 {
+        a.admit(&whole(0)).unwrap();
+    }
+    a.begin_round(0);
+    let effects = a.fail_disk(0, FailCause::Operator).unwrap();
+    assert!(!effects.iter().any(|e| matches!(e, Effect::Aborted(_))));
+    assert_eq!(
+        a.fail_disk(0, FailCause::Operator),
+        Err(OpsError::Already {
+            disk: 0,
+            state: "failed"
+        })
+    );
+    let effects = a.fail_disk(1, FailCause::Operator).unwrap();
+    let aborted = effects
+        .iter()
+        .filter(|e| matches!(e, Effect::Aborted(_)))
+        .count();
+    assert_eq!(aborted, 4, "every stream needs a round on disks 0 and 1");
+    assert_eq!(a.active_streams(), 0);
+    // Nothing is reserved any more: the tables were released.
+    for d in 0..3 {
+        assert_eq!(a.reservations().reserved_ns(d, 1), 0);
+    }
+    a.check_invariants();
+}
+
+#[test]
+fn a_rebuild_runs_in_unreserved_time_and_ingest_takes_what_it_leaves() {
+    let mut a = array(4, Scheme::Minimum, &[512 * KIB; 16]);
+    a.admit(&whole(0)).unwrap();
+    assert_eq!(
+        a.start_rebuild(2),
+        Err(OpsError::WrongState {
+            disk: 2,
+            state: "healthy",
+            what: "only a failed disk is rebuilt"
+        })
+    );
+    a.fail_disk(2, FailCause::Operator).unwrap();
+    a.start_replace(2).unwrap();
+    assert!(matches!(
+        a.start_rebuild(2),
+        Err(OpsError::Replacing { .. })
+    ));
+    a.end_replace(2);
+    let started = a.start_rebuild(2).unwrap();
+    assert!(started.copies > 0);
+    assert_eq!(a.disk_state(2), DiskState::Rebuilding);
+    // An ingest waits beside it.
+    let mut allocator = ArrayAllocator::uniform(4, 1000);
+    for d in 0..4 {
+        for s in 0..100 {
+            allocator.mark_allocated(DiskIndex(d), s).unwrap();
+        }
+    }
+    let ingest = title(1, 4, 1, &[256 * KIB; 8], &mut allocator);
+    let layout = Arc::clone(ingest.layout.as_ref().unwrap());
+    a.begin_ingest(TitleId(1), layout);
+    let mut copies = 0;
+    let mut granted = 0;
+    let mut round = 0;
+    while a.rebuild_status().is_some() {
+        let plan = a.begin_round(round);
+        for d in &plan.disks {
+            let budget = d.reserved_ns.unwrap_or(0) + d.granted_ns;
+            assert!(
+                budget <= NS_PER_S,
+                "round {round} disk {}: {budget} ns budgeted",
+                d.disk
+            );
+        }
+        for c in deliveries(&plan) {
+            a.complete(&ok(c));
+        }
+        for copy in &plan.copies {
+            a.copy_done(copy.id, Ok(()));
+            copies += 1;
+        }
+        granted += plan.ingest_grants.len();
+        if let Some(disk) = plan.rebuild_handed_out {
+            let status = a.finish_rebuild(disk, true).unwrap();
+            assert_eq!(status.copied_bytes, status.progress.total_bytes);
+        }
+        a.check_invariants();
+        round += 1;
+        assert!(round < 100, "the rebuild ends");
+    }
+    assert_eq!(copies, started.copies);
+    assert_eq!(a.disk_state(2), DiskState::Healthy);
+    assert!(!a.reservations().is_failed(2));
+    // The ingest's rounds were granted too (all 8 fit beside one stream).
+    while granted < 8 {
+        let plan = a.begin_round(round);
+        granted += plan.ingest_grants.len();
+        round += 1;
+        assert!(round < 200);
+    }
+    assert!(a.end_ingest(TitleId(1)));
+}
+
+#[test]
+fn operator_actions_name_what_is_wrong() {
+    let mut a = array(4, Scheme::Minimum, &[100 * KIB; 4]);
+    assert_eq!(
+        a.fail_disk(9, FailCause::Operator),
+        Err(OpsError::NoSuchDisk { disk: 9, disks: 4 })
+    );
+    a.fail_disk(1, FailCause::Operator).unwrap();
+    a.fail_disk(3, FailCause::Operator).unwrap();
+    assert_eq!(
+        a.start_rebuild(1),
+        Err(OpsError::SecondFailure { disk: 1, other: 3 })
+    );
+    assert!(
+        OpsError::SecondFailure { disk: 1, other: 3 }
+            .to_string()
+            .contains("one at a time")
+    );
+}
