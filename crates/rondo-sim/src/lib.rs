@@ -7,5 +7,6 @@
 //! decision (admission, which replica each disk reads) is the core's
 //! (`rondo-model`), so a simulated result describes the code the server runs.
 
+pub mod faults;
 pub mod run;
 pub mod workload;

@@ -16,14 +16,22 @@
 //! the server's own loader and runs them through [`run_placed`], so the
 //! simulated array has the very layout and charges the server admits with.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use rondo_model::disk::{
-    self, BatchRequest, Disk, DiskError, DiskProfile, PaperBound, RondoBound, Scheduler,
+use rondo_model::array::{
+    AdmitRequest, Aborted, Array, ArrayConfig, ArrayTitle, Completion, DiskCommand, Effect,
+    FailCause, Purpose, ReadOutcome, RoundPlan, Span, rondo_write_bound,
 };
+use rondo_model::disk::{self, Disk, DiskError, DiskProfile, PaperBound, RondoBound};
+use rondo_model::health::HealthPolicy;
 use rondo_model::layout::{
-    self, ArrayAllocator, BackupParams, FragmentSequence, LayoutError, LayoutParams, Replica,
+    self, ArrayAllocator, BackupParams, FragmentSequence, LayoutError, LayoutParams,
     ReplicaPlacement, RoundRobinCounter, TitleLayout, TitlePlan,
 };
 use rondo_model::reservation::{Bound, ReservationConfig, Reservations, Scheme, TitleCharges};
@@ -33,6 +41,7 @@ use rondo_model::units::{
     TitleId,
 };
 
+use crate::faults::{FaultPlan, ReadErrorKind};
 use crate::workload::{PoissonArrivals, TitleChoice};
 
 /// Whether disks only hold reservations or also execute their reads.
@@ -115,6 +124,14 @@ pub struct SimConfig {
     /// Arrivals per round; `None` is `load`·μ (equation 1).
     #[serde(default)]
     pub arrival_rate_per_round: Option<f64>,
+    /// Faults injected into the run: failures, read errors, a rebuild, an
+    /// ingest, range and time-start arrivals (`faults`).
+    #[serde(default)]
+    pub faults: FaultPlan,
+    /// Run the array's invariant check after every round (slow on long
+    /// titles; the seeded scenarios turn it on).
+    #[serde(default)]
+    pub check_invariants: bool,
 }
 
 impl SimConfig {
@@ -148,6 +165,8 @@ impl SimConfig {
             seed: 1,
             zipf_exponent: None,
             arrival_rate_per_round: None,
+            faults: FaultPlan::default(),
+            check_invariants: false,
         }
     }
 }
@@ -223,7 +242,7 @@ pub struct SimResult {
     pub busy_fraction: Option<f64>,
     /// The same for reserved time on working disks (to set beside busy time).
     pub reserved_working_fraction: f64,
-    /// Requests not complete when their round ended, over the whole run.
+    /// Stream-rounds not complete when their round ended, over the whole run.
     pub deadline_misses: u64,
     /// Disk-rounds whose batch ran past the round's end.
     pub disk_round_overruns: u64,
@@ -232,6 +251,24 @@ pub struct SimResult {
     pub busy_over_reserved_disk_rounds: u64,
     /// Reads whose data had no working replica.
     pub lost_reads: u64,
+    /// Stream reads that failed (I/O error or bad checksum), and re-reads
+    /// from the other replica they caused.
+    #[serde(default)]
+    pub read_errors: u64,
+    #[serde(default)]
+    pub rereads: u64,
+    /// Streams the array stopped (their data was lost).
+    #[serde(default)]
+    pub streams_aborted: u64,
+    /// Rounds from the rebuild's start to the disk serving again.
+    #[serde(default)]
+    pub rebuild_rounds: Option<u64>,
+    /// Rounds from the ingest's start to its last round granted.
+    #[serde(default)]
+    pub ingest_rounds: Option<u64>,
+    /// Rounds after which the array's invariants were checked.
+    #[serde(default)]
+    pub invariant_checks: u64,
     pub rounds_measured: u64,
 }
 
@@ -239,8 +276,7 @@ pub struct SimResult {
 /// configured. [`run`] drives one; benchmarks drive exactly the same set-up
 /// through [`prepare`].
 pub struct PreparedArray {
-    reservations: Reservations,
-    layouts: Vec<Option<TitleLayout>>,
+    array: Array,
     lookahead_rounds: u64,
     arrival_rate_per_round: f64,
     mu_per_round: f64,
@@ -249,11 +285,16 @@ pub struct PreparedArray {
 impl PreparedArray {
     /// The array's reservation tables, with every title added.
     pub fn reservations(&self) -> &Reservations {
-        &self.reservations
+        self.array.reservations()
     }
 
-    pub fn reservations_mut(&mut self) -> &mut Reservations {
-        &mut self.reservations
+    /// The array state machine the run executes.
+    pub fn array(&self) -> &Array {
+        &self.array
+    }
+
+    pub fn array_mut(&mut self) -> &mut Array {
+        &mut self.array
     }
 
     /// Start rounds admission tries (the configured look-ahead or ⌈1/λ⌉).
@@ -287,87 +328,472 @@ pub fn run(config: &SimConfig, titles: &[SimTitle]) -> Result<SimResult, SimErro
     run_placed(config, &bound, &placed)
 }
 
+/// The simulated disks, and stream reads in flight ordered by the model time
+/// they complete at.
+struct SimDisks {
+    disks: Vec<Disk>,
+    /// `(completion time, sequence)` → the completion to report then.
+    events: BTreeMap<(u64, u64), Completion>,
+    sequence: u64,
+}
+
+impl SimDisks {
+    fn push(&mut self, at_ns: u64, completion: Completion) {
+        self.events.insert((at_ns, self.sequence), completion);
+        self.sequence += 1;
+    }
+}
+
+/// The run's executor: the array, the disks, the workload and what is measured.
+struct Executor<'a> {
+    config: &'a SimConfig,
+    titles: &'a [PlacedTitle],
+    prepared: PreparedArray,
+    sim: Option<SimDisks>,
+    /// playing[r]: change in streams in playback at round r (a difference array).
+    playing: Vec<i64>,
+    m: Measure,
+    /// Spans of range and time-start arrivals.
+    spans: ChaCha8Rng,
+    ingest: Option<IngestRun>,
+    rebuild_started_round: Option<u64>,
+}
+
+/// An ingest in progress in the simulation.
+struct IngestRun {
+    title: TitleId,
+    rounds: usize,
+    granted: usize,
+    started_round: u64,
+}
+
 /// Runs one simulation of titles already placed and charged under `bound`
-/// (title k of `titles` is `TitleId(k)`).
+/// (title k of `titles` is `TitleId(k)`): every round the array plans, the
+/// simulated disks execute its commands (simulated-disk mode), completions
+/// and injected faults go back to the array in model-time order, and
+/// arrivals are offered to admission.
 pub fn run_placed(
     config: &SimConfig,
     bound: &Bound,
     titles: &[PlacedTitle],
 ) -> Result<SimResult, SimError> {
     let profile = disk::profile_by_name(&config.profile)?;
-    let mut array = prepare_placed(config, bound, titles)?;
-    let t = config.round_duration_ns;
-    let fixed_ns = array.reservations.config().round_fixed_ns;
-    let mut disks: Vec<Disk> = match config.mode {
-        Mode::SimulatedDisk => (0..config.disks)
-            .map(|_| Disk::new(profile.clone()))
-            .collect::<Result<_, _>>()?,
-        Mode::AdmissionOnly => Vec::new(),
-    };
-    let mut arrivals = PoissonArrivals::new(array.arrival_rate_per_round, config.seed);
-    let mut choice = match config.zipf_exponent {
-        None => TitleChoice::round_robin(titles.len()),
-        Some(a) => TitleChoice::zipf(titles.len(), a, config.seed.wrapping_add(1)),
+    let prepared = prepare_placed(config, bound, titles)?;
+    let faults = &config.faults;
+    if config.mode == Mode::AdmissionOnly && faults.needs_simulated_disks() {
+        return Err(SimError::Config(
+            "read errors, rebuilds and ingests need --mode simulated-disk".into(),
+        ));
+    }
+    let sim = match config.mode {
+        Mode::SimulatedDisk => Some(SimDisks {
+            disks: (0..config.disks)
+                .map(|_| Disk::new(profile.clone()))
+                .collect::<Result<_, _>>()?,
+            events: BTreeMap::new(),
+            sequence: 0,
+        }),
+        Mode::AdmissionOnly => None,
     };
     let longest = titles
         .iter()
         .map(|t| t.schedule.rounds() as u64 + 1)
         .max()
         .unwrap_or(0);
-    // playing[r]: change in streams in playback at round r (a difference array).
-    let mut playing =
-        vec![0i64; (config.end_round + array.lookahead_rounds + longest + 2) as usize];
-    let mut m = Measure::default();
+    let playing = vec![0i64; (config.end_round + prepared.lookahead_rounds + longest + 2) as usize];
+    let mut ingest_layout = None;
+    if let Some(spec) = faults.ingest {
+        ingest_layout = Some(place_ingest(config, &profile, titles, spec.title)?);
+    }
+    let mut exec = Executor {
+        config,
+        titles,
+        prepared,
+        sim,
+        playing,
+        m: Measure::default(),
+        spans: ChaCha8Rng::seed_from_u64(config.seed ^ 0x7370_616e),
+        ingest: None,
+        rebuild_started_round: None,
+    };
+    let mut arrivals = PoissonArrivals::new(exec.prepared.arrival_rate_per_round, config.seed);
+    let mut choice = match config.zipf_exponent {
+        None => TitleChoice::round_robin(titles.len()),
+        Some(a) => TitleChoice::zipf(titles.len(), a, config.seed.wrapping_add(1)),
+    };
     let measured = config.warmup_rounds..config.end_round;
+    let failures = config.failure.iter().chain(&faults.failures);
     for round in 0..config.end_round {
-        array.reservations.advance_to(round);
-        if let Some(f) = config.failure
-            && f.round == round
+        // Faults at the boundary take effect in the round about to be planned.
+        for f in failures.clone().filter(|f| f.round == round) {
+            if let Ok(effects) = exec.prepared.array.fail_disk(f.disk, FailCause::Operator) {
+                let at_ns = exec.prepared.array.round_start_ns(round);
+                exec.on_effects(effects, at_ns)?;
+            }
+        }
+        if let Some(spec) = faults.rebuild
+            && spec.round == round
+            && exec.prepared.array.start_rebuild(spec.disk).is_ok()
         {
-            array.reservations.fail_disk(f.disk);
+            exec.rebuild_started_round = Some(round);
+        }
+        if let Some(spec) = faults.ingest
+            && spec.round == round
+            && let Some(layout) = ingest_layout.take()
+        {
+            let title = TitleId(titles.len() as u64);
+            exec.ingest = Some(IngestRun {
+                title,
+                rounds: layout.rounds().len(),
+                granted: 0,
+                started_round: round,
+            });
+            exec.prepared.array.begin_ingest(title, Arc::new(layout));
         }
         let in_window = measured.contains(&round);
-        if in_window {
-            m.observe_reservations(&array.reservations, round, fixed_ns, t);
+        if exec.sim.is_some() {
+            let plan = exec.prepared.array.begin_round(round);
+            if in_window {
+                exec.m.observe_reservations(exec.prepared.array.reservations(), round);
+            }
+            exec.execute(plan, in_window)?;
+        } else {
+            exec.prepared.array.begin_round_admission_only(round);
+            if in_window {
+                exec.m.observe_reservations(exec.prepared.array.reservations(), round);
+            }
         }
-        if config.mode == Mode::SimulatedDisk {
-            execute_round(&array, &mut disks, round, t, in_window, &mut m)?;
+        if config.check_invariants {
+            exec.prepared.array.check_invariants();
+            exec.m.invariant_checks += 1;
         }
         for _ in 0..arrivals.arrivals_in_round(round) {
             let title = choice.next_title();
-            let outcome = array.reservations.try_admit(
-                TitleId(title as u64),
-                round + 1,
-                array.lookahead_rounds,
-            );
-            if in_window {
-                m.arrivals += 1;
-            }
-            match outcome {
-                Ok(a) => {
-                    let rounds = titles[title].schedule.rounds() as u64;
-                    playing[a.start_round as usize] += 1;
-                    playing[(a.start_round + rounds) as usize] -= 1;
-                    if in_window {
-                        m.admitted += 1;
-                        m.startup_delay_rounds += a.start_round - round;
-                    }
-                }
-                Err(_) if in_window => m.rejected += 1,
-                Err(_) => {}
-            }
+            exec.offer(title, round, in_window);
         }
     }
     let mut active = 0i64;
     let mut active_sum = 0i64;
-    for (round, delta) in playing.iter().enumerate().take(config.end_round as usize) {
+    for (round, delta) in exec.playing.iter().enumerate().take(config.end_round as usize) {
         active += delta;
         if measured.contains(&(round as u64)) {
             active_sum += active;
         }
     }
     let rounds_measured = measured.end.saturating_sub(measured.start);
-    Ok(m.finish(&array, active_sum, rounds_measured, config.mode))
+    let counters = exec.prepared.array.counters();
+    exec.m.deadline_misses = counters.stream_round_misses;
+    exec.m.lost_reads = counters.lost_reads;
+    exec.m.read_errors = counters.read_errors;
+    exec.m.rereads = counters.rereads;
+    exec.m.streams_aborted = counters.streams_aborted;
+    Ok(exec
+        .m
+        .finish(&exec.prepared, active_sum, rounds_measured, config.mode))
+}
+
+impl Executor<'_> {
+    /// Offers one arrival for title `title` to admission.
+    fn offer(&mut self, title: usize, round: u64, in_window: bool) {
+        let span = self.draw_span(title);
+        let outcome = self.prepared.array.admit_with_lookahead(
+            &AdmitRequest {
+                title: TitleId(title as u64),
+                span,
+            },
+            self.prepared.lookahead_rounds,
+        );
+        if in_window {
+            self.m.arrivals += 1;
+        }
+        match outcome {
+            Ok(a) => {
+                let rounds = (a.end_playback_round - a.first_playback_round) as u64;
+                self.playing[a.start_round as usize] += 1;
+                self.playing[(a.start_round + rounds) as usize] -= 1;
+                if in_window {
+                    self.m.admitted += 1;
+                    self.m.startup_delay_rounds += a.start_round - round;
+                }
+            }
+            Err(_) if in_window => self.m.rejected += 1,
+            Err(_) => {}
+        }
+    }
+
+    /// What part of the title an arrival asks for: the whole title unless
+    /// the fault plan makes some arrivals ranges or time starts.
+    fn draw_span(&mut self, title: usize) -> Span {
+        let plan = &self.config.faults;
+        if plan.range_fraction <= 0.0 && plan.time_start_fraction <= 0.0 {
+            return Span::Whole;
+        }
+        let u: f64 = self.spans.random();
+        let size_bytes = self.titles[title].schedule.total_bytes().max(1);
+        if u < plan.range_fraction {
+            let first_byte = self.spans.random_range(0..size_bytes);
+            let length_bytes = self.spans.random_range(1..=size_bytes - first_byte);
+            Span::Bytes {
+                first_byte,
+                length_bytes,
+            }
+        } else if u < plan.range_fraction + plan.time_start_fraction {
+            let duration_ns =
+                self.titles[title].schedule.rounds() as u64 * self.config.round_duration_ns;
+            Span::FromTime {
+                t_ns: self.spans.random_range(0..duration_ns.max(1)),
+            }
+        } else {
+            Span::Whole
+        }
+    }
+
+    /// Handles the array's effects at model time within round `round`.
+    fn on_effects(&mut self, effects: Vec<Effect>, at_ns: u64) -> Result<(), SimError> {
+        for effect in effects {
+            match effect {
+                Effect::Aborted(a) => self.on_aborted(&a),
+                Effect::ReRead(commands) => self.reread(commands, at_ns)?,
+                Effect::Ready(_)
+                | Effect::DiskState { .. }
+                | Effect::DiskFailed { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// An aborted stream stops playing from the round it was stopped at.
+    fn on_aborted(&mut self, a: &Aborted) {
+        let from = a.at_round.max(a.start_round);
+        if from < a.end_read_round {
+            self.playing[from as usize] -= 1;
+            self.playing[a.end_read_round as usize] += 1;
+        }
+    }
+
+    /// Executes the round's commands on the simulated disks, then reports
+    /// the completions due by the round's end (and the effects they cause)
+    /// in model-time order.
+    fn execute(&mut self, plan: RoundPlan, in_window: bool) -> Result<(), SimError> {
+        for a in &plan.aborted {
+            self.on_aborted(a);
+        }
+        let round = plan.round;
+        let round_end_ns = plan.start_ns + plan.duration_ns;
+        let t = plan.duration_ns;
+        let mut busy_sum = 0u64;
+        let mut working = 0u64;
+        for disk_plan in &plan.disks {
+            let d = disk_plan.disk as usize;
+            if disk_plan.commands.is_empty() && !disk_plan.serving {
+                continue;
+            }
+            let mut requests = Vec::new();
+            // For each stream read: its request's index and its completion.
+            let mut reads: Vec<(usize, Completion)> = Vec::new();
+            let mut nth_read = 0u32;
+            for c in &disk_plan.commands {
+                let first = requests.len();
+                requests.extend(c.batch_requests());
+                if let Purpose::Deliver {
+                    stream,
+                    playback_round,
+                    replica,
+                    piece,
+                    ..
+                } = c.purpose
+                {
+                    let outcome = self.injected(round, disk_plan.disk, nth_read);
+                    nth_read += 1;
+                    reads.push((
+                        first,
+                        Completion {
+                            disk: disk_plan.disk,
+                            stream,
+                            playback_round,
+                            replica,
+                            piece,
+                            outcome,
+                        },
+                    ));
+                }
+            }
+            let sim = self.sim.as_mut().expect("simulated disks");
+            let outcome =
+                sim.disks[d].execute_batch(&requests, plan.start_ns, disk_plan.scheduler)?;
+            for (index, completion) in reads {
+                sim.push(outcome.completion_ns[index], completion);
+            }
+            if outcome.end_ns > round_end_ns {
+                self.m.disk_round_overruns += 1;
+            }
+            let budget_ns = disk_plan.reserved_ns.unwrap_or(0) + disk_plan.granted_ns;
+            if outcome.busy_ns > budget_ns {
+                self.m.busy_over_reserved_disk_rounds += 1;
+            }
+            if disk_plan.serving {
+                working += 1;
+                busy_sum += outcome.busy_ns;
+            }
+        }
+        if in_window && working > 0 {
+            self.m.busy_fraction_sum += busy_sum as f64 / (working as f64 * t as f64);
+            self.m.busy_rounds += 1;
+        }
+        // The rebuild's copies move their bytes within the round.
+        for copy in &plan.copies {
+            self.prepared.array.copy_done(copy.id, Ok(()));
+        }
+        if let Some(disk) = plan.rebuild_handed_out
+            && self.prepared.array.finish_rebuild(disk, true).is_some()
+            && let Some(started) = self.rebuild_started_round.take()
+        {
+            self.m.rebuild_rounds = Some(round + 1 - started);
+        }
+        // Granted ingest rounds are written once the round's batches are
+        // done; the writer then waits for the next one.
+        if let Some(ingest) = self.ingest.as_mut() {
+            ingest.granted += plan
+                .ingest_grants
+                .iter()
+                .filter(|g| g.0 == ingest.title)
+                .count();
+            self.prepared
+                .array
+                .want_write(ingest.title, ingest.granted);
+            if ingest.granted == ingest.rounds {
+                self.prepared.array.end_ingest(ingest.title);
+                self.m.ingest_rounds = Some(round + 1 - ingest.started_round);
+                self.ingest = None;
+            }
+        }
+        self.report_until(round_end_ns)
+    }
+
+    /// The outcome the fault plan gives the `nth` stream read of `disk` in `round`.
+    fn injected(&self, round: u64, disk: u32, nth: u32) -> ReadOutcome {
+        let spec = self
+            .config
+            .faults
+            .read_errors
+            .iter()
+            .find(|e| e.round == round && e.disk == disk && e.nth == nth);
+        match spec.map(|e| e.kind) {
+            None => ReadOutcome::Ok,
+            Some(ReadErrorKind::Io) => ReadOutcome::IoError("injected I/O error".into()),
+            Some(ReadErrorKind::Checksum) => {
+                ReadOutcome::BadChecksum("injected checksum mismatch".into())
+            }
+        }
+    }
+
+    /// Reports every completion due at or before `until_ns`, in time order;
+    /// re-reads they cause are executed and may complete in the window too.
+    fn report_until(&mut self, until_ns: u64) -> Result<(), SimError> {
+        loop {
+            let sim = self.sim.as_mut().expect("simulated disks");
+            let Some(entry) = sim.events.first_entry() else {
+                return Ok(());
+            };
+            let at_ns = entry.key().0;
+            if at_ns > until_ns {
+                return Ok(());
+            }
+            let completion = entry.remove();
+            let effects = self.prepared.array.complete(&completion);
+            self.on_effects(effects, at_ns)?;
+        }
+    }
+
+    /// Executes re-reads from the other replica on their disks at once: an
+    /// unplanned batch each, served after the disk's backlog, as the
+    /// server's I/O threads do.
+    fn reread(&mut self, commands: Vec<DiskCommand>, arrival_ns: u64) -> Result<(), SimError> {
+        let sim = self.sim.as_mut().expect("re-reads need simulated disks");
+        for c in commands {
+            let Purpose::Deliver {
+                stream,
+                playback_round,
+                replica,
+                piece,
+                ..
+            } = c.purpose
+            else {
+                continue;
+            };
+            let requests = c.batch_requests();
+            let outcome = sim.disks[c.disk as usize].execute_batch(
+                &requests,
+                arrival_ns,
+                rondo_model::disk::Scheduler::Fcfs,
+            )?;
+            sim.push(
+                outcome.end_ns,
+                Completion {
+                    disk: c.disk,
+                    stream,
+                    playback_round,
+                    replica,
+                    piece,
+                    outcome: ReadOutcome::Ok,
+                },
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The layout parameters of a run's titles.
+fn layout_params(config: &SimConfig) -> LayoutParams {
+    LayoutParams {
+        disk_count: config.disks,
+        stride_bytes: config.stride_bytes,
+        block_bytes: config.block_bytes,
+        backup: config.scheme.stores_backup().then_some(BackupParams {
+            placement: config.placement,
+            backup_block_bytes: config.backup_block_bytes,
+            fragment_sequence: config.fragment_sequence,
+            round_robin_counter: config.round_robin_counter,
+        }),
+    }
+}
+
+/// Places a copy of title `source` for an ingest: on the strides the
+/// titles leave free (and past `first_stride`), as the next title.
+fn place_ingest(
+    config: &SimConfig,
+    profile: &DiskProfile,
+    titles: &[PlacedTitle],
+    source: usize,
+) -> Result<TitleLayout, SimError> {
+    let title = titles.get(source).ok_or_else(|| {
+        SimError::Config(format!(
+            "the ingest copies title {source}; the run has {}",
+            titles.len()
+        ))
+    })?;
+    let strides_per_disk = profile.capacity_bytes()? / config.stride_bytes;
+    let mut allocator = ArrayAllocator::rebuild(
+        &vec![strides_per_disk; config.disks as usize],
+        titles
+            .iter()
+            .filter_map(|t| t.layout.as_ref().map(TitleLayout::strides)),
+    )?;
+    for d in 0..config.disks {
+        for s in 0..config.first_stride.min(strides_per_disk) {
+            if allocator.disk(DiskIndex(d)).is_free(s) {
+                allocator.mark_allocated(DiskIndex(d), s)?;
+            }
+        }
+    }
+    let id = TitleId(titles.len() as u64);
+    let plan = TitlePlan::new(
+        &title.schedule.disk_read_bytes,
+        &layout_params(config),
+        layout::round_robin_start_disk(id.0, config.disks),
+        layout::derive_title_seed(config.seed_layout(), id),
+    )?;
+    Ok(allocator.place(&plan)?)
 }
 
 /// Plans every title, places it on a fresh array (when the bound or the
@@ -380,17 +806,7 @@ pub fn place_titles(
     if titles.is_empty() {
         return Err(SimError::NoTitles);
     }
-    let params = LayoutParams {
-        disk_count: config.disks,
-        stride_bytes: config.stride_bytes,
-        block_bytes: config.block_bytes,
-        backup: config.scheme.stores_backup().then_some(BackupParams {
-            placement: config.placement,
-            backup_block_bytes: config.backup_block_bytes,
-            fragment_sequence: config.fragment_sequence,
-            round_robin_counter: config.round_robin_counter,
-        }),
-    };
+    let params = layout_params(config);
     params.validate()?;
     let mut plans = Vec::with_capacity(titles.len());
     for (t, title) in titles.iter().enumerate() {
@@ -447,8 +863,10 @@ pub fn place_titles(
     Ok((bound, placed))
 }
 
+
 /// Configures admission for titles placed and charged under `bound`: the
-/// arrival rate, the look-ahead and the reservation tables.
+/// arrival rate, the look-ahead and the array (its reservation tables sized
+/// for the longest title, the write bound, the titles registered).
 pub fn prepare_placed(
     config: &SimConfig,
     bound: &Bound,
@@ -477,9 +895,33 @@ pub fn prepare_placed(
             "the Zipf exponent must be non-negative, got {a}"
         )));
     }
-    if config.failure.is_some_and(|f| f.disk >= config.disks) {
-        return Err(SimError::Config("failed disk is not in the array".into()));
+    let faults = &config.faults;
+    let disks_named = config
+        .failure
+        .iter()
+        .chain(&faults.failures)
+        .map(|f| f.disk)
+        .chain(faults.read_errors.iter().map(|e| e.disk))
+        .chain(faults.rebuild.map(|r| r.disk));
+    for disk in disks_named {
+        if disk >= config.disks {
+            return Err(SimError::Config(format!(
+                "disk {disk} is not in the array (disks are numbered 0 to {})",
+                config.disks - 1
+            )));
+        }
     }
+    for (what, fraction) in [
+        ("range_fraction", faults.range_fraction),
+        ("time_start_fraction", faults.time_start_fraction),
+    ] {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(SimError::Config(format!(
+                "{what} must be between 0 and 1, got {fraction}"
+            )));
+        }
+    }
+    let profile = disk::profile_by_name(&config.profile)?;
     let round_fixed_ns = bound.fixed_ns();
     let total_bytes: u64 = titles.iter().map(|t| t.schedule.total_bytes()).sum();
     let s_tot = total_bytes as f64 / titles.len() as f64;
@@ -496,23 +938,40 @@ pub fn prepare_placed(
         .map(|t| t.schedule.rounds() as u64 + 1)
         .max()
         .unwrap_or(1);
-    let mut reservations = Reservations::new(ReservationConfig::for_array(
-        config.disks,
-        config.scheme,
-        config.round_duration_ns,
-        round_fixed_ns,
-        config.buffer_per_disk_bytes,
-        longest,
+    // Paper mode has no write bound: writes are charged with the read bound
+    // (assumption: seed 000 does not write while streaming). Rondo mode
+    // charges them with the detailed model's write bound, as the server does.
+    let write_bound = match bound {
+        Bound::Paper(_) => bound.clone(),
+        Bound::Rondo(_) => rondo_write_bound(&profile)?,
+    };
+    let mut array = Array::new(ArrayConfig {
+        reservation: ReservationConfig::for_array(
+            config.disks,
+            config.scheme,
+            config.round_duration_ns,
+            round_fixed_ns,
+            config.buffer_per_disk_bytes,
+            longest,
+            lookahead_rounds,
+        ),
         lookahead_rounds,
-    ));
-    let mut layouts = Vec::with_capacity(titles.len());
+        health: HealthPolicy::default(),
+        read_bound: bound.clone(),
+        write_bound,
+    });
     for (t, title) in titles.iter().enumerate() {
-        reservations.add_title(TitleId(t as u64), title.charges.clone());
-        layouts.push(title.layout.clone());
+        array.add_title(ArrayTitle::new(
+            TitleId(t as u64),
+            title.charges.clone(),
+            title.layout.clone(),
+            None,
+            &title.schedule.client_bytes,
+            config.round_duration_ns,
+        ));
     }
     Ok(PreparedArray {
-        reservations,
-        layouts,
+        array,
         lookahead_rounds,
         arrival_rate_per_round,
         mu_per_round,
@@ -527,61 +986,6 @@ impl SimConfig {
     }
 }
 
-/// Executes one round's planned reads on the simulated disks.
-fn execute_round(
-    array: &PreparedArray,
-    disks: &mut [Disk],
-    round: u64,
-    t: u64,
-    in_window: bool,
-    m: &mut Measure,
-) -> Result<(), SimError> {
-    let (plan, lost) = array.reservations.plan_round(round);
-    m.lost_reads += lost.len() as u64;
-    let round_start_ns = round * t;
-    let round_end_ns = round_start_ns + t;
-    let mut busy_sum = 0u64;
-    let mut working = 0u64;
-    for (d, reads) in plan.iter().enumerate() {
-        if array.reservations.is_failed(d as u32) {
-            continue;
-        }
-        working += 1;
-        let requests: Vec<BatchRequest> = reads
-            .iter()
-            .filter(|r| r.cost_ns > 0)
-            .map(|r| {
-                let layout = array.layouts[r.title.0 as usize]
-                    .as_ref()
-                    .expect("simulated disks have extents");
-                let entry = (r.replica == Replica::Backup).then_some(r.backup_entry as usize);
-                BatchRequest::read_extents(
-                    &layout.request_extents(r.playback_round as usize, entry),
-                )
-            })
-            .collect::<Result<_, _>>()?;
-        let outcome = disks[d].execute_batch(&requests, round_start_ns, Scheduler::Cscan)?;
-        m.deadline_misses += outcome
-            .completion_ns
-            .iter()
-            .filter(|&&c| c > round_end_ns)
-            .count() as u64;
-        if outcome.end_ns > round_end_ns {
-            m.disk_round_overruns += 1;
-        }
-        let reserved_ns = array.reservations.config().round_fixed_ns
-            + array.reservations.reserved_ns(d as u32, round);
-        if outcome.busy_ns > reserved_ns {
-            m.busy_over_reserved_disk_rounds += 1;
-        }
-        busy_sum += outcome.busy_ns;
-    }
-    if in_window && working > 0 {
-        m.busy_fraction_sum += busy_sum as f64 / (working as f64 * t as f64);
-        m.busy_rounds += 1;
-    }
-    Ok(())
-}
 
 #[derive(Default)]
 struct Measure {
@@ -602,10 +1006,17 @@ struct Measure {
     disk_round_overruns: u64,
     busy_over_reserved_disk_rounds: u64,
     lost_reads: u64,
+    read_errors: u64,
+    rereads: u64,
+    streams_aborted: u64,
+    rebuild_rounds: Option<u64>,
+    ingest_rounds: Option<u64>,
+    invariant_checks: u64,
 }
 
 impl Measure {
-    fn observe_reservations(&mut self, r: &Reservations, round: u64, fixed_ns: u64, t: u64) {
+    fn observe_reservations(&mut self, r: &Reservations, round: u64) {
+        let (fixed_ns, t) = (r.config().round_fixed_ns, r.config().round_duration_ns);
         let disks = r.config().disks;
         let (mut total, mut primary, mut working_total) = (0u64, 0u64, 0u64);
         let (mut most, mut least) = (0u64, u64::MAX);
@@ -667,6 +1078,12 @@ impl Measure {
             disk_round_overruns: self.disk_round_overruns,
             busy_over_reserved_disk_rounds: self.busy_over_reserved_disk_rounds,
             lost_reads: self.lost_reads,
+            read_errors: self.read_errors,
+            rereads: self.rereads,
+            streams_aborted: self.streams_aborted,
+            rebuild_rounds: self.rebuild_rounds,
+            ingest_rounds: self.ingest_rounds,
+            invariant_checks: self.invariant_checks,
             rounds_measured,
         }
     }

@@ -492,8 +492,8 @@ fn admission_one(args: &AdmissionOneArgs) -> anyhow::Result<AdmissionResult> {
                 break;
             }
         }
-        let reservations = array.reservations_mut();
-        reservations.advance_to(round);
+        let reservations = array.array_mut();
+        reservations.begin_round_admission_only(round);
         let active = reservations.active_streams() as u64;
         if round.is_multiple_of(100) {
             every_100.push(active);
@@ -515,7 +515,7 @@ fn admission_one(args: &AdmissionOneArgs) -> anyhow::Result<AdmissionResult> {
             let outcome = if measuring {
                 let before = counters.as_mut().map(|c| c.read()).transpose()?;
                 let t0 = Instant::now();
-                let outcome = reservations.try_admit(title, round + 1, lookahead);
+                let outcome = reservations.admit_with_lookahead(&whole(title), lookahead);
                 let dt = t0.elapsed().as_nanos() as u64;
                 if let (Some(c), Some(before)) = (counters.as_mut(), before) {
                     attributor.record(dt, outcome.is_ok(), before, c.read()?);
@@ -528,7 +528,7 @@ fn admission_one(args: &AdmissionOneArgs) -> anyhow::Result<AdmissionResult> {
                 }
                 outcome
             } else {
-                reservations.try_admit(title, round + 1, lookahead)
+                reservations.admit_with_lookahead(&whole(title), lookahead)
             };
             match outcome {
                 Ok(a) => {
@@ -538,6 +538,7 @@ fn admission_one(args: &AdmissionOneArgs) -> anyhow::Result<AdmissionResult> {
                     let rounds = reservations
                         .title(title)
                         .expect("admitted titles are known")
+                        .charges
                         .stream_rounds() as u64;
                     live.push((a.stream, a.start_round + rounds));
                 }
@@ -555,7 +556,7 @@ fn admission_one(args: &AdmissionOneArgs) -> anyhow::Result<AdmissionResult> {
         .map(|m| m.elapsed())
         .unwrap_or(Duration::ZERO)
         .as_secs_f64();
-    let reservations = array.reservations_mut();
+    let reservations = array.array_mut();
     let active_streams_at_end = reservations.active_streams() as u64;
 
     // Release streams still playing, spread evenly over admission order
@@ -1019,5 +1020,13 @@ mod tests {
         let b = t.read().unwrap();
         assert!(b.minor_faults > a.minor_faults);
         assert!(b.timeslices >= a.timeslices && b.run_delay_ns >= a.run_delay_ns);
+    }
+}
+
+/// An admission request for a whole title (what the benchmark offers).
+fn whole(title: TitleId) -> rondo_model::array::AdmitRequest {
+    rondo_model::array::AdmitRequest {
+        title,
+        span: rondo_model::array::Span::Whole,
     }
 }

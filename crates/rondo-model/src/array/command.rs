@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::disk::{Op, Scheduler};
+use crate::disk::{BatchRequest, Extent as ModelExtent, Op, Scheduler};
 use crate::health::DiskState;
 use crate::layout::Replica;
 use crate::units::{StreamId, TitleId};
@@ -81,6 +81,39 @@ impl DiskCommand {
     /// The extents as `(first sector, sector count)`.
     pub fn sectors(&self) -> Vec<(u64, u64)> {
         self.extents.iter().map(CommandExtent::sectors).collect()
+    }
+
+    /// The command as the disk model's requests: a stream read is one
+    /// request of its 1–2 extents (completing with its last); a rebuild's or
+    /// an ingest's I/O is one request per extent, each placed in the C-SCAN
+    /// order on its own. Empty extents are left out.
+    pub fn batch_requests(&self) -> Vec<BatchRequest> {
+        let extents: Vec<ModelExtent> = self
+            .extents
+            .iter()
+            .filter(|x| x.length_bytes > 0)
+            .map(|x| {
+                let (lbn, sectors) = x.sectors();
+                ModelExtent::new(lbn, sectors)
+            })
+            .collect();
+        match self.purpose {
+            Purpose::Deliver { .. } if !extents.is_empty() && extents.len() <= 2 => {
+                vec![BatchRequest {
+                    op: self.op,
+                    first: extents[0],
+                    second: extents.get(1).copied(),
+                }]
+            }
+            _ => extents
+                .into_iter()
+                .map(|first| BatchRequest {
+                    op: self.op,
+                    first,
+                    second: None,
+                })
+                .collect(),
+        }
     }
 }
 

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::disk::Op;
+use crate::disk::{DiskError, DiskProfile, Op, RondoBound};
 use crate::health::{ArrayHealth, DiskState, HealthPolicy};
 use crate::layout::{Replica, TitleLayout};
 use crate::rebuild::{RebuildProgress, RebuildQueue, rebuild_tasks};
@@ -53,6 +53,21 @@ pub use command::{
 pub use policy::{OneReadPerStream, RetrievalPolicy};
 pub use titles::{ArrayTitle, ExtentChecksums, RoundIndex, RoundPosition};
 pub use writes::{WRITE_LOOKAHEAD_ROUNDS, WriteQueue};
+
+/// Extents per round the rondo-mode write bound's seek line is tuned for (a
+/// rebuild writes a few large extents per round; any value gives a valid
+/// bound).
+pub const WRITE_BOUND_EXTENTS: u32 = 8;
+
+/// The rondo-mode bound for writes on `profile`'s disks: what ingest and
+/// rebuild writes are charged, in the simulator and the server alike.
+pub fn rondo_write_bound(profile: &DiskProfile) -> Result<Bound, DiskError> {
+    Ok(Bound::Rondo(RondoBound::for_op(
+        profile,
+        Op::Write,
+        WRITE_BOUND_EXTENTS,
+    )?))
+}
 
 /// What an array is configured with.
 #[derive(Clone, Debug)]

@@ -1,0 +1,128 @@
+//! Fault plans: what goes wrong, and when, in one simulation run.
+//!
+//! A plan lists disk failures at round boundaries, read errors and checksum
+//! errors on chosen stream reads, a rebuild of a failed disk, an ingest under
+//! load, and the share of arrivals that are byte-range requests or time
+//! starts. The simulator injects them into the array exactly where the
+//! server's executors would report them (a failed read is a completion with
+//! an error outcome), so the array's reactions are the server's.
+//! [`FaultPlan::seeded`] draws a plan from a seed for the seeded scenarios.
+
+use serde::{Deserialize, Serialize};
+
+use crate::run::FailureSpec;
+
+/// Which error a read reports.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReadErrorKind {
+    /// The device reported an error.
+    Io,
+    /// The bytes came back but do not match the catalog's checksum.
+    Checksum,
+}
+
+/// The `nth` stream read (counted from 0, in plan order) of `disk` in
+/// `round` fails with `kind`. A round with fewer reads has no error.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadErrorSpec {
+    pub round: u64,
+    pub disk: u32,
+    pub nth: u32,
+    pub kind: ReadErrorKind,
+}
+
+/// At `round`, failed disk `disk` is replaced and rebuilt from the other
+/// replicas in the disk time streams leave.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RebuildSpec {
+    pub disk: u32,
+    pub round: u64,
+}
+
+/// At `round`, a copy of title `title` (index into the run's titles) is
+/// ingested: placed on free strides and written in the disk time streams
+/// and any rebuild leave.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestSpec {
+    pub title: usize,
+    pub round: u64,
+}
+
+/// Everything injected into one run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FaultPlan {
+    pub failures: Vec<FailureSpec>,
+    pub read_errors: Vec<ReadErrorSpec>,
+    pub rebuild: Option<RebuildSpec>,
+    pub ingest: Option<IngestSpec>,
+    /// Share of arrivals that ask for a byte range of the title (an HTTP
+    /// Range: a seeded start and length).
+    pub range_fraction: f64,
+    /// Share of arrivals that start at a seeded time (`?t=`).
+    pub time_start_fraction: f64,
+}
+
+impl FaultPlan {
+    /// Whether the plan needs disks that execute reads.
+    pub fn needs_simulated_disks(&self) -> bool {
+        !self.read_errors.is_empty() || self.rebuild.is_some() || self.ingest.is_some()
+    }
+
+    /// A plan drawn from `seed` for a run of `rounds` rounds on `disks`
+    /// disks with `titles` titles: one disk failure, a few read and
+    /// checksum errors on other disks before and after it, the failed disk
+    /// rebuilt some rounds later, an ingest, and a quarter of the arrivals
+    /// as ranges or time starts.
+    pub fn seeded(seed: u64, disks: u32, rounds: u64, titles: usize) -> FaultPlan {
+        let draw = |salt: u64| mix(seed, salt);
+        let failed = (draw(1) % disks as u64) as u32;
+        let fail_round = 1 + draw(2) % (rounds / 2).max(1);
+        let mut read_errors = Vec::new();
+        for n in 0..4 {
+            let mut disk = (draw(10 + n) % disks as u64) as u32;
+            if disk == failed {
+                disk = (disk + 1) % disks;
+            }
+            read_errors.push(ReadErrorSpec {
+                round: draw(20 + n) % rounds,
+                disk,
+                nth: (draw(30 + n) % 3) as u32,
+                kind: if draw(40 + n).is_multiple_of(2) {
+                    ReadErrorKind::Io
+                } else {
+                    ReadErrorKind::Checksum
+                },
+            });
+        }
+        FaultPlan {
+            failures: vec![FailureSpec {
+                disk: failed,
+                round: fail_round,
+            }],
+            read_errors,
+            rebuild: Some(RebuildSpec {
+                disk: failed,
+                round: fail_round + 1 + draw(3) % 50,
+            }),
+            ingest: Some(IngestSpec {
+                title: (draw(4) % titles.max(1) as u64) as usize,
+                round: draw(5) % (rounds / 2).max(1),
+            }),
+            range_fraction: 0.15,
+            time_start_fraction: 0.1,
+        }
+    }
+}
+
+/// SplitMix64 of `seed` and `salt`: plan parameters from one seed.
+fn mix(seed: u64, salt: u64) -> u64 {
+    let mut z = seed.wrapping_add(salt.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
