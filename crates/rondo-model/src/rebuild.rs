@@ -157,20 +157,20 @@ impl RebuildQueue {
     /// The copies to run in `round`: in order, as many as fit, each charged
     /// `read_ns(disk, extents)` on every source disk and `write_ns(extents)`
     /// on the rebuilt disk against the time admitted streams left unreserved
-    /// (`Reservations::unreserved_ns`). Stops at the first copy that does
+    /// (`Reservations::unreserved_ns`) less `used_ns[disk]` already granted
+    /// to others (re-reads after errors). Stops at the first copy that does
     /// not fit, so copies complete in order. A copy whose source disk has
     /// failed too cannot run; it is returned in the second list (data lost).
     pub fn next_round(
         &mut self,
         reservations: &Reservations,
         round: u64,
+        used_ns: &[u64],
         read_ns: impl Fn(u32, &[(u64, u64)]) -> u64,
         write_ns: impl Fn(&[(u64, u64)]) -> u64,
     ) -> (Vec<CopyTask>, Vec<CopyTask>) {
         let disks = reservations.config().disks as usize;
-        let mut left: Vec<u64> = (0..disks as u32)
-            .map(|d| reservations.unreserved_ns(d, round))
-            .collect();
+        let mut left = reservations.write_credits_ns(round, used_ns);
         let mut run = Vec::new();
         let mut lost = Vec::new();
         while let Some(task) = self.pending.front() {
@@ -300,7 +300,7 @@ mod tests {
         r.fail_disk(0);
         let mut q = RebuildQueue::new(0, tasks);
         // Every read costs 150 on its source, every write 100 on disk 0.
-        let (run, lost) = q.next_round(&r, 0, |_, _| 150, |_| 100);
+        let (run, lost) = q.next_round(&r, 0, &[], |_, _| 150, |_| 100);
         assert!(lost.is_empty());
         // Disk 1 has 200 free in round 0: one read from it fits, the next
         // copy reading disk 1 stops the round (copies stay in order).
@@ -312,7 +312,7 @@ mod tests {
         assert!(!run.is_empty() && run.len() < 6);
         let before = q.progress();
         // Round 1 is unreserved everywhere: the rest fits (at most 9 writes of 100).
-        let (rest, _) = q.next_round(&r, 1, |_, _| 150, |_| 100);
+        let (rest, _) = q.next_round(&r, 1, &[], |_, _| 150, |_| 100);
         assert_eq!(run.len() + rest.len(), 6);
         assert!(q.is_done());
         assert_eq!(q.progress().done_bytes, q.progress().total_bytes);
@@ -334,7 +334,7 @@ mod tests {
         r.fail_disk(0);
         r.fail_disk(1);
         let mut q = RebuildQueue::new(0, rebuild_tasks(0, [(TitleId(0), &l)]));
-        let (run, lost) = q.next_round(&r, 0, |_, _| 1, |_| 1);
+        let (run, lost) = q.next_round(&r, 0, &[], |_, _| 1, |_| 1);
         assert!(lost.iter().all(|t| t.read_from.iter().any(|s| s.disk == 1)));
         assert!(run.iter().all(|t| t.read_from.iter().all(|s| s.disk == 2)));
         assert!(!lost.is_empty());

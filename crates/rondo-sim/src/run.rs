@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use rondo_model::array::{
-    AdmitRequest, Aborted, Array, ArrayConfig, ArrayTitle, Completion, DiskCommand, Effect,
-    FailCause, Purpose, ReadOutcome, RoundPlan, Span, rondo_write_bound,
+    Aborted, AdmitRequest, Array, ArrayConfig, ArrayTitle, Completion, Effect, FailCause, Purpose,
+    ReadOutcome, RoundPlan, Span, rondo_write_bound,
 };
 use rondo_model::disk::{self, Disk, DiskError, DiskProfile, PaperBound, RondoBound};
 use rondo_model::health::HealthPolicy;
@@ -257,6 +257,11 @@ pub struct SimResult {
     pub read_errors: u64,
     #[serde(default)]
     pub rereads: u64,
+    /// Stream-rounds recovered after a read error that were late: re-reads
+    /// run in unreserved time from the next round on (a planned read's
+    /// miss is `deadline_misses`).
+    #[serde(default)]
+    pub recovery_misses: u64,
     /// Streams the array stopped (their data was lost).
     #[serde(default)]
     pub streams_aborted: u64,
@@ -427,8 +432,7 @@ pub fn run_placed(
         // Faults at the boundary take effect in the round about to be planned.
         for f in failures.clone().filter(|f| f.round == round) {
             if let Ok(effects) = exec.prepared.array.fail_disk(f.disk, FailCause::Operator) {
-                let at_ns = exec.prepared.array.round_start_ns(round);
-                exec.on_effects(effects, at_ns)?;
+                exec.on_effects(effects);
             }
         }
         if let Some(spec) = faults.rebuild
@@ -454,13 +458,15 @@ pub fn run_placed(
         if exec.sim.is_some() {
             let plan = exec.prepared.array.begin_round(round);
             if in_window {
-                exec.m.observe_reservations(exec.prepared.array.reservations(), round);
+                exec.m
+                    .observe_reservations(exec.prepared.array.reservations(), round);
             }
             exec.execute(plan, in_window)?;
         } else {
             exec.prepared.array.begin_round_admission_only(round);
             if in_window {
-                exec.m.observe_reservations(exec.prepared.array.reservations(), round);
+                exec.m
+                    .observe_reservations(exec.prepared.array.reservations(), round);
             }
         }
         if config.check_invariants {
@@ -474,7 +480,12 @@ pub fn run_placed(
     }
     let mut active = 0i64;
     let mut active_sum = 0i64;
-    for (round, delta) in exec.playing.iter().enumerate().take(config.end_round as usize) {
+    for (round, delta) in exec
+        .playing
+        .iter()
+        .enumerate()
+        .take(config.end_round as usize)
+    {
         active += delta;
         if measured.contains(&(round as u64)) {
             active_sum += active;
@@ -483,6 +494,7 @@ pub fn run_placed(
     let rounds_measured = measured.end.saturating_sub(measured.start);
     let counters = exec.prepared.array.counters();
     exec.m.deadline_misses = counters.stream_round_misses;
+    exec.m.recovery_misses = counters.recovery_misses;
     exec.m.lost_reads = counters.lost_reads;
     exec.m.read_errors = counters.read_errors;
     exec.m.rereads = counters.rereads;
@@ -549,17 +561,16 @@ impl Executor<'_> {
     }
 
     /// Handles the array's effects at model time within round `round`.
-    fn on_effects(&mut self, effects: Vec<Effect>, at_ns: u64) -> Result<(), SimError> {
+    fn on_effects(&mut self, effects: Vec<Effect>) {
         for effect in effects {
             match effect {
                 Effect::Aborted(a) => self.on_aborted(&a),
-                Effect::ReRead(commands) => self.reread(commands, at_ns)?,
                 Effect::Ready(_)
+                | Effect::ReReadQueued { .. }
                 | Effect::DiskState { .. }
                 | Effect::DiskFailed { .. } => {}
             }
         }
-        Ok(())
     }
 
     /// An aborted stream stops playing from the round it was stopped at.
@@ -658,9 +669,7 @@ impl Executor<'_> {
                 .iter()
                 .filter(|g| g.0 == ingest.title)
                 .count();
-            self.prepared
-                .array
-                .want_write(ingest.title, ingest.granted);
+            self.prepared.array.want_write(ingest.title, ingest.granted);
             if ingest.granted == ingest.rounds {
                 self.prepared.array.end_ingest(ingest.title);
                 self.m.ingest_rounds = Some(round + 1 - ingest.started_round);
@@ -687,59 +696,20 @@ impl Executor<'_> {
         }
     }
 
-    /// Reports every completion due at or before `until_ns`, in time order;
-    /// re-reads they cause are executed and may complete in the window too.
+    /// Reports every completion due at or before `until_ns`, in time order.
     fn report_until(&mut self, until_ns: u64) -> Result<(), SimError> {
         loop {
             let sim = self.sim.as_mut().expect("simulated disks");
             let Some(entry) = sim.events.first_entry() else {
                 return Ok(());
             };
-            let at_ns = entry.key().0;
-            if at_ns > until_ns {
+            if entry.key().0 > until_ns {
                 return Ok(());
             }
             let completion = entry.remove();
             let effects = self.prepared.array.complete(&completion);
-            self.on_effects(effects, at_ns)?;
+            self.on_effects(effects);
         }
-    }
-
-    /// Executes re-reads from the other replica on their disks at once: an
-    /// unplanned batch each, served after the disk's backlog, as the
-    /// server's I/O threads do.
-    fn reread(&mut self, commands: Vec<DiskCommand>, arrival_ns: u64) -> Result<(), SimError> {
-        let sim = self.sim.as_mut().expect("re-reads need simulated disks");
-        for c in commands {
-            let Purpose::Deliver {
-                stream,
-                playback_round,
-                replica,
-                piece,
-                ..
-            } = c.purpose
-            else {
-                continue;
-            };
-            let requests = c.batch_requests();
-            let outcome = sim.disks[c.disk as usize].execute_batch(
-                &requests,
-                arrival_ns,
-                rondo_model::disk::Scheduler::Fcfs,
-            )?;
-            sim.push(
-                outcome.end_ns,
-                Completion {
-                    disk: c.disk,
-                    stream,
-                    playback_round,
-                    replica,
-                    piece,
-                    outcome: ReadOutcome::Ok,
-                },
-            );
-        }
-        Ok(())
     }
 }
 
@@ -863,7 +833,6 @@ pub fn place_titles(
     Ok((bound, placed))
 }
 
-
 /// Configures admission for titles placed and charged under `bound`: the
 /// arrival rate, the look-ahead and the array (its reservation tables sized
 /// for the longest title, the write bound, the titles registered).
@@ -986,7 +955,6 @@ impl SimConfig {
     }
 }
 
-
 #[derive(Default)]
 struct Measure {
     arrivals: u64,
@@ -1008,6 +976,7 @@ struct Measure {
     lost_reads: u64,
     read_errors: u64,
     rereads: u64,
+    recovery_misses: u64,
     streams_aborted: u64,
     rebuild_rounds: Option<u64>,
     ingest_rounds: Option<u64>,
@@ -1080,6 +1049,7 @@ impl Measure {
             lost_reads: self.lost_reads,
             read_errors: self.read_errors,
             rereads: self.rereads,
+            recovery_misses: self.recovery_misses,
             streams_aborted: self.streams_aborted,
             rebuild_rounds: self.rebuild_rounds,
             ingest_rounds: self.ingest_rounds,

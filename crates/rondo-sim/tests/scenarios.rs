@@ -10,6 +10,7 @@ use rondo_model::disk;
 use rondo_model::layout::{ReplicaPlacement, RoundRobinCounter};
 use rondo_model::reservation::Scheme;
 use rondo_model::schedule::Schedule;
+use rondo_sim::faults::FaultPlan;
 use rondo_sim::run::{BoundKind, FailureSpec, Mode, SimConfig, SimResult, SimTitle, run};
 
 /// The six Table 3 titles, cut to their first `rounds` rounds so that short
@@ -56,6 +57,12 @@ fn mix(seed: u64, salt: u64) -> u64 {
 /// A saturated simulated-disk run whose data lies in the innermost strides
 /// of every disk, with one disk failing at a seeded round boundary.
 fn failure_scenario(seed: u64, scheme: Scheme) -> (SimConfig, SimResult) {
+    let c = failure_scenario_config(seed, scheme);
+    let r = run(&c, &titles(150)).unwrap();
+    (c, r)
+}
+
+fn failure_scenario_config(seed: u64, scheme: Scheme) -> SimConfig {
     let disks = 4 + (mix(seed, 1) % 5) as u32; // 4..=8
     let placement = if mix(seed, 2).is_multiple_of(2) {
         ReplicaPlacement::Deterministic
@@ -89,6 +96,18 @@ fn failure_scenario(seed: u64, scheme: Scheme) -> (SimConfig, SimResult) {
         disk: (mix(seed, 3) % disks as u64) as u32,
         round: 1 + mix(seed, 4) % 600,
     });
+    c
+}
+
+/// The same saturated array with a seeded fault plan executed through the
+/// array: a disk failure at a seeded round, read and checksum errors on
+/// other disks, the failed disk rebuilt under load, an ingest, range and
+/// time-start arrivals; the array's invariants checked after every round.
+fn fault_scenario(seed: u64, scheme: Scheme) -> (SimConfig, SimResult) {
+    let mut c = failure_scenario_config(seed, scheme);
+    c.failure = None;
+    c.faults = FaultPlan::seeded(seed, c.disks, 600, 6);
+    c.check_invariants = true;
     let r = run(&c, &titles(150)).unwrap();
     (c, r)
 }
@@ -140,6 +159,70 @@ fn minimum_in_rondo_mode_survives_any_single_failure_with_data_in_the_inner_zone
             replay_hint("minimum_in", seed)
         );
     }
+}
+
+#[test]
+fn minimum_in_rondo_mode_survives_seeded_fault_plans_with_its_invariants_checked_every_round() {
+    for seed in seeds(4, 1000) {
+        let (c, r) = fault_scenario(seed, Scheme::Minimum);
+        let hint = replay_hint("minimum_in_rondo_mode_survives_seeded", seed);
+        eprintln!(
+            "seed {seed}: D = {}, {} admitted, {} read errors, {} re-reads ({} late), {} aborted, rebuild {:?} rounds, ingest {:?} rounds",
+            c.disks,
+            r.admitted,
+            r.read_errors,
+            r.rereads,
+            r.recovery_misses,
+            r.streams_aborted,
+            r.rebuild_rounds,
+            r.ingest_rounds
+        );
+        assert!(r.admitted > 0, "seed {seed}: nothing admitted; {hint}");
+        assert_eq!(
+            r.invariant_checks, c.end_round,
+            "seed {seed}: the invariant check ran every round; {hint}"
+        );
+        assert!(
+            r.deadline_misses == 0 && r.disk_round_overruns == 0 && r.lost_reads == 0,
+            "seed {seed}: {} misses, {} overruns, {} lost reads with D = {}, faults {:?}\n{hint}",
+            r.deadline_misses,
+            r.disk_round_overruns,
+            r.lost_reads,
+            c.disks,
+            c.faults,
+        );
+        assert_eq!(
+            r.busy_over_reserved_disk_rounds, 0,
+            "seed {seed}: a disk was busier than reserved + granted; {hint}"
+        );
+        assert!(
+            r.rebuild_rounds.is_some(),
+            "seed {seed}: the rebuild did not finish; {hint}"
+        );
+        assert!(
+            r.ingest_rounds.is_some(),
+            "seed {seed}: the ingest did not finish; {hint}"
+        );
+        // Every error was either recovered from the other replica or hit a
+        // round whose other replica was on the failed disk.
+        assert!(
+            r.rereads + r.streams_aborted >= r.read_errors,
+            "seed {seed}: {r:?}; {hint}"
+        );
+    }
+}
+
+#[test]
+fn unreserved_misses_deadlines_under_the_same_fault_plans() {
+    let seeds = seeds(4, 100);
+    let misses: u64 = seeds
+        .iter()
+        .map(|&seed| fault_scenario(seed, Scheme::Unreserved).1.deadline_misses)
+        .sum();
+    assert!(
+        misses > 0,
+        "seeds {seeds:?}: the fault plans under `unreserved` caused no miss"
+    );
 }
 
 #[test]

@@ -945,6 +945,14 @@ fn warn_if_debug() {
     }
 }
 
+/// An admission request for a whole title (what the benchmark offers).
+fn whole(title: TitleId) -> rondo_model::array::AdmitRequest {
+    rondo_model::array::AdmitRequest {
+        title,
+        span: rondo_model::array::Span::Whole,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1020,13 +1028,5 @@ mod tests {
         let b = t.read().unwrap();
         assert!(b.minor_faults > a.minor_faults);
         assert!(b.timeslices >= a.timeslices && b.run_delay_ns >= a.run_delay_ns);
-    }
-}
-
-/// An admission request for a whole title (what the benchmark offers).
-fn whole(title: TitleId) -> rondo_model::array::AdmitRequest {
-    rondo_model::array::AdmitRequest {
-        title,
-        span: rondo_model::array::Span::Whole,
     }
 }

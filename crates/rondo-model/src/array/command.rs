@@ -156,6 +156,9 @@ pub struct Miss {
     pub stream: StreamId,
     pub playback_round: u32,
     pub read_round: u64,
+    /// A stream-round being recovered after a read error (served in
+    /// unreserved time), not a planned read.
+    pub recovery: bool,
 }
 
 /// Why the array stopped a stream.
@@ -286,9 +289,13 @@ impl std::fmt::Display for FailCause {
 pub enum Effect {
     /// A stream-round is complete.
     Ready(RoundReady),
-    /// Read these now, outside the round's plan: the other replica of a
-    /// stream-round whose read failed.
-    ReRead(Vec<DiskCommand>),
+    /// A stream-round whose read failed will be read from its other
+    /// replica in a coming round's unreserved time.
+    ReReadQueued {
+        stream: StreamId,
+        playback_round: u32,
+        replica: Replica,
+    },
     /// A disk changed state.
     DiskState { disk: u32, state: DiskState },
     /// A disk failed: record it (so a restart keeps it failed) before the

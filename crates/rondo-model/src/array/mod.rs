@@ -197,6 +197,8 @@ struct Inflight {
     missed: bool,
     /// A re-read from the other replica: if it fails too, the stream stops.
     recovery: bool,
+    /// The re-read waits for unreserved disk time in a coming round.
+    queued: bool,
 }
 
 /// Counts over the array's life, for metrics and reports.
@@ -204,10 +206,15 @@ struct Inflight {
 pub struct ArrayCounters {
     pub admitted: u64,
     pub rejected: u64,
-    /// Stream-rounds not complete when their round ended.
+    /// Planned stream-rounds not complete when their round ended: what
+    /// admission guarantees never happens under `minimum`.
     pub stream_round_misses: u64,
+    /// Stream-rounds recovered from the other replica after a read error,
+    /// late: a re-read is served in unreserved time from the next round on,
+    /// never in time reserved for admitted streams.
+    pub recovery_misses: u64,
     pub read_errors: u64,
-    /// Re-reads from the other replica after an error.
+    /// Re-reads from the other replica after an error (queued).
     pub rereads: u64,
     pub streams_aborted: u64,
     /// Planned reads with no working replica.
@@ -226,6 +233,9 @@ pub struct Array {
     rebuild: Option<RebuildState>,
     replacing: Vec<bool>,
     writes: WriteQueue,
+    /// Stream-rounds waiting for a re-read from their other replica, in
+    /// the order their errors came.
+    rereads: Vec<(StreamId, u32)>,
     /// The first round not begun: the earliest start round of a new stream.
     next_round: u64,
     next_copy: u64,
@@ -249,6 +259,7 @@ impl Array {
             rebuild: None,
             replacing: vec![false; disks as usize],
             writes: WriteQueue::default(),
+            rereads: Vec::new(),
             next_round: 0,
             next_copy: 0,
             counters: ArrayCounters::default(),
@@ -490,11 +501,16 @@ impl Array {
         for (&(stream, playback_round), f) in self.inflight.iter_mut() {
             if f.read_round < round && !f.missed {
                 f.missed = true;
-                self.counters.stream_round_misses += 1;
+                if f.recovery {
+                    self.counters.recovery_misses += 1;
+                } else {
+                    self.counters.stream_round_misses += 1;
+                }
                 plan.missed.push(Miss {
                     stream,
                     playback_round,
                     read_round: f.read_round,
+                    recovery: f.recovery,
                 });
             }
         }
@@ -535,10 +551,14 @@ impl Array {
                 commands,
             });
         }
-        // 4. The rebuild takes unreserved time first ...
-        let rebuild_charged = self.plan_rebuild(round, &mut plan);
-        // 5. ... and ingest writes what it leaves.
-        let credits = self.reservations.write_credits_ns(round, &rebuild_charged);
+        // 4. Unreserved time goes to re-reads after errors first, then to
+        // the rebuild, then to ingest writes.
+        let mut used_ns = self.plan_rereads(round, &mut plan);
+        let rebuild_charged = self.plan_rebuild(round, &used_ns, &mut plan);
+        for (u, r) in used_ns.iter_mut().zip(&rebuild_charged) {
+            *u += r;
+        }
+        let credits = self.reservations.write_credits_ns(round, &used_ns);
         let idle_round_ns = self
             .config
             .reservation
@@ -548,7 +568,7 @@ impl Array {
             .writes
             .grant(round, &credits, idle_round_ns, &self.config.write_bound);
         for (d, disk_plan) in plan.disks.iter_mut().enumerate() {
-            disk_plan.granted_ns = rebuild_charged[d] + grant.charged_ns[d];
+            disk_plan.granted_ns = used_ns[d] + grant.charged_ns[d];
             if disk_plan.reserved_ns.is_none() && disk_plan.granted_ns > 0 {
                 // A failed disk being rebuilt: no stream reads, but its
                 // copies' writes are budgeted after the fixed term.
@@ -592,7 +612,9 @@ impl Array {
             pending: vec![false; pieces],
             missed: false,
             recovery,
+            queued: false,
         });
+        f.queued = false;
         if extents.is_empty() {
             if f.pending.iter().all(|p| !p) {
                 let f = self.inflight.remove(&key).expect("inserted above");
@@ -600,9 +622,9 @@ impl Array {
                     stream: read.stream,
                     playback_round: read.playback_round,
                     replica: f.replica,
-                    read_round: round,
-                    send_round: round + 1,
-                    late: false,
+                    read_round: f.read_round,
+                    send_round: f.read_round + 1,
+                    late: f.missed,
                 });
             }
             return None;
@@ -642,7 +664,7 @@ impl Array {
     }
 
     /// The rebuild's copies of `round`; returns the time charged per disk.
-    fn plan_rebuild(&mut self, round: u64, plan: &mut RoundPlan) -> Vec<u64> {
+    fn plan_rebuild(&mut self, round: u64, used_ns: &[u64], plan: &mut RoundPlan) -> Vec<u64> {
         let disks = self.disk_count() as usize;
         let mut charged = vec![0u64; disks];
         let Some(rebuild) = self.rebuild.as_mut() else {
@@ -656,6 +678,7 @@ impl Array {
         let (run, lost) = rebuild.queue.next_round(
             &self.reservations,
             round,
+            used_ns,
             |_, extents| read_bound.extents_ns(extents),
             |extents| write_bound.extents_ns(extents),
         );
@@ -813,41 +836,109 @@ impl Array {
             );
             return effects;
         };
-        // The other replica's requests, as `plan_round` would give them;
-        // charged nothing: no reservation covers an unplanned re-read.
-        let reads: Vec<PlannedRead> = match replica {
-            Replica::Primary => vec![(round_layout.primary_disk.0, 0u16)],
-            Replica::Backup => backup_disks
-                .iter()
-                .enumerate()
-                .map(|(entry, &d)| (d, entry as u16))
-                .collect(),
-        }
-        .into_iter()
-        .map(|(on_disk, backup_entry)| PlannedRead {
-            stream: completion.stream,
-            title: span.title,
-            playback_round,
-            disk: on_disk,
-            replica,
-            backup_entry,
-            cost_ns: 0,
-        })
-        .collect();
-        let mut ready = Vec::new();
-        let commands: Vec<DiskCommand> = reads
-            .iter()
-            .filter_map(|r| self.deliver_command(f.read_round, r, true, &mut ready))
-            .collect();
-        if let Some(again) = self.inflight.get_mut(&key) {
-            again.missed = f.missed;
-        }
+        // The other replica is read in a coming round's unreserved time
+        // (`plan_rereads`): never in time reserved for admitted streams, so
+        // an error delays only the stream-round that hit it.
+        let pieces = match replica {
+            Replica::Primary => 1,
+            Replica::Backup => backup_disks.len(),
+        };
+        self.inflight.insert(
+            key,
+            Inflight {
+                replica,
+                read_round: f.read_round,
+                pending: vec![false; pieces],
+                missed: f.missed,
+                recovery: true,
+                queued: true,
+            },
+        );
+        self.rereads.push(key);
         self.counters.rereads += 1;
-        effects.extend(ready.into_iter().map(Effect::Ready));
-        if !commands.is_empty() {
-            effects.push(Effect::ReRead(commands));
-        }
+        effects.push(Effect::ReReadQueued {
+            stream: completion.stream,
+            playback_round,
+            replica,
+        });
         effects
+    }
+
+    /// The queued re-reads that fit this round's unreserved time, in the
+    /// order their errors came (a re-read that does not fit waits, and so do
+    /// those behind it); returns the time charged per disk.
+    fn plan_rereads(&mut self, round: u64, plan: &mut RoundPlan) -> Vec<u64> {
+        let disks = self.disk_count() as usize;
+        let mut charged = vec![0u64; disks];
+        if self.rereads.is_empty() {
+            return charged;
+        }
+        let mut left = self.reservations.write_credits_ns(round, &charged);
+        let queue = std::mem::take(&mut self.rereads);
+        let mut blocked = false;
+        for key in queue {
+            let (stream, playback_round) = key;
+            let Some(f) = self.inflight.get(&key) else {
+                continue;
+            };
+            let Some(span) = self.reservations.stream_span(stream) else {
+                self.inflight.remove(&key);
+                continue;
+            };
+            let replica = f.replica;
+            let charges = Arc::clone(&self.titles[&span.title].charges);
+            let i = playback_round as usize;
+            let reads: Vec<PlannedRead> = match replica {
+                Replica::Primary => vec![(charges.primary(i), 0u16)],
+                Replica::Backup => charges
+                    .backup(i)
+                    .iter()
+                    .enumerate()
+                    .map(|(entry, &c)| (c, entry as u16))
+                    .collect(),
+            }
+            .into_iter()
+            .map(|(c, backup_entry)| PlannedRead {
+                stream,
+                title: span.title,
+                playback_round,
+                disk: c.disk,
+                replica,
+                backup_entry,
+                cost_ns: c.cost_ns,
+            })
+            .collect();
+            if reads.iter().any(|r| self.reservations.is_failed(r.disk)) {
+                // The other replica's disk failed meanwhile.
+                self.inflight.remove(&key);
+                if let Some(a) = self.abort(
+                    stream,
+                    AbortReason::ReadFailed {
+                        playback_round,
+                        detail: "the other replica's disk failed before it could be read".into(),
+                    },
+                ) {
+                    plan.aborted.push(a);
+                }
+                continue;
+            }
+            let fits = reads.iter().all(|r| r.cost_ns <= left[r.disk as usize]);
+            if blocked || !fits {
+                blocked = true;
+                self.rereads.push(key);
+                continue;
+            }
+            for r in &reads {
+                left[r.disk as usize] -= r.cost_ns;
+                charged[r.disk as usize] += r.cost_ns;
+                let mut ready = Vec::new();
+                if let Some(c) = self.deliver_command(round, r, true, &mut ready) {
+                    plan.disks[r.disk as usize].commands.push(c);
+                }
+                plan.ready.extend(ready);
+            }
+        }
+        charged
     }
 
     // ----- disks -----
@@ -1078,8 +1169,14 @@ impl Array {
         );
         for (&(stream, playback_round), f) in &self.inflight {
             assert!(
-                f.pending.iter().any(|&p| p),
+                f.queued || f.pending.iter().any(|&p| p),
                 "stream {} round {playback_round}: in flight with nothing pending",
+                stream.0
+            );
+            assert_eq!(
+                f.queued,
+                self.rereads.contains(&(stream, playback_round)),
+                "stream {} round {playback_round}: queued for a re-read",
                 stream.0
             );
             assert!(f.read_round < self.next_round, "in flight before its round");

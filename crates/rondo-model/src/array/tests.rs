@@ -223,7 +223,8 @@ fn a_round_plans_checked_reads_and_completions_make_rounds_ready() {
 }
 
 #[test]
-fn a_failed_read_is_read_again_from_the_backup_and_a_second_failure_stops_the_stream() {
+fn a_failed_read_is_read_again_from_the_backup_in_unreserved_time_and_a_second_failure_stops_the_stream()
+ {
     let mut a = array(4, Scheme::Minimum, &[100 * KIB; 6]);
     let s = a.admit(&whole(0)).unwrap();
     let plan = a.begin_round(0);
@@ -235,22 +236,43 @@ fn a_failed_read_is_read_again_from_the_backup_and_a_second_failure_stops_the_st
         disk: read.disk,
         state: DiskState::Suspect
     }));
-    let Some(Effect::ReRead(again)) = effects.iter().find(|e| matches!(e, Effect::ReRead(_)))
-    else {
-        panic!("no re-read: {effects:?}")
-    };
+    assert!(effects.contains(&Effect::ReReadQueued {
+        stream: s.stream,
+        playback_round: 0,
+        replica: Replica::Backup
+    }));
+    // A stale completion of the primary changes nothing.
+    assert!(a.complete(&ok(&read)).is_empty());
+    a.check_invariants();
+    // The next round reads the backup beside the stream's round 1, charged
+    // to the backup disk's granted (unreserved) time, not its reservation.
+    let plan = a.begin_round(1);
+    assert_eq!(plan.missed.len(), 1);
+    assert!(plan.missed[0].recovery);
+    assert_eq!(a.counters().stream_round_misses, 0);
+    assert_eq!(a.counters().recovery_misses, 1);
+    let again: Vec<DiskCommand> = deliveries(&plan)
+        .into_iter()
+        .filter(|c| matches!(c.purpose, Purpose::Deliver { recovery: true, .. }))
+        .cloned()
+        .collect();
     assert_eq!(again.len(), 1);
     assert_ne!(again[0].disk, read.disk);
     assert!(matches!(
         again[0].purpose,
         Purpose::Deliver {
             replica: Replica::Backup,
-            recovery: true,
+            playback_round: 0,
             ..
         }
     ));
-    // A stale completion of the primary changes nothing.
-    assert!(a.complete(&ok(&read)).is_empty());
+    let backup_disk = &plan.disks[again[0].disk as usize];
+    assert!(backup_disk.granted_ns >= again[0].charge_ns);
+    assert!(
+        backup_disk.reserved_ns.unwrap() + backup_disk.granted_ns <= NS_PER_S,
+        "within the round's budget"
+    );
+    a.check_invariants();
     let mut failed_again = ok(&again[0]);
     failed_again.outcome = ReadOutcome::IoError("EIO".into());
     let effects = a.complete(&failed_again);

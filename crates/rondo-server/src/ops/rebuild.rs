@@ -182,7 +182,7 @@ pub fn rebuild_round(shared: &Shared, core: &mut Core, round: u64) -> RebuildRou
     let write_ns = |extents: &[(u64, u64)]| shared.write_bound.extents_ns(extents);
     let (run, lost) = rebuild
         .queue
-        .next_round(reservations, round, read_ns, write_ns);
+        .next_round(reservations, round, &[], read_ns, write_ns);
     for task in &run {
         for source in &task.read_from {
             out.charged_ns[source.disk as usize] += read_ns(source.disk, &source.extents);
