@@ -56,6 +56,21 @@ pub struct PointResult {
     pub busy_over_reserved_disk_rounds: u64,
     pub lost_reads: u64,
     pub lookahead_rounds: u64,
+    /// Fault plans (summed over replications): read errors, late recovered
+    /// stream-rounds and streams the array stopped.
+    #[serde(default)]
+    pub read_errors: u64,
+    #[serde(default)]
+    pub recovery_misses: u64,
+    #[serde(default)]
+    pub streams_aborted: u64,
+    /// Mean over the replications where it finished: rounds from a
+    /// rebuild's start to the disk serving again, and from an ingest's start
+    /// to its last round granted.
+    #[serde(default)]
+    pub mean_rebuild_rounds: Option<f64>,
+    #[serde(default)]
+    pub mean_ingest_rounds: Option<f64>,
 }
 
 /// An experiment's results.
@@ -232,7 +247,18 @@ fn summarise(point: &Point, runs: &[SimResult], metric: &str) -> Result<PointRes
         busy_over_reserved_disk_rounds: runs.iter().map(|r| r.busy_over_reserved_disk_rounds).sum(),
         lost_reads: runs.iter().map(|r| r.lost_reads).sum(),
         lookahead_rounds: runs[0].lookahead_rounds,
+        read_errors: runs.iter().map(|r| r.read_errors).sum(),
+        recovery_misses: runs.iter().map(|r| r.recovery_misses).sum(),
+        streams_aborted: runs.iter().map(|r| r.streams_aborted).sum(),
+        mean_rebuild_rounds: mean_of_some(runs.iter().map(|r| r.rebuild_rounds)),
+        mean_ingest_rounds: mean_of_some(runs.iter().map(|r| r.ingest_rounds)),
     })
+}
+
+/// The mean of the values that are there; `None` if none is.
+fn mean_of_some(values: impl Iterator<Item = Option<u64>>) -> Option<f64> {
+    let present: Vec<u64> = values.flatten().collect();
+    (!present.is_empty()).then(|| present.iter().sum::<u64>() as f64 / present.len() as f64)
 }
 
 /// The serde name of a config enum value, for tables and JSON.

@@ -30,6 +30,7 @@ use rondo_model::disk::profile_by_name;
 use rondo_model::layout::{ReplicaPlacement, RoundRobinCounter};
 use rondo_model::reservation::{Bound, Scheme};
 use rondo_model::units::{NS_PER_MS, NS_PER_S};
+use rondo_sim::faults::{IngestSpec, RebuildSpec};
 use rondo_sim::run::{BoundKind, FailureSpec, Mode, PlacedTitle, SimConfig, SimTitle};
 use rondo_store::{DirectoryFlags, Store};
 
@@ -127,6 +128,19 @@ pub struct SimulateArgs {
     /// The round at whose start `--fail-disk` fails.
     #[arg(long, requires = "fail_disk")]
     fail_round: Option<u64>,
+    /// Replace and rebuild the `--fail-disk` disk from this round on, in the
+    /// disk time streams leave (simulated-disk mode): answers how long a
+    /// rebuild takes under this load.
+    #[arg(long, requires = "fail_disk")]
+    rebuild_round: Option<u64>,
+    /// Ingest a copy of title `--ingest-title` from this round on, in the
+    /// disk time streams (and a rebuild) leave (simulated-disk mode):
+    /// answers how long an ingest takes and what it costs in streams.
+    #[arg(long)]
+    ingest_round: Option<u64>,
+    /// Which title (numbered from 0) `--ingest-round` copies.
+    #[arg(long, default_value_t = 0, requires = "ingest_round")]
+    ingest_title: usize,
     /// Minimum replications per configuration.
     #[arg(long, default_value_t = 3)]
     replications: usize,
@@ -198,6 +212,11 @@ struct Setup {
     zipf_exponent: Option<f64>,
     warmup_rounds: u64,
     end_round: u64,
+    /// The faults injected (a failure, a rebuild, an ingest), as the run's
+    /// fault plan.
+    fault_plan: rondo_sim::faults::FaultPlan,
+    #[serde(skip)]
+    faults: bool,
     titles: Vec<SetupTitle>,
 }
 
@@ -298,6 +317,20 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         .fail_disk
         .zip(args.fail_round)
         .map(|(disk, round)| FailureSpec { disk, round });
+    config.faults.rebuild = args
+        .fail_disk
+        .zip(args.rebuild_round)
+        .map(|(disk, round)| RebuildSpec { disk, round });
+    config.faults.ingest = args.ingest_round.map(|round| IngestSpec {
+        title: args.ingest_title,
+        round,
+    });
+    if config.faults.needs_simulated_disks() && config.mode != Mode::SimulatedDisk {
+        anyhow::bail!(
+            "--rebuild-round and --ingest-round need disks that execute their I/O: add \
+             --mode simulated-disk"
+        );
+    }
     let setup = setup_of(&args, &config, &titles)?;
     let rule = StoppingRule {
         min_replications: args.replications.max(1),
@@ -443,6 +476,17 @@ fn print_report(report: &Report) {
     table.add_row(row("disk-round overruns", &|r| {
         r.disk_round_overruns.to_string()
     }));
+    if s.faults {
+        table.add_row(row("streams stopped (data lost)", &|r| {
+            r.streams_aborted.to_string()
+        }));
+        let rounds = |v: Option<f64>| {
+            v.map(|x| format!("{x:.1} rounds"))
+                .unwrap_or_else(|| "did not finish".into())
+        };
+        table.add_row(row("rebuild took", &|r| rounds(r.mean_rebuild_rounds)));
+        table.add_row(row("ingest took", &|r| rounds(r.mean_ingest_rounds)));
+    }
     table.add_row(row("replications", &|r| r.replications.to_string()));
     println!("{table}");
 }
@@ -536,6 +580,8 @@ fn setup_of(args: &SimulateArgs, config: &SimConfig, titles: &Titles) -> anyhow:
         zipf_exponent: config.zipf_exponent,
         warmup_rounds: config.warmup_rounds,
         end_round: config.end_round,
+        fault_plan: config.faults.clone(),
+        faults: config.failure.is_some() || config.faults != Default::default(),
         titles: schedules
             .into_iter()
             .map(|(name, s)| SetupTitle {
