@@ -201,7 +201,19 @@ impl Reservations {
         let backup_ok = !backup.is_empty() && backup.iter().all(|p| !self.failed[p.disk as usize]);
         if self.failed[primary.disk as usize] {
             return if backup_ok && self.config.scheme.stores_backup() {
-                Ok(RoundChoice::Rerouted)
+                // The schemes that reserve backup time admit as if the
+                // failed disk served: its slot is kept for after its
+                // rebuild, and the backup time the failure reroutes is the
+                // backup reservation. Reserving the backup as a plain read
+                // instead would leave the round unreserved on the rebuilt
+                // disk, and a later failure of the backup's disk (after
+                // the rebuild, a single failure) would read it there
+                // unreserved (found by the seeded fault scenarios).
+                if matches!(self.config.scheme, Scheme::Minimum | Scheme::Mirroring) {
+                    Ok(RoundChoice::Primary)
+                } else {
+                    Ok(RoundChoice::Rerouted)
+                }
             } else {
                 Err(Rejection::DataUnavailable {
                     round: playback_round,

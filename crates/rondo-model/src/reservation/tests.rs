@@ -153,7 +153,7 @@ fn dynamic_reads_the_less_loaded_replica() {
 }
 
 #[test]
-fn failed_disk_reads_go_to_backups_and_new_streams_are_rerouted() {
+fn failed_disk_reads_go_to_backups_and_new_streams_reserve_for_after_the_rebuild() {
     let mut r = Reservations::new(config(4, Scheme::Minimum));
     r.add_title(TitleId(0), striped(4, 0, &[100; 8]));
     let a = r.try_admit(TitleId(0), 0, 1).unwrap();
@@ -177,10 +177,29 @@ fn failed_disk_reads_go_to_backups_and_new_streams_are_rerouted() {
     assert!(plan[0].is_empty());
     assert_eq!(plan[1][0].stream, a.stream);
     assert_eq!(plan[1][0].replica, Replica::Backup);
-    // A new stream on the degraded array is charged for the rerouted reads.
+    // A new stream on the degraded array reserves as if disk 0 served: its
+    // slot there (for after the rebuild) and the backup time its failure
+    // reroutes to disk 1, so it is read from the backup now ...
     let b = r.try_admit(TitleId(0), 1, 1).unwrap();
-    assert_eq!(r.reserved_primary_ns(0, 1), 0);
+    assert_eq!(r.reserved_primary_ns(0, 1), 100 * MS);
+    assert_eq!(r.reserved_backup_from_ns(1, 1, 0), 100 * MS);
+    let (plan, _) = r.plan_round(1);
+    assert!(
+        plan[1]
+            .iter()
+            .any(|p| p.stream == b.stream && p.replica == Replica::Backup)
+    );
     r.check_invariants();
+    // ... and from its primary once disk 0 is rebuilt, so that a later
+    // failure of disk 1 finds that read reserved on disk 0.
+    r.restore_disk(0);
+    let (plan, _) = r.plan_round(1);
+    assert!(
+        plan[0]
+            .iter()
+            .any(|p| p.stream == b.stream && p.replica == Replica::Primary)
+    );
+    r.fail_disk(0);
     // A second failure that removes both replicas loses data, and says which streams.
     // Both streams read title round 0, primary on disk 0, backup on disk 1.
     let stopped = r.fail_disk(1);
