@@ -647,7 +647,7 @@ async fn delete_title(
         if !core.titles.contains_key(&id) {
             return Err(ApiError::not_found(format!("no title with id {}", id.0)));
         }
-        if !core.reservations.remove_title(id) {
+        if !core.array.remove_title(id) {
             let playing = core.streams.values().filter(|s| s.title.id() == id).count();
             return Err(ApiError::new(
                 StatusCode::CONFLICT,

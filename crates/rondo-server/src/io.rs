@@ -40,8 +40,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use rondo_model::disk::{BatchRequest, Disk, Op, Scheduler};
-use rondo_model::units::{SECTOR_BYTES, StreamId};
+use rondo_model::array::command::CommandExtent;
+use rondo_model::array::{Completion, DiskCommand, Purpose, ReadOutcome};
+use rondo_model::disk::{BatchRequest, Disk, Scheduler};
 use rondo_store::{Device, checksum};
 
 use crate::buffers::{BufferPool, PooledBuf};
@@ -71,86 +72,38 @@ impl RoundClock {
     }
 }
 
-/// One extent of a read, as the catalog recorded it.
-#[derive(Copy, Clone, Debug)]
-pub struct JobExtent {
-    pub device_offset_bytes: u64,
-    pub length_bytes: u64,
-    pub crc32c: u32,
-}
-
-/// One planned read on this disk: one stream's request (1–2 extents, read
-/// back to back into one buffer).
-#[derive(Clone, Debug)]
-pub struct ReadJob {
-    pub stream: StreamId,
-    pub playback_round: u32,
-    /// Which piece of the stream-round this is (0 for a primary; the backup
-    /// entry for a backup read).
-    pub piece: usize,
-    pub extents: Vec<JobExtent>,
-}
-
-impl ReadJob {
-    pub fn bytes(&self) -> u64 {
-        self.extents.iter().map(|e| e.length_bytes).sum()
-    }
-}
-
-/// One extent of I/O another thread performs on this disk (a rebuild copy's
-/// read or write, an ingest write), given to the model so it is timed in the
-/// round's batch.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct ModelIo {
-    pub op: Op,
-    pub device_offset_bytes: u64,
-    pub length_bytes: u64,
-}
-
-/// What a batch is.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum BatchKind {
-    /// The round's planned work: reported with [`IoEvent::BatchDone`].
-    Round,
-    /// Re-reads after a read error, sent mid-round: served after the disk's
-    /// backlog, their busy time carried into the next round's report.
-    Unplanned,
-}
-
-/// A disk's reads for one round.
+/// A disk's commands for one round, as the array planned them.
 #[derive(Debug)]
 pub struct DiskBatch {
     pub round: u64,
-    pub kind: BatchKind,
     /// Disk time admission reserved on this disk for the round, fixed term
-    /// included (`None` if the disk was failed when the round was planned);
-    /// returned in [`IoEvent::BatchDone`] to compare with the busy time.
+    /// included (`None` if the disk serves no reads this round); returned in
+    /// [`IoEvent::BatchDone`] to compare with the busy time.
     pub reserved_ns: Option<u64>,
-    /// Disk time granted on this disk in this round to the rebuild's copies
-    /// and ingest writes (their charges, out of the unreserved time);
-    /// returned in [`IoEvent::BatchDone`]: the round's budget is
-    /// `reserved_ns + granted_ns`.
+    /// Disk time granted on this disk in this round to re-reads, the
+    /// rebuild's copies and ingest writes (their charges, out of the
+    /// unreserved time); the round's budget is `reserved_ns + granted_ns`.
     pub granted_ns: u64,
-    pub jobs: Vec<ReadJob>,
-    /// The granted rebuild and ingest I/O of this disk in this round, timed
-    /// by the model in the same C-SCAN batch (their bytes are moved by the
-    /// copier and ingest threads).
-    pub granted_io: Vec<ModelIo>,
+    /// Stream reads (read here, checked, handed to the driver), then the
+    /// rebuild's and the ingest's I/O (timed by the model in the same
+    /// C-SCAN batch; their bytes are moved by the copier and ingest threads).
+    pub commands: Vec<DiskCommand>,
+    /// The order the disk serves them in (the retrieval policy's).
+    pub scheduler: Scheduler,
     /// A replacement device for this disk (`Store::replace_device`): used
     /// from this batch on.
     pub device: Option<Arc<Device>>,
 }
 
 impl DiskBatch {
-    /// A round's batch with nothing granted to other work.
-    pub fn round(round: u64, reserved_ns: Option<u64>, jobs: Vec<ReadJob>) -> DiskBatch {
+    /// A batch of `commands` with nothing reserved nor granted (tests).
+    pub fn round(round: u64, reserved_ns: Option<u64>, commands: Vec<DiskCommand>) -> DiskBatch {
         DiskBatch {
             round,
-            kind: BatchKind::Round,
             reserved_ns,
             granted_ns: 0,
-            jobs,
-            granted_io: Vec::new(),
+            commands,
+            scheduler: Scheduler::Cscan,
             device: None,
         }
     }
@@ -158,14 +111,12 @@ impl DiskBatch {
 
 /// What I/O threads report to the round driver.
 pub enum IoEvent {
-    /// One request is complete (or failed).
+    /// One stream read is complete (or failed): its completion for the
+    /// array, and its bytes when they were read and checked.
     Read {
-        disk: u32,
         round: u64,
-        stream: StreamId,
-        playback_round: u32,
-        piece: usize,
-        result: Result<PooledBuf, String>,
+        completion: Completion,
+        data: Option<PooledBuf>,
     },
     /// A disk finished its batch for `round`.
     BatchDone {
@@ -174,8 +125,7 @@ pub enum IoEvent {
         /// The batch's [`DiskBatch::reserved_ns`] and [`DiskBatch::granted_ns`].
         reserved_ns: Option<u64>,
         granted_ns: u64,
-        /// Stream reads (requests) and their bytes, re-reads after errors
-        /// since the last report included.
+        /// Stream reads (requests) and their bytes.
         requests: usize,
         bytes: u64,
         /// The granted rebuild and ingest commands and their bytes.
@@ -186,12 +136,10 @@ pub enum IoEvent {
         granted_model_ns: u64,
         /// When the last read completed (or the batch arrived, if empty).
         ended_at: Instant,
-        /// `Disk::execute_batch`'s busy time (re-reads since the last report
-        /// added).
+        /// `Disk::execute_batch`'s busy time.
         model_busy_ns: u64,
         /// Wall time from the later of the round start and the batch's
-        /// arrival to the last completion (re-reads since the last report
-        /// added).
+        /// arrival to the last completion.
         measured_busy_ns: u64,
     },
 }
@@ -230,7 +178,6 @@ pub fn spawn_device(
                 clock,
                 pool,
                 events,
-                carried: Carried::default(),
             };
             worker.run(receiver);
         })?;
@@ -249,17 +196,6 @@ struct Worker {
     clock: RoundClock,
     pool: BufferPool,
     events: Sender<IoEvent>,
-    /// Unplanned re-reads since the last round report: reported with it.
-    carried: Carried,
-}
-
-/// An unplanned batch's figures, added to the next [`IoEvent::BatchDone`].
-#[derive(Default)]
-struct Carried {
-    requests: usize,
-    bytes: u64,
-    model_busy_ns: u64,
-    measured_busy_ns: u64,
 }
 
 /// Sleeps until `deadline` (no-op if it has passed).
@@ -270,38 +206,40 @@ fn sleep_until(deadline: Instant) {
     }
 }
 
-/// What one model command of a batch is.
-#[derive(Copy, Clone)]
-enum Command {
-    /// Extent `extent` of job `job`: a real read here.
-    Read { job: usize, extent: usize },
-    /// A granted rebuild or ingest command: model time only.
-    Granted,
-}
-
-/// A batch's model commands: every stream extent, then every granted I/O,
-/// each a request of its own. The model orders commands by C-SCAN over their
-/// LBNs either way, so splitting requests changes neither the order nor the
-/// timing, and it tells us which extent each command is.
-pub fn batch_requests(jobs: &[ReadJob], granted_io: &[ModelIo]) -> Vec<BatchRequest> {
+/// A batch's model requests: one per extent of every command (the model
+/// orders extents by C-SCAN either way, so splitting a command changes
+/// neither the order nor the timing, and it tells which extent each model
+/// command is), with `(command, extent)` of each.
+pub fn batch_requests(commands: &[DiskCommand]) -> (Vec<BatchRequest>, Vec<(usize, usize)>) {
     let mut requests = Vec::new();
-    for job in jobs {
-        for x in &job.extents {
-            requests.push(BatchRequest::read(
-                x.device_offset_bytes / SECTOR_BYTES,
-                x.length_bytes / SECTOR_BYTES,
-            ));
+    let mut owner = Vec::new();
+    for (c, command) in commands.iter().enumerate() {
+        for (e, request) in command.batch_requests().into_iter().enumerate() {
+            requests.push(request);
+            owner.push((c, e));
         }
     }
-    for io in granted_io {
-        let mut request = BatchRequest::read(
-            io.device_offset_bytes / SECTOR_BYTES,
-            io.length_bytes / SECTOR_BYTES,
-        );
-        request.op = io.op;
-        requests.push(request);
+    (requests, owner)
+}
+
+/// The outcome of reading one extent into `slice`: the device's error, or a
+/// checksum that does not match the catalog's.
+pub fn read_checked(
+    device: &Device,
+    disk: u32,
+    extent: &CommandExtent,
+    slice: &mut [u8],
+) -> ReadOutcome {
+    match device.read_at(extent.device_offset_bytes, slice) {
+        Err(err) => ReadOutcome::IoError(err.to_string()),
+        Ok(()) => match extent.crc32c {
+            Some(sum) if checksum(slice) != sum => ReadOutcome::BadChecksum(format!(
+                "disk {disk} offset {}: checksum mismatch ({} bytes)",
+                extent.device_offset_bytes, extent.length_bytes
+            )),
+            _ => ReadOutcome::Ok,
+        },
     }
-    requests
 }
 
 impl Worker {
@@ -317,22 +255,12 @@ impl Worker {
             tracing::info!(disk = self.disk, path = %device.path().display(), "disk thread uses its new device");
             self.device = device;
         }
-        // An unplanned batch arrives mid-round: the model serves it from
-        // now, after whatever the disk is still doing.
-        let round_start = match batch.kind {
-            BatchKind::Round => self.clock.boundary(batch.round),
-            BatchKind::Unplanned => arrived_at,
-        };
-        let requests = batch_requests(&batch.jobs, &batch.granted_io);
-        let mut owner = Vec::with_capacity(requests.len());
-        for (j, job) in batch.jobs.iter().enumerate() {
-            owner.extend((0..job.extents.len()).map(|e| Command::Read { job: j, extent: e }));
-        }
-        owner.extend(batch.granted_io.iter().map(|_| Command::Granted));
+        let round_start = self.clock.boundary(batch.round);
+        let (requests, owner) = batch_requests(&batch.commands);
         let model_start_ns = self.clock.model_ns(round_start);
         let outcome = match self
             .model
-            .execute_batch(&requests, model_start_ns, Scheduler::Cscan)
+            .execute_batch(&requests, model_start_ns, batch.scheduler)
         {
             Ok(outcome) => outcome,
             Err(e) => {
@@ -340,73 +268,73 @@ impl Worker {
                 // is a bug; fail the reads rather than the thread.
                 let reason = format!("disk {}: the disk model refused the batch: {e}", self.disk);
                 tracing::error!("{reason}");
-                for job in &batch.jobs {
-                    self.report(batch.round, job, Err(reason.clone()));
+                for command in &batch.commands {
+                    self.report(
+                        batch.round,
+                        command,
+                        ReadOutcome::IoError(reason.clone()),
+                        None,
+                    );
                 }
                 self.done(&batch, arrived_at, 0, 0, 0);
                 return;
             }
         };
         let mut buffers: Vec<Option<PooledBuf>> = batch
-            .jobs
+            .commands
             .iter()
-            .map(|job| Some(self.pool.take(job.bytes() as usize)))
+            .map(|c| is_delivery(c).then(|| self.pool.take(c.bytes() as usize)))
             .collect();
-        let mut failures: Vec<Option<String>> = vec![None; batch.jobs.len()];
-        let mut extents_left: Vec<usize> = batch.jobs.iter().map(|j| j.extents.len()).collect();
+        let mut failures: Vec<Option<ReadOutcome>> = vec![None; batch.commands.len()];
+        let mut extents_left: Vec<usize> = batch
+            .commands
+            .iter()
+            .map(|c| c.extents.iter().filter(|x| x.length_bytes > 0).count())
+            .collect();
         let mut ended_at = arrived_at;
         let mut granted_model_ns = 0u64;
-        for &(command, timing) in &outcome.commands {
-            // `commands` holds (request index, timing); our requests are single extents.
-            let (j, e) = match owner[command] {
-                Command::Read { job, extent } => (job, extent),
-                Command::Granted => {
-                    // Another thread moves the bytes; the drive is busy for
-                    // the model's time all the same.
-                    granted_model_ns += timing.completion_ns.saturating_sub(timing.start_ns);
-                    if self.timing == DiskTiming::Emulated {
-                        sleep_until(self.clock.at_model_ns(timing.completion_ns));
-                    }
-                    ended_at = Instant::now();
-                    continue;
+        for &(request, timing) in &outcome.commands {
+            let (c, e) = owner[request];
+            let command = &batch.commands[c];
+            if !is_delivery(command) {
+                // Another thread moves the bytes; the drive is busy for the
+                // model's time all the same.
+                granted_model_ns += timing.completion_ns.saturating_sub(timing.start_ns);
+                if self.timing == DiskTiming::Emulated {
+                    sleep_until(self.clock.at_model_ns(timing.completion_ns));
                 }
-            };
-            let job = &batch.jobs[j];
-            let extent = job.extents[e];
-            let at: u64 = job.extents[..e].iter().map(|x| x.length_bytes).sum();
-            if failures[j].is_none() {
-                let buf = buffers[j].as_mut().expect("taken until reported");
+                ended_at = Instant::now();
+                continue;
+            }
+            let extents: Vec<&CommandExtent> = command
+                .extents
+                .iter()
+                .filter(|x| x.length_bytes > 0)
+                .collect();
+            let extent = extents[e];
+            let at: u64 = extents[..e].iter().map(|x| x.length_bytes).sum();
+            if failures[c].is_none() {
+                let buf = buffers[c].as_mut().expect("taken until reported");
                 let slice =
                     &mut buf.as_mut_slice()[at as usize..(at + extent.length_bytes) as usize];
-                match self.device.read_at(extent.device_offset_bytes, slice) {
-                    Ok(()) if checksum(slice) == extent.crc32c => {}
-                    Ok(()) => {
-                        failures[j] = Some(format!(
-                            "disk {} offset {}: checksum mismatch ({} bytes)",
-                            self.disk, extent.device_offset_bytes, extent.length_bytes
-                        ))
-                    }
-                    Err(err) => failures[j] = Some(err.to_string()),
+                match read_checked(&self.device, self.disk, extent, slice) {
+                    ReadOutcome::Ok => {}
+                    failed => failures[c] = Some(failed),
                 }
             }
             if self.timing == DiskTiming::Emulated {
                 sleep_until(self.clock.at_model_ns(timing.completion_ns));
             }
             ended_at = Instant::now();
-            extents_left[j] -= 1;
-            if extents_left[j] == 0 {
-                let result = match failures[j].take() {
-                    None => Ok(buffers[j].take().expect("reported once")),
-                    Some(reason) => Err(reason),
-                };
-                self.report(batch.round, job, result);
-            }
-        }
-        // Jobs without extents (empty rounds) complete at once.
-        for (j, job) in batch.jobs.iter().enumerate() {
-            if job.extents.is_empty() {
-                let buf = buffers[j].take().expect("reported once");
-                self.report(batch.round, job, Ok(buf));
+            extents_left[c] -= 1;
+            if extents_left[c] == 0 {
+                match failures[c].take() {
+                    None => {
+                        let data = buffers[c].take();
+                        self.report(batch.round, command, ReadOutcome::Ok, data);
+                    }
+                    Some(failed) => self.report(batch.round, command, failed, None),
+                }
             }
         }
         let busy_from = round_start.max(arrived_at);
@@ -420,15 +348,35 @@ impl Worker {
         );
     }
 
-    fn report(&self, round: u64, job: &ReadJob, result: Result<PooledBuf, String>) {
+    fn report(
+        &self,
+        round: u64,
+        command: &DiskCommand,
+        outcome: ReadOutcome,
+        data: Option<PooledBuf>,
+    ) {
+        let Purpose::Deliver {
+            stream,
+            playback_round,
+            replica,
+            piece,
+            ..
+        } = command.purpose
+        else {
+            return;
+        };
         // The driver only goes away at shutdown; a lost report then is fine.
         let _ = self.events.send(IoEvent::Read {
-            disk: self.disk,
             round,
-            stream: job.stream,
-            playback_round: job.playback_round,
-            piece: job.piece,
-            result,
+            completion: Completion {
+                disk: self.disk,
+                stream,
+                playback_round,
+                replica,
+                piece,
+                outcome,
+            },
+            data,
         });
     }
 
@@ -440,62 +388,76 @@ impl Worker {
         measured_busy_ns: u64,
         granted_model_ns: u64,
     ) {
-        let requests = batch.jobs.len();
-        let bytes: u64 = batch.jobs.iter().map(ReadJob::bytes).sum();
-        if batch.kind == BatchKind::Unplanned {
-            // Nothing reserved it and its round's report may be gone: it
-            // counts in this disk's next round.
-            let c = &mut self.carried;
-            c.requests += requests;
-            c.bytes += bytes;
-            c.model_busy_ns += model_busy_ns;
-            c.measured_busy_ns += measured_busy_ns;
-            return;
-        }
-        let carried = std::mem::take(&mut self.carried);
+        let (reads, other): (Vec<&DiskCommand>, Vec<&DiskCommand>) =
+            batch.commands.iter().partition(|c| is_delivery(c));
         let _ = self.events.send(IoEvent::BatchDone {
             disk: self.disk,
             round: batch.round,
             reserved_ns: batch.reserved_ns,
             granted_ns: batch.granted_ns,
-            requests: requests + carried.requests,
-            bytes: bytes + carried.bytes,
-            granted_commands: batch.granted_io.len(),
-            granted_bytes: batch.granted_io.iter().map(|io| io.length_bytes).sum(),
+            requests: reads.len(),
+            bytes: reads.iter().map(|c| c.bytes()).sum(),
+            granted_commands: other.iter().map(|c| c.extents.len()).sum(),
+            granted_bytes: other.iter().map(|c| c.bytes()).sum(),
             granted_model_ns,
             ended_at,
-            model_busy_ns: model_busy_ns + carried.model_busy_ns,
-            measured_busy_ns: measured_busy_ns + carried.measured_busy_ns,
+            model_busy_ns,
+            measured_busy_ns,
         });
     }
+}
+
+/// Whether a command is a stream read (its bytes read here).
+fn is_delivery(command: &DiskCommand) -> bool {
+    matches!(command.purpose, Purpose::Deliver { .. })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rondo_model::array::command::CommandExtent;
+    use rondo_model::disk::Op;
+    use rondo_model::layout::Replica;
+    use rondo_model::units::{StreamId, TitleId};
 
-    fn job(offset_bytes: u64, length_bytes: u64) -> ReadJob {
-        ReadJob {
-            stream: StreamId(1),
-            playback_round: 0,
-            piece: 0,
-            extents: vec![JobExtent {
+    fn command(op: Op, purpose: Purpose, offset_bytes: u64, length_bytes: u64) -> DiskCommand {
+        DiskCommand {
+            disk: 0,
+            round: 0,
+            op,
+            purpose,
+            extents: vec![CommandExtent {
                 device_offset_bytes: offset_bytes,
                 length_bytes,
-                crc32c: 0,
+                crc32c: None,
             }],
+            charge_ns: 0,
         }
+    }
+
+    fn read(i: u64, offset_bytes: u64, length_bytes: u64) -> DiskCommand {
+        let purpose = Purpose::Deliver {
+            stream: StreamId(i),
+            title: TitleId(0),
+            playback_round: 0,
+            replica: Replica::Primary,
+            piece: 0,
+            recovery: false,
+        };
+        command(Op::Read, purpose, offset_bytes, length_bytes)
     }
 
     #[test]
     fn granted_writes_make_the_models_batch_busier() {
         const MIB: u64 = 1024 * 1024;
-        let jobs: Vec<ReadJob> = (0..6).map(|i| job(i * 300 * MIB, 256 * 1024)).collect();
-        let writes: Vec<ModelIo> = (0..2)
-            .map(|i| ModelIo {
-                op: Op::Write,
-                device_offset_bytes: 100 * MIB + i * 1500 * MIB,
-                length_bytes: MIB,
+        let reads: Vec<DiskCommand> = (0..6).map(|i| read(i, i * 300 * MIB, 256 * 1024)).collect();
+        let writes: Vec<DiskCommand> = (0..2)
+            .map(|i| {
+                let purpose = Purpose::IngestWrite {
+                    title: TitleId(1),
+                    title_round: i as u32,
+                };
+                command(Op::Write, purpose, 100 * MIB + i * 1500 * MIB, MIB)
             })
             .collect();
         let round_ns = 1_000_000_000;
@@ -503,15 +465,18 @@ mod tests {
         // the writes on one of them. Head position carries across rounds.
         let mut plain = Disk::from_name("cheetah-4lp").unwrap();
         let mut busy = Disk::from_name("cheetah-4lp").unwrap();
-        let reads = batch_requests(&jobs, &[]);
-        let with_writes = batch_requests(&jobs, &writes);
-        assert_eq!(with_writes.len(), reads.len() + 2);
+        let (reads_only, _) = batch_requests(&reads);
+        let both: Vec<DiskCommand> = reads.iter().chain(&writes).cloned().collect();
+        let (with_writes, owner) = batch_requests(&both);
+        assert_eq!(with_writes.len(), reads_only.len() + 2);
         assert_eq!(with_writes[6].op, Op::Write);
+        assert_eq!(owner[6], (6, 0));
         for disk in [&mut plain, &mut busy] {
-            disk.execute_batch(&reads, 0, Scheduler::Cscan).unwrap();
+            disk.execute_batch(&reads_only, 0, Scheduler::Cscan)
+                .unwrap();
         }
         let without = plain
-            .execute_batch(&reads, round_ns, Scheduler::Cscan)
+            .execute_batch(&reads_only, round_ns, Scheduler::Cscan)
             .unwrap();
         let with = busy
             .execute_batch(&with_writes, round_ns, Scheduler::Cscan)

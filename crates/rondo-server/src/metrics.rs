@@ -195,6 +195,11 @@ pub struct Metrics {
     pub lost_reads: AtomicU64,
     /// Device errors and checksum mismatches.
     pub read_errors: AtomicU64,
+    /// Re-reads of the other replica after an error (in unreserved time).
+    pub rereads: AtomicU64,
+    /// Stream-rounds recovered after an error that were late (apart from
+    /// `stream_round_misses`, which counts planned reads only).
+    pub recovery_misses: AtomicU64,
     pub bytes_sent: AtomicU64,
     pub streams_completed: AtomicU64,
     /// Clients that went away before their stream ended.
@@ -229,6 +234,8 @@ impl Metrics {
             disk_round_overruns: AtomicU64::new(0),
             lost_reads: AtomicU64::new(0),
             read_errors: AtomicU64::new(0),
+            rereads: AtomicU64::new(0),
+            recovery_misses: AtomicU64::new(0),
             bytes_sent: AtomicU64::new(0),
             streams_completed: AtomicU64::new(0),
             streams_disconnected: AtomicU64::new(0),
@@ -271,6 +278,8 @@ impl Metrics {
             disk_round_overruns: g(&self.disk_round_overruns),
             lost_reads: g(&self.lost_reads),
             read_errors: g(&self.read_errors),
+            rereads: g(&self.rereads),
+            recovery_misses: g(&self.recovery_misses),
             bytes_sent: g(&self.bytes_sent),
             streams_completed: g(&self.streams_completed),
             streams_disconnected: g(&self.streams_disconnected),
@@ -326,6 +335,8 @@ pub struct MetricsSnapshot {
     pub disk_round_overruns: u64,
     pub lost_reads: u64,
     pub read_errors: u64,
+    pub rereads: u64,
+    pub recovery_misses: u64,
     pub bytes_sent: u64,
     pub streams_completed: u64,
     pub streams_disconnected: u64,

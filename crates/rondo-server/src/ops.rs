@@ -1,11 +1,14 @@
 //! Operations on a running server: disk failure, replacement and rebuild.
 //!
-//! A disk fails by an operator's `POST /api/admin/disks/{k}/fail` (or
-//! automatically, when read errors pass `ArrayHealth`'s threshold). The core
-//! then plans the disk's reads on the backups from the next round
-//! (`Reservations::fail_disk`); streams whose data has no working replica
-//! left (a second failure) are stopped with a log line and counted in
-//! `streams_aborted`. `POST /api/admin/disks/{k}/replace` maps a new device
+//! Every decision here is the array's (`rondo_model::array::Array`): this
+//! module turns HTTP calls into its operator entry points and carries out
+//! what they answer. A disk fails by an operator's
+//! `POST /api/admin/disks/{k}/fail` (`Array::fail_disk`), or when read
+//! errors pass the array's health threshold (an effect of
+//! `Array::complete`). The array then plans the disk's reads on the backups
+//! from the next round; streams whose data has no working replica left (a
+//! second failure) are stopped by the array, and here their responses fail
+//! with a log line, counted in `streams_aborted`. `POST /api/admin/disks/{k}/replace` maps a new device
 //! to a failed disk (`Store::replace_device`, through this process, which
 //! holds the store's lock), and `POST /api/admin/disks/{k}/restore` rebuilds
 //! it from the other replicas: each round the round driver asks the core
@@ -30,26 +33,22 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use rondo_model::health::{ArrayHealth, DiskState, HealthPolicy};
-use rondo_model::rebuild::{RebuildQueue, rebuild_tasks};
+use rondo_model::array::{Aborted, Effect, FailCause, OpsError as ArrayOpsError, state_name};
+use rondo_model::health::DiskState;
 use rondo_model::units::{DiskIndex, StreamId};
 use rondo_store::Device;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-pub use rebuild::{CopierJob, Rebuild, RebuildRound, RebuildSummary, rebuild_round, spawn_copier};
+pub use rebuild::{CopierJob, Rebuild, RebuildSummary, spawn_copier};
 
-use crate::session::end_stream;
 use crate::state::{Core, Shared};
 
-/// Disk health, pending device replacements and the rebuild; kept in the
-/// core (one lock with the reservations they change).
+/// Pending device replacements and the rebuild's wall-clock progress; kept
+/// in the core (one lock with the array). Disk health is the array's.
 pub struct OpsState {
-    pub health: ArrayHealth,
     /// Replacement devices the driver has not handed to their I/O thread yet.
     pub device_swaps: Vec<Option<Arc<Device>>>,
-    /// A replacement is being prepared for this disk (no restore meanwhile).
-    pub replacing: Vec<bool>,
     pub rebuild: Option<Rebuild>,
     /// How the last rebuild ended.
     pub last_rebuild: Option<RebuildSummary>,
@@ -58,9 +57,7 @@ pub struct OpsState {
 impl OpsState {
     pub fn new(disks: u32) -> OpsState {
         OpsState {
-            health: ArrayHealth::new(disks, HealthPolicy::default()),
             device_swaps: vec![None; disks as usize],
-            replacing: vec![false; disks as usize],
             rebuild: None,
             last_rebuild: None,
         }
@@ -77,26 +74,17 @@ pub fn state_code(state: DiskState) -> u64 {
     }
 }
 
-fn state_name(state: DiskState) -> &'static str {
-    match state {
-        DiskState::Healthy => "healthy",
-        DiskState::Suspect => "suspect",
-        DiskState::Failed => "failed",
-        DiskState::Rebuilding => "rebuilding",
-    }
-}
-
 /// Copies a disk's health state into its metrics.
-pub fn publish_state(shared: &Shared, core: &Core, disk: u32) {
+pub fn publish_state(shared: &Shared, disk: u32, state: DiskState) {
     shared.metrics.disks[disk as usize]
         .state
-        .store(state_code(core.ops.health.state(disk)), Relaxed);
+        .store(state_code(state), Relaxed);
 }
 
 /// Records `disk` failed in the data directory, so a restart keeps it
 /// failed. The failure itself does not wait for the record: if it cannot be
 /// written the disk still fails now, and the error is logged.
-fn record_failed(shared: &Shared, disk: u32, reason: &str) {
+pub fn record_failed(shared: &Shared, disk: u32, reason: &str) {
     let since_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -119,10 +107,13 @@ pub fn fail_recorded_disks(shared: &Shared) -> Result<(), rondo_store::StoreErro
     let mut core = shared.core.lock().expect("core lock");
     for disk in states.failed_disks() {
         let reason = &states.failed[&disk.to_string()].reason;
-        core.ops.health.fail(disk);
-        publish_state(shared, &core, disk);
-        let lost = core.reservations.fail_disk(disk);
-        debug_assert!(lost.is_empty(), "no stream is admitted before the start");
+        if let Ok(effects) = core.array.fail_disk(disk, FailCause::Recorded) {
+            debug_assert!(
+                !effects.iter().any(|e| matches!(e, Effect::Aborted(_))),
+                "no stream is admitted before the start"
+            );
+        }
+        publish_state(shared, disk, DiskState::Failed);
         tracing::warn!(
             disk,
             "disk {disk} is failed since before this start ({reason}): its reads go to the other \
@@ -132,50 +123,44 @@ pub fn fail_recorded_disks(shared: &Shared) -> Result<(), rondo_store::StoreErro
     Ok(())
 }
 
-/// Ends a stream the server cannot serve: its response fails, its
-/// reservations are released, and the reason is logged.
-pub fn abort_stream(shared: &Shared, core: &mut Core, stream: StreamId, reason: &str) {
-    if let Some(state) = end_stream(core, stream) {
+/// Ends the session of a stream the array stopped: its response fails, and
+/// the reason is logged.
+pub fn end_aborted(shared: &Shared, core: &mut Core, aborted: &Aborted) {
+    if let Some(state) = core.streams.remove(&aborted.stream) {
         state.abort.store(true, Relaxed);
         shared.metrics.streams_aborted.fetch_add(1, Relaxed);
         tracing::error!(
-            stream = stream.0,
+            stream = aborted.stream.0,
             title = state.title.id().0,
             peer = %state.peer,
-            "stream stopped: {reason}"
+            "stream stopped: {}",
+            aborted.reason
         );
     }
 }
 
-/// Marks `disk` failed: from the next round the core plans its reads on the
-/// other replicas. Streams that lost data (no working replica for a round
-/// they still need) are stopped. Returns them; nothing if it had failed
-/// already.
-pub fn fail_disk(shared: &Shared, core: &mut Core, disk: u32, reason: &str) -> Vec<StreamId> {
-    if core.reservations.is_failed(disk) {
-        return Vec::new();
+/// Carries out the effects of an operator action on the array: disk states
+/// published and recorded, stopped streams ended. Returns the streams stopped.
+pub fn apply_ops_effects(shared: &Shared, core: &mut Core, effects: Vec<Effect>) -> Vec<StreamId> {
+    let mut stopped = Vec::new();
+    for effect in effects {
+        match effect {
+            Effect::DiskState { disk, state } => publish_state(shared, disk, state),
+            Effect::DiskFailed { disk, cause } => {
+                record_failed(shared, disk, &cause.to_string());
+                tracing::error!(
+                    disk,
+                    "disk failed ({cause}): its reads go to the other replicas from the next round"
+                );
+            }
+            Effect::Aborted(a) => {
+                stopped.push(a.stream);
+                end_aborted(shared, core, &a);
+            }
+            Effect::Ready(_) | Effect::ReReadQueued { .. } => {}
+        }
     }
-    core.ops.health.fail(disk);
-    publish_state(shared, core, disk);
-    record_failed(shared, disk, reason);
-    let lost = core.reservations.fail_disk(disk);
-    tracing::error!(
-        disk,
-        streams_stopped = lost.len(),
-        "disk failed ({reason}): its reads go to the other replicas from the next round"
-    );
-    for &stream in &lost {
-        abort_stream(
-            shared,
-            core,
-            stream,
-            &format!(
-                "disk {disk} failed and a round this stream still needs has no other working \
-                 replica (a second failure): its data is gone until the disks are rebuilt"
-            ),
-        );
-    }
-    lost
+    stopped
 }
 
 /// An error answer of the operations API: status and `{"error": ...}`.
@@ -189,6 +174,14 @@ impl IntoResponse for OpsError {
 
 fn conflict(message: impl Into<String>) -> OpsError {
     OpsError(StatusCode::CONFLICT, message.into())
+}
+
+/// The array's refusal as an HTTP answer.
+fn refused(e: ArrayOpsError) -> OpsError {
+    match e {
+        ArrayOpsError::NoSuchDisk { .. } => OpsError(StatusCode::NOT_FOUND, e.to_string()),
+        _ => conflict(e.to_string()),
+    }
 }
 
 /// Parses and checks a disk number from the path.
@@ -231,19 +224,24 @@ pub fn disks_json(shared: &Shared) -> Value {
     let devices = shared.store.devices();
     let disks: Vec<Value> = (0..shared.array.disk_count)
         .map(|disk| {
-            let state = core.ops.health.state(disk);
+            let state = core.array.disk_state(disk);
             json!({
                 "disk": disk,
                 "state": state_name(state),
-                "serving": !core.reservations.is_failed(disk),
+                "serving": core.array.is_serving(disk),
                 "errors": shared.metrics.disks[disk as usize].errors.load(Relaxed),
                 "path": devices[disk as usize].path().display().to_string(),
             })
         })
         .collect();
-    let rebuild = core.ops.rebuild.as_ref().map(|r| r.json());
+    let rebuild = core
+        .ops
+        .rebuild
+        .as_ref()
+        .zip(core.array.rebuild_status())
+        .map(|(r, status)| r.json(&status));
     json!({
-        "round": core.next_round.saturating_sub(1),
+        "round": core.array.next_round().saturating_sub(1),
         "disks": disks,
         "rebuild": rebuild,
         "last_rebuild": core.ops.last_rebuild,
@@ -260,11 +258,16 @@ async fn fail(
 ) -> Result<axum::Json<Value>, OpsError> {
     let disk = parse_disk(&shared, &disk)?;
     let mut core = shared.core.lock().expect("core lock");
-    if core.reservations.is_failed(disk) {
-        let state = state_name(core.ops.health.state(disk));
-        return Err(conflict(format!("disk {disk} is {state} already")));
-    }
-    let stopped = fail_disk(&shared, &mut core, disk, "an operator failed it");
+    let effects = core
+        .array
+        .fail_disk(disk, FailCause::Operator)
+        .map_err(refused)?;
+    let stopped = apply_ops_effects(&shared, &mut core, effects);
+    tracing::error!(
+        disk,
+        streams_stopped = stopped.len(),
+        "an operator failed disk {disk}"
+    );
     Ok(axum::Json(json!({
         "disk": disk,
         "state": "failed",
@@ -289,34 +292,20 @@ async fn replace(
             format!("the body must be JSON {{\"path\": \"/path/to/new/device\"}}: {e}"),
         )
     })?;
-    {
-        let mut core = shared.core.lock().expect("core lock");
-        match core.ops.health.state(disk) {
-            DiskState::Failed if !core.ops.replacing[disk as usize] => {}
-            DiskState::Failed => {
-                return Err(conflict(format!("disk {disk} is being replaced already")));
-            }
-            DiskState::Rebuilding => {
-                return Err(conflict(format!(
-                    "disk {disk} is being rebuilt; wait for the rebuild to end"
-                )));
-            }
-            state => {
-                return Err(conflict(format!(
-                    "disk {disk} is {} and serving; fail it first (POST /api/admin/disks/{disk}/fail)",
-                    state_name(state)
-                )));
-            }
-        }
-        core.ops.replacing[disk as usize] = true;
-    }
+    shared
+        .core
+        .lock()
+        .expect("core lock")
+        .array
+        .start_replace(disk)
+        .map_err(refused)?;
     let store = shared.store.clone();
     let path = body.0.path;
     let result = tokio::task::spawn_blocking(move || store.replace_device(DiskIndex(disk), &path))
         .await
         .map_err(|e| OpsError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()));
     let mut core = shared.core.lock().expect("core lock");
-    core.ops.replacing[disk as usize] = false;
+    core.array.end_replace(disk);
     let device = result?.map_err(|e| OpsError(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
     let path = device.path().display().to_string();
     core.ops.device_swaps[disk as usize] = Some(device);
@@ -328,57 +317,31 @@ async fn replace(
     })))
 }
 
-/// Starts rebuilding `disk` (which must be failed) from the other replicas.
+/// Starts rebuilding `disk` (which must be failed) from the other replicas:
+/// the array checks the preconditions and plans the copies round by round.
 pub fn start_rebuild(shared: &Shared, core: &mut Core, disk: u32) -> Result<Value, String> {
-    if core.ops.health.state(disk) != DiskState::Failed {
-        return Err(format!(
-            "disk {disk} is {}: only a failed disk is rebuilt",
-            state_name(core.ops.health.state(disk))
-        ));
-    }
-    if core.ops.replacing[disk as usize] {
-        return Err(format!(
-            "disk {disk} is being replaced; restore it afterwards"
-        ));
-    }
-    if let Some(r) = &core.ops.rebuild {
-        return Err(format!(
-            "disk {} is being rebuilt; one rebuild at a time",
-            r.disk
-        ));
-    }
-    if let Some(other) =
-        (0..shared.array.disk_count).find(|&d| d != disk && core.reservations.is_failed(d))
-    {
-        return Err(format!(
-            "disk {other} has failed too: data whose replicas were on disks {disk} and {other} \
-             cannot be rebuilt; replace and rebuild disks one at a time while the others serve"
-        ));
-    }
-    let tasks = rebuild_tasks(disk, core.titles.values().map(|t| (t.id(), &t.layout)));
-    let copies = tasks.len();
-    let queue = RebuildQueue::new(disk, tasks);
-    let total_bytes = queue.progress().total_bytes;
-    core.ops.health.start_rebuild(disk);
-    publish_state(shared, core, disk);
+    let started = core.array.start_rebuild(disk).map_err(|e| e.to_string())?;
+    publish_state(shared, disk, DiskState::Rebuilding);
     let metrics = &shared.metrics;
     metrics
         .rebuild_disk_plus_one
         .store(u64::from(disk) + 1, Relaxed);
-    metrics.rebuild_total_bytes.store(total_bytes, Relaxed);
+    metrics
+        .rebuild_total_bytes
+        .store(started.total_bytes, Relaxed);
     metrics.rebuild_done_bytes.store(0, Relaxed);
-    core.ops.rebuild = Some(Rebuild::new(disk, queue, core.next_round));
+    core.ops.rebuild = Some(Rebuild::new(disk, started.round));
     tracing::info!(
         disk,
-        copies,
-        total_bytes,
+        copies = started.copies,
+        total_bytes = started.total_bytes,
         "rebuild started: copies run in disk time admitted streams left unreserved"
     );
     Ok(json!({
         "disk": disk,
         "state": "rebuilding",
-        "copies": copies,
-        "total_bytes": total_bytes,
+        "copies": started.copies,
+        "total_bytes": started.total_bytes,
     }))
 }
 

@@ -1,33 +1,30 @@
-//! The round driver: rondo's core on the wall clock.
+//! The round driver: the array on the wall clock.
 //!
 //! One OS thread. Round r starts at `t0 + r·T` (`std::time::Instant`
-//! deadlines, so rounds do not drift). At each boundary it:
+//! deadlines, so rounds do not drift; T is asked of the array). At each
+//! boundary it:
 //!
-//! 1. counts deadline misses of the round that just ended (a live stream's
-//!    request not complete by then; disk-round overruns are counted when a
-//!    batch reports its end);
-//! 2. advances the reservation tables and hands every complete round whose
-//!    send round has come to its session (data read in round r is sent in
-//!    round r+1), dropping streams whose client has not read for the grace
-//!    time;
-//! 3. asks the core which reads each disk does this round
-//!    (`Reservations::plan_round`) and turns them into device extents from
-//!    the titles' layouts and catalog checksums;
-//! 4. asks the core which rebuild copies run this round
-//!    (`RebuildQueue::next_round`) and grants ingest writes from what they
-//!    leave (`Reservations::write_credits_ns`, per disk, through the write gate), and
-//!    adds their reads and writes to each disk's batch, so the disk models
-//!    serve them with the stream reads; then sends each disk its batch, with
-//!    its budget: reserved for streams plus granted to those writers.
+//! 1. hands the array the ingest writers' requests (`gate`), then asks it to
+//!    begin the round (`Array::begin_round`): the misses of the round that
+//!    ended, the streams it stopped, and every disk's commands — stream
+//!    reads chosen by the retrieval policy, re-reads after errors, the
+//!    rebuild's copies and ingest writes, each fully resolved to extents
+//!    with checksums and charged to the round's budget;
+//! 2. hands every complete round whose send round has come to its session
+//!    (data read in round r is sent in round r+1), dropping streams whose
+//!    client has not read for the grace time;
+//! 3. sends each disk its batch, the rebuild's copies to the copier and the
+//!    ingest grants to the gate.
 //!
-//! Between boundaries it receives the I/O threads' completions, assembles
-//! each stream-round (one primary request, or the backup's pieces from
-//! several disks), and hands late rounds over as soon as they arrive. A
-//! read that fails is read again from the other replica (the core's
-//! `replica_after_error`) by the disks holding it, in an unplanned batch
-//! through their models. It never waits for a client: sessions have bounded
-//! channels and a stream that cannot take its data keeps it in its own
-//! backlog.
+//! Between boundaries it receives the I/O threads' completions and hands
+//! each to the array (`Array::complete`), whose effects it carries out: a
+//! complete stream-round is assembled from its pieces and kept for its send
+//! round; a failed read is re-read from the other replica in a coming
+//! round's unreserved time (the array queues it); a disk that fails is
+//! recorded in the data directory; a stream the array stops is ended. The
+//! driver decides nothing itself: it never waits for a client (sessions have
+//! bounded channels, and a stream that cannot take its data keeps it in its
+//! own backlog).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,30 +33,24 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use rondo_model::health::DiskState;
+use rondo_model::array::{
+    Aborted, Completion, Effect, ReadOutcome, RoundPlan, RoundReady, state_name,
+};
 use rondo_model::layout::Replica;
-use rondo_model::reservation::{PlannedRead, replica_after_error};
 use rondo_model::units::StreamId;
 
 use crate::buffers::PooledBuf;
-use crate::io::{BatchKind, DiskBatch, IoEvent, JobExtent, ReadJob};
+use crate::gate::GateRequest;
+use crate::io::{DiskBatch, IoEvent};
 use crate::metrics::GrantedIo;
 use crate::session::end_stream;
 use crate::state::{Core, Shared};
 use crate::titles::LoadedTitle;
 
-/// One stream-round being read: its pieces as they arrive.
-struct Inflight {
-    title: Arc<LoadedTitle>,
+/// The pieces of one stream-round read so far.
+struct Pieces {
     replica: Replica,
-    /// Round of the reads.
-    read_round: u64,
     pieces: Vec<Option<PooledBuf>>,
-    /// Counted as a deadline miss already.
-    missed: bool,
-    /// A re-read from the other replica after this stream-round's read
-    /// failed: if it fails too, the stream stops.
-    recovery: bool,
 }
 
 /// The driver thread's own state.
@@ -67,7 +58,9 @@ pub struct Driver {
     shared: Arc<Shared>,
     disks: Vec<Sender<DiskBatch>>,
     events: Receiver<IoEvent>,
-    inflight: BTreeMap<(StreamId, u32), Inflight>,
+    /// Bytes of stream-rounds not complete yet (the array decides when they
+    /// are; this only holds their data).
+    pieces: BTreeMap<(StreamId, u32), Pieces>,
     /// The round most recently begun.
     current: u64,
 }
@@ -85,7 +78,7 @@ impl Driver {
             shared,
             disks,
             events,
-            inflight: BTreeMap::new(),
+            pieces: BTreeMap::new(),
             current: 0,
         }
     }
@@ -131,15 +124,20 @@ impl Driver {
 
     fn stop(&mut self) {
         let mut core = self.shared.core.lock().expect("core lock");
-        let streams: Vec<StreamId> = core.streams.keys().copied().collect();
-        for stream in streams {
-            if let Some(state) = end_stream(&mut core, stream) {
+        let aborted = core.array.abort_all();
+        for a in &aborted {
+            if let Some(state) = core.streams.remove(&a.stream) {
                 state.abort.store(true, Relaxed);
                 self.shared.metrics.streams_aborted.fetch_add(1, Relaxed);
             }
         }
+        // Sessions the array no longer knows (their reads were done).
+        for (_, state) in std::mem::take(&mut core.streams) {
+            state.abort.store(true, Relaxed);
+            self.shared.metrics.streams_aborted.fetch_add(1, Relaxed);
+        }
         drop(core);
-        self.inflight.clear();
+        self.pieces.clear();
         self.disks.clear();
         self.shared.gate.shutdown();
     }
@@ -152,101 +150,77 @@ impl Driver {
         metrics.rounds.fetch_add(1, Relaxed);
         let mut core = shared.core.lock().expect("core lock");
 
-        // 1. Deadline misses of the round that just ended, for live streams.
-        for ((stream, _), inflight) in self.inflight.iter_mut() {
-            if inflight.read_round < round && !inflight.missed {
-                inflight.missed = true;
-                if core.streams.contains_key(stream) {
-                    metrics.stream_round_misses.fetch_add(1, Relaxed);
-                    tracing::warn!(
-                        stream = stream.0,
-                        read_round = inflight.read_round,
-                        "deadline miss: a read was not complete when its round ended"
-                    );
+        // 1. The writers' requests, then the array's plan of the round.
+        for request in shared.gate.take_requests() {
+            match request {
+                GateRequest::Begin { title, layout } => core.array.begin_ingest(title, layout),
+                GateRequest::Want { title, round } => core.array.want_write(title, round),
+                GateRequest::End { title } => {
+                    core.array.end_ingest(title);
                 }
             }
         }
+        let plan = core.array.begin_round(round);
+        for miss in &plan.missed {
+            if !core.streams.contains_key(&miss.stream) {
+                continue;
+            }
+            if miss.recovery {
+                metrics.recovery_misses.fetch_add(1, Relaxed);
+            } else {
+                metrics.stream_round_misses.fetch_add(1, Relaxed);
+                tracing::warn!(
+                    stream = miss.stream.0,
+                    read_round = miss.read_round,
+                    "deadline miss: a read was not complete when its round ended"
+                );
+            }
+        }
+        for a in &plan.aborted {
+            metrics.lost_reads.fetch_add(1, Relaxed);
+            self.aborted(&mut core, a);
+        }
 
-        // 2. Advance the tables; hand over what may be sent now.
-        core.reservations.advance_to(round);
+        // 2. Hand over what may be sent now.
         let ids: Vec<StreamId> = core.streams.keys().copied().collect();
         for id in ids {
             self.flush(&mut core, id, now);
         }
-
-        // 3. This round's reads.
-        let (plan, lost) = core.reservations.plan_round(round);
-        core.next_round = round + 1;
-        for read in &lost {
-            metrics.lost_reads.fetch_add(1, Relaxed);
-            self.abort(&mut core, read.stream, "no working replica holds its data");
+        for ready in &plan.ready {
+            // Empty rounds: nothing to read.
+            self.deliver(&mut core, ready, Bytes::new(), now);
         }
+
+        // 3. The disks' batches, the copies and the grants.
         let mut swaps = std::mem::take(&mut core.ops.device_swaps);
         core.ops.device_swaps = vec![None; swaps.len()];
-        let disk_count = plan.len();
-        let mut batches: Vec<DiskBatch> = Vec::with_capacity(disk_count);
-        let fixed_ns = core.reservations.config().round_fixed_ns;
-        for (disk, reads) in plan.iter().enumerate() {
-            let disk = disk as u32;
-            let mut jobs = Vec::with_capacity(reads.len());
-            for read in reads {
-                if let Some(job) = self.job(&core, round, read) {
-                    jobs.push(job);
-                }
-            }
-            let mut reserved = None;
-            if !core.reservations.is_failed(disk) {
-                let reserved_ns = fixed_ns + core.reservations.reserved_ns(disk, round);
-                let d = &metrics.disks[disk as usize];
+        crate::ops::rebuild::hand_out(&shared, &mut core, &plan);
+        drop(core);
+        let RoundPlan {
+            disks,
+            ingest_grants,
+            ..
+        } = plan;
+        for disk_plan in &disks {
+            if let Some(reserved_ns) = disk_plan.reserved_ns.filter(|_| disk_plan.serving) {
+                let d = &metrics.disks[disk_plan.disk as usize];
                 d.last_reserved_ns.store(reserved_ns, Relaxed);
                 d.reserved_ns_total.fetch_add(reserved_ns, Relaxed);
-                reserved = Some(reserved_ns);
-            }
-            let mut batch = DiskBatch::round(round, reserved, jobs);
-            batch.device = swaps[disk as usize].take();
-            batches.push(batch);
-        }
-        // The rebuild's copies for this round, in the time left unreserved;
-        // the ingest gate gets what they leave.
-        let rebuild = crate::ops::rebuild_round(&shared, &mut core, round);
-        let credits_ns = core
-            .reservations
-            .write_credits_ns(round, &rebuild.charged_ns);
-        // Empty rounds (no bytes) complete at once: they have no extents.
-        let empty: Vec<(StreamId, u32)> = self
-            .inflight
-            .iter()
-            .filter(|(_, f)| f.read_round == round && f.pieces.is_empty())
-            .map(|(k, _)| *k)
-            .collect();
-        for key in empty {
-            let inflight = self.inflight.remove(&key).expect("listed above");
-            self.deliver(
-                &mut core,
-                key.0,
-                key.1,
-                inflight.read_round,
-                Bytes::new(),
-                now,
-            );
-        }
-        drop(core);
-
-        let working = batches.len() as u32;
-        let writes = shared.gate.begin_round(round, &credits_ns, working);
-        // What was granted goes into the disks' batches: their models serve
-        // it with the stream reads, and it is part of the round's budget.
-        for (disk, batch) in batches.iter_mut().enumerate() {
-            batch.granted_io.extend_from_slice(&rebuild.io[disk]);
-            batch.granted_io.extend_from_slice(&writes.io[disk]);
-            batch.granted_ns = rebuild.charged_ns[disk] + writes.charged_ns[disk];
-            if batch.reserved_ns.is_none() && batch.granted_ns > 0 {
-                // A failed disk being rebuilt: no stream reads, but its
-                // copies' writes were budgeted (after the fixed term).
-                batch.reserved_ns = Some(fixed_ns);
             }
         }
-        for (disk, batch) in batches.into_iter().enumerate() {
+        shared
+            .gate
+            .begin_round(round, &ingest_grants, disks.len() as u32);
+        for disk_plan in disks {
+            let disk = disk_plan.disk as usize;
+            let batch = DiskBatch {
+                round,
+                reserved_ns: disk_plan.reserved_ns,
+                granted_ns: disk_plan.granted_ns,
+                commands: disk_plan.commands,
+                scheduler: disk_plan.scheduler,
+                device: swaps[disk].take(),
+            };
             // Bounded: a disk rounds behind makes the driver wait here rather
             // than queue without limit; clients never do.
             if self.disks[disk].send(batch).is_err() {
@@ -255,75 +229,13 @@ impl Driver {
         }
     }
 
-    /// The device job for one planned read, registering its stream-round.
-    fn job(&mut self, core: &Core, round: u64, read: &PlannedRead) -> Option<ReadJob> {
-        let state = core.streams.get(&read.stream)?;
-        let title = &state.title;
-        let playback_round = read.playback_round as usize;
-        let layout = title.layout.round(playback_round);
-        let records = title.round_extents(playback_round, read.replica);
-        let (extents, records) = match read.replica {
-            Replica::Primary => (layout.primary.as_slice(), records),
-            Replica::Backup => {
-                let entry = read.backup_entry as usize;
-                let before: usize = layout.backups[..entry]
-                    .iter()
-                    .map(|b| b.extents.len())
-                    .sum();
-                let extents = layout.backups[entry].extents.as_slice();
-                (extents, &records[before..before + extents.len()])
-            }
-        };
-        let pieces = match read.replica {
-            Replica::Primary => 1,
-            Replica::Backup => layout.backups.len(),
-        };
-        let key = (read.stream, read.playback_round);
-        let inflight = self.inflight.entry(key).or_insert_with(|| Inflight {
-            title: Arc::clone(title),
-            replica: read.replica,
-            read_round: round,
-            pieces: Vec::new(),
-            missed: false,
-            recovery: false,
-        });
-        if extents.is_empty() {
-            // An empty round: nothing to read.
-            return None;
-        }
-        if inflight.pieces.len() < pieces {
-            inflight.pieces.resize_with(pieces, || None);
-        }
-        Some(ReadJob {
-            stream: read.stream,
-            playback_round: read.playback_round,
-            piece: if read.replica == Replica::Primary {
-                0
-            } else {
-                read.backup_entry as usize
-            },
-            extents: extents
-                .iter()
-                .zip(records)
-                .map(|(x, r)| JobExtent {
-                    device_offset_bytes: x.device_offset_bytes,
-                    length_bytes: x.length_bytes,
-                    crc32c: r.crc32c,
-                })
-                .collect(),
-        })
-    }
-
     fn on_event(&mut self, event: IoEvent) {
         match event {
             IoEvent::Read {
-                disk,
                 round: _,
-                stream,
-                playback_round,
-                piece,
-                result,
-            } => self.on_read(disk, stream, playback_round, piece, result),
+                completion,
+                data,
+            } => self.on_read(completion, data),
             IoEvent::BatchDone {
                 disk,
                 round,
@@ -382,180 +294,125 @@ impl Driver {
         }
     }
 
-    fn on_read(
-        &mut self,
-        disk: u32,
-        stream: StreamId,
-        playback_round: u32,
-        piece: usize,
-        result: Result<PooledBuf, String>,
-    ) {
-        let key = (stream, playback_round);
-        let Some(inflight) = self.inflight.get_mut(&key) else {
-            return;
-        };
-        let buf = match result {
-            Ok(buf) => buf,
-            Err(reason) => {
-                let inflight = self.inflight.remove(&key).expect("present");
-                self.on_read_error(disk, stream, playback_round, inflight, &reason);
-                return;
-            }
-        };
-        inflight.pieces[piece] = Some(buf);
-        if inflight.pieces.iter().any(Option::is_none) {
-            return;
-        }
-        let inflight = self.inflight.remove(&key).expect("present");
-        let read_round = inflight.read_round;
-        let data = assemble(inflight, playback_round as usize);
+    /// A stream read finished: keep its bytes, and let the array decide.
+    fn on_read(&mut self, completion: Completion, data: Option<PooledBuf>) {
+        let key = (completion.stream, completion.playback_round);
         let shared = Arc::clone(&self.shared);
         let mut core = shared.core.lock().expect("core lock");
-        self.deliver(
-            &mut core,
-            stream,
-            playback_round,
-            read_round,
-            data,
-            Instant::now(),
-        );
+        if let (ReadOutcome::Ok, Some(data)) = (&completion.outcome, data)
+            && let Some(state) = core.streams.get(&completion.stream)
+        {
+            let round_layout = state.title.layout.round(completion.playback_round as usize);
+            let count = match completion.replica {
+                Replica::Primary => 1,
+                Replica::Backup => round_layout.backups.len(),
+            };
+            let entry = self.pieces.entry(key).or_insert_with(|| Pieces {
+                replica: completion.replica,
+                pieces: Vec::new(),
+            });
+            if entry.replica != completion.replica {
+                // A re-read from the other replica replaces what came before.
+                *entry = Pieces {
+                    replica: completion.replica,
+                    pieces: Vec::new(),
+                };
+            }
+            entry.pieces.resize_with(count, || None);
+            if let Some(slot) = entry.pieces.get_mut(completion.piece as usize) {
+                *slot = Some(data);
+            }
+        }
+        if completion.outcome != ReadOutcome::Ok {
+            let metrics = &shared.metrics;
+            metrics.read_errors.fetch_add(1, Relaxed);
+            metrics.disks[completion.disk as usize]
+                .errors
+                .fetch_add(1, Relaxed);
+            self.pieces.remove(&key);
+            let reason = match &completion.outcome {
+                ReadOutcome::IoError(e) | ReadOutcome::BadChecksum(e) => e.as_str(),
+                ReadOutcome::Ok => "",
+            };
+            tracing::warn!(
+                disk = completion.disk,
+                stream = completion.stream.0,
+                playback_round = completion.playback_round,
+                "read error on disk {} ({reason})",
+                completion.disk
+            );
+        }
+        let effects = core.array.complete(&completion);
+        self.apply(&mut core, effects, Instant::now());
     }
 
-    /// A planned read failed (I/O error or bad checksum): count it against
-    /// the disk (`ArrayHealth`: suspect, then failed past the threshold) and
-    /// read the stream-round from the other replica if the core's rule
-    /// (`replica_after_error`) finds one; otherwise, or if that re-read
-    /// failed too, stop the stream. The re-read is done by the I/O threads
-    /// of the disks holding the other replica, in an unplanned batch through
-    /// their models (so the emulated disks spend its time), and assembled
-    /// like a planned read; late, it counts as a deadline miss.
-    fn on_read_error(
-        &mut self,
-        disk: u32,
-        stream: StreamId,
-        playback_round: u32,
-        inflight: Inflight,
-        reason: &str,
-    ) {
-        let metrics = &self.shared.metrics;
-        metrics.read_errors.fetch_add(1, Relaxed);
-        metrics.disks[disk as usize].errors.fetch_add(1, Relaxed);
-        let shared = Arc::clone(&self.shared);
-        let mut core = shared.core.lock().expect("core lock");
-        let was = core.ops.health.state(disk);
-        let now = core.ops.health.record_error(disk, self.current);
-        crate::ops::publish_state(&shared, &core, disk);
-        tracing::warn!(
-            disk,
-            stream = stream.0,
-            playback_round,
-            "read error on disk {disk} ({reason}){}",
-            if inflight.recovery {
-                ""
-            } else {
-                "; reading the other replica"
-            }
-        );
-        if now == Some(DiskState::Failed) && was != DiskState::Failed {
-            crate::ops::fail_disk(
-                &shared,
-                &mut core,
-                disk,
-                "read errors passed the health threshold",
-            );
-        }
-        if !core.streams.contains_key(&stream) {
-            return;
-        }
-        if inflight.recovery {
-            self.abort(
-                &mut core,
-                stream,
-                &format!("playback round {playback_round}: the other replica failed too: {reason}"),
-            );
-            return;
-        }
-        let layout = inflight.title.layout.round(playback_round as usize);
-        let backup_disks: Vec<u32> = layout.backups.iter().map(|b| b.disk.0).collect();
-        let other = replica_after_error(
-            inflight.replica,
-            layout.primary_disk.0,
-            &backup_disks,
-            |d| !core.reservations.is_failed(d),
-        );
-        let Some(replica) = other else {
-            self.abort(
-                &mut core,
-                stream,
-                &format!(
-                    "reading playback round {playback_round} failed ({reason}) and no other \
-                     working replica holds it"
-                ),
-            );
-            return;
-        };
-        // The other replica's requests, as `plan_round` would give them.
-        let reads: Vec<PlannedRead> = match replica {
-            Replica::Primary => vec![(layout.primary_disk.0, 0u16)],
-            Replica::Backup => (0..backup_disks.len())
-                .map(|entry| (backup_disks[entry], entry as u16))
-                .collect(),
-        }
-        .into_iter()
-        .map(|(on_disk, backup_entry)| PlannedRead {
-            stream,
-            title: inflight.title.id(),
-            playback_round,
-            disk: on_disk,
-            replica,
-            backup_entry,
-            cost_ns: 0,
-        })
-        .collect();
-        let mut batches: Vec<(u32, ReadJob)> = Vec::new();
-        for read in &reads {
-            if let Some(job) = self.job(&core, inflight.read_round, read) {
-                batches.push((read.disk, job));
+    /// Carries out the array's effects.
+    fn apply(&mut self, core: &mut Core, effects: Vec<Effect>, now: Instant) {
+        for effect in effects {
+            match effect {
+                Effect::Ready(ready) => {
+                    let key = (ready.stream, ready.playback_round);
+                    let Some(pieces) = self.pieces.remove(&key) else {
+                        continue;
+                    };
+                    let Some(state) = core.streams.get(&ready.stream) else {
+                        continue;
+                    };
+                    let data = assemble(&state.title, &ready, pieces);
+                    self.deliver(core, &ready, data, now);
+                }
+                Effect::ReReadQueued {
+                    stream,
+                    playback_round,
+                    replica,
+                } => {
+                    self.shared.metrics.rereads.fetch_add(1, Relaxed);
+                    tracing::info!(
+                        stream = stream.0,
+                        playback_round,
+                        ?replica,
+                        "reading the other replica in the next round's unreserved time"
+                    );
+                }
+                Effect::DiskState { disk, state } => {
+                    crate::ops::publish_state(&self.shared, disk, state);
+                    tracing::warn!(disk, state = state_name(state), "disk state changed");
+                }
+                Effect::DiskFailed { disk, cause } => {
+                    crate::ops::record_failed(&self.shared, disk, &cause.to_string());
+                    tracing::error!(
+                        disk,
+                        "disk failed ({cause}): its reads go to the other replicas from the next round"
+                    );
+                }
+                Effect::Aborted(a) => self.aborted(core, &a),
             }
         }
-        drop(core);
-        let key = (stream, playback_round);
-        if let Some(again) = self.inflight.get_mut(&key) {
-            again.recovery = true;
-            again.missed = inflight.missed;
-        }
-        if batches.is_empty() {
-            // Nothing to read (cannot happen for a round that had bytes).
-            self.inflight.remove(&key);
-            return;
-        }
-        for (on_disk, job) in batches {
-            let mut batch = DiskBatch::round(self.current, None, vec![job]);
-            batch.kind = BatchKind::Unplanned;
-            if self.disks[on_disk as usize].send(batch).is_err() {
-                tracing::error!(disk = on_disk, "disk thread has stopped");
-            }
+    }
+
+    /// A stream the array stopped: its response fails.
+    fn aborted(&mut self, core: &mut Core, a: &Aborted) {
+        crate::ops::end_aborted(&self.shared, core, a);
+        let keys: Vec<(StreamId, u32)> = self
+            .pieces
+            .range((a.stream, 0)..=(a.stream, u32::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            self.pieces.remove(&key);
         }
     }
 
     /// A stream-round is complete: keep it for its send round (or send it
     /// now if that round has begun).
-    fn deliver(
-        &mut self,
-        core: &mut Core,
-        stream: StreamId,
-        playback_round: u32,
-        read_round: u64,
-        data: Bytes,
-        now: Instant,
-    ) {
-        let Some(state) = core.streams.get_mut(&stream) else {
+    fn deliver(&mut self, core: &mut Core, ready: &RoundReady, data: Bytes, now: Instant) {
+        let Some(state) = core.streams.get_mut(&ready.stream) else {
             return;
         };
         state
             .ready
-            .insert(playback_round as usize, (read_round + 1, data));
-        self.flush(core, stream, now);
+            .insert(ready.playback_round as usize, (ready.send_round, data));
+        self.flush(core, ready.stream, now);
     }
 
     /// Hands a stream's sendable rounds to its session; ends it when its
@@ -590,21 +447,16 @@ impl Driver {
             );
         }
     }
-
-    /// Ends a stream the server cannot serve.
-    fn abort(&mut self, core: &mut Core, stream: StreamId, reason: &str) {
-        crate::ops::abort_stream(&self.shared, core, stream, reason);
-    }
 }
 
 /// The client bytes of one stream-round from its pieces: a primary read is
 /// the round's data padded to whole blocks (sliced, no copy); a backup's
 /// pieces hold the round's fragments in stored order (copied into place).
-fn assemble(inflight: Inflight, playback_round: usize) -> Bytes {
-    let title = &inflight.title;
+fn assemble(title: &LoadedTitle, ready: &RoundReady, pieces: Pieces) -> Bytes {
+    let playback_round = ready.playback_round as usize;
     let client_bytes = title.record.client_bytes[playback_round] as usize;
-    let mut pieces = inflight.pieces.into_iter();
-    match inflight.replica {
+    let mut pieces = pieces.pieces.into_iter();
+    match ready.replica {
         Replica::Primary => {
             let buf = pieces.next().flatten().expect("one piece");
             buf.into_bytes().slice(..client_bytes)
@@ -613,7 +465,10 @@ fn assemble(inflight: Inflight, playback_round: usize) -> Bytes {
             let layout = title.layout.round(playback_round);
             let mut out = vec![0u8; layout.primary.bytes() as usize];
             for (entry, piece) in layout.backups.iter().zip(pieces) {
-                let piece = piece.expect("complete");
+                let Some(piece) = piece else {
+                    // An empty piece: nothing of the round lies there.
+                    continue;
+                };
                 let data = piece.as_ref();
                 let mut cursor = 0usize;
                 for fragment in &entry.fragments {

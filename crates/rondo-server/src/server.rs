@@ -17,8 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rondo_model::disk::{Disk, DiskError, Op, RondoBound, profile_by_name};
-use rondo_model::reservation::{ReservationConfig, Reservations};
+use rondo_model::array::{Array, ArrayConfig, rondo_write_bound};
+use rondo_model::disk::{Disk, DiskError, profile_by_name};
+use rondo_model::health::HealthPolicy;
+use rondo_model::reservation::ReservationConfig;
 use rondo_model::units::SECTOR_BYTES;
 use rondo_store::{IoMode, Store};
 use thiserror::Error;
@@ -75,10 +77,6 @@ fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Server
     let context = context.into();
     move |source| ServerError::Io { context, source }
 }
-
-/// Extents per round the write bound's seek line is tuned for (a rebuild
-/// writes a few large extents per round; any value gives a valid bound).
-const WRITE_BOUND_EXTENTS: u32 = 8;
 
 /// A server serving a data directory.
 pub struct RunningServer {
@@ -141,18 +139,24 @@ impl RunningServer {
         let max_title_rounds = (config.max_title_duration.as_nanos() as u64).div_ceil(round_ns);
         let fixed_ns = bound.fixed_ns();
         // Titles ingested while serving may be as long as the configured maximum.
-        let mut reservations = Reservations::new(ReservationConfig::for_array(
-            array.disk_count,
-            array.scheme,
-            round_ns,
-            fixed_ns,
-            config.buffer_per_disk_bytes,
-            longest_stream_rounds.max(max_title_rounds + 1),
-            config.lookahead_rounds,
-        ));
+        let mut core_array = Array::new(ArrayConfig {
+            reservation: ReservationConfig::for_array(
+                array.disk_count,
+                array.scheme,
+                round_ns,
+                fixed_ns,
+                config.buffer_per_disk_bytes,
+                longest_stream_rounds.max(max_title_rounds + 1),
+                config.lookahead_rounds,
+            ),
+            lookahead_rounds: config.lookahead_rounds,
+            health: HealthPolicy::default(),
+            read_bound: bound.clone(),
+            write_bound: rondo_write_bound(&profile).map_err(profile_error)?,
+        });
         let mut loaded = std::collections::BTreeMap::new();
         for title in titles {
-            reservations.add_title(title.id(), title.charges.clone());
+            core_array.add_title(title.array_title());
             loaded.insert(title.id(), Arc::new(title));
         }
 
@@ -165,13 +169,7 @@ impl RunningServer {
         let base_url = format!("http://{local_addr}");
 
         let metrics = Arc::new(Metrics::new(array.disk_count));
-        let write_bound =
-            RondoBound::for_op(&profile, Op::Write, WRITE_BOUND_EXTENTS).map_err(profile_error)?;
-        let gate = Arc::new(DiskTimeGate::new(
-            round_ns.saturating_sub(fixed_ns),
-            write_bound.clone(),
-            Arc::clone(&metrics),
-        ));
+        let gate = Arc::new(DiskTimeGate::new(Arc::clone(&metrics)));
         let pool = BufferPool::new(
             config.buffer_per_disk_bytes * u64::from(array.disk_count),
             Arc::clone(&metrics),
@@ -188,14 +186,12 @@ impl RunningServer {
             array: array.clone(),
             config: config.clone(),
             bound,
-            write_bound,
             clock,
             metrics: Arc::clone(&metrics),
             core: Mutex::new(Core {
-                reservations,
+                array: core_array,
                 titles: loaded,
                 streams: Default::default(),
-                next_round: 0,
                 ops: OpsState::new(array.disk_count),
             }),
             gate,

@@ -24,6 +24,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::Stream;
+use rondo_model::array::{AdmitRequest, Span};
 use rondo_model::reservation::Rejection;
 use rondo_model::units::StreamId;
 use tokio::sync::mpsc;
@@ -132,30 +133,24 @@ pub struct Admitted {
 }
 
 /// Admits a stream over the rounds holding its bytes, from the round of its
-/// first byte to the round of its last: the core's admission
-/// (`try_admit_range`) with the configured look-ahead, from the first round
-/// the driver has not planned yet.
+/// first byte to the round of its last: the array's admission
+/// (`Array::admit` of a byte span) with the configured look-ahead.
 pub fn admit(shared: &Arc<Shared>, request: StreamRequest) -> Result<Admitted, Rejection> {
     let title = request.title;
-    let position = title
-        .position_of_byte(request.first_byte)
-        .expect("the handler checked the range against the title's size");
-    // The round holding the range's last byte: nothing is reserved past it.
-    let last_round = title
-        .position_of_byte(request.first_byte + request.length_bytes.max(1) - 1)
-        .expect("the handler checked the range against the title's size")
-        .round;
     let channel_rounds = shared.config.client_buffer_rounds.max(1) as usize;
     let (sink, receiver) = mpsc::channel(channel_rounds);
     let abort = Arc::new(AtomicBool::new(false));
     let mut core = shared.core.lock().expect("core lock");
-    let earliest = core.next_round;
-    let admission = core.reservations.try_admit_range(
-        title.id(),
-        position.round..last_round + 1,
-        earliest,
-        shared.config.lookahead_rounds,
-    );
+    // The array maps the bytes to playback rounds and reserves only those
+    // (nothing past the round of the range's last byte), from the first
+    // round the driver has not planned yet.
+    let admission = core.array.admit(&AdmitRequest {
+        title: title.id(),
+        span: Span::Bytes {
+            first_byte: request.first_byte,
+            length_bytes: request.length_bytes,
+        },
+    });
     let admission = match admission {
         Ok(a) => a,
         Err(rejection) => {
@@ -164,8 +159,9 @@ pub fn admit(shared: &Arc<Shared>, request: StreamRequest) -> Result<Admitted, R
             return Err(rejection);
         }
     };
+    let earliest = admission.earliest_round;
     shared.metrics.admitted.fetch_add(1, Relaxed);
-    if position.round > 0 || position.offset_in_round_bytes > 0 {
+    if admission.first_playback_round > 0 || admission.skip_bytes > 0 {
         shared.metrics.admitted_mid_title.fetch_add(1, Relaxed);
     }
     core.streams.insert(
@@ -173,10 +169,10 @@ pub fn admit(shared: &Arc<Shared>, request: StreamRequest) -> Result<Admitted, R
         StreamState {
             title: Arc::clone(&title),
             start_round: admission.start_round,
-            first_playback_round: position.round,
-            next_send_round: position.round,
-            skip_bytes: position.offset_in_round_bytes,
-            remaining_bytes: request.length_bytes,
+            first_playback_round: admission.first_playback_round,
+            next_send_round: admission.first_playback_round,
+            skip_bytes: admission.skip_bytes,
+            remaining_bytes: admission.length_bytes,
             ready: BTreeMap::new(),
             backlog: VecDeque::new(),
             sink,
@@ -193,7 +189,7 @@ pub fn admit(shared: &Arc<Shared>, request: StreamRequest) -> Result<Admitted, R
         first_byte = request.first_byte,
         bytes = request.length_bytes,
         prefix_bytes = request.prefix.len(),
-        playback_round = position.round,
+        playback_round = admission.first_playback_round,
         start_round = admission.start_round,
         earliest_round = earliest,
         delay_rounds = admission.start_round - earliest,
@@ -246,7 +242,7 @@ impl Drop for ReleaseGuard {
 /// on. Returns its state if it was still registered.
 pub fn end_stream(core: &mut Core, stream: StreamId) -> Option<StreamState> {
     let state = core.streams.remove(&stream)?;
-    core.reservations.release(stream);
+    core.array.release(stream);
     Some(state)
 }
 

@@ -1,7 +1,8 @@
 //! What the round driver, the I/O side and the HTTP handlers share: the
 //! store, the array's configuration and bound, the round clock, the metrics,
-//! and behind one mutex the core's reservation tables with the loaded titles
-//! and the registered streams.
+//! and behind one mutex the core's array state machine (every decision:
+//! admission, round plans, health, rebuild, ingest grants), the loaded
+//! titles' catalog view and the sessions of admitted streams.
 //!
 //! The mutex is held only for short, non-blocking work: an admission (the
 //! core's decision is sub-millisecond), registering or ending a stream, the
@@ -13,8 +14,8 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use rondo_model::disk::RondoBound;
-use rondo_model::reservation::{Bound, Reservations};
+use rondo_model::array::Array;
+use rondo_model::reservation::Bound;
 use rondo_model::units::{StreamId, TitleId};
 use rondo_store::{ArrayConfig, Store};
 
@@ -27,13 +28,14 @@ use crate::titles::LoadedTitle;
 
 /// State behind the core mutex.
 pub struct Core {
-    pub reservations: Reservations,
+    /// The array: every decision, shared with the simulator.
+    pub array: Array,
+    /// The stored titles' catalog and media view (what HTTP answers from);
+    /// the array holds each one's charges, layout and round index.
     pub titles: BTreeMap<TitleId, Arc<LoadedTitle>>,
+    /// The sessions of admitted streams (delivery only).
     pub streams: BTreeMap<StreamId, StreamState>,
-    /// The first round the driver has not planned yet: the earliest start
-    /// round admission may give a new stream.
-    pub next_round: u64,
-    /// Disk health, replacements and the rebuild (`ops`).
+    /// Device swaps and the rebuild's wall-clock progress (`ops`).
     pub ops: crate::ops::OpsState,
 }
 
@@ -44,8 +46,6 @@ pub struct Shared {
     pub array: ArrayConfig,
     pub config: ServerConfig,
     pub bound: Bound,
-    /// The rondo-mode bound for writes: what a rebuild's writes are charged.
-    pub write_bound: RondoBound,
     pub clock: RoundClock,
     pub metrics: Arc<Metrics>,
     pub core: Mutex<Core>,
@@ -87,12 +87,12 @@ impl Shared {
             .collect()
     }
 
-    /// Registers a loaded title with admission.
+    /// Registers a loaded title with the array.
     pub fn add_title(&self, title: LoadedTitle) -> Arc<LoadedTitle> {
         let title = Arc::new(title);
+        let array_title = title.array_title();
         let mut core = self.core.lock().expect("core lock");
-        core.reservations
-            .add_title(title.id(), title.charges.clone());
+        core.array.add_title(array_title);
         core.titles.insert(title.id(), Arc::clone(&title));
         title
     }

@@ -28,6 +28,7 @@ use bytes::Bytes;
 use rondo_media::container::MPEG_TS_CONTENT_TYPE;
 use rondo_media::container::seek::{SeekError, mp4_seek};
 
+use rondo_model::array::{ArrayTitle, ExtentChecksums};
 use rondo_model::disk::{DiskError, RondoBound, profile_by_name};
 use rondo_model::layout::{Replica, TitleLayout, TitlePlan};
 use rondo_model::reservation::{Bound, ChargesError, TitleCharges};
@@ -37,7 +38,6 @@ use rondo_store::{
     ArrayConfig, CONFIG_FILE, ExtentRecord, KeyframeRecord, Store, StoreConfig, StoreError,
     StoredTitle, TitleRecord,
 };
-use serde::Serialize;
 use thiserror::Error;
 
 /// Where `rondo serve` and `rondo ingest` keep their data without `--data-dir`.
@@ -108,99 +108,8 @@ pub enum LoadError {
     },
 }
 
-/// Where a stored byte is in playback: round `round`, `offset_in_round_bytes`
-/// into that round's client bytes.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct RoundPosition {
-    pub round: usize,
-    pub offset_in_round_bytes: u64,
-}
-
-/// Where round boundaries fall in a stored stream: the cumulative client
-/// bytes. Pure; the byte and time mappings of [`LoadedTitle`] are made of it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RoundIndex {
-    round_duration_ns: u64,
-    /// `rounds + 1` entries: round i holds stored bytes
-    /// `[round_start_bytes[i], round_start_bytes[i + 1])`.
-    round_start_bytes: Vec<u64>,
-}
-
-impl RoundIndex {
-    /// The index of a title whose playback round i holds `client_bytes[i]`
-    /// bytes, rounds being `round_duration_ns` long.
-    pub fn new(client_bytes: &[u64], round_duration_ns: u64) -> RoundIndex {
-        assert!(round_duration_ns > 0, "rounds have a positive length");
-        let mut round_start_bytes = Vec::with_capacity(client_bytes.len() + 1);
-        let mut at = 0u64;
-        round_start_bytes.push(at);
-        for &bytes in client_bytes {
-            at += bytes;
-            round_start_bytes.push(at);
-        }
-        RoundIndex {
-            round_duration_ns,
-            round_start_bytes,
-        }
-    }
-
-    /// Number of playback rounds.
-    pub fn rounds(&self) -> usize {
-        self.round_start_bytes.len() - 1
-    }
-
-    /// Size of the stored stream.
-    pub fn size_bytes(&self) -> u64 {
-        *self.round_start_bytes.last().expect("at least one entry")
-    }
-
-    /// The stored bytes round `round` holds (empty for an empty round).
-    pub fn round_byte_range(&self, round: usize) -> Range<u64> {
-        self.round_start_bytes[round]..self.round_start_bytes[round + 1]
-    }
-
-    /// The round holding stored byte `stored_offset`, and where in it;
-    /// `None` at or past the end. Empty rounds hold no byte, so they are
-    /// never the answer.
-    pub fn position_of_byte(&self, stored_offset: u64) -> Option<RoundPosition> {
-        if stored_offset >= self.size_bytes() {
-            return None;
-        }
-        // The last round starting at or before the offset: among rounds
-        // sharing a start (empty ones first), the non-empty one.
-        let round = self
-            .round_start_bytes
-            .partition_point(|&start| start <= stored_offset)
-            - 1;
-        Some(RoundPosition {
-            round,
-            offset_in_round_bytes: stored_offset - self.round_start_bytes[round],
-        })
-    }
-
-    /// The stored offset of `position`; `None` when the round does not
-    /// exist or holds fewer bytes.
-    pub fn stored_offset(&self, position: RoundPosition) -> Option<u64> {
-        if position.round >= self.rounds() {
-            return None;
-        }
-        let range = self.round_byte_range(position.round);
-        let offset = range.start.checked_add(position.offset_in_round_bytes)?;
-        (offset < range.end).then_some(offset)
-    }
-
-    /// The round whose playback interval `[i·T, (i+1)·T)` holds `t_ns`
-    /// (the last round for times past the end).
-    pub fn round_for_time(&self, t_ns: u64) -> usize {
-        let round = usize::try_from(t_ns / self.round_duration_ns).unwrap_or(usize::MAX);
-        round.min(self.rounds() - 1)
-    }
-
-    /// When round `round` starts, from the start of playback.
-    pub fn round_start_ns(&self, round: usize) -> u64 {
-        round as u64 * self.round_duration_ns
-    }
-}
+/// The byte ↔ round mapping lives in the core's title registry.
+pub use rondo_model::array::{RoundIndex, RoundPosition};
 
 /// Largest MP4 header (`ftyp`+`moov`) kept in memory for `?t=`; a title
 /// with a larger one answers `?t=` with an error (seek with Range). A
@@ -264,6 +173,33 @@ pub struct LoadedTitle {
 impl LoadedTitle {
     pub fn id(&self) -> TitleId {
         self.record.id
+    }
+
+    /// The title as the array holds it: its charges, its layout with every
+    /// extent's catalog checksum, and its round index.
+    pub fn array_title(&self) -> ArrayTitle {
+        let rounds = self.rounds();
+        let sums = |replica| {
+            (0..rounds)
+                .map(|r| {
+                    self.round_extents(r, replica)
+                        .iter()
+                        .map(|e| e.crc32c)
+                        .collect()
+                })
+                .collect()
+        };
+        ArrayTitle::new(
+            self.id(),
+            self.charges.clone(),
+            Some(self.layout.clone()),
+            Some(ExtentChecksums {
+                primary: sums(Replica::Primary),
+                backup: sums(Replica::Backup),
+            }),
+            &self.record.client_bytes,
+            self.record.round_duration_ns,
+        )
     }
 
     /// Number of playback rounds.

@@ -83,11 +83,13 @@ impl FaultPlan {
         let failed = (draw(1) % disks as u64) as u32;
         let fail_round = 1 + draw(2) % (rounds / 2).max(1);
         let mut read_errors = Vec::new();
+        // Spread over the other disks, at most two on one (the default
+        // health policy fails a disk at three errors within its window: a
+        // second failure is a different scenario).
+        let others = disks.saturating_sub(1).max(1) as u64;
+        let first = draw(10) % others;
         for n in 0..4 {
-            let mut disk = (draw(10 + n) % disks as u64) as u32;
-            if disk == failed {
-                disk = (disk + 1) % disks;
-            }
+            let disk = (failed + 1 + ((first + n) % others) as u32) % disks;
             read_errors.push(ReadErrorSpec {
                 round: draw(20 + n) % rounds,
                 disk,

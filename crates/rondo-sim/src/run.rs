@@ -600,12 +600,13 @@ impl Executor<'_> {
                 continue;
             }
             let mut requests = Vec::new();
-            // For each stream read: its request's index and its completion.
-            let mut reads: Vec<(usize, Completion)> = Vec::new();
+            // For each stream read: its requests' indices and its completion.
+            let mut reads: Vec<(std::ops::Range<usize>, Completion)> = Vec::new();
             let mut nth_read = 0u32;
             for c in &disk_plan.commands {
                 let first = requests.len();
                 requests.extend(c.batch_requests());
+                let own = first..requests.len();
                 if let Purpose::Deliver {
                     stream,
                     playback_round,
@@ -617,7 +618,7 @@ impl Executor<'_> {
                     let outcome = self.injected(round, disk_plan.disk, nth_read);
                     nth_read += 1;
                     reads.push((
-                        first,
+                        own,
                         Completion {
                             disk: disk_plan.disk,
                             stream,
@@ -632,8 +633,10 @@ impl Executor<'_> {
             let sim = self.sim.as_mut().expect("simulated disks");
             let outcome =
                 sim.disks[d].execute_batch(&requests, plan.start_ns, disk_plan.scheduler)?;
-            for (index, completion) in reads {
-                sim.push(outcome.completion_ns[index], completion);
+            for (own, completion) in reads {
+                // A read completes with its last extent.
+                let done_ns = outcome.completion_ns[own].iter().copied().max();
+                sim.push(done_ns.unwrap_or(plan.start_ns), completion);
             }
             if outcome.end_ns > round_end_ns {
                 self.m.disk_round_overruns += 1;

@@ -83,37 +83,23 @@ impl DiskCommand {
         self.extents.iter().map(CommandExtent::sectors).collect()
     }
 
-    /// The command as the disk model's requests: a stream read is one
-    /// request of its 1–2 extents (completing with its last); a rebuild's or
-    /// an ingest's I/O is one request per extent, each placed in the C-SCAN
-    /// order on its own. Empty extents are left out.
+    /// The command as the disk model's requests: one per extent (empty
+    /// extents left out), each placed in the C-SCAN order on its own, as the
+    /// model places every extent of a request anyway; the command completes
+    /// with its last. Both executors time a batch with these.
     pub fn batch_requests(&self) -> Vec<BatchRequest> {
-        let extents: Vec<ModelExtent> = self
-            .extents
+        self.extents
             .iter()
             .filter(|x| x.length_bytes > 0)
             .map(|x| {
                 let (lbn, sectors) = x.sectors();
-                ModelExtent::new(lbn, sectors)
-            })
-            .collect();
-        match self.purpose {
-            Purpose::Deliver { .. } if !extents.is_empty() && extents.len() <= 2 => {
-                vec![BatchRequest {
+                BatchRequest {
                     op: self.op,
-                    first: extents[0],
-                    second: extents.get(1).copied(),
-                }]
-            }
-            _ => extents
-                .into_iter()
-                .map(|first| BatchRequest {
-                    op: self.op,
-                    first,
+                    first: ModelExtent::new(lbn, sectors),
                     second: None,
-                })
-                .collect(),
-        }
+                }
+            })
+            .collect()
     }
 }
 

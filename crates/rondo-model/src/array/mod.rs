@@ -170,6 +170,7 @@ struct RebuildState {
     started_round: u64,
     /// Copies handed out and not reported done.
     outstanding: BTreeMap<CopyId, u64>,
+    copies_done: u64,
     copied_bytes: u64,
     failures: Vec<String>,
     /// Every copy has been handed out.
@@ -181,6 +182,8 @@ struct RebuildState {
 pub struct RebuildStatus {
     pub progress: RebuildProgress,
     pub started_round: u64,
+    /// Copies the executor reported done (moved or failed).
+    pub copies_done: u64,
     /// Bytes the executor reported written and verified.
     pub copied_bytes: u64,
     pub copies_outstanding: usize,
@@ -1075,6 +1078,7 @@ impl Array {
             queue,
             started_round: self.next_round,
             outstanding: BTreeMap::new(),
+            copies_done: 0,
             copied_bytes: 0,
             failures: Vec::new(),
             handed_out: false,
@@ -1095,6 +1099,7 @@ impl Array {
         let Some(bytes) = r.outstanding.remove(&copy) else {
             return;
         };
+        r.copies_done += 1;
         match result {
             Ok(()) => r.copied_bytes += bytes,
             Err(e) => r.failures.push(e),
@@ -1124,6 +1129,7 @@ impl Array {
         self.rebuild.as_ref().map(|r| RebuildStatus {
             progress: r.queue.progress(),
             started_round: r.started_round,
+            copies_done: r.copies_done,
             copied_bytes: r.copied_bytes,
             copies_outstanding: r.outstanding.len(),
             failures: r.failures.clone(),

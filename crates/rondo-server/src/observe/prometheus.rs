@@ -129,6 +129,18 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_ns: u64) -> String
         g(&metrics.read_errors),
     );
     w.single(
+        "rondo_rereads_total",
+        "counter",
+        "Re-reads of the other replica after a read error, in unreserved disk time.",
+        g(&metrics.rereads),
+    );
+    w.single(
+        "rondo_recovery_misses_total",
+        "counter",
+        "Stream-rounds recovered after a read error that were late (planned reads' misses are rondo_deadline_misses_total).",
+        g(&metrics.recovery_misses),
+    );
+    w.single(
         "rondo_sent_bytes_total",
         "counter",
         "Stream bytes handed to client connections.",

@@ -1,26 +1,24 @@
 //! The rebuild of a replaced disk, round by round.
 //!
-//! Each round the round driver calls [`rebuild_round`]: the core's
-//! `RebuildQueue::next_round` picks the copies whose source reads (charged
-//! with the array's read bound) and target writes (charged with the
-//! rondo-mode write bound, `RondoBound::for_op(.., Op::Write, ..)`) fit in
-//! the time admitted streams left unreserved on those disks in that round,
-//! and the driver hands them to the copier thread. The copier reads the
+//! Each round the array's plan (`Array::begin_round`) lists the copies whose
+//! source reads (charged with the array's read bound) and target writes
+//! (charged with the rondo-mode write bound) fit in the time admitted
+//! streams and re-reads left unreserved on those disks in that round, and
+//! the round driver hands them to the copier thread ([`hand_out`]). The copier reads the
 //! surviving replica's extents, checks each against the catalog's CRC32C,
 //! rebuilds the lost extents (a primary from its backup fragments, a backup
 //! piece cut from the primary), checks each rebuilt extent against the
 //! catalog's CRC32C (so it is byte-identical to what was lost) and writes
-//! it. When the queue is empty the copier syncs the device and the disk
-//! serves again (`Reservations::restore_disk`, `ArrayHealth::restore`).
+//! it, and reports each copy to the array (`Array::copy_done`). When every
+//! copy has been handed out the copier syncs the device, records the disk
+//! serving and the array restores it (`Array::finish_rebuild`).
 //!
-//! The copies' reads and writes are also handed to the disks' batches of the
-//! same round ([`RebuildRound::io`]: reads on the source disks, writes on the
-//! rebuilt one), so each disk's model serves them in its C-SCAN batch with
-//! the stream reads and the round's busy time includes them; the copier
-//! moves the bytes (a copy's write needs reads on other disks of the same
-//! round, so no single disk's service order can hold the whole copy). The
-//! charges `next_round` made are returned per disk: the round's budget for
-//! the busy-versus-budget check, and what the ingest gate may not use.
+//! The copies' reads and writes are also commands in the disks' batches of
+//! the same round (reads on the source disks, writes on the rebuilt one), so
+//! each disk's model serves them in its C-SCAN batch with the stream reads
+//! and the round's busy time includes them; the copier moves the bytes (a
+//! copy's write needs reads on other disks of the same round, so no single
+//! disk's service order can hold the whole copy).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -28,35 +26,24 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use rondo_model::disk::{Op, RoundBound};
+use rondo_model::array::{CopyId, RebuildStatus, RoundPlan};
+use rondo_model::health::DiskState;
 use rondo_model::layout::{Extent, Replica};
-use rondo_model::rebuild::{CopyTask, RebuildQueue};
-use rondo_model::reservation::Bound;
-use rondo_model::units::{DiskIndex, SECTOR_BYTES};
+use rondo_model::rebuild::CopyTask;
+use rondo_model::units::DiskIndex;
 use rondo_store::{AlignedBuf, ExtentRecord, Store, checksum};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::publish_state;
-use crate::io::ModelIo;
 use crate::state::{Core, Shared};
 use crate::titles::LoadedTitle;
 
-/// A rebuild in progress.
+/// A rebuild in progress: what the array does not track (wall-clock time).
 pub struct Rebuild {
     pub disk: u32,
-    pub queue: RebuildQueue,
     pub started_round: u64,
     pub started_at: Instant,
-    /// Copies handed to the copier, and those it has finished.
-    pub sent_copies: u64,
-    pub finished_copies: u64,
-    /// Bytes written and verified on the rebuilt disk.
-    pub copied_bytes: u64,
-    /// Copies that could not be done (source gone or corrupt, I/O error).
-    pub failures: Vec<String>,
-    /// The queue is empty and the copier was told to finish.
-    pub finishing: bool,
 }
 
 /// How a rebuild ended (`GET /api/disks`'s `last_rebuild`).
@@ -73,44 +60,38 @@ pub struct RebuildSummary {
 }
 
 impl Rebuild {
-    pub fn new(disk: u32, queue: RebuildQueue, round: u64) -> Rebuild {
+    pub fn new(disk: u32, round: u64) -> Rebuild {
         Rebuild {
             disk,
-            queue,
             started_round: round,
             started_at: Instant::now(),
-            sent_copies: 0,
-            finished_copies: 0,
-            copied_bytes: 0,
-            failures: Vec::new(),
-            finishing: false,
         }
     }
 
-    /// Progress and an estimate of the time left at the rate so far.
-    pub fn json(&self) -> Value {
-        let progress = self.queue.progress();
+    /// Progress (the array's) and an estimate of the time left at the rate so far.
+    pub fn json(&self, status: &RebuildStatus) -> Value {
+        let progress = status.progress;
         let elapsed_s = self.started_at.elapsed().as_secs_f64();
         let rate = if elapsed_s > 0.0 {
-            self.copied_bytes as f64 / elapsed_s
+            status.copied_bytes as f64 / elapsed_s
         } else {
             0.0
         };
-        let left_bytes = progress.total_bytes.saturating_sub(self.copied_bytes);
+        let left_bytes = progress.total_bytes.saturating_sub(status.copied_bytes);
         let eta = (rate > 0.0).then(|| left_bytes as f64 / rate);
         json!({
             "disk": self.disk,
-            "done_bytes": self.copied_bytes,
+            "done_bytes": status.copied_bytes,
             "scheduled_bytes": progress.done_bytes,
             "total_bytes": progress.total_bytes,
             "fraction_done": if progress.total_bytes == 0 { 1.0 } else {
-                self.copied_bytes as f64 / progress.total_bytes as f64
+                status.copied_bytes as f64 / progress.total_bytes as f64
             },
-            "copies_left": progress.tasks_left as u64 + self.sent_copies - self.finished_copies,
+            "copies_left": progress.tasks_left + status.copies_outstanding,
             "elapsed_seconds": elapsed_s,
             "rate_bytes_per_s": rate,
             "eta_seconds": eta,
-            "failures": self.failures,
+            "failures": status.failures,
         })
     }
 }
@@ -120,103 +101,43 @@ pub enum CopierJob {
     /// Copies onto `disk`, with the titles they belong to.
     Copies {
         disk: u32,
-        tasks: Vec<(CopyTask, Arc<LoadedTitle>)>,
+        tasks: Vec<(CopyId, CopyTask, Arc<LoadedTitle>)>,
     },
     /// Every copy has been handed over: sync the device and end the rebuild.
     Finish { disk: u32 },
 }
 
-/// The rebuild's share of one round.
-#[derive(Clone, Debug, Default)]
-pub struct RebuildRound {
-    /// Disk time the copies were charged, per disk (reads on the sources,
-    /// writes on the rebuilt disk).
-    pub charged_ns: Vec<u64>,
-    /// The copies' reads and writes, per disk, for the round's batches.
-    pub io: Vec<Vec<ModelIo>>,
-}
-
-/// The disk time of reading `extents` under the array's read bound.
-fn read_cost_ns(bound: &Bound, extents: &[(u64, u64)]) -> u64 {
-    match bound {
-        Bound::Paper(b) => b.extents_ns(extents),
-        Bound::Rondo(b) => b.extents_ns(extents),
-    }
-}
-
-/// `(first sector, sector count)` extents as model commands of `op`.
-fn model_io(op: Op, extents: &[(u64, u64)]) -> impl Iterator<Item = ModelIo> + '_ {
-    extents
-        .iter()
-        .filter(|&&(_, sectors)| sectors > 0)
-        .map(move |&(lbn, sectors)| ModelIo {
-            op,
-            device_offset_bytes: lbn * SECTOR_BYTES,
-            length_bytes: sectors * SECTOR_BYTES,
-        })
-}
-
-/// The round driver's part, once per round after planning its reads: the
-/// copies that fit this round's unreserved time go to the copier. Returns
-/// the disk time they are charged, per disk (what other writers may not
-/// use), and their I/O for each disk's batch.
-pub fn rebuild_round(shared: &Shared, core: &mut Core, round: u64) -> RebuildRound {
-    let Core {
-        reservations,
-        ops,
-        titles,
-        ..
-    } = core;
-    let disks = reservations.config().disks as usize;
-    let mut out = RebuildRound {
-        charged_ns: vec![0u64; disks],
-        io: vec![Vec::new(); disks],
-    };
-    let Some(rebuild) = ops.rebuild.as_mut() else {
-        return out;
-    };
-    if rebuild.finishing {
-        return out;
-    }
-    let read_ns = |_: u32, extents: &[(u64, u64)]| read_cost_ns(&shared.bound, extents);
-    let write_ns = |extents: &[(u64, u64)]| shared.write_bound.extents_ns(extents);
-    let (run, lost) = rebuild
-        .queue
-        .next_round(reservations, round, &[], read_ns, write_ns);
-    for task in &run {
-        for source in &task.read_from {
-            out.charged_ns[source.disk as usize] += read_ns(source.disk, &source.extents);
-            out.io[source.disk as usize].extend(model_io(Op::Read, &source.extents));
-        }
-        let target = task.write_to.disk as usize;
-        out.charged_ns[target] += write_ns(&task.write_to.extents);
-        out.io[target].extend(model_io(Op::Write, &task.write_to.extents));
-    }
-    for task in lost {
-        let message = format!(
-            "title {} round {} {:?}: no working replica to copy from",
-            task.title.0, task.round, task.target
+/// The round driver's part: the plan's copies go to the copier; copies lost
+/// (their source failed too) are logged; once every copy is handed out the
+/// copier is told to finish.
+pub fn hand_out(shared: &Shared, core: &mut Core, plan: &RoundPlan) {
+    for task in &plan.copies_lost {
+        tracing::error!(
+            disk = task.write_to.disk,
+            "rebuild copy lost: title {} round {} {:?}: no working replica to copy from",
+            task.title.0,
+            task.round,
+            task.target
         );
-        tracing::error!(disk = rebuild.disk, "rebuild copy lost: {message}");
-        rebuild.failures.push(message);
     }
+    let Some(rebuild) = core.ops.rebuild.as_ref() else {
+        return;
+    };
     let disk = rebuild.disk;
-    let mut tasks = Vec::with_capacity(run.len());
-    for task in run {
-        // A title deleted since the rebuild started needs no copy.
-        if let Some(title) = titles.get(&task.title) {
-            tasks.push((task, Arc::clone(title)));
+    let mut tasks = Vec::with_capacity(plan.copies.len());
+    for copy in &plan.copies {
+        match core.titles.get(&copy.task.title) {
+            Some(title) => tasks.push((copy.id, copy.task.clone(), Arc::clone(title))),
+            // A title deleted since the rebuild started needs no copy.
+            None => core.array.copy_done(copy.id, Ok(())),
         }
     }
     if !tasks.is_empty() {
-        rebuild.sent_copies += tasks.len() as u64;
         let _ = shared.copier.send(CopierJob::Copies { disk, tasks });
     }
-    if rebuild.queue.is_done() {
-        rebuild.finishing = true;
+    if plan.rebuild_handed_out == Some(disk) {
         let _ = shared.copier.send(CopierJob::Finish { disk });
     }
-    out
 }
 
 /// Starts the copier thread (named `name`), fed the rebuild's copies; it
@@ -236,9 +157,9 @@ pub fn spawn_copier(
                 }
                 match jobs.recv_timeout(Duration::from_millis(100)) {
                     Ok(CopierJob::Copies { disk, tasks }) => {
-                        for (task, title) in tasks {
+                        for (id, task, title) in tasks {
                             let result = copy(&shared.store, &task, &title);
-                            copy_done(&shared, disk, &task, result);
+                            copy_done(&shared, disk, id, result);
                         }
                     }
                     Ok(CopierJob::Finish { disk }) => finish(&shared, disk),
@@ -249,87 +170,85 @@ pub fn spawn_copier(
         })
 }
 
-fn copy_done(shared: &Shared, disk: u32, task: &CopyTask, result: Result<(), String>) {
+fn copy_done(shared: &Shared, disk: u32, id: CopyId, result: Result<(), String>) {
+    if let Err(message) = &result {
+        tracing::error!(disk, "rebuild copy failed: {message}");
+    }
     let mut core = shared.core.lock().expect("core lock");
-    let Some(rebuild) = core.ops.rebuild.as_mut().filter(|r| r.disk == disk) else {
-        return;
-    };
-    rebuild.finished_copies += 1;
-    match result {
-        Ok(()) => {
-            rebuild.copied_bytes += task.bytes;
-            shared
-                .metrics
-                .rebuild_done_bytes
-                .store(rebuild.copied_bytes, Relaxed);
-        }
-        Err(message) => {
-            tracing::error!(disk, "rebuild copy failed: {message}");
-            rebuild.failures.push(message);
-        }
+    core.array.copy_done(id, result);
+    if let Some(status) = core.array.rebuild_status() {
+        shared
+            .metrics
+            .rebuild_done_bytes
+            .store(status.copied_bytes, Relaxed);
     }
 }
 
-/// Syncs the rebuilt device; the disk serves again if every copy succeeded.
+/// Syncs the rebuilt device; the disk serves again if every copy succeeded
+/// and that is on record.
 fn finish(shared: &Shared, disk: u32) {
     let synced = shared.store.device(DiskIndex(disk)).sync();
     let mut core = shared.core.lock().expect("core lock");
-    let Some(mut rebuild) = core.ops.rebuild.take().filter(|r| r.disk == disk) else {
+    let Some(status) = core.array.rebuild_status() else {
         return;
     };
-    if let Err(e) = synced {
-        rebuild.failures.push(format!("syncing the device: {e}"));
+    let Some(rebuild) = core.ops.rebuild.take().filter(|r| r.disk == disk) else {
+        return;
+    };
+    let mut failures = status.failures.clone();
+    if let Err(e) = &synced {
+        failures.push(format!("syncing the device: {e}"));
+    }
+    if status.copies_outstanding > 0 {
+        failures.push(format!(
+            "{} copies did not report",
+            status.copies_outstanding
+        ));
     }
     let seconds = rebuild.started_at.elapsed().as_secs_f64();
-    let restored = rebuild.failures.is_empty();
     // The disk serves again only once that is on record: a restart before
     // would otherwise find it failed and a restart after, serving.
-    let recorded = if restored {
-        shared
+    let recorded = failures.is_empty()
+        && shared
             .store
             .record_disk_serving(DiskIndex(disk))
-            .map_err(|e| {
-                rebuild
-                    .failures
-                    .push(format!("recording the disk as serving: {e}"))
-            })
-            .is_ok()
-    } else {
-        false
-    };
-    if restored && recorded {
-        core.reservations.restore_disk(disk);
-        core.ops.health.restore(disk);
+            .map_err(|e| failures.push(format!("recording the disk as serving: {e}")))
+            .is_ok();
+    core.array.finish_rebuild(disk, recorded);
+    let restored = recorded && core.array.is_serving(disk);
+    if restored {
         tracing::info!(
             disk,
-            bytes = rebuild.copied_bytes,
+            bytes = status.copied_bytes,
             seconds,
             "rebuild complete: every extent verified; the disk serves again"
         );
+        publish_state(shared, disk, DiskState::Healthy);
     } else {
-        core.ops.health.fail(disk);
         tracing::error!(
             disk,
-            failures = rebuild.failures.len(),
+            failures = failures.len(),
             "rebuild incomplete: the disk stays failed"
         );
+        publish_state(shared, disk, DiskState::Failed);
     }
-    publish_state(shared, &core, disk);
-    let metrics = &shared.metrics;
-    metrics.rebuild_disk_plus_one.store(0, Relaxed);
+    shared.metrics.rebuild_disk_plus_one.store(0, Relaxed);
     core.ops.last_rebuild = Some(RebuildSummary {
         disk,
         restored,
-        copies: rebuild.finished_copies,
-        bytes: rebuild.copied_bytes,
-        rounds: core.next_round.saturating_sub(rebuild.started_round),
+        copies: status.copies_done,
+        bytes: status.copied_bytes,
+        rounds: core
+            .array
+            .next_round()
+            .saturating_sub(rebuild.started_round),
         seconds,
         rate_bytes_per_s: if seconds > 0.0 {
-            rebuild.copied_bytes as f64 / seconds
+            status.copied_bytes as f64 / seconds
         } else {
             0.0
         },
-        failures: rebuild.failures,
+        failures,
     });
 }
 
