@@ -43,7 +43,9 @@ use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::command::CommandExtent;
 use rondo_model::array::{Completion, DiskCommand, Purpose, ReadOutcome};
 use rondo_model::disk::{BatchRequest, Disk, Scheduler};
-use rondo_store::{Device, checksum};
+use rondo_store::checksum;
+
+use crate::storage::Storage;
 
 use crate::buffers::{BufferPool, PooledBuf};
 use crate::config::DiskTiming;
@@ -73,7 +75,6 @@ impl RoundClock {
 }
 
 /// A disk's commands for one round, as the array planned them.
-#[derive(Debug)]
 pub struct DiskBatch {
     pub round: u64,
     /// Disk time admission reserved on this disk for the round, fixed term
@@ -92,7 +93,7 @@ pub struct DiskBatch {
     pub scheduler: Scheduler,
     /// A replacement device for this disk (`Store::replace_device`): used
     /// from this batch on.
-    pub device: Option<Arc<Device>>,
+    pub device: Option<Arc<dyn Storage>>,
 }
 
 impl DiskBatch {
@@ -115,6 +116,8 @@ pub enum IoEvent {
     /// array, and its bytes when they were read and checked.
     Read {
         round: u64,
+        /// Model time of the read's last extent's completion.
+        model_completion_ns: u64,
         completion: Completion,
         data: Option<PooledBuf>,
     },
@@ -159,7 +162,7 @@ pub const BATCH_QUEUE_ROUNDS: usize = 4;
 /// Starts disk `disk`'s thread. It exits when the batch channel closes.
 pub fn spawn_device(
     disk: u32,
-    device: Arc<Device>,
+    device: Arc<dyn Storage>,
     model: Disk,
     timing: DiskTiming,
     clock: RoundClock,
@@ -190,7 +193,7 @@ pub fn spawn_device(
 
 struct Worker {
     disk: u32,
-    device: Arc<Device>,
+    device: Arc<dyn Storage>,
     model: Disk,
     timing: DiskTiming,
     clock: RoundClock,
@@ -225,7 +228,7 @@ pub fn batch_requests(commands: &[DiskCommand]) -> (Vec<BatchRequest>, Vec<(usiz
 /// The outcome of reading one extent into `slice`: the device's error, or a
 /// checksum that does not match the catalog's.
 pub fn read_checked(
-    device: &Device,
+    device: &dyn Storage,
     disk: u32,
     extent: &CommandExtent,
     slice: &mut [u8],
@@ -252,7 +255,7 @@ impl Worker {
     fn execute(&mut self, mut batch: DiskBatch) {
         let arrived_at = Instant::now();
         if let Some(device) = batch.device.take() {
-            tracing::info!(disk = self.disk, path = %device.path().display(), "disk thread uses its new device");
+            tracing::info!(disk = self.disk, device = %device.describe(), "disk thread uses its new device");
             self.device = device;
         }
         let round_start = self.clock.boundary(batch.round);
@@ -269,12 +272,8 @@ impl Worker {
                 let reason = format!("disk {}: the disk model refused the batch: {e}", self.disk);
                 tracing::error!("{reason}");
                 for command in &batch.commands {
-                    self.report(
-                        batch.round,
-                        command,
-                        ReadOutcome::IoError(reason.clone()),
-                        None,
-                    );
+                    let failed = ReadOutcome::IoError(reason.clone());
+                    self.report(batch.round, 0, command, failed, None);
                 }
                 self.done(&batch, arrived_at, 0, 0, 0);
                 return;
@@ -317,7 +316,7 @@ impl Worker {
                 let buf = buffers[c].as_mut().expect("taken until reported");
                 let slice =
                     &mut buf.as_mut_slice()[at as usize..(at + extent.length_bytes) as usize];
-                match read_checked(&self.device, self.disk, extent, slice) {
+                match read_checked(self.device.as_ref(), self.disk, extent, slice) {
                     ReadOutcome::Ok => {}
                     failed => failures[c] = Some(failed),
                 }
@@ -328,12 +327,13 @@ impl Worker {
             ended_at = Instant::now();
             extents_left[c] -= 1;
             if extents_left[c] == 0 {
+                let at_ns = timing.completion_ns;
                 match failures[c].take() {
                     None => {
                         let data = buffers[c].take();
-                        self.report(batch.round, command, ReadOutcome::Ok, data);
+                        self.report(batch.round, at_ns, command, ReadOutcome::Ok, data);
                     }
-                    Some(failed) => self.report(batch.round, command, failed, None),
+                    Some(failed) => self.report(batch.round, at_ns, command, failed, None),
                 }
             }
         }
@@ -351,6 +351,7 @@ impl Worker {
     fn report(
         &self,
         round: u64,
+        model_completion_ns: u64,
         command: &DiskCommand,
         outcome: ReadOutcome,
         data: Option<PooledBuf>,
@@ -368,6 +369,7 @@ impl Worker {
         // The driver only goes away at shutdown; a lost report then is fine.
         let _ = self.events.send(IoEvent::Read {
             round,
+            model_completion_ns,
             completion: Completion {
                 disk: self.disk,
                 stream,

@@ -29,6 +29,7 @@ pub mod round;
 pub mod server;
 pub mod session;
 pub mod state;
+pub mod storage;
 pub mod titles;
 
 pub use config::{DiskTiming, ServerConfig};

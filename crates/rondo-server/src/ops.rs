@@ -36,7 +36,6 @@ use axum::routing::{get, post};
 use rondo_model::array::{Aborted, Effect, FailCause, OpsError as ArrayOpsError, state_name};
 use rondo_model::health::DiskState;
 use rondo_model::units::{DiskIndex, StreamId};
-use rondo_store::Device;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -48,7 +47,7 @@ use crate::state::{Core, Shared};
 /// in the core (one lock with the array). Disk health is the array's.
 pub struct OpsState {
     /// Replacement devices the driver has not handed to their I/O thread yet.
-    pub device_swaps: Vec<Option<Arc<Device>>>,
+    pub device_swaps: Vec<Option<Arc<dyn crate::storage::Storage>>>,
     pub rebuild: Option<Rebuild>,
     /// How the last rebuild ended.
     pub last_rebuild: Option<RebuildSummary>,
@@ -308,7 +307,7 @@ async fn replace(
     core.array.end_replace(disk);
     let device = result?.map_err(|e| OpsError(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
     let path = device.path().display().to_string();
-    core.ops.device_swaps[disk as usize] = Some(device);
+    core.ops.device_swaps[disk as usize] = Some(device as Arc<dyn crate::storage::Storage>);
     tracing::info!(disk, path = %path, "disk replaced by a new device (restore rebuilds it)");
     Ok(axum::Json(json!({
         "disk": disk,

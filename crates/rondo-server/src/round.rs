@@ -232,9 +232,7 @@ impl Driver {
     fn on_event(&mut self, event: IoEvent) {
         match event {
             IoEvent::Read {
-                round: _,
-                completion,
-                data,
+                completion, data, ..
             } => self.on_read(completion, data),
             IoEvent::BatchDone {
                 disk,

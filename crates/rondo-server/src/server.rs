@@ -213,7 +213,7 @@ impl RunningServer {
             let model = Disk::new(profile.clone()).map_err(profile_error)?;
             let thread = spawn_device(
                 device.disk().0,
-                Arc::clone(&device),
+                Arc::clone(&device) as Arc<dyn crate::storage::Storage>,
                 model,
                 config.disk_timing,
                 clock,

@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use rondo_model::array::{
-    Aborted, AdmitRequest, Array, ArrayConfig, ArrayTitle, Completion, Effect, FailCause, Purpose,
-    ReadOutcome, RoundPlan, Span, rondo_write_bound,
+    Aborted, AdmitRequest, Array, ArrayConfig, ArrayTitle, Completion, DiskCommand, Effect,
+    ExtentChecksums, FailCause, Purpose, ReadOutcome, RoundPlan, Span, rondo_write_bound,
 };
 use rondo_model::disk::{self, Disk, DiskError, DiskProfile, PaperBound, RondoBound};
 use rondo_model::health::HealthPolicy;
@@ -38,7 +38,7 @@ use rondo_model::reservation::{Bound, ReservationConfig, Reservations, Scheme, T
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{
     BLOCK_BYTES_DEFAULT, DiskIndex, NS_PER_S, ROUND_DURATION_NS_DEFAULT, STRIDE_BYTES_DEFAULT,
-    TitleId,
+    StreamId, TitleId,
 };
 
 use crate::faults::{FaultPlan, ReadErrorKind};
@@ -189,6 +189,9 @@ pub struct PlacedTitle {
     pub layout: Option<TitleLayout>,
     /// What admission reserves for a stream of the title.
     pub charges: TitleCharges,
+    /// Every extent's checksum, when the title's bytes exist (the commands
+    /// carry them; the simulated disks do not read bytes).
+    pub checksums: Option<ExtentChecksums>,
 }
 
 /// Why a run could not start.
@@ -333,6 +336,35 @@ pub fn run(config: &SimConfig, titles: &[SimTitle]) -> Result<SimResult, SimErro
     run_placed(config, &bound, &placed)
 }
 
+/// What a run decided, round by round: the admissions it was asked for and
+/// their answers, every disk's commands and the streams stopped. Two
+/// executors of the same scenario must log the same (the differential test).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunLog {
+    pub admissions: Vec<AdmissionLog>,
+    pub rounds: Vec<RoundLog>,
+}
+
+/// One arrival offered to admission.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdmissionLog {
+    /// The round during which it arrived.
+    pub round: u64,
+    pub request: AdmitRequest,
+    /// The stream and its start round, or the rejection's text.
+    pub result: Result<(StreamId, u64), String>,
+}
+
+/// One round's decisions.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoundLog {
+    pub round: u64,
+    /// Per disk, the commands in plan order.
+    pub commands: Vec<Vec<DiskCommand>>,
+    /// Streams stopped at the round's start or by the round's completions.
+    pub aborted: Vec<StreamId>,
+}
+
 /// The simulated disks, and stream reads in flight ordered by the model time
 /// they complete at.
 struct SimDisks {
@@ -362,6 +394,7 @@ struct Executor<'a> {
     spans: ChaCha8Rng,
     ingest: Option<IngestRun>,
     rebuild_started_round: Option<u64>,
+    log: Option<RunLog>,
 }
 
 /// An ingest in progress in the simulation.
@@ -382,6 +415,24 @@ pub fn run_placed(
     bound: &Bound,
     titles: &[PlacedTitle],
 ) -> Result<SimResult, SimError> {
+    run_placed_inner(config, bound, titles, false).map(|(r, _)| r)
+}
+
+/// Like [`run_placed`], also returning the run's decisions ([`RunLog`]).
+pub fn run_logged(
+    config: &SimConfig,
+    bound: &Bound,
+    titles: &[PlacedTitle],
+) -> Result<(SimResult, RunLog), SimError> {
+    run_placed_inner(config, bound, titles, true).map(|(r, log)| (r, log.unwrap_or_default()))
+}
+
+fn run_placed_inner(
+    config: &SimConfig,
+    bound: &Bound,
+    titles: &[PlacedTitle],
+    logged: bool,
+) -> Result<(SimResult, Option<RunLog>), SimError> {
     let profile = disk::profile_by_name(&config.profile)?;
     let prepared = prepare_placed(config, bound, titles)?;
     let faults = &config.faults;
@@ -420,6 +471,7 @@ pub fn run_placed(
         spans: ChaCha8Rng::seed_from_u64(config.seed ^ 0x7370_616e),
         ingest: None,
         rebuild_started_round: None,
+        log: logged.then(RunLog::default),
     };
     let mut arrivals = PoissonArrivals::new(exec.prepared.arrival_rate_per_round, config.seed);
     let mut choice = match config.zipf_exponent {
@@ -429,6 +481,12 @@ pub fn run_placed(
     let measured = config.warmup_rounds..config.end_round;
     let failures = config.failure.iter().chain(&faults.failures);
     for round in 0..config.end_round {
+        if let Some(log) = exec.log.as_mut() {
+            log.rounds.push(RoundLog {
+                round,
+                ..RoundLog::default()
+            });
+        }
         // Faults at the boundary take effect in the round about to be planned.
         for f in failures.clone().filter(|f| f.round == round) {
             if let Ok(effects) = exec.prepared.array.fail_disk(f.disk, FailCause::Operator) {
@@ -499,22 +557,34 @@ pub fn run_placed(
     exec.m.read_errors = counters.read_errors;
     exec.m.rereads = counters.rereads;
     exec.m.streams_aborted = counters.streams_aborted;
-    Ok(exec
+    let result = exec
         .m
-        .finish(&exec.prepared, active_sum, rounds_measured, config.mode))
+        .finish(&exec.prepared, active_sum, rounds_measured, config.mode);
+    Ok((result, exec.log))
 }
 
 impl Executor<'_> {
     /// Offers one arrival for title `title` to admission.
     fn offer(&mut self, title: usize, round: u64, in_window: bool) {
         let span = self.draw_span(title);
-        let outcome = self.prepared.array.admit_with_lookahead(
-            &AdmitRequest {
-                title: TitleId(title as u64),
-                span,
-            },
-            self.prepared.lookahead_rounds,
-        );
+        let request = AdmitRequest {
+            title: TitleId(title as u64),
+            span,
+        };
+        let outcome = self
+            .prepared
+            .array
+            .admit_with_lookahead(&request, self.prepared.lookahead_rounds);
+        if let Some(log) = self.log.as_mut() {
+            log.admissions.push(AdmissionLog {
+                round,
+                request,
+                result: outcome
+                    .as_ref()
+                    .map(|a| (a.stream, a.start_round))
+                    .map_err(|e| e.to_string()),
+            });
+        }
         if in_window {
             self.m.arrivals += 1;
         }
@@ -575,6 +645,9 @@ impl Executor<'_> {
 
     /// An aborted stream stops playing from the round it was stopped at.
     fn on_aborted(&mut self, a: &Aborted) {
+        if let Some(round) = self.log.as_mut().and_then(|l| l.rounds.last_mut()) {
+            round.aborted.push(a.stream);
+        }
         let from = a.at_round.max(a.start_round);
         if from < a.end_read_round {
             self.playing[from as usize] -= 1;
@@ -588,6 +661,9 @@ impl Executor<'_> {
     fn execute(&mut self, plan: RoundPlan, in_window: bool) -> Result<(), SimError> {
         for a in &plan.aborted {
             self.on_aborted(a);
+        }
+        if let Some(round) = self.log.as_mut().and_then(|l| l.rounds.last_mut()) {
+            round.commands = plan.disks.iter().map(|d| d.commands.clone()).collect();
         }
         let round = plan.round;
         let round_end_ns = plan.start_ns + plan.duration_ns;
@@ -733,7 +809,7 @@ fn layout_params(config: &SimConfig) -> LayoutParams {
 
 /// Places a copy of title `source` for an ingest: on the strides the
 /// titles leave free (and past `first_stride`), as the next title.
-fn place_ingest(
+pub fn place_ingest(
     config: &SimConfig,
     profile: &DiskProfile,
     titles: &[PlacedTitle],
@@ -830,6 +906,7 @@ pub fn place_titles(
                 schedule: title.schedule.clone(),
                 layout,
                 charges,
+                checksums: None,
             })
         })
         .collect::<Result<_, SimError>>()?;
@@ -937,7 +1014,7 @@ pub fn prepare_placed(
             TitleId(t as u64),
             title.charges.clone(),
             title.layout.clone(),
-            None,
+            title.checksums.clone(),
             &title.schedule.client_bytes,
             config.round_duration_ns,
         ));

@@ -532,6 +532,8 @@ fn load_data_dir(
             schedule: t.schedule,
             layout: Some(t.layout),
             charges: t.charges,
+            // The simulated disks read no bytes.
+            checksums: None,
         })
         .collect();
     let profile = profile_by_name(&array.disk_profile)?;

@@ -1,0 +1,470 @@
+//! The differential test: one seeded scenario (arrivals with byte ranges and
+//! time starts, a disk failure, read and checksum errors, a rebuild, an
+//! ingest) executed by the simulator and by the server's disk threads on
+//! in-memory storage must give the same decisions: the same admissions, the
+//! same per-round per-disk command lists and the same aborted streams.
+//!
+//! The simulator injects read errors as completion outcomes on simulated
+//! disks. On the server side the titles' bytes really exist (in
+//! `MemoryStorage`, every extent with its CRC32C), the server's own disk
+//! threads (`rondo_server::io::spawn_device`) read them, check their
+//! checksums and time them on the disk model, and errors come from a
+//! fault-injecting backend (`FaultyStorage`: an I/O error or a flipped byte
+//! on the chosen read). The round loop here plays the driver's part: it
+//! hands the array the same inputs the simulator does (failures, the
+//! rebuild's start, the ingest, the arrivals of the simulator's log) and
+//! reports completions in model-time order.
+//!
+//! `an_executor_with_one_decision_changed_fails_the_comparison` shows the
+//! test can fail: an executor that does not act on checksum mismatches (it
+//! reports them as good reads) diverges from the first re-read on.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rondo_media::synth;
+use rondo_model::array::{Completion, DiskCommand, Effect, Purpose, ReadOutcome};
+use rondo_model::disk::{self, Disk};
+use rondo_model::layout::{ReplicaPlacement, TitleLayout};
+use rondo_model::reservation::Scheme;
+use rondo_model::schedule::Schedule;
+use rondo_model::units::TitleId;
+use rondo_server::buffers::BufferPool;
+use rondo_server::config::DiskTiming;
+use rondo_server::io::{DiskBatch, IoEvent, RoundClock, spawn_device};
+use rondo_server::metrics::Metrics;
+use rondo_server::storage::{Fault, FaultyStorage, MemoryStorage, Storage};
+use rondo_sim::faults::{FaultPlan, IngestSpec, ReadErrorKind, ReadErrorSpec, RebuildSpec};
+use rondo_sim::run::{
+    AdmissionLog, BoundKind, FailureSpec, Mode, PlacedTitle, RoundLog, RunLog, SimConfig, SimTitle,
+    place_ingest, place_titles, prepare_placed, run_logged,
+};
+
+/// Three Table 3 titles cut to `rounds` rounds.
+fn titles(rounds: usize) -> Vec<SimTitle> {
+    synth::known_kinds()
+        .iter()
+        .filter(|k| matches!(k, synth::TraceKind::Vbr(_)))
+        .take(3)
+        .map(|&k| {
+            let full = Schedule::from_frames(&synth::generate(k, 1), 1_000_000_000, 16384).unwrap();
+            SimTitle {
+                name: k.name().into(),
+                schedule: Schedule::from_client_bytes(
+                    full.client_bytes[..rounds].to_vec(),
+                    full.round_duration_ns,
+                    full.block_bytes,
+                )
+                .unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// The scenario: 4 cheetah disks, minimum reservation, rondo bound, a
+/// saturating load with ranges and time starts, a failure and its rebuild,
+/// three read errors (two of them checksum mismatches), an ingest.
+fn scenario() -> SimConfig {
+    let mut c = SimConfig::seed000(4, Scheme::Minimum, ReplicaPlacement::Deterministic);
+    c.bound = BoundKind::Rondo;
+    c.mode = Mode::SimulatedDisk;
+    c.load = 1.5;
+    c.warmup_rounds = 0;
+    c.end_round = 140;
+    c.seed = 11;
+    c.check_invariants = true;
+    c.faults = FaultPlan {
+        failures: vec![FailureSpec { disk: 1, round: 45 }],
+        read_errors: vec![
+            ReadErrorSpec {
+                round: 20,
+                disk: 2,
+                nth: 0,
+                kind: ReadErrorKind::Checksum,
+            },
+            ReadErrorSpec {
+                round: 70,
+                disk: 3,
+                nth: 1,
+                kind: ReadErrorKind::Io,
+            },
+            ReadErrorSpec {
+                round: 95,
+                disk: 0,
+                nth: 0,
+                kind: ReadErrorKind::Checksum,
+            },
+        ],
+        rebuild: Some(RebuildSpec { disk: 1, round: 60 }),
+        ingest: Some(IngestSpec {
+            title: 0,
+            round: 10,
+        }),
+        range_fraction: 0.2,
+        time_start_fraction: 0.1,
+    };
+    c
+}
+
+/// The bytes of title `t`'s round `r` (padded to whole blocks).
+fn round_bytes(t: u64, r: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|k| (t as usize * 131 + r * 31 + k * 7 + k / 4096) as u8)
+        .collect()
+}
+
+/// Writes every title's primary and backup extents into per-disk memory and
+/// returns each title's checksums.
+fn fill(
+    storages: &[Arc<FaultyStorage<MemoryStorage>>],
+    placed: &mut [PlacedTitle],
+) -> Result<(), String> {
+    for (t, title) in placed.iter_mut().enumerate() {
+        let layout = title.layout.as_ref().ok_or("titles are placed")?;
+        let mut sums = rondo_model::array::ExtentChecksums::default();
+        for (r, round) in layout.rounds().iter().enumerate() {
+            let data = round_bytes(t as u64, r, round.primary.bytes() as usize);
+            let mut primary = Vec::new();
+            let mut at = 0usize;
+            for x in round.primary.as_slice() {
+                let bytes = &data[at..at + x.length_bytes as usize];
+                storages[round.primary_disk.0 as usize]
+                    .inner()
+                    .write_at(x.device_offset_bytes, bytes);
+                primary.push(rondo_store::checksum(bytes));
+                at += x.length_bytes as usize;
+            }
+            let mut backup = Vec::new();
+            for piece in &round.backups {
+                let stored: Vec<u8> = piece
+                    .fragments
+                    .iter()
+                    .flat_map(|f| data[f.start as usize..f.end as usize].iter().copied())
+                    .collect();
+                let mut at = 0usize;
+                for x in piece.extents.as_slice() {
+                    let bytes = &stored[at..at + x.length_bytes as usize];
+                    storages[piece.disk.0 as usize]
+                        .inner()
+                        .write_at(x.device_offset_bytes, bytes);
+                    backup.push(rondo_store::checksum(bytes));
+                    at += x.length_bytes as usize;
+                }
+            }
+            sums.primary.push(primary);
+            sums.backup.push(backup);
+        }
+        title.checksums = Some(sums);
+    }
+    Ok(())
+}
+
+/// How the server-side executor treats a checksum mismatch.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Checksums {
+    /// As the server does: a failed read, reported to the array.
+    Acted,
+    /// The changed decision: the read is reported good.
+    Ignored,
+}
+
+/// Runs the scenario through the server's disk threads on in-memory storage
+/// and logs its decisions like the simulator's.
+fn run_server_side(
+    config: &SimConfig,
+    placed: &[PlacedTitle],
+    bound: &rondo_model::reservation::Bound,
+    sim_log: &RunLog,
+    checksums: Checksums,
+) -> RunLog {
+    let profile = disk::profile_by_name(&config.profile).unwrap();
+    let mut prepared = prepare_placed(config, bound, placed).unwrap();
+    let lookahead = prepared.lookahead_rounds();
+    let storages: Vec<Arc<FaultyStorage<MemoryStorage>>> = (0..config.disks)
+        .map(|_| Arc::new(FaultyStorage::new(MemoryStorage::new(0))))
+        .collect();
+    let mut placed = placed.to_vec();
+    fill(&storages, &mut placed).unwrap();
+    let ingest_layout: Option<TitleLayout> = config
+        .faults
+        .ingest
+        .map(|spec| place_ingest(config, &profile, &placed, spec.title).unwrap());
+    let mut ingest_layout = ingest_layout.map(Arc::new);
+    let metrics = Arc::new(Metrics::new(config.disks));
+    let pool = BufferPool::new(1 << 30, Arc::clone(&metrics));
+    let round_ns = config.round_duration_ns;
+    // Native timing: no pacing, so the clock only dates the model's rounds.
+    let clock = RoundClock {
+        t0: Instant::now(),
+        round_ns,
+    };
+    let (events_tx, events) = crossbeam_channel::unbounded();
+    let disks: Vec<_> = storages
+        .iter()
+        .enumerate()
+        .map(|(d, s)| {
+            spawn_device(
+                d as u32,
+                Arc::clone(s) as Arc<dyn Storage>,
+                Disk::new(profile.clone()).unwrap(),
+                DiskTiming::Native,
+                clock,
+                pool.clone(),
+                events_tx.clone(),
+            )
+            .unwrap()
+        })
+        .collect();
+    drop(events_tx);
+    let array = prepared.array_mut();
+    let mut log = RunLog::default();
+    let mut pending: BTreeMap<(u64, u64), Completion> = BTreeMap::new();
+    let mut sequence = 0u64;
+    let mut ingest: Option<(TitleId, usize, usize)> = None;
+    let faults = &config.faults;
+    let mut admissions = sim_log.admissions.iter().peekable();
+    for round in 0..config.end_round {
+        log.rounds.push(RoundLog {
+            round,
+            ..RoundLog::default()
+        });
+        let aborted_of = |effects: &[Effect]| -> Vec<_> {
+            effects
+                .iter()
+                .filter_map(|e| match e {
+                    Effect::Aborted(a) => Some(a.stream),
+                    _ => None,
+                })
+                .collect()
+        };
+        for f in faults.failures.iter().filter(|f| f.round == round) {
+            if let Ok(effects) = array.fail_disk(f.disk, rondo_model::array::FailCause::Operator) {
+                let stopped = aborted_of(&effects);
+                log.rounds.last_mut().unwrap().aborted.extend(stopped);
+            }
+        }
+        if let Some(spec) = faults.rebuild
+            && spec.round == round
+        {
+            let _ = array.start_rebuild(spec.disk);
+        }
+        if let Some(spec) = faults.ingest
+            && spec.round == round
+            && let Some(layout) = ingest_layout.take()
+        {
+            let title = TitleId(placed.len() as u64);
+            ingest = Some((title, layout.rounds().len(), 0));
+            array.begin_ingest(title, layout);
+        }
+        let plan = array.begin_round(round);
+        let entry = log.rounds.last_mut().unwrap();
+        entry.aborted.extend(plan.aborted.iter().map(|a| a.stream));
+        entry.commands = plan.disks.iter().map(|d| d.commands.clone()).collect();
+        // The fault plan's read errors, on the storage of the chosen read.
+        for e in faults.read_errors.iter().filter(|e| e.round == round) {
+            let read = plan.disks[e.disk as usize]
+                .commands
+                .iter()
+                .filter(|c| matches!(c.purpose, Purpose::Deliver { .. }))
+                .nth(e.nth as usize);
+            if let Some(read) = read {
+                let offset = read.extents.iter().find(|x| x.length_bytes > 0).unwrap();
+                let fault = match e.kind {
+                    ReadErrorKind::Io => Fault::IoError,
+                    ReadErrorKind::Checksum => Fault::Corrupt,
+                };
+                storages[e.disk as usize].arm(offset.device_offset_bytes, fault);
+            }
+        }
+        let batches = plan.disks.len();
+        for d in &plan.disks {
+            let batch = DiskBatch {
+                round,
+                reserved_ns: d.reserved_ns,
+                granted_ns: d.granted_ns,
+                commands: d.commands.clone(),
+                scheduler: d.scheduler,
+                device: None,
+            };
+            disks[d.disk as usize].batches.send(batch).unwrap();
+        }
+        let mut done = 0;
+        while done < batches {
+            match events.recv_timeout(Duration::from_secs(30)).unwrap() {
+                IoEvent::Read {
+                    model_completion_ns,
+                    mut completion,
+                    ..
+                } => {
+                    if checksums == Checksums::Ignored
+                        && matches!(completion.outcome, ReadOutcome::BadChecksum(_))
+                    {
+                        completion.outcome = ReadOutcome::Ok;
+                    }
+                    pending.insert((model_completion_ns, sequence), completion);
+                    sequence += 1;
+                }
+                IoEvent::BatchDone { .. } => done += 1,
+            }
+        }
+        for copy in &plan.copies {
+            array.copy_done(copy.id, Ok(()));
+        }
+        if let Some(disk) = plan.rebuild_handed_out {
+            array.finish_rebuild(disk, true);
+        }
+        if let Some((title, rounds, granted)) = ingest.as_mut() {
+            *granted += plan.ingest_grants.iter().filter(|g| g.0 == *title).count();
+            array.want_write(*title, *granted);
+            if *granted == *rounds {
+                array.end_ingest(*title);
+                ingest = None;
+            }
+        }
+        // Completions due by the round's end, in model-time order; later
+        // ones after the next boundary, as on a real clock.
+        let end_ns = array.round_start_ns(round) + array.round_duration_ns(round);
+        while let Some(entry) = pending.first_entry() {
+            if entry.key().0 > end_ns {
+                break;
+            }
+            let effects = array.complete(&entry.remove());
+            let stopped = aborted_of(&effects);
+            log.rounds.last_mut().unwrap().aborted.extend(stopped);
+        }
+        array.check_invariants();
+        while let Some(a) = admissions.next_if(|a| a.round == round) {
+            let result = array
+                .admit_with_lookahead(&a.request, lookahead)
+                .map(|x| (x.stream, x.start_round))
+                .map_err(|e| e.to_string());
+            log.admissions.push(AdmissionLog {
+                round,
+                request: a.request.clone(),
+                result,
+            });
+        }
+    }
+    drop(disks);
+    log
+}
+
+/// The first difference between two logs, named.
+fn compare(sim: &RunLog, server: &RunLog) -> Result<(), String> {
+    for (a, b) in sim.rounds.iter().zip(&server.rounds) {
+        for (d, (x, y)) in a.commands.iter().zip(&b.commands).enumerate() {
+            if x != y {
+                let show = |c: &[DiskCommand]| {
+                    c.iter()
+                        .map(|c| format!("{:?} {} ns", c.purpose, c.charge_ns))
+                        .collect::<Vec<_>>()
+                };
+                return Err(format!(
+                    "round {} disk {d}: commands differ\n  simulator: {:?}\n  server:    {:?}",
+                    a.round,
+                    show(x),
+                    show(y)
+                ));
+            }
+        }
+        if a.aborted != b.aborted {
+            return Err(format!(
+                "round {}: aborted streams differ: simulator {:?}, server {:?}",
+                a.round, a.aborted, b.aborted
+            ));
+        }
+    }
+    if sim.rounds.len() != server.rounds.len() {
+        return Err("the runs have different lengths".into());
+    }
+    for (a, b) in sim.admissions.iter().zip(&server.admissions) {
+        if a != b {
+            return Err(format!(
+                "admission differs:\n  simulator: {a:?}\n  server:    {b:?}"
+            ));
+        }
+    }
+    if sim.admissions.len() != server.admissions.len() {
+        return Err(format!(
+            "{} admissions in the simulator, {} in the server",
+            sim.admissions.len(),
+            server.admissions.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The scenario through the simulator, with its checksums (the same bytes
+/// the server side stores).
+fn simulate() -> (
+    SimConfig,
+    rondo_model::reservation::Bound,
+    Vec<PlacedTitle>,
+    rondo_sim::run::SimResult,
+    RunLog,
+) {
+    let config = scenario();
+    let profile = disk::profile_by_name(&config.profile).unwrap();
+    let (bound, mut placed) = place_titles(&config, &profile, &titles(50)).unwrap();
+    // The checksums the commands carry, from the bytes the server stores.
+    let storages: Vec<Arc<FaultyStorage<MemoryStorage>>> = (0..config.disks)
+        .map(|_| Arc::new(FaultyStorage::new(MemoryStorage::new(0))))
+        .collect();
+    fill(&storages, &mut placed).unwrap();
+    let (result, log) = run_logged(&config, &bound, &placed).unwrap();
+    (config, bound, placed, result, log)
+}
+
+#[test]
+fn differential_simulator_and_server_executor_decide_alike() {
+    let (config, bound, placed, result, sim_log) = simulate();
+    // The scenario exercises what it names.
+    assert_eq!(result.read_errors, 3, "{result:?}");
+    assert!(result.rereads >= 2, "{result:?}");
+    assert!(result.rebuild_rounds.is_some(), "{result:?}");
+    assert!(result.ingest_rounds.is_some(), "{result:?}");
+    assert!(result.admitted > 20, "{result:?}");
+    assert_eq!(result.deadline_misses, 0, "{result:?}");
+    assert_eq!(result.invariant_checks, config.end_round);
+    let spans = sim_log
+        .admissions
+        .iter()
+        .filter(|a| a.request.span != rondo_model::array::Span::Whole)
+        .count();
+    assert!(spans > 3, "ranges and time starts were offered: {spans}");
+    let server_log = run_server_side(&config, &placed, &bound, &sim_log, Checksums::Acted);
+    if let Err(e) = compare(&sim_log, &server_log) {
+        panic!("the simulator and the server's executor disagree: {e}");
+    }
+    let commands: usize = sim_log
+        .rounds
+        .iter()
+        .flat_map(|r| &r.commands)
+        .map(Vec::len)
+        .sum();
+    eprintln!(
+        "differential: {} rounds, {commands} commands, {} admissions ({} admitted), {} aborted, \
+         identical",
+        sim_log.rounds.len(),
+        sim_log.admissions.len(),
+        result.admitted,
+        sim_log
+            .rounds
+            .iter()
+            .map(|r| r.aborted.len())
+            .sum::<usize>()
+    );
+}
+
+#[test]
+fn an_executor_with_one_decision_changed_fails_the_comparison() {
+    let (config, bound, placed, _, sim_log) = simulate();
+    let server_log = run_server_side(&config, &placed, &bound, &sim_log, Checksums::Ignored);
+    let difference = compare(&sim_log, &server_log).expect_err(
+        "an executor that reports checksum mismatches as good reads must not pass the \
+         differential test",
+    );
+    eprintln!("the changed executor: {difference}");
+    assert!(difference.contains("round 21"), "{difference}");
+}
