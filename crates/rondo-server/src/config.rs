@@ -39,14 +39,11 @@ impl DiskTiming {
 
 /// Default listen address: loopback only, so nothing is exposed unless asked.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-/// Default admission look-ahead: start rounds tried after the earliest one.
-pub const DEFAULT_LOOKAHEAD_ROUNDS: u64 = 5;
+pub use rondo_store::titles::{DEFAULT_BUFFER_PER_DISK_BYTES, DEFAULT_LOOKAHEAD_ROUNDS};
 /// Default client buffer: what a session may hold ahead of playback.
 pub const DEFAULT_CLIENT_BUFFER_ROUNDS: u64 = 2;
 /// Default grace time for a client that stops reading.
 pub const DEFAULT_STALL_GRACE: Duration = Duration::from_secs(30);
-/// Server buffer per disk admission may reserve (seed 000 §6.3: 64 MB per disk).
-pub const DEFAULT_BUFFER_PER_DISK_BYTES: u64 = 64 * 1024 * 1024;
 /// Titles up to this long can be admitted: it sizes the reservation tables
 /// (their rings span the longest title plus the look-ahead).
 pub const DEFAULT_MAX_TITLE_DURATION: Duration = Duration::from_secs(4 * 3600);

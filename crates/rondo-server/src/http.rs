@@ -42,7 +42,7 @@ use crate::auth::bearer_matches;
 use crate::ingest::{IngestError, ingest_file_as};
 use crate::session::{StreamRequest, admit};
 use crate::state::Shared;
-use crate::titles::{LoadedTitle, TimeSeekError, TimeStart, load_title, title_json};
+use crate::titles::{LoadedTitle, TimeSeek, TimeSeekError, TimeStart, load_title, title_json};
 
 /// The player page, served at `/`.
 const PLAYER_HTML: &str = include_str!("player.html");

@@ -25,6 +25,7 @@ mod disk_state;
 mod error;
 mod fsck;
 mod store;
+pub mod titles;
 
 pub use catalog::{
     CATALOG_FILE, ExtentRecord, KeyframeRecord, SCHEMA_VERSION, decode_client_bytes,

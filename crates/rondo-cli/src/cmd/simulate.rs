@@ -9,7 +9,7 @@
 //! `--data-dir` a data directory's stored titles: then everything the
 //! directory fixes (disks, profile, scheme, placement, declustering, round
 //! length, stride and block) comes from its `rondo.toml`, and the titles are
-//! loaded by the server's own loader (`rondo_server::titles::load_titles`:
+//! loaded by the store's loader (the one the server uses) (`rondo_store::titles::load_titles`:
 //! the catalog's client bytes, the stored layout, the charges under the
 //! server's rondo-mode bound) and run through `rondo_sim::run::run_placed`,
 //! with the server's admission defaults (look-ahead, buffer). A prediction
@@ -515,9 +515,9 @@ fn load_data_dir(
         backup_block_bytes: args.backup_block_bytes,
         ..DirectoryFlags::default()
     })?;
-    let bound = rondo_server::titles::rondo_bound(&array)
+    let bound = rondo_store::titles::rondo_bound(&array)
         .with_context(|| format!("disk profile {}", array.disk_profile))?;
-    let loaded = rondo_server::titles::load_titles(&store, &bound)?;
+    let loaded = rondo_store::titles::load_titles(&store, &bound)?;
     drop(store);
     anyhow::ensure!(
         !loaded.is_empty(),
@@ -548,8 +548,8 @@ fn load_data_dir(
     // R_disk of equation 1: the profile's minimum media rate (for the
     // Cheetah, seed 000 Table 2's 11.3 MB/s).
     config.mu_rate_bytes_per_s = profile.paper_bound()?.rate_bytes_per_s as f64;
-    config.buffer_per_disk_bytes = rondo_server::config::DEFAULT_BUFFER_PER_DISK_BYTES;
-    config.lookahead_rounds = Some(rondo_server::config::DEFAULT_LOOKAHEAD_ROUNDS);
+    config.buffer_per_disk_bytes = rondo_store::titles::DEFAULT_BUFFER_PER_DISK_BYTES;
+    config.lookahead_rounds = Some(rondo_store::titles::DEFAULT_LOOKAHEAD_ROUNDS);
     Ok((config, bound, titles))
 }
 

@@ -186,3 +186,80 @@ impl ArrayTitle {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::NS_PER_S;
+
+    fn index(client_bytes: &[u64]) -> RoundIndex {
+        RoundIndex::new(client_bytes, NS_PER_S)
+    }
+
+    #[test]
+    fn bytes_map_to_rounds_and_back() {
+        let ix = index(&[100, 50, 70]);
+        assert_eq!(ix.rounds(), 3);
+        assert_eq!(ix.size_bytes(), 220);
+        assert_eq!(ix.round_byte_range(1), 100..150);
+        let at = |round, offset_in_round_bytes| {
+            Some(RoundPosition {
+                round,
+                offset_in_round_bytes,
+            })
+        };
+        assert_eq!(ix.position_of_byte(0), at(0, 0));
+        assert_eq!(ix.position_of_byte(99), at(0, 99));
+        assert_eq!(ix.position_of_byte(100), at(1, 0));
+        assert_eq!(ix.position_of_byte(149), at(1, 49));
+        assert_eq!(ix.position_of_byte(150), at(2, 0));
+        assert_eq!(ix.position_of_byte(219), at(2, 69));
+        assert_eq!(ix.position_of_byte(220), None);
+        assert_eq!(ix.position_of_byte(u64::MAX), None);
+        for offset in 0..220 {
+            let p = ix.position_of_byte(offset).unwrap();
+            assert_eq!(ix.stored_offset(p), Some(offset));
+        }
+        // Positions outside a round or past the last round have no offset.
+        assert_eq!(ix.stored_offset(at(1, 50).unwrap()), None);
+        assert_eq!(ix.stored_offset(at(3, 0).unwrap()), None);
+        assert_eq!(ix.stored_offset(at(0, u64::MAX).unwrap()), None);
+    }
+
+    #[test]
+    fn empty_rounds_hold_no_byte() {
+        // Rounds 1, 2 and 4 are empty (a gap in the media, say).
+        let ix = index(&[10, 0, 0, 5, 0, 7]);
+        assert_eq!(ix.round_byte_range(1), 10..10);
+        let rounds: Vec<usize> = (0..22)
+            .map(|b| ix.position_of_byte(b).unwrap().round)
+            .collect();
+        let mut expected = vec![0; 10];
+        expected.extend([3; 5]);
+        expected.extend([5; 7]);
+        assert_eq!(rounds, expected);
+        assert_eq!(
+            ix.stored_offset(RoundPosition {
+                round: 1,
+                offset_in_round_bytes: 0
+            }),
+            None
+        );
+        // A leading empty round: byte 0 is in round 1.
+        let ix = index(&[0, 4]);
+        assert_eq!(ix.position_of_byte(0).unwrap().round, 1);
+    }
+
+    #[test]
+    fn times_map_to_the_round_that_plays_them() {
+        let ix = RoundIndex::new(&[1, 1, 1], NS_PER_S / 2);
+        assert_eq!(ix.round_for_time(0), 0);
+        assert_eq!(ix.round_for_time(NS_PER_S / 2 - 1), 0);
+        assert_eq!(ix.round_for_time(NS_PER_S / 2), 1);
+        assert_eq!(ix.round_for_time(NS_PER_S + 1), 2);
+        // Past the end: the last round.
+        assert_eq!(ix.round_for_time(100 * NS_PER_S), 2);
+        assert_eq!(ix.round_for_time(u64::MAX), 2);
+        assert_eq!(ix.round_start_ns(2), NS_PER_S);
+    }
+}
