@@ -23,12 +23,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rondo_media::synth;
 use rondo_model::array::{Completion, DiskCommand, Effect, Purpose, ReadOutcome};
 use rondo_model::disk::{self, Disk};
 use rondo_model::layout::{ReplicaPlacement, TitleLayout};
 use rondo_model::reservation::Scheme;
-use rondo_model::schedule::Schedule;
 use rondo_model::units::TitleId;
 use rondo_server::buffers::BufferPool;
 use rondo_server::config::DiskTiming;
@@ -43,23 +41,7 @@ use rondo_sim::run::{
 
 /// Three Table 3 titles cut to `rounds` rounds.
 fn titles(rounds: usize) -> Vec<SimTitle> {
-    synth::known_kinds()
-        .iter()
-        .filter(|k| matches!(k, synth::TraceKind::Vbr(_)))
-        .take(3)
-        .map(|&k| {
-            let full = Schedule::from_frames(&synth::generate(k, 1), 1_000_000_000, 16384).unwrap();
-            SimTitle {
-                name: k.name().into(),
-                schedule: Schedule::from_client_bytes(
-                    full.client_bytes[..rounds].to_vec(),
-                    full.round_duration_ns,
-                    full.block_bytes,
-                )
-                .unwrap(),
-            }
-        })
-        .collect()
+    rondo_sim::titles::table3_cut(rounds, 3)
 }
 
 /// The scenario: 4 cheetah disks, minimum reservation, rondo bound, a
@@ -114,8 +96,27 @@ fn round_bytes(t: u64, r: usize, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Writes `bytes` over `extents` of one disk, back to back; returns each
+/// extent's CRC32C.
+fn write_extents(
+    storage: &FaultyStorage<MemoryStorage>,
+    extents: &[rondo_model::layout::Extent],
+    bytes: &[u8],
+) -> Vec<u32> {
+    let mut at = 0usize;
+    extents
+        .iter()
+        .map(|x| {
+            let part = &bytes[at..at + x.length_bytes as usize];
+            storage.inner().write_at(x.device_offset_bytes, part);
+            at += x.length_bytes as usize;
+            rondo_store::checksum(part)
+        })
+        .collect()
+}
+
 /// Writes every title's primary and backup extents into per-disk memory and
-/// returns each title's checksums.
+/// sets each title's checksums.
 fn fill(
     storages: &[Arc<FaultyStorage<MemoryStorage>>],
     placed: &mut [PlacedTitle],
@@ -125,16 +126,11 @@ fn fill(
         let mut sums = rondo_model::array::ExtentChecksums::default();
         for (r, round) in layout.rounds().iter().enumerate() {
             let data = round_bytes(t as u64, r, round.primary.bytes() as usize);
-            let mut primary = Vec::new();
-            let mut at = 0usize;
-            for x in round.primary.as_slice() {
-                let bytes = &data[at..at + x.length_bytes as usize];
-                storages[round.primary_disk.0 as usize]
-                    .inner()
-                    .write_at(x.device_offset_bytes, bytes);
-                primary.push(rondo_store::checksum(bytes));
-                at += x.length_bytes as usize;
-            }
+            let primary = write_extents(
+                &storages[round.primary_disk.0 as usize],
+                round.primary.as_slice(),
+                &data,
+            );
             let mut backup = Vec::new();
             for piece in &round.backups {
                 let stored: Vec<u8> = piece
@@ -142,15 +138,11 @@ fn fill(
                     .iter()
                     .flat_map(|f| data[f.start as usize..f.end as usize].iter().copied())
                     .collect();
-                let mut at = 0usize;
-                for x in piece.extents.as_slice() {
-                    let bytes = &stored[at..at + x.length_bytes as usize];
-                    storages[piece.disk.0 as usize]
-                        .inner()
-                        .write_at(x.device_offset_bytes, bytes);
-                    backup.push(rondo_store::checksum(bytes));
-                    at += x.length_bytes as usize;
-                }
+                backup.extend(write_extents(
+                    &storages[piece.disk.0 as usize],
+                    piece.extents.as_slice(),
+                    &stored,
+                ));
             }
             sums.primary.push(primary);
             sums.backup.push(backup);

@@ -9,4 +9,5 @@
 
 pub mod faults;
 pub mod run;
+pub mod titles;
 pub mod workload;

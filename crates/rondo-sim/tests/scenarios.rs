@@ -5,33 +5,15 @@
 //! (`RONDO_SEED=<seed>` runs only that seed). `RONDO_SLOW_TESTS=1` runs many
 //! more seeds.
 
-use rondo_media::synth;
 use rondo_model::disk;
 use rondo_model::layout::{ReplicaPlacement, RoundRobinCounter};
 use rondo_model::reservation::Scheme;
-use rondo_model::schedule::Schedule;
 use rondo_sim::faults::FaultPlan;
 use rondo_sim::run::{BoundKind, FailureSpec, Mode, SimConfig, SimResult, SimTitle, run};
 
-/// The six Table 3 titles, cut to their first `rounds` rounds so that short
-/// runs see many starts and ends.
+/// The six Table 3 titles, cut to their first `rounds` rounds.
 fn titles(rounds: usize) -> Vec<SimTitle> {
-    synth::known_kinds()
-        .iter()
-        .filter(|k| matches!(k, synth::TraceKind::Vbr(_)))
-        .map(|&k| {
-            let full = Schedule::from_frames(&synth::generate(k, 1), 1_000_000_000, 16384).unwrap();
-            SimTitle {
-                name: k.name().into(),
-                schedule: Schedule::from_client_bytes(
-                    full.client_bytes[..rounds].to_vec(),
-                    full.round_duration_ns,
-                    full.block_bytes,
-                )
-                .unwrap(),
-            }
-        })
-        .collect()
+    rondo_sim::titles::table3_cut(rounds, 6)
 }
 
 fn slow() -> bool {
