@@ -181,7 +181,10 @@ impl Driver {
             self.aborted(&mut core, a);
         }
 
-        // 2. Hand over what may be sent now.
+        // 2. Hand over what may be sent now; pieces of streams whose session
+        // ended (a client that left mid-round) are dropped.
+        self.pieces
+            .retain(|(stream, _), _| core.streams.contains_key(stream));
         let ids: Vec<StreamId> = core.streams.keys().copied().collect();
         for id in ids {
             self.flush(&mut core, id, now);
