@@ -247,7 +247,7 @@ async fn schedule(
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> axum::Json<Value> {
-    let active = shared.core.lock().expect("core lock").streams.len();
+    let active = shared.active_streams();
     axum::Json(serde_json::to_value(shared.metrics.snapshot(active)).expect("serialisable"))
 }
 
@@ -458,13 +458,21 @@ async fn stream(
             peer: peer.to_string(),
         },
     )
-    .map_err(|rejection| {
-        tracing::info!(
-            title = title.id().0,
-            peer = %peer,
-            "stream rejected: {rejection}"
-        );
-        unavailable(&shared, rejection_kind(&rejection), rejection.to_string())
+    .await
+    .map_err(|rejection| match rejection {
+        Some(rejection) => {
+            tracing::info!(
+                title = title.id().0,
+                peer = %peer,
+                "stream rejected: {rejection}"
+            );
+            unavailable(&shared, rejection_kind(&rejection), rejection.to_string())
+        }
+        None => unavailable(
+            &shared,
+            "shutting_down",
+            "the server is shutting down".into(),
+        ),
     })?;
     Ok(builder
         .body(Body::from_stream(admitted.body))
@@ -642,13 +650,21 @@ async fn delete_title(
     Path(id): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
     let id = parse_id(&id)?;
-    {
-        let mut core = shared.core.lock().expect("core lock");
-        if !core.titles.contains_key(&id) {
-            return Err(ApiError::not_found(format!("no title with id {}", id.0)));
-        }
-        if !core.array.remove_title(id) {
+    if shared.title(id).is_none() {
+        return Err(ApiError::not_found(format!("no title with id {}", id.0)));
+    }
+    let removed = shared
+        .with_core(move |_, core| {
+            let removed = core.array.remove_title(id);
             let playing = core.streams.values().filter(|s| s.title.id() == id).count();
+            (removed, playing)
+        })
+        .await;
+    match removed {
+        Some((true, _)) => {
+            shared.titles.write().expect("titles lock").remove(&id);
+        }
+        Some((false, playing)) => {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 format!(
@@ -658,7 +674,12 @@ async fn delete_title(
                 ),
             ));
         }
-        core.titles.remove(&id);
+        None => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server is shutting down".to_string(),
+            ));
+        }
     }
     let store = shared.store.clone();
     tokio::task::spawn_blocking(move || store.delete_title(id))

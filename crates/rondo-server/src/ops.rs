@@ -101,9 +101,11 @@ pub fn record_failed(shared: &Shared, disk: u32, reason: &str) {
 
 /// At start: the disks recorded failed (before a restart) fail again before
 /// any stream is admitted, so no stream is planned on them.
-pub fn fail_recorded_disks(shared: &Shared) -> Result<(), rondo_store::StoreError> {
+pub fn fail_recorded_disks(
+    shared: &Shared,
+    core: &mut Core,
+) -> Result<(), rondo_store::StoreError> {
     let states = shared.store.disk_states()?;
-    let mut core = shared.core.lock().expect("core lock");
     for disk in states.failed_disks() {
         let reason = &states.failed[&disk.to_string()].reason;
         if let Ok(effects) = core.array.fail_disk(disk, FailCause::Recorded) {
@@ -217,9 +219,9 @@ pub fn admin_routes() -> Router<Arc<Shared>> {
         .route("/api/admin/disks/{disk}/restore", post(restore))
 }
 
-/// `GET /api/disks`: every disk's state, errors and device, and the rebuild.
-pub fn disks_json(shared: &Shared) -> Value {
-    let core = shared.core.lock().expect("core lock");
+/// `GET /api/disks`: every disk's state, errors and device, and the rebuild
+/// (run on the round driver, which owns the core).
+pub fn disks_json(shared: &Shared, core: &Core) -> Value {
     let devices = shared.store.devices();
     let disks: Vec<Value> = (0..shared.array.disk_count)
         .map(|disk| {
@@ -247,8 +249,20 @@ pub fn disks_json(shared: &Shared) -> Value {
     })
 }
 
-async fn list_disks(State(shared): State<Arc<Shared>>) -> axum::Json<Value> {
-    axum::Json(disks_json(&shared))
+async fn list_disks(State(shared): State<Arc<Shared>>) -> Result<axum::Json<Value>, OpsError> {
+    shared
+        .with_core(|shared, core| disks_json(shared, core))
+        .await
+        .map(axum::Json)
+        .ok_or_else(stopping)
+}
+
+/// The answer when the round driver has stopped.
+fn stopping() -> OpsError {
+    OpsError(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the server is shutting down".into(),
+    )
 }
 
 async fn fail(
@@ -256,12 +270,14 @@ async fn fail(
     Path(disk): Path<String>,
 ) -> Result<axum::Json<Value>, OpsError> {
     let disk = parse_disk(&shared, &disk)?;
-    let mut core = shared.core.lock().expect("core lock");
-    let effects = core
-        .array
-        .fail_disk(disk, FailCause::Operator)
+    let stopped = shared
+        .with_core(move |shared, core| {
+            let effects = core.array.fail_disk(disk, FailCause::Operator)?;
+            Ok(apply_ops_effects(shared, core, effects))
+        })
+        .await
+        .ok_or_else(stopping)?
         .map_err(refused)?;
-    let stopped = apply_ops_effects(&shared, &mut core, effects);
     tracing::error!(
         disk,
         streams_stopped = stopped.len(),
@@ -292,22 +308,34 @@ async fn replace(
         )
     })?;
     shared
-        .core
-        .lock()
-        .expect("core lock")
-        .array
-        .start_replace(disk)
+        .with_core(move |_, core| core.array.start_replace(disk))
+        .await
+        .ok_or_else(stopping)?
         .map_err(refused)?;
     let store = shared.store.clone();
     let path = body.0.path;
     let result = tokio::task::spawn_blocking(move || store.replace_device(DiskIndex(disk), &path))
         .await
         .map_err(|e| OpsError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()));
-    let mut core = shared.core.lock().expect("core lock");
-    core.array.end_replace(disk);
-    let device = result?.map_err(|e| OpsError(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
+    let device = match result? {
+        Ok(device) => Ok(device),
+        Err(e) => Err(OpsError(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())),
+    };
+    let swap = device
+        .as_ref()
+        .ok()
+        .map(|d| Arc::clone(d) as Arc<dyn crate::storage::Storage>);
+    shared
+        .with_core(move |_, core| {
+            core.array.end_replace(disk);
+            if swap.is_some() {
+                core.ops.device_swaps[disk as usize] = swap;
+            }
+        })
+        .await
+        .ok_or_else(stopping)?;
+    let device = device?;
     let path = device.path().display().to_string();
-    core.ops.device_swaps[disk as usize] = Some(device as Arc<dyn crate::storage::Storage>);
     tracing::info!(disk, path = %path, "disk replaced by a new device (restore rebuilds it)");
     Ok(axum::Json(json!({
         "disk": disk,
@@ -349,8 +377,10 @@ async fn restore(
     Path(disk): Path<String>,
 ) -> Result<axum::Json<Value>, OpsError> {
     let disk = parse_disk(&shared, &disk)?;
-    let mut core = shared.core.lock().expect("core lock");
-    start_rebuild(&shared, &mut core, disk)
+    shared
+        .with_core(move |shared, core| start_rebuild(shared, core, disk))
+        .await
+        .ok_or_else(stopping)?
         .map(axum::Json)
         .map_err(conflict)
 }

@@ -32,7 +32,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::{
     Aborted, Completion, Effect, ReadOutcome, RoundPlan, RoundReady, state_name,
 };
@@ -44,7 +44,7 @@ use crate::gate::GateRequest;
 use crate::io::{DiskBatch, IoEvent};
 use crate::metrics::GrantedIo;
 use crate::session::end_stream;
-use crate::state::{Core, Shared};
+use crate::state::{Core, CoreJob, Shared};
 use crate::titles::LoadedTitle;
 
 /// The pieces of one stream-round read so far.
@@ -56,8 +56,12 @@ struct Pieces {
 /// The driver thread's own state.
 pub struct Driver {
     shared: Arc<Shared>,
+    /// The array and the sessions: this thread's alone.
+    core: Core,
     disks: Vec<Sender<DiskBatch>>,
     events: Receiver<IoEvent>,
+    /// Jobs from HTTP handlers, sessions and the copier, run on the core.
+    jobs: Receiver<CoreJob>,
     /// Bytes of stream-rounds not complete yet (the array decides when they
     /// are; this only holds their data).
     pieces: BTreeMap<(StreamId, u32), Pieces>,
@@ -71,13 +75,17 @@ const SHUTDOWN_POLL: Duration = Duration::from_millis(50);
 impl Driver {
     pub fn new(
         shared: Arc<Shared>,
+        core: Core,
         disks: Vec<Sender<DiskBatch>>,
         events: Receiver<IoEvent>,
+        jobs: Receiver<CoreJob>,
     ) -> Driver {
         Driver {
             shared,
+            core,
             disks,
             events,
+            jobs,
             pieces: BTreeMap::new(),
             current: 0,
         }
@@ -98,16 +106,24 @@ impl Driver {
                 if now >= boundary {
                     break;
                 }
-                let wait_until = boundary.min(now + SHUTDOWN_POLL);
-                match self.events.recv_deadline(wait_until) {
-                    Ok(event) => self.on_event(event),
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => {
-                        tracing::error!("every disk thread has stopped; the round driver stops");
-                        self.stop();
-                        return;
-                    }
+                let wait = boundary.min(now + SHUTDOWN_POLL) - now;
+                crossbeam_channel::select! {
+                    recv(self.events) -> event => match event {
+                        Ok(event) => self.on_event(event),
+                        Err(_) => {
+                            tracing::error!("every disk thread has stopped; the round driver stops");
+                            self.stop();
+                            return;
+                        }
+                    },
+                    recv(self.jobs) -> job => {
+                        if let Ok(job) = job {
+                            job(&self.shared, &mut self.core);
+                        }
+                    },
+                    default(wait) => {}
                 }
+                self.publish();
             }
             let late = Instant::now().saturating_duration_since(boundary);
             if late > Duration::from_nanos(self.shared.clock.round_ns / 4) {
@@ -122,8 +138,15 @@ impl Driver {
         }
     }
 
+    /// Publishes what others read without asking: the sessions held.
+    fn publish(&self) {
+        self.shared
+            .active_streams
+            .store(self.core.streams.len(), Relaxed);
+    }
+
     fn stop(&mut self) {
-        let mut core = self.shared.core.lock().expect("core lock");
+        let core = &mut self.core;
         let aborted = core.array.abort_all();
         for a in &aborted {
             if let Some(state) = core.streams.remove(&a.stream) {
@@ -136,7 +159,7 @@ impl Driver {
             state.abort.store(true, Relaxed);
             self.shared.metrics.streams_aborted.fetch_add(1, Relaxed);
         }
-        drop(core);
+        self.publish();
         self.pieces.clear();
         self.disks.clear();
         self.shared.gate.shutdown();
@@ -148,7 +171,7 @@ impl Driver {
         let shared = Arc::clone(&self.shared);
         let metrics = &shared.metrics;
         metrics.rounds.fetch_add(1, Relaxed);
-        let mut core = shared.core.lock().expect("core lock");
+        let core = &mut self.core;
 
         // 1. The writers' requests, then the array's plan of the round.
         for request in shared.gate.take_requests() {
@@ -178,27 +201,28 @@ impl Driver {
         }
         for a in &plan.aborted {
             metrics.lost_reads.fetch_add(1, Relaxed);
-            self.aborted(&mut core, a);
+            self.aborted(a);
         }
 
         // 2. Hand over what may be sent now; pieces of streams whose session
         // ended (a client that left mid-round) are dropped.
+        let core = &self.core;
         self.pieces
             .retain(|(stream, _), _| core.streams.contains_key(stream));
-        let ids: Vec<StreamId> = core.streams.keys().copied().collect();
+        let ids: Vec<StreamId> = self.core.streams.keys().copied().collect();
         for id in ids {
-            self.flush(&mut core, id, now);
+            self.flush(id, now);
         }
         for ready in &plan.ready {
             // Empty rounds: nothing to read.
-            self.deliver(&mut core, ready, Bytes::new(), now);
+            self.deliver(ready, Bytes::new(), now);
         }
 
         // 3. The disks' batches, the copies and the grants.
+        let core = &mut self.core;
         let mut swaps = std::mem::take(&mut core.ops.device_swaps);
         core.ops.device_swaps = vec![None; swaps.len()];
-        crate::ops::rebuild::hand_out(&shared, &mut core, &plan);
-        drop(core);
+        crate::ops::rebuild::hand_out(&shared, core, &plan);
         let RoundPlan {
             disks,
             ingest_grants,
@@ -299,9 +323,8 @@ impl Driver {
     fn on_read(&mut self, completion: Completion, data: Option<PooledBuf>) {
         let key = (completion.stream, completion.playback_round);
         let shared = Arc::clone(&self.shared);
-        let mut core = shared.core.lock().expect("core lock");
         if let (ReadOutcome::Ok, Some(data)) = (&completion.outcome, data)
-            && let Some(state) = core.streams.get(&completion.stream)
+            && let Some(state) = self.core.streams.get(&completion.stream)
         {
             let round_layout = state.title.layout.round(completion.playback_round as usize);
             let count = match completion.replica {
@@ -343,12 +366,12 @@ impl Driver {
                 completion.disk
             );
         }
-        let effects = core.array.complete(&completion);
-        self.apply(&mut core, effects, Instant::now());
+        let effects = self.core.array.complete(&completion);
+        self.apply(effects, Instant::now());
     }
 
     /// Carries out the array's effects.
-    fn apply(&mut self, core: &mut Core, effects: Vec<Effect>, now: Instant) {
+    fn apply(&mut self, effects: Vec<Effect>, now: Instant) {
         for effect in effects {
             match effect {
                 Effect::Ready(ready) => {
@@ -356,11 +379,11 @@ impl Driver {
                     let Some(pieces) = self.pieces.remove(&key) else {
                         continue;
                     };
-                    let Some(state) = core.streams.get(&ready.stream) else {
+                    let Some(state) = self.core.streams.get(&ready.stream) else {
                         continue;
                     };
                     let data = assemble(&state.title, &ready, pieces);
-                    self.deliver(core, &ready, data, now);
+                    self.deliver(&ready, data, now);
                 }
                 Effect::ReReadQueued {
                     stream,
@@ -386,14 +409,14 @@ impl Driver {
                         "disk failed ({cause}): its reads go to the other replicas from the next round"
                     );
                 }
-                Effect::Aborted(a) => self.aborted(core, &a),
+                Effect::Aborted(a) => self.aborted(&a),
             }
         }
     }
 
     /// A stream the array stopped: its response fails.
-    fn aborted(&mut self, core: &mut Core, a: &Aborted) {
-        crate::ops::end_aborted(&self.shared, core, a);
+    fn aborted(&mut self, a: &Aborted) {
+        crate::ops::end_aborted(&self.shared, &mut self.core, a);
         let keys: Vec<(StreamId, u32)> = self
             .pieces
             .range((a.stream, 0)..=(a.stream, u32::MAX))
@@ -406,19 +429,20 @@ impl Driver {
 
     /// A stream-round is complete: keep it for its send round (or send it
     /// now if that round has begun).
-    fn deliver(&mut self, core: &mut Core, ready: &RoundReady, data: Bytes, now: Instant) {
-        let Some(state) = core.streams.get_mut(&ready.stream) else {
+    fn deliver(&mut self, ready: &RoundReady, data: Bytes, now: Instant) {
+        let Some(state) = self.core.streams.get_mut(&ready.stream) else {
             return;
         };
         state
             .ready
             .insert(ready.playback_round as usize, (ready.send_round, data));
-        self.flush(core, ready.stream, now);
+        self.flush(ready.stream, now);
     }
 
     /// Hands a stream's sendable rounds to its session; ends it when its
     /// range is all handed over or its client has stalled too long.
-    fn flush(&mut self, core: &mut Core, stream: StreamId, now: Instant) {
+    fn flush(&mut self, stream: StreamId, now: Instant) {
+        let core = &mut self.core;
         let Some(state) = core.streams.get_mut(&stream) else {
             return;
         };

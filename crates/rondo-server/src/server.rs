@@ -12,8 +12,8 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -180,6 +180,12 @@ impl RunningServer {
             round_ns,
         };
         let (copier_tx, copier_rx) = crossbeam_channel::unbounded();
+        let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
+        let mut core = Core {
+            array: core_array,
+            streams: Default::default(),
+            ops: OpsState::new(array.disk_count),
+        };
         let shared = Arc::new(Shared {
             store: store.clone(),
             data_dir: data_dir.clone(),
@@ -188,12 +194,9 @@ impl RunningServer {
             bound,
             clock,
             metrics: Arc::clone(&metrics),
-            core: Mutex::new(Core {
-                array: core_array,
-                titles: loaded,
-                streams: Default::default(),
-                ops: OpsState::new(array.disk_count),
-            }),
+            titles: RwLock::new(loaded),
+            active_streams: AtomicUsize::new(0),
+            jobs: jobs_tx,
             gate,
             copier: copier_tx,
             shutting_down: AtomicBool::new(false),
@@ -201,7 +204,7 @@ impl RunningServer {
             base_url: base_url.clone(),
         });
         // Disks failed before a restart stay failed (disk-state.toml).
-        crate::ops::fail_recorded_disks(&shared).map_err(|e| ServerError::Io {
+        crate::ops::fail_recorded_disks(&shared, &mut core).map_err(|e| ServerError::Io {
             context: "reading the failed disks".into(),
             source: std::io::Error::other(e.to_string()),
         })?;
@@ -229,7 +232,8 @@ impl RunningServer {
                 .map_err(io_error("starting the rebuild's copier thread"))?,
         );
         drop(events_tx);
-        let driver = Driver::new(Arc::clone(&shared), batch_senders, events_rx);
+        // The driver owns the core from here on; everyone else sends it jobs.
+        let driver = Driver::new(Arc::clone(&shared), core, batch_senders, events_rx, jobs_rx);
         let driver = std::thread::Builder::new()
             .name("rondo-rounds".into())
             .spawn(move || driver.run())
@@ -298,7 +302,7 @@ impl RunningServer {
 
     /// The server's counters.
     pub fn metrics(&self) -> MetricsSnapshot {
-        let active = self.shared.core.lock().expect("core lock").streams.len();
+        let active = self.shared.active_streams();
         self.shared.metrics.snapshot(active)
     }
 

@@ -134,54 +134,64 @@ pub struct Admitted {
 
 /// Admits a stream over the rounds holding its bytes, from the round of its
 /// first byte to the round of its last: the array's admission
-/// (`Array::admit` of a byte span) with the configured look-ahead.
-pub fn admit(shared: &Arc<Shared>, request: StreamRequest) -> Result<Admitted, Rejection> {
+/// (`Array::admit` of a byte span) with the configured look-ahead, run on
+/// the round driver. `Err(None)`: the server is shutting down.
+pub async fn admit(
+    shared: &Arc<Shared>,
+    request: StreamRequest,
+) -> Result<Admitted, Option<Rejection>> {
     let title = request.title;
     let channel_rounds = shared.config.client_buffer_rounds.max(1) as usize;
     let (sink, receiver) = mpsc::channel(channel_rounds);
     let abort = Arc::new(AtomicBool::new(false));
-    let mut core = shared.core.lock().expect("core lock");
-    // The array maps the bytes to playback rounds and reserves only those
-    // (nothing past the round of the range's last byte), from the first
-    // round the driver has not planned yet.
-    let admission = core.array.admit(&AdmitRequest {
-        title: title.id(),
-        span: Span::Bytes {
-            first_byte: request.first_byte,
-            length_bytes: request.length_bytes,
-        },
-    });
-    let admission = match admission {
-        Ok(a) => a,
-        Err(rejection) => {
-            // The HTTP handler logs the rejection with its reason.
-            shared.metrics.count_rejection(&rejection);
-            return Err(rejection);
-        }
-    };
+    let (first_byte, length_bytes) = (request.first_byte, request.length_bytes);
+    let (job_title, job_abort, peer) =
+        (Arc::clone(&title), Arc::clone(&abort), request.peer.clone());
+    let admission = shared
+        .with_core(move |shared, core| {
+            // The array maps the bytes to playback rounds and reserves only
+            // those (nothing past the round of the range's last byte), from
+            // the first round the driver has not planned yet.
+            let admission = core.array.admit(&AdmitRequest {
+                title: job_title.id(),
+                span: Span::Bytes {
+                    first_byte,
+                    length_bytes,
+                },
+            });
+            match &admission {
+                Ok(a) => {
+                    shared.metrics.admitted.fetch_add(1, Relaxed);
+                    if a.first_playback_round > 0 || a.skip_bytes > 0 {
+                        shared.metrics.admitted_mid_title.fetch_add(1, Relaxed);
+                    }
+                    core.streams.insert(
+                        a.stream,
+                        StreamState {
+                            title: job_title,
+                            start_round: a.start_round,
+                            first_playback_round: a.first_playback_round,
+                            next_send_round: a.first_playback_round,
+                            skip_bytes: a.skip_bytes,
+                            remaining_bytes: a.length_bytes,
+                            ready: BTreeMap::new(),
+                            backlog: VecDeque::new(),
+                            sink,
+                            stalled_since: None,
+                            abort: job_abort,
+                            peer,
+                        },
+                    );
+                }
+                // The HTTP handler logs the rejection with its reason.
+                Err(rejection) => shared.metrics.count_rejection(rejection),
+            }
+            admission
+        })
+        .await
+        .ok_or(None)?
+        .map_err(Some)?;
     let earliest = admission.earliest_round;
-    shared.metrics.admitted.fetch_add(1, Relaxed);
-    if admission.first_playback_round > 0 || admission.skip_bytes > 0 {
-        shared.metrics.admitted_mid_title.fetch_add(1, Relaxed);
-    }
-    core.streams.insert(
-        admission.stream,
-        StreamState {
-            title: Arc::clone(&title),
-            start_round: admission.start_round,
-            first_playback_round: admission.first_playback_round,
-            next_send_round: admission.first_playback_round,
-            skip_bytes: admission.skip_bytes,
-            remaining_bytes: admission.length_bytes,
-            ready: BTreeMap::new(),
-            backlog: VecDeque::new(),
-            sink,
-            stalled_since: None,
-            abort: Arc::clone(&abort),
-            peer: request.peer.clone(),
-        },
-    );
-    drop(core);
     tracing::info!(
         stream = admission.stream.0,
         title = title.id().0,
@@ -213,7 +223,8 @@ pub fn admit(shared: &Arc<Shared>, request: StreamRequest) -> Result<Admitted, R
 }
 
 /// Releases a stream that is still registered when its body is dropped (the
-/// client disconnected, or the server is dropping the connection).
+/// client disconnected, or the server is dropping the connection): a job for
+/// the round driver, which owns the sessions.
 struct ReleaseGuard {
     shared: Arc<Shared>,
     stream: StreamId,
@@ -221,20 +232,18 @@ struct ReleaseGuard {
 
 impl Drop for ReleaseGuard {
     fn drop(&mut self) {
-        let mut core = self.shared.core.lock().expect("core lock");
-        if let Some(state) = end_stream(&mut core, self.stream) {
-            drop(core);
-            self.shared
-                .metrics
-                .streams_disconnected
-                .fetch_add(1, Relaxed);
-            tracing::info!(
-                stream = self.stream.0,
-                title = state.title.id().0,
-                peer = %state.peer,
-                "client disconnected; reservations released"
-            );
-        }
+        let stream = self.stream;
+        self.shared.on_core(move |shared, core| {
+            if let Some(state) = end_stream(core, stream) {
+                shared.metrics.streams_disconnected.fetch_add(1, Relaxed);
+                tracing::info!(
+                    stream = stream.0,
+                    title = state.title.id().0,
+                    peer = %state.peer,
+                    "client disconnected; reservations released"
+                );
+            }
+        });
     }
 }
 

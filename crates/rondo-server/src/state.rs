@@ -1,18 +1,20 @@
-//! What the round driver, the I/O side and the HTTP handlers share: the
-//! store, the array's configuration and bound, the round clock, the metrics,
-//! and behind one mutex the core's array state machine (every decision:
-//! admission, round plans, health, rebuild, ingest grants), the loaded
-//! titles' catalog view and the sessions of admitted streams.
+//! What the round driver, the I/O side and the HTTP handlers share, and the
+//! core the round driver owns.
 //!
-//! The mutex is held only for short, non-blocking work: an admission (the
-//! core's decision is sub-millisecond), registering or ending a stream, the
-//! driver's per-round planning and hand-over of complete rounds. Nothing
-//! that waits on a client or a device runs under it.
+//! The round driver thread owns the [`Core`] outright: the array state
+//! machine (every decision: admission, round plans, health, rebuild, ingest
+//! grants) and the sessions of admitted streams. Nothing else touches it and
+//! no mutex guards it: an HTTP handler, a session's release guard or the
+//! copier hands the driver a job ([`Shared::with_core`]), which the driver
+//! runs between rounds and completions, and the answer comes back by
+//! message. Completed reads reach the driver over the disk threads' channel,
+//! so no lock is taken per completed read. The titles' catalog view, which
+//! HTTP answers from, is behind a read-mostly lock of its own.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, RwLock};
 
 use rondo_model::array::Array;
 use rondo_model::reservation::Bound;
@@ -26,13 +28,10 @@ use crate::metrics::Metrics;
 use crate::session::StreamState;
 use crate::titles::LoadedTitle;
 
-/// State behind the core mutex.
+/// What the round driver owns.
 pub struct Core {
     /// The array: every decision, shared with the simulator.
     pub array: Array,
-    /// The stored titles' catalog and media view (what HTTP answers from);
-    /// the array holds each one's charges, layout and round index.
-    pub titles: BTreeMap<TitleId, Arc<LoadedTitle>>,
     /// The sessions of admitted streams (delivery only).
     pub streams: BTreeMap<StreamId, StreamState>,
     /// Device swaps and the rebuild's wall-clock progress (`ops`).
@@ -48,7 +47,13 @@ pub struct Shared {
     pub bound: Bound,
     pub clock: RoundClock,
     pub metrics: Arc<Metrics>,
-    pub core: Mutex<Core>,
+    /// The stored titles' catalog and media view (what HTTP answers from);
+    /// the array holds each one's charges, layout and round index.
+    pub titles: RwLock<BTreeMap<TitleId, Arc<LoadedTitle>>>,
+    /// Sessions the driver holds (published after every job and event).
+    pub active_streams: AtomicUsize,
+    /// Jobs for the round driver, which owns the core.
+    pub jobs: crossbeam_channel::Sender<CoreJob>,
     pub gate: Arc<DiskTimeGate>,
     /// Feeds the rebuild's copies to the copier thread.
     pub copier: crossbeam_channel::Sender<crate::ops::CopierJob>,
@@ -68,32 +73,72 @@ impl Shared {
 
     /// A loaded title by id.
     pub fn title(&self, id: TitleId) -> Option<Arc<LoadedTitle>> {
-        self.core
-            .lock()
-            .expect("core lock")
-            .titles
-            .get(&id)
-            .cloned()
+        self.titles.read().expect("titles lock").get(&id).cloned()
     }
 
     /// Every loaded title, by id.
     pub fn titles(&self) -> Vec<Arc<LoadedTitle>> {
-        self.core
-            .lock()
-            .expect("core lock")
-            .titles
+        self.titles
+            .read()
+            .expect("titles lock")
             .values()
             .cloned()
             .collect()
     }
 
-    /// Registers a loaded title with the array.
+    /// Streams the server holds sessions for.
+    pub fn active_streams(&self) -> usize {
+        self.active_streams.load(Relaxed)
+    }
+
+    /// Runs `job` on the round driver, which owns the core, and waits for
+    /// its answer; `None` once the driver has stopped.
+    pub async fn with_core<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(&Shared, &mut Core) -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.jobs
+            .send(Box::new(move |shared, core| {
+                let _ = tx.send(job(shared, core));
+            }))
+            .ok()?;
+        rx.await.ok()
+    }
+
+    /// Like [`Shared::with_core`] from a thread that may block.
+    pub fn with_core_blocking<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(&Shared, &mut Core) -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.jobs
+            .send(Box::new(move |shared, core| {
+                let _ = tx.send(job(shared, core));
+            }))
+            .ok()?;
+        rx.recv().ok()
+    }
+
+    /// Hands `job` to the round driver without waiting.
+    pub fn on_core(&self, job: impl FnOnce(&Shared, &mut Core) + Send + 'static) {
+        let _ = self.jobs.send(Box::new(job));
+    }
+
+    /// Registers a loaded title with the array (from a thread that may block).
     pub fn add_title(&self, title: LoadedTitle) -> Arc<LoadedTitle> {
         let title = Arc::new(title);
         let array_title = title.array_title();
-        let mut core = self.core.lock().expect("core lock");
-        core.array.add_title(array_title);
-        core.titles.insert(title.id(), Arc::clone(&title));
+        self.with_core_blocking(move |_, core| {
+            core.array.add_title(array_title);
+        });
+        self.titles
+            .write()
+            .expect("titles lock")
+            .insert(title.id(), Arc::clone(&title));
         title
     }
 }
+
+/// A job the round driver runs on the core.
+pub type CoreJob = Box<dyn FnOnce(&Shared, &mut Core) + Send>;

@@ -287,7 +287,7 @@ pub async fn run_sampler(shared: Weak<Shared>, history: Arc<History>) {
         // Streams first: an admission between the two readings is then in
         // this sample's count and in the next sample's streams, never
         // among the streams before it is counted.
-        let active = shared.core.lock().expect("core lock").streams.len();
+        let active = shared.active_streams();
         let now = Totals::read(&shared.metrics);
         if now.rounds > before.rounds {
             history.push(&sample(&shared.metrics, &before, &now, active, round_ns));

@@ -60,7 +60,7 @@ fn seconds(ns: u64) -> f64 {
 }
 
 /// Renders every counter. `active_streams` is the number of registered
-/// streams (the caller counts them under the core lock); `round_ns` is T.
+/// streams (the sessions the round driver holds); `round_ns` is T.
 pub fn render(metrics: &Metrics, active_streams: usize, round_ns: u64) -> String {
     let g = |a: &AtomicU64| a.load(Relaxed);
     let mut w = Writer {

@@ -126,8 +126,8 @@ pub fn hand_out(shared: &Shared, core: &mut Core, plan: &RoundPlan) {
     let disk = rebuild.disk;
     let mut tasks = Vec::with_capacity(plan.copies.len());
     for copy in &plan.copies {
-        match core.titles.get(&copy.task.title) {
-            Some(title) => tasks.push((copy.id, copy.task.clone(), Arc::clone(title))),
+        match shared.title(copy.task.title) {
+            Some(title) => tasks.push((copy.id, copy.task.clone(), title)),
             // A title deleted since the rebuild started needs no copy.
             None => core.array.copy_done(copy.id, Ok(())),
         }
@@ -174,7 +174,11 @@ fn copy_done(shared: &Shared, disk: u32, id: CopyId, result: Result<(), String>)
     if let Err(message) = &result {
         tracing::error!(disk, "rebuild copy failed: {message}");
     }
-    let mut core = shared.core.lock().expect("core lock");
+    shared.on_core(move |shared, core| record_copy(shared, core, id, result));
+}
+
+/// The array learns that a copy was moved (or not).
+fn record_copy(shared: &Shared, core: &mut Core, id: CopyId, result: Result<(), String>) {
     core.array.copy_done(id, result);
     if let Some(status) = core.array.rebuild_status() {
         shared
@@ -187,8 +191,18 @@ fn copy_done(shared: &Shared, disk: u32, id: CopyId, result: Result<(), String>)
 /// Syncs the rebuilt device; the disk serves again if every copy succeeded
 /// and that is on record.
 fn finish(shared: &Shared, disk: u32) {
-    let synced = shared.store.device(DiskIndex(disk)).sync();
-    let mut core = shared.core.lock().expect("core lock");
+    let synced = shared
+        .store
+        .device(DiskIndex(disk))
+        .sync()
+        .map_err(|e| e.to_string());
+    // After every copy's report: jobs run in the order they were sent.
+    shared.with_core_blocking(move |shared, core| end_rebuild(shared, core, disk, synced));
+}
+
+/// The rebuild of `disk` ends: the disk serves again if every copy
+/// succeeded and that is on record.
+fn end_rebuild(shared: &Shared, core: &mut Core, disk: u32, synced: Result<(), String>) {
     let Some(status) = core.array.rebuild_status() else {
         return;
     };
