@@ -78,11 +78,6 @@ impl DiskCommand {
         self.extents.iter().map(|e| e.length_bytes).sum()
     }
 
-    /// The extents as `(first sector, sector count)`.
-    pub fn sectors(&self) -> Vec<(u64, u64)> {
-        self.extents.iter().map(CommandExtent::sectors).collect()
-    }
-
     /// The command as the disk model's requests: one per extent (empty
     /// extents left out), each placed in the C-SCAN order on its own, as the
     /// model places every extent of a request anyway; the command completes

@@ -41,8 +41,7 @@ use crate::health::{ArrayHealth, DiskState, HealthPolicy};
 use crate::layout::{Replica, TitleLayout};
 use crate::rebuild::{RebuildProgress, RebuildQueue, rebuild_tasks};
 use crate::reservation::{
-    Admission, Bound, PlannedRead, Rejection, ReservationConfig, Reservations, StreamSpan,
-    replica_after_error,
+    Admission, Bound, PlannedRead, Rejection, ReservationConfig, Reservations, replica_after_error,
 };
 use crate::units::{StreamId, TitleId};
 
@@ -287,10 +286,6 @@ impl Array {
         self.counters
     }
 
-    pub fn policy_name(&self) -> &'static str {
-        self.policy.name()
-    }
-
     // ----- time -----
 
     /// The first round not begun yet.
@@ -432,10 +427,6 @@ impl Array {
         known
     }
 
-    pub fn stream(&self, stream: StreamId) -> Option<StreamSpan> {
-        self.reservations.stream_span(stream)
-    }
-
     pub fn active_streams(&self) -> usize {
         self.reservations.active_streams()
     }
@@ -478,12 +469,11 @@ impl Array {
     // ----- rounds -----
 
     /// Advances to `round` without planning reads: admission-only mode
-    /// (reservations only, seed 000 §6.1). Returns the streams aborted.
-    pub fn begin_round_admission_only(&mut self, round: u64) -> Vec<Aborted> {
+    /// (reservations only, seed 000 §6.1).
+    pub fn begin_round_admission_only(&mut self, round: u64) {
         assert!(round >= self.next_round, "rounds begin in order");
         self.reservations.advance_to(round);
         self.next_round = round + 1;
-        Vec::new()
     }
 
     /// Begins round `round` (the next one): counts the misses of the round
@@ -953,10 +943,6 @@ impl Array {
     /// Whether the disk serves reads.
     pub fn is_serving(&self, disk: u32) -> bool {
         self.health.is_serving(disk)
-    }
-
-    pub fn total_errors(&self, disk: u32) -> u64 {
-        self.health.total_errors(disk)
     }
 
     fn check_disk(&self, disk: u32) -> Result<(), OpsError> {

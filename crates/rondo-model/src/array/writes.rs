@@ -81,15 +81,6 @@ impl WriteQueue {
         self.titles.remove(&title).is_some()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.titles.is_empty()
-    }
-
-    /// The titles being ingested, in id order.
-    pub fn titles(&self) -> impl Iterator<Item = TitleId> + '_ {
-        self.titles.keys().copied()
-    }
-
     /// Grants, in `round`, the waiting rounds that fit `credits_ns` (per
     /// disk); `idle_round_ns` is the write time of a round with nothing
     /// reserved (`T − fixed`).
