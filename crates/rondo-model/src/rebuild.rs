@@ -108,6 +108,15 @@ pub fn rebuild_tasks<'a>(
     tasks
 }
 
+/// A copy granted a round, with what it was charged: each source read (in
+/// `read_from` order) and the write on the rebuilt disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChargedCopy {
+    pub task: CopyTask,
+    pub read_charges_ns: Vec<u64>,
+    pub write_charge_ns: u64,
+}
+
 /// The rebuild of one disk, round by round.
 #[derive(Clone, Debug)]
 pub struct RebuildQueue {
@@ -161,6 +170,8 @@ impl RebuildQueue {
     /// to others (re-reads after errors). Stops at the first copy that does
     /// not fit, so copies complete in order. A copy whose source disk has
     /// failed too cannot run; it is returned in the second list (data lost).
+    /// Each copy that runs comes with its charges, so the caller need not
+    /// compute them again.
     pub fn next_round(
         &mut self,
         reservations: &Reservations,
@@ -168,7 +179,7 @@ impl RebuildQueue {
         used_ns: &[u64],
         read_ns: impl Fn(u32, &[(u64, u64)]) -> u64,
         write_ns: impl Fn(&[(u64, u64)]) -> u64,
-    ) -> (Vec<CopyTask>, Vec<CopyTask>) {
+    ) -> (Vec<ChargedCopy>, Vec<CopyTask>) {
         let disks = reservations.config().disks as usize;
         let mut left = reservations.write_credits_ns(round, used_ns);
         let mut run = Vec::new();
@@ -185,10 +196,16 @@ impl RebuildQueue {
                 continue;
             }
             let mut need = vec![0u64; disks];
-            for s in &task.read_from {
-                need[s.disk as usize] += read_ns(s.disk, &s.extents);
+            let read_charges_ns: Vec<u64> = task
+                .read_from
+                .iter()
+                .map(|s| read_ns(s.disk, &s.extents))
+                .collect();
+            for (s, ns) in task.read_from.iter().zip(&read_charges_ns) {
+                need[s.disk as usize] += ns;
             }
-            need[self.disk as usize] += write_ns(&task.write_to.extents);
+            let write_charge_ns = write_ns(&task.write_to.extents);
+            need[self.disk as usize] += write_charge_ns;
             if need.iter().zip(&left).any(|(n, l)| n > l) {
                 break;
             }
@@ -197,7 +214,11 @@ impl RebuildQueue {
             }
             let task = self.pending.pop_front().expect("front exists");
             self.done_bytes += task.bytes;
-            run.push(task);
+            run.push(ChargedCopy {
+                task,
+                read_charges_ns,
+                write_charge_ns,
+            });
         }
         (run, lost)
     }
@@ -306,7 +327,7 @@ mod tests {
         // copy reading disk 1 stops the round (copies stay in order).
         let reads_on_1 = run
             .iter()
-            .filter(|t| t.read_from.iter().any(|s| s.disk == 1))
+            .filter(|c| c.task.read_from.iter().any(|s| s.disk == 1))
             .count();
         assert_eq!(reads_on_1, 1, "{run:?}");
         assert!(!run.is_empty() && run.len() < 6);
@@ -336,7 +357,10 @@ mod tests {
         let mut q = RebuildQueue::new(0, rebuild_tasks(0, [(TitleId(0), &l)]));
         let (run, lost) = q.next_round(&r, 0, &[], |_, _| 1, |_| 1);
         assert!(lost.iter().all(|t| t.read_from.iter().any(|s| s.disk == 1)));
-        assert!(run.iter().all(|t| t.read_from.iter().all(|s| s.disk == 2)));
+        assert!(
+            run.iter()
+                .all(|c| c.task.read_from.iter().all(|s| s.disk == 2))
+        );
         assert!(!lost.is_empty());
     }
 }

@@ -692,11 +692,11 @@ impl Array {
                     .collect(),
                 charge_ns: ns,
             };
-        for task in run {
+        for copy in run {
+            let task = copy.task;
             let id = CopyId(self.next_copy);
             self.next_copy += 1;
-            for source in &task.read_from {
-                let ns = read_bound.extents_ns(&source.extents);
+            for (source, &ns) in task.read_from.iter().zip(&copy.read_charges_ns) {
                 charged[source.disk as usize] += ns;
                 let c = to_command(
                     source.disk,
@@ -708,7 +708,7 @@ impl Array {
                 plan.disks[source.disk as usize].commands.push(c);
             }
             let target = task.write_to.disk;
-            let ns = write_bound.extents_ns(&task.write_to.extents);
+            let ns = copy.write_charge_ns;
             charged[target as usize] += ns;
             let c = to_command(
                 target,
