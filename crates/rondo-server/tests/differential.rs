@@ -163,21 +163,19 @@ enum Checksums {
 
 /// Runs the scenario through the server's disk threads on in-memory storage
 /// and logs its decisions like the simulator's.
-fn run_server_side(
-    config: &SimConfig,
-    placed: &[PlacedTitle],
-    bound: &rondo_model::reservation::Bound,
-    sim_log: &RunLog,
-    checksums: Checksums,
-) -> RunLog {
+fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
+    let Simulated {
+        config,
+        bound,
+        placed,
+        storages,
+        log: sim_log,
+        ..
+    } = s;
+    let config = &config;
     let profile = disk::profile_by_name(&config.profile).unwrap();
-    let mut prepared = prepare_placed(config, bound, placed).unwrap();
+    let mut prepared = prepare_placed(config, &bound, &placed).unwrap();
     let lookahead = prepared.lookahead_rounds();
-    let storages: Vec<Arc<FaultyStorage<MemoryStorage>>> = (0..config.disks)
-        .map(|_| Arc::new(FaultyStorage::new(MemoryStorage::new(0))))
-        .collect();
-    let mut placed = placed.to_vec();
-    fill(&storages, &mut placed).unwrap();
     let ingest_layout: Option<TitleLayout> = config
         .faults
         .ingest
@@ -339,7 +337,7 @@ fn run_server_side(
         }
     }
     drop(disks);
-    log
+    (sim_log, log)
 }
 
 /// The first difference between two logs, named.
@@ -387,30 +385,45 @@ fn compare(sim: &RunLog, server: &RunLog) -> Result<(), String> {
     Ok(())
 }
 
-/// The scenario through the simulator, with its checksums (the same bytes
-/// the server side stores).
-fn simulate() -> (
-    SimConfig,
-    rondo_model::reservation::Bound,
-    Vec<PlacedTitle>,
-    rondo_sim::run::SimResult,
-    RunLog,
-) {
+/// The scenario placed and run through the simulator, with the disks that
+/// hold its titles' bytes for the server side (the commands carry their
+/// checksums).
+struct Simulated {
+    config: SimConfig,
+    bound: rondo_model::reservation::Bound,
+    placed: Vec<PlacedTitle>,
+    storages: Vec<Arc<FaultyStorage<MemoryStorage>>>,
+    result: rondo_sim::run::SimResult,
+    log: RunLog,
+}
+
+fn simulate() -> Simulated {
     let config = scenario();
     let profile = disk::profile_by_name(&config.profile).unwrap();
     let (bound, mut placed) = place_titles(&config, &profile, &titles(50)).unwrap();
-    // The checksums the commands carry, from the bytes the server stores.
     let storages: Vec<Arc<FaultyStorage<MemoryStorage>>> = (0..config.disks)
         .map(|_| Arc::new(FaultyStorage::new(MemoryStorage::new(0))))
         .collect();
     fill(&storages, &mut placed).unwrap();
     let (result, log) = run_logged(&config, &bound, &placed).unwrap();
-    (config, bound, placed, result, log)
+    Simulated {
+        config,
+        bound,
+        placed,
+        storages,
+        result,
+        log,
+    }
 }
 
 #[test]
 fn differential_simulator_and_server_executor_decide_alike() {
-    let (config, bound, placed, result, sim_log) = simulate();
+    let simulated = simulate();
+    let (config, result, sim_log) = (
+        simulated.config.clone(),
+        simulated.result.clone(),
+        &simulated.log,
+    );
     // The scenario exercises what it names.
     assert_eq!(result.read_errors, 3, "{result:?}");
     assert!(result.rereads >= 2, "{result:?}");
@@ -425,7 +438,7 @@ fn differential_simulator_and_server_executor_decide_alike() {
         .filter(|a| a.request.span != rondo_model::array::Span::Whole)
         .count();
     assert!(spans > 3, "ranges and time starts were offered: {spans}");
-    let server_log = run_server_side(&config, &placed, &bound, &sim_log, Checksums::Acted);
+    let (sim_log, server_log) = run_server_side(simulated, Checksums::Acted);
     if let Err(e) = compare(&sim_log, &server_log) {
         panic!("the simulator and the server's executor disagree: {e}");
     }
@@ -451,8 +464,7 @@ fn differential_simulator_and_server_executor_decide_alike() {
 
 #[test]
 fn an_executor_with_one_decision_changed_fails_the_comparison() {
-    let (config, bound, placed, _, sim_log) = simulate();
-    let server_log = run_server_side(&config, &placed, &bound, &sim_log, Checksums::Ignored);
+    let (sim_log, server_log) = run_server_side(simulate(), Checksums::Ignored);
     let difference = compare(&sim_log, &server_log).expect_err(
         "an executor that reports checksum mismatches as good reads must not pass the \
          differential test",
