@@ -323,14 +323,10 @@ impl Driver {
     fn on_read(&mut self, completion: Completion, data: Option<PooledBuf>) {
         let key = (completion.stream, completion.playback_round);
         let shared = Arc::clone(&self.shared);
+        // Keep the piece's bytes; the array says when the round is whole.
         if let (ReadOutcome::Ok, Some(data)) = (&completion.outcome, data)
-            && let Some(state) = self.core.streams.get(&completion.stream)
+            && self.core.streams.contains_key(&completion.stream)
         {
-            let round_layout = state.title.layout.round(completion.playback_round as usize);
-            let count = match completion.replica {
-                Replica::Primary => 1,
-                Replica::Backup => round_layout.backups.len(),
-            };
             let entry = self.pieces.entry(key).or_insert_with(|| Pieces {
                 replica: completion.replica,
                 pieces: Vec::new(),
@@ -342,10 +338,11 @@ impl Driver {
                     pieces: Vec::new(),
                 };
             }
-            entry.pieces.resize_with(count, || None);
-            if let Some(slot) = entry.pieces.get_mut(completion.piece as usize) {
-                *slot = Some(data);
+            let piece = completion.piece as usize;
+            if entry.pieces.len() <= piece {
+                entry.pieces.resize_with(piece + 1, || None);
             }
+            entry.pieces[piece] = Some(data);
         }
         if completion.outcome != ReadOutcome::Ok {
             let metrics = &shared.metrics;
