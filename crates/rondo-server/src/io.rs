@@ -11,9 +11,11 @@
 //! real one, so the device behaves like the modelled drive, backlog into the
 //! next round included. Native: no waiting, the model only orders the reads.
 //! Every extent's CRC32C is checked against the catalog. A request (one
-//! stream's 1–2 extents) is reported to the driver as soon as its last extent
-//! is in; the batch's end, the model's busy time and the measured busy time
-//! follow in a [`IoEvent::BatchDone`].
+//! stream's 1–2 extents) is done as soon as its last extent is in: its bytes
+//! go straight to the stream's session inbox ([`DiskBatch::deliver_to`]; no
+//! lock, and never through the driver), then its completion goes to the
+//! driver for the array. The batch's end, the model's busy time and the
+//! measured busy time follow in a [`IoEvent::BatchDone`].
 //!
 //! **Other I/O on the device.** A batch also carries the round's
 //! [`DiskBatch::granted_io`]: the rebuild's source reads and target writes
@@ -49,6 +51,7 @@ use crate::storage::Storage;
 
 use crate::buffers::{BufferPool, PooledBuf};
 use crate::config::DiskTiming;
+use crate::session::{SessionInbox, SessionMsg};
 
 /// Wall-clock position of rounds: round r starts at `t0 + r·T`.
 #[derive(Copy, Clone, Debug)]
@@ -94,6 +97,9 @@ pub struct DiskBatch {
     /// A replacement device for this disk (`Store::replace_device`): used
     /// from this batch on.
     pub device: Option<Arc<dyn Storage>>,
+    /// Per command, the inbox of the session its read's bytes go to (`None`
+    /// for other commands, or to drop the bytes: tests).
+    pub deliver_to: Vec<Option<SessionInbox>>,
 }
 
 impl DiskBatch {
@@ -106,6 +112,7 @@ impl DiskBatch {
             commands,
             scheduler: Scheduler::Cscan,
             device: None,
+            deliver_to: Vec::new(),
         }
     }
 }
@@ -113,13 +120,12 @@ impl DiskBatch {
 /// What I/O threads report to the round driver.
 pub enum IoEvent {
     /// One stream read is complete (or failed): its completion for the
-    /// array, and its bytes when they were read and checked.
+    /// array (its bytes, when read and checked, are in the session's inbox).
     Read {
         round: u64,
         /// Model time of the read's last extent's completion.
         model_completion_ns: u64,
         completion: Completion,
-        data: Option<PooledBuf>,
     },
     /// A disk finished its batch for `round`.
     BatchDone {
@@ -273,7 +279,7 @@ impl Worker {
                 tracing::error!("{reason}");
                 for command in &batch.commands {
                     let failed = ReadOutcome::IoError(reason.clone());
-                    self.report(batch.round, 0, command, failed, None);
+                    self.report(batch.round, 0, command, failed, None, None);
                 }
                 self.done(&batch, arrived_at, 0, 0, 0);
                 return;
@@ -331,9 +337,10 @@ impl Worker {
                 match failures[c].take() {
                     None => {
                         let data = buffers[c].take();
-                        self.report(batch.round, at_ns, command, ReadOutcome::Ok, data);
+                        let inbox = batch.deliver_to.get(c).and_then(Option::as_ref);
+                        self.report(batch.round, at_ns, command, ReadOutcome::Ok, data, inbox);
                     }
-                    Some(failed) => self.report(batch.round, at_ns, command, failed, None),
+                    Some(failed) => self.report(batch.round, at_ns, command, failed, None, None),
                 }
             }
         }
@@ -348,6 +355,9 @@ impl Worker {
         );
     }
 
+    /// Hands a read's bytes to its session, then its completion to the
+    /// driver (in that order: the release the completion leads to must find
+    /// the bytes in the inbox).
     fn report(
         &self,
         round: u64,
@@ -355,6 +365,7 @@ impl Worker {
         command: &DiskCommand,
         outcome: ReadOutcome,
         data: Option<PooledBuf>,
+        inbox: Option<&SessionInbox>,
     ) {
         let Purpose::Deliver {
             stream,
@@ -366,6 +377,15 @@ impl Worker {
         else {
             return;
         };
+        if let (Some(data), Some(inbox)) = (data, inbox) {
+            // A session that has ended drops it (back to the pool).
+            let _ = inbox.send(SessionMsg::Piece {
+                playback_round,
+                replica,
+                piece,
+                data,
+            });
+        }
         // The driver only goes away at shutdown; a lost report then is fine.
         let _ = self.events.send(IoEvent::Read {
             round,
@@ -378,7 +398,6 @@ impl Worker {
                 piece,
                 outcome,
             },
-            data,
         });
     }
 

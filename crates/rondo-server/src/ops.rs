@@ -128,7 +128,7 @@ pub fn fail_recorded_disks(
 /// the reason is logged.
 pub fn end_aborted(shared: &Shared, core: &mut Core, aborted: &Aborted) {
     if let Some(state) = core.streams.remove(&aborted.stream) {
-        state.abort.store(true, Relaxed);
+        state.abort();
         shared.metrics.streams_aborted.fetch_add(1, Relaxed);
         tracing::error!(
             stream = aborted.stream.0,
@@ -158,7 +158,7 @@ pub fn apply_ops_effects(shared: &Shared, core: &mut Core, effects: Vec<Effect>)
                 stopped.push(a.stream);
                 end_aborted(shared, core, &a);
             }
-            Effect::Ready(_) | Effect::ReReadQueued { .. } => {}
+            Effect::Ready(_) | Effect::Released(_) | Effect::ReReadQueued { .. } => {}
         }
     }
     stopped

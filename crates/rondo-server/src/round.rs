@@ -10,48 +10,39 @@
 //!    reads chosen by the retrieval policy, re-reads after errors, the
 //!    rebuild's copies and ingest writes, each fully resolved to extents
 //!    with checksums and charged to the round's budget;
-//! 2. hands every complete round whose send round has come to its session
-//!    (data read in round r is sent in round r+1), dropping streams whose
-//!    client has not read for the grace time;
-//! 3. sends each disk its batch, the rebuild's copies to the copier and the
-//!    ingest grants to the gate.
+//!    Before that it tells the array how many rounds each session's client
+//!    has taken (`Array::client_took`), so that the plan also carries the
+//!    rounds released to clients (data read in round r is sent from round
+//!    r+1, in playback order), the streams whose client took everything,
+//!    and those stopped because their client stopped reading;
+//! 2. tells each session which of its rounds are released;
+//! 3. sends each disk its batch (with the inboxes of the sessions its reads
+//!    are for), the rebuild's copies to the copier and the ingest grants to
+//!    the gate.
 //!
 //! Between boundaries it receives the I/O threads' completions and hands
 //! each to the array (`Array::complete`), whose effects it carries out: a
-//! complete stream-round is assembled from its pieces and kept for its send
-//! round; a failed read is re-read from the other replica in a coming
-//! round's unreserved time (the array queues it); a disk that fails is
-//! recorded in the data directory; a stream the array stops is ended. The
-//! driver decides nothing itself: it never waits for a client (sessions have
-//! bounded channels, and a stream that cannot take its data keeps it in its
-//! own backlog).
+//! late round released at once goes to its session; a failed read is
+//! re-read from the other replica in a coming round's unreserved time (the
+//! array queues it); a disk that fails is recorded in the data directory; a
+//! stream the array stops is ended. Read bytes never pass through here: the
+//! disk threads put them in the sessions' inboxes. The driver decides
+//! nothing itself and never waits for a client.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::{
-    Aborted, Completion, Effect, ReadOutcome, RoundPlan, RoundReady, state_name,
+    AbortReason, Aborted, Completion, Effect, Purpose, ReadOutcome, Release, RoundPlan, state_name,
 };
-use rondo_model::layout::Replica;
-use rondo_model::units::StreamId;
 
-use crate::buffers::PooledBuf;
 use crate::gate::GateRequest;
 use crate::io::{DiskBatch, IoEvent};
 use crate::metrics::GrantedIo;
-use crate::session::end_stream;
+use crate::session::{SessionMsg, end_stream};
 use crate::state::{Core, CoreJob, Shared};
-use crate::titles::LoadedTitle;
-
-/// The pieces of one stream-round read so far.
-struct Pieces {
-    replica: Replica,
-    pieces: Vec<Option<PooledBuf>>,
-}
 
 /// The driver thread's own state.
 pub struct Driver {
@@ -62,11 +53,6 @@ pub struct Driver {
     events: Receiver<IoEvent>,
     /// Jobs from HTTP handlers, sessions and the copier, run on the core.
     jobs: Receiver<CoreJob>,
-    /// Bytes of stream-rounds not complete yet (the array decides when they
-    /// are; this only holds their data).
-    pieces: BTreeMap<(StreamId, u32), Pieces>,
-    /// The round most recently begun.
-    current: u64,
 }
 
 /// How often the driver looks at the shutdown flag while waiting.
@@ -86,8 +72,6 @@ impl Driver {
             disks,
             events,
             jobs,
-            pieces: BTreeMap::new(),
-            current: 0,
         }
     }
 
@@ -150,24 +134,21 @@ impl Driver {
         let aborted = core.array.abort_all();
         for a in &aborted {
             if let Some(state) = core.streams.remove(&a.stream) {
-                state.abort.store(true, Relaxed);
+                state.abort();
                 self.shared.metrics.streams_aborted.fetch_add(1, Relaxed);
             }
         }
-        // Sessions the array no longer knows (their reads were done).
+        // Sessions the array no longer knows (ended by now).
         for (_, state) in std::mem::take(&mut core.streams) {
-            state.abort.store(true, Relaxed);
+            state.abort();
             self.shared.metrics.streams_aborted.fetch_add(1, Relaxed);
         }
         self.publish();
-        self.pieces.clear();
         self.disks.clear();
         self.shared.gate.shutdown();
     }
 
     fn begin_round(&mut self, round: u64) {
-        let now = Instant::now();
-        self.current = round;
         let shared = Arc::clone(&self.shared);
         let metrics = &shared.metrics;
         metrics.rounds.fetch_add(1, Relaxed);
@@ -182,6 +163,11 @@ impl Driver {
                     core.array.end_ingest(title);
                 }
             }
+        }
+        // What each session's client has taken, for the array's stall rule.
+        for (&stream, state) in &core.streams {
+            core.array
+                .client_took(stream, state.taken_rounds.load(Relaxed));
         }
         let plan = core.array.begin_round(round);
         for miss in &plan.missed {
@@ -204,18 +190,14 @@ impl Driver {
             self.aborted(a);
         }
 
-        // 2. Hand over what may be sent now; pieces of streams whose session
-        // ended (a client that left mid-round) are dropped.
-        let core = &self.core;
-        self.pieces
-            .retain(|(stream, _), _| core.streams.contains_key(stream));
-        let ids: Vec<StreamId> = self.core.streams.keys().copied().collect();
-        for id in ids {
-            self.flush(id, now);
+        // 2. The sessions: rounds released, streams finished.
+        for release in &plan.releases {
+            self.release(release);
         }
-        for ready in &plan.ready {
-            // Empty rounds: nothing to read.
-            self.deliver(ready, Bytes::new(), now);
+        for stream in &plan.finished {
+            if self.core.streams.remove(stream).is_some() {
+                metrics.streams_completed.fetch_add(1, Relaxed);
+            }
         }
 
         // 3. The disks' batches, the copies and the grants.
@@ -240,6 +222,17 @@ impl Driver {
             .begin_round(round, &ingest_grants, disks.len() as u32);
         for disk_plan in disks {
             let disk = disk_plan.disk as usize;
+            // Each read's bytes go straight to its session.
+            let deliver_to = disk_plan
+                .commands
+                .iter()
+                .map(|c| match c.purpose {
+                    Purpose::Deliver { stream, .. } => {
+                        core.streams.get(&stream).map(|s| s.inbox.clone())
+                    }
+                    _ => None,
+                })
+                .collect();
             let batch = DiskBatch {
                 round,
                 reserved_ns: disk_plan.reserved_ns,
@@ -247,6 +240,7 @@ impl Driver {
                 commands: disk_plan.commands,
                 scheduler: disk_plan.scheduler,
                 device: swaps[disk].take(),
+                deliver_to,
             };
             // Bounded: a disk rounds behind makes the driver wait here rather
             // than queue without limit; clients never do.
@@ -258,9 +252,7 @@ impl Driver {
 
     fn on_event(&mut self, event: IoEvent) {
         match event {
-            IoEvent::Read {
-                completion, data, ..
-            } => self.on_read(completion, data),
+            IoEvent::Read { completion, .. } => self.on_read(completion),
             IoEvent::BatchDone {
                 disk,
                 round,
@@ -319,38 +311,15 @@ impl Driver {
         }
     }
 
-    /// A stream read finished: keep its bytes, and let the array decide.
-    fn on_read(&mut self, completion: Completion, data: Option<PooledBuf>) {
-        let key = (completion.stream, completion.playback_round);
-        let shared = Arc::clone(&self.shared);
-        // Keep the piece's bytes; the array says when the round is whole.
-        if let (ReadOutcome::Ok, Some(data)) = (&completion.outcome, data)
-            && self.core.streams.contains_key(&completion.stream)
-        {
-            let entry = self.pieces.entry(key).or_insert_with(|| Pieces {
-                replica: completion.replica,
-                pieces: Vec::new(),
-            });
-            if entry.replica != completion.replica {
-                // A re-read from the other replica replaces what came before.
-                *entry = Pieces {
-                    replica: completion.replica,
-                    pieces: Vec::new(),
-                };
-            }
-            let piece = completion.piece as usize;
-            if entry.pieces.len() <= piece {
-                entry.pieces.resize_with(piece + 1, || None);
-            }
-            entry.pieces[piece] = Some(data);
-        }
+    /// A stream read finished (its bytes, if good, are in its session's
+    /// inbox): the array decides what follows.
+    fn on_read(&mut self, completion: Completion) {
         if completion.outcome != ReadOutcome::Ok {
-            let metrics = &shared.metrics;
+            let metrics = &self.shared.metrics;
             metrics.read_errors.fetch_add(1, Relaxed);
             metrics.disks[completion.disk as usize]
                 .errors
                 .fetch_add(1, Relaxed);
-            self.pieces.remove(&key);
             let reason = match &completion.outcome {
                 ReadOutcome::IoError(e) | ReadOutcome::BadChecksum(e) => e.as_str(),
                 ReadOutcome::Ok => "",
@@ -364,24 +333,15 @@ impl Driver {
             );
         }
         let effects = self.core.array.complete(&completion);
-        self.apply(effects, Instant::now());
+        self.apply(effects);
     }
 
     /// Carries out the array's effects.
-    fn apply(&mut self, effects: Vec<Effect>, now: Instant) {
+    fn apply(&mut self, effects: Vec<Effect>) {
         for effect in effects {
             match effect {
-                Effect::Ready(ready) => {
-                    let key = (ready.stream, ready.playback_round);
-                    let Some(pieces) = self.pieces.remove(&key) else {
-                        continue;
-                    };
-                    let Some(state) = self.core.streams.get(&ready.stream) else {
-                        continue;
-                    };
-                    let data = assemble(&state.title, &ready, pieces);
-                    self.deliver(&ready, data, now);
-                }
+                Effect::Ready(_) => {}
+                Effect::Released(release) => self.release(&release),
                 Effect::ReReadQueued {
                     stream,
                     playback_round,
@@ -413,95 +373,35 @@ impl Driver {
 
     /// A stream the array stopped: its response fails.
     fn aborted(&mut self, a: &Aborted) {
-        crate::ops::end_aborted(&self.shared, &mut self.core, a);
-        let keys: Vec<(StreamId, u32)> = self
-            .pieces
-            .range((a.stream, 0)..=(a.stream, u32::MAX))
-            .map(|(k, _)| *k)
-            .collect();
-        for key in keys {
-            self.pieces.remove(&key);
-        }
-    }
-
-    /// A stream-round is complete: keep it for its send round (or send it
-    /// now if that round has begun).
-    fn deliver(&mut self, ready: &RoundReady, data: Bytes, now: Instant) {
-        let Some(state) = self.core.streams.get_mut(&ready.stream) else {
-            return;
-        };
-        state
-            .ready
-            .insert(ready.playback_round as usize, (ready.send_round, data));
-        self.flush(ready.stream, now);
-    }
-
-    /// Hands a stream's sendable rounds to its session; ends it when its
-    /// range is all handed over or its client has stalled too long.
-    fn flush(&mut self, stream: StreamId, now: Instant) {
-        let core = &mut self.core;
-        let Some(state) = core.streams.get_mut(&stream) else {
-            return;
-        };
-        let finished = state.flush(self.current, now);
-        if finished {
-            end_stream(core, stream);
-            self.shared.metrics.streams_completed.fetch_add(1, Relaxed);
-            return;
-        }
-        let grace = self.shared.config.stall_grace;
-        if let Some(since) = state.stalled_since
-            && now.saturating_duration_since(since) >= grace
+        if let AbortReason::ClientStalled { held_rounds, .. } = a.reason
+            && let Some(state) = self.core.streams.get(&a.stream)
         {
-            let state = end_stream(core, stream).expect("present");
-            state.abort.store(true, Relaxed);
             self.shared
                 .metrics
                 .streams_dropped_stalled
                 .fetch_add(1, Relaxed);
             tracing::warn!(
-                stream = stream.0,
+                stream = a.stream.0,
                 title = state.title.id().0,
                 peer = %state.peer,
-                grace_s = grace.as_secs_f64(),
-                held_rounds = state.backlog.len(),
+                grace_s = self.shared.config.stall_grace.as_secs_f64(),
+                held_rounds,
                 "client stopped reading; stream dropped after the grace time"
             );
+            let state = end_stream(&mut self.core, a.stream).expect("present");
+            state.abort();
+            return;
         }
+        crate::ops::end_aborted(&self.shared, &mut self.core, a);
     }
-}
 
-/// The client bytes of one stream-round from its pieces: a primary read is
-/// the round's data padded to whole blocks (sliced, no copy); a backup's
-/// pieces hold the round's fragments in stored order (copied into place).
-fn assemble(title: &LoadedTitle, ready: &RoundReady, pieces: Pieces) -> Bytes {
-    let playback_round = ready.playback_round as usize;
-    let client_bytes = title.record.client_bytes[playback_round] as usize;
-    let mut pieces = pieces.pieces.into_iter();
-    match ready.replica {
-        Replica::Primary => {
-            let buf = pieces.next().flatten().expect("one piece");
-            buf.into_bytes().slice(..client_bytes)
-        }
-        Replica::Backup => {
-            let layout = title.layout.round(playback_round);
-            let mut out = vec![0u8; layout.primary.bytes() as usize];
-            for (entry, piece) in layout.backups.iter().zip(pieces) {
-                let Some(piece) = piece else {
-                    // An empty piece: nothing of the round lies there.
-                    continue;
-                };
-                let data = piece.as_ref();
-                let mut cursor = 0usize;
-                for fragment in &entry.fragments {
-                    let len = (fragment.end - fragment.start) as usize;
-                    out[fragment.start as usize..fragment.end as usize]
-                        .copy_from_slice(&data[cursor..cursor + len]);
-                    cursor += len;
-                }
-            }
-            out.truncate(client_bytes);
-            Bytes::from(out)
+    /// A round the array released goes to its session.
+    fn release(&self, release: &Release) {
+        if let Some(state) = self.core.streams.get(&release.stream) {
+            let _ = state.inbox.send(SessionMsg::Release {
+                playback_round: release.playback_round,
+                replica: release.replica,
+            });
         }
     }
 }

@@ -17,7 +17,7 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rondo_model::array::{Array, ArrayConfig, rondo_write_bound};
+use rondo_model::array::{Array, ArrayConfig, DeliveryConfig, rondo_write_bound};
 use rondo_model::disk::{Disk, DiskError, profile_by_name};
 use rondo_model::health::HealthPolicy;
 use rondo_model::reservation::ReservationConfig;
@@ -153,6 +153,10 @@ impl RunningServer {
             health: HealthPolicy::default(),
             read_bound: bound.clone(),
             write_bound: rondo_write_bound(&profile).map_err(profile_error)?,
+            delivery: DeliveryConfig {
+                client_buffer_rounds: config.client_buffer_rounds.max(1),
+                stall_grace_rounds: (config.stall_grace.as_nanos() as u64).div_ceil(round_ns),
+            },
         });
         let mut loaded = std::collections::BTreeMap::new();
         for title in titles {

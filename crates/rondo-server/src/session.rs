@@ -1,115 +1,80 @@
 //! Sessions: one admitted stream per HTTP response, from admission to the
 //! last byte, a disconnect, a stall or an abort.
 //!
-//! A stream's data moves in whole playback rounds. The round driver puts a
-//! round's bytes into [`StreamState::ready`] when its reads complete, and at
-//! the start of the round after the read (the schedule's send round) moves
-//! them, in playback order and trimmed to the requested byte range, into a
-//! bounded per-session channel. A sender task (the HTTP body,
-//! [`SessionBody`]) writes them to the socket as fast as the client reads.
-//! If the client stops reading, its channel fills, further rounds wait in
-//! the stream's backlog and the stream is marked stalled; the driver never
-//! waits for it, and after the grace time drops it with a log line. A client
-//! that disconnects drops its body, whose guard releases the stream's
-//! reservations at once. A stream may carry a prefix held in memory (an MP4
-//! time seek's rewritten header): the body sends it first, before any round,
-//! with no disk read.
+//! A stream's data moves in whole playback rounds, and it does not pass
+//! through the round driver. Each session has an inbox (an unbounded
+//! lock-free channel, bounded in practice by admission and the stall rule).
+//! A disk thread puts every piece it read and checked straight into its
+//! stream's inbox ([`SessionMsg::Piece`]), then tells the driver the read
+//! completed; the driver hands the completion to the array, and when the
+//! array *releases* a playback round (the round is whole and its send round
+//! has come, in playback order) the driver puts a [`SessionMsg::Release`]
+//! into the inbox. The inbox is one FIFO, and the piece was put in before
+//! its completion was reported, so the release always finds its pieces.
+//! The HTTP body ([`SessionBody`]) holds the pieces until their release,
+//! then assembles the round, trims it to the requested byte range and hands
+//! it to the socket as fast as the client reads, counting the rounds the
+//! client has taken. The driver gives that count to the array every round
+//! (`Array::client_took`): a client holding more than its buffer for the
+//! grace time is stopped by the array, and one that took every round is
+//! finished. A client that disconnects drops its body, whose guard releases
+//! the stream's reservations at once. A stream may carry a prefix held in
+//! memory (an MP4 time seek's rewritten header): the body sends it first,
+//! before any round, with no disk read.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::Stream;
 use rondo_model::array::{AdmitRequest, Span};
+use rondo_model::layout::Replica;
 use rondo_model::reservation::Rejection;
 use rondo_model::units::StreamId;
 use tokio::sync::mpsc;
 
+use crate::buffers::PooledBuf;
 use crate::state::{Core, Shared};
 use crate::titles::LoadedTitle;
 
-/// One admitted stream, as the driver and the HTTP side share it.
+/// What reaches a session's inbox.
+pub enum SessionMsg {
+    /// A piece of a stream-round, read and checked (from a disk thread).
+    Piece {
+        playback_round: u32,
+        replica: Replica,
+        piece: u16,
+        data: PooledBuf,
+    },
+    /// The array released this playback round: send it (from the driver).
+    Release {
+        playback_round: u32,
+        replica: Replica,
+    },
+    /// The server stopped the stream: fail the response.
+    Abort,
+}
+
+/// A session's inbox, as disk threads and the driver hold it.
+pub type SessionInbox = mpsc::UnboundedSender<SessionMsg>;
+
+/// One admitted stream, as the round driver holds it.
 pub struct StreamState {
     pub title: Arc<LoadedTitle>,
-    /// Absolute round of the stream's first read.
-    pub start_round: u64,
-    pub first_playback_round: usize,
-    /// The next playback round to hand to the session.
-    pub next_send_round: usize,
-    /// Bytes of the first round before the requested range.
-    pub skip_bytes: u64,
-    /// Bytes of the requested range not yet handed to the session.
-    pub remaining_bytes: u64,
-    /// Complete rounds waiting for their send round (or for an earlier,
-    /// late round): playback round → (round they may be sent in, data).
-    pub ready: BTreeMap<usize, (u64, Bytes)>,
-    /// Rounds released for sending that the session channel had no room for.
-    pub backlog: VecDeque<Bytes>,
-    pub sink: mpsc::Sender<Bytes>,
-    /// Since when the session channel has been full.
-    pub stalled_since: Option<Instant>,
-    /// Set when the server ends the stream; the body then fails the response.
-    pub abort: Arc<AtomicBool>,
+    pub inbox: SessionInbox,
+    /// Released rounds the client has taken (counted by the body).
+    pub taken_rounds: Arc<AtomicU32>,
     /// The client, for log lines.
     pub peer: String,
 }
 
 impl StreamState {
-    /// The round in which playback round `playback_round`'s data is read.
-    pub fn read_round(&self, playback_round: usize) -> u64 {
-        self.start_round + (playback_round - self.first_playback_round) as u64
-    }
-
-    /// Trims a round's data to the requested range.
-    fn trim(&mut self, mut data: Bytes) -> Bytes {
-        if self.skip_bytes > 0 {
-            let skip = self.skip_bytes.min(data.len() as u64);
-            data = data.slice(skip as usize..);
-            self.skip_bytes -= skip;
-        }
-        if data.len() as u64 > self.remaining_bytes {
-            data.truncate(self.remaining_bytes as usize);
-        }
-        self.remaining_bytes -= data.len() as u64;
-        data
-    }
-
-    /// Moves every round that may be sent by round `current` into the
-    /// backlog, then as much of the backlog as fits into the channel.
-    /// Returns true once every byte of the range is in the channel.
-    pub fn flush(&mut self, current: u64, now: Instant) -> bool {
-        while let Some(entry) = self.ready.first_entry() {
-            if *entry.key() != self.next_send_round || entry.get().0 > current {
-                break;
-            }
-            let (_, data) = entry.remove();
-            self.next_send_round += 1;
-            let data = self.trim(data);
-            if !data.is_empty() {
-                self.backlog.push_back(data);
-            }
-        }
-        while let Some(data) = self.backlog.pop_front() {
-            match self.sink.try_send(data) {
-                Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(data)) => {
-                    self.backlog.push_front(data);
-                    self.stalled_since.get_or_insert(now);
-                    return false;
-                }
-                // The body is gone; its guard releases the stream.
-                Err(mpsc::error::TrySendError::Closed(_)) => {
-                    self.backlog.clear();
-                    return false;
-                }
-            }
-        }
-        self.stalled_since = None;
-        self.remaining_bytes == 0
+    /// Tells the body to fail the response.
+    pub fn abort(&self) {
+        let _ = self.inbox.send(SessionMsg::Abort);
     }
 }
 
@@ -141,12 +106,14 @@ pub async fn admit(
     request: StreamRequest,
 ) -> Result<Admitted, Option<Rejection>> {
     let title = request.title;
-    let channel_rounds = shared.config.client_buffer_rounds.max(1) as usize;
-    let (sink, receiver) = mpsc::channel(channel_rounds);
-    let abort = Arc::new(AtomicBool::new(false));
+    let (inbox, receiver) = mpsc::unbounded_channel();
+    let taken_rounds = Arc::new(AtomicU32::new(0));
     let (first_byte, length_bytes) = (request.first_byte, request.length_bytes);
-    let (job_title, job_abort, peer) =
-        (Arc::clone(&title), Arc::clone(&abort), request.peer.clone());
+    let (job_title, job_taken, peer) = (
+        Arc::clone(&title),
+        Arc::clone(&taken_rounds),
+        request.peer.clone(),
+    );
     let admission = shared
         .with_core(move |shared, core| {
             // The array maps the bytes to playback rounds and reserves only
@@ -169,16 +136,8 @@ pub async fn admit(
                         a.stream,
                         StreamState {
                             title: job_title,
-                            start_round: a.start_round,
-                            first_playback_round: a.first_playback_round,
-                            next_send_round: a.first_playback_round,
-                            skip_bytes: a.skip_bytes,
-                            remaining_bytes: a.length_bytes,
-                            ready: BTreeMap::new(),
-                            backlog: VecDeque::new(),
-                            sink,
-                            stalled_since: None,
-                            abort: job_abort,
+                            inbox,
+                            taken_rounds: job_taken,
                             peer,
                         },
                     );
@@ -211,38 +170,52 @@ pub async fn admit(
         start_round: admission.start_round,
         body: SessionBody {
             prefix: (!request.prefix.is_empty()).then_some(request.prefix),
+            title,
             receiver,
-            abort,
+            pieces: BTreeMap::new(),
+            skip_bytes: admission.skip_bytes,
+            remaining_bytes: admission.length_bytes,
+            taken_rounds,
             guard: ReleaseGuard {
                 shared: Arc::clone(shared),
                 stream: admission.stream,
+                finished: Arc::new(AtomicBool::new(false)),
             },
             done: false,
         },
     })
 }
 
-/// Releases a stream that is still registered when its body is dropped (the
-/// client disconnected, or the server is dropping the connection): a job for
-/// the round driver, which owns the sessions.
+/// Ends a stream that is still registered when its body is dropped: a job
+/// for the round driver, which owns the sessions. A body that sent every
+/// byte finished its stream (the client may close before the array's next
+/// round says so); otherwise the client disconnected or the server is
+/// dropping the connection.
 struct ReleaseGuard {
     shared: Arc<Shared>,
     stream: StreamId,
+    finished: Arc<AtomicBool>,
 }
 
 impl Drop for ReleaseGuard {
     fn drop(&mut self) {
         let stream = self.stream;
+        let finished = self.finished.load(Relaxed);
         self.shared.on_core(move |shared, core| {
-            if let Some(state) = end_stream(core, stream) {
-                shared.metrics.streams_disconnected.fetch_add(1, Relaxed);
-                tracing::info!(
-                    stream = stream.0,
-                    title = state.title.id().0,
-                    peer = %state.peer,
-                    "client disconnected; reservations released"
-                );
+            let Some(state) = end_stream(core, stream) else {
+                return;
+            };
+            if finished {
+                shared.metrics.streams_completed.fetch_add(1, Relaxed);
+                return;
             }
+            shared.metrics.streams_disconnected.fetch_add(1, Relaxed);
+            tracing::info!(
+                stream = stream.0,
+                title = state.title.id().0,
+                peer = %state.peer,
+                "client disconnected; reservations released"
+            );
         });
     }
 }
@@ -255,55 +228,186 @@ pub fn end_stream(core: &mut Core, stream: StreamId) -> Option<StreamState> {
     Some(state)
 }
 
-/// The HTTP body of a stream: the session channel's rounds, failing the
-/// response if the server drops the stream.
+/// The pieces of one stream-round received so far.
+struct Pieces {
+    replica: Replica,
+    pieces: Vec<Option<PooledBuf>>,
+}
+
+/// The HTTP body of a stream: holds the pieces its disk reads put in its
+/// inbox until the array releases their round, then sends the round.
 pub struct SessionBody {
     /// Sent before the first round's data.
     prefix: Option<Bytes>,
-    receiver: mpsc::Receiver<Bytes>,
-    abort: Arc<AtomicBool>,
+    title: Arc<LoadedTitle>,
+    receiver: mpsc::UnboundedReceiver<SessionMsg>,
+    /// Pieces of rounds not released yet, by playback round.
+    pieces: BTreeMap<u32, Pieces>,
+    /// Bytes of the first round before the requested range.
+    skip_bytes: u64,
+    /// Bytes of the requested range not sent yet.
+    remaining_bytes: u64,
+    taken_rounds: Arc<AtomicU32>,
     guard: ReleaseGuard,
     done: bool,
+}
+
+impl SessionBody {
+    /// Keeps a piece; a piece of the other replica (a re-read after an
+    /// error) replaces what came before.
+    fn keep(&mut self, playback_round: u32, replica: Replica, piece: u16, data: PooledBuf) {
+        let entry = self.pieces.entry(playback_round).or_insert_with(|| Pieces {
+            replica,
+            pieces: Vec::new(),
+        });
+        if entry.replica != replica {
+            *entry = Pieces {
+                replica,
+                pieces: Vec::new(),
+            };
+        }
+        let piece = piece as usize;
+        if entry.pieces.len() <= piece {
+            entry.pieces.resize_with(piece + 1, || None);
+        }
+        entry.pieces[piece] = Some(data);
+    }
+
+    /// The client bytes of a released round, trimmed to the range.
+    fn release(&mut self, playback_round: u32, replica: Replica) -> Option<Bytes> {
+        // Pieces of this round and any stale ones before it go.
+        let later = self.pieces.split_off(&(playback_round + 1));
+        let mut earlier = std::mem::replace(&mut self.pieces, later);
+        let pieces = earlier
+            .remove(&playback_round)
+            .filter(|p| p.replica == replica)
+            .map(|p| p.pieces)
+            .unwrap_or_default();
+        let mut data = assemble(&self.title, playback_round, replica, pieces)?;
+        if self.skip_bytes > 0 {
+            let skip = self.skip_bytes.min(data.len() as u64);
+            data = data.slice(skip as usize..);
+            self.skip_bytes -= skip;
+        }
+        if data.len() as u64 > self.remaining_bytes {
+            data.truncate(self.remaining_bytes as usize);
+        }
+        self.remaining_bytes -= data.len() as u64;
+        Some(data)
+    }
 }
 
 impl Stream for SessionBody {
     type Item = Result<Bytes, std::io::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.done {
-            return Poll::Ready(None);
-        }
         let aborted = || std::io::Error::other("the server ended this stream");
-        if self.abort.load(Relaxed) {
-            self.done = true;
-            return Poll::Ready(Some(Err(aborted())));
-        }
-        if let Some(prefix) = self.prefix.take() {
-            self.guard
-                .shared
-                .metrics
-                .bytes_sent
-                .fetch_add(prefix.len() as u64, Relaxed);
-            return Poll::Ready(Some(Ok(prefix)));
-        }
-        match self.receiver.poll_recv(cx) {
-            Poll::Ready(Some(data)) => {
+        loop {
+            if self.done {
+                return Poll::Ready(None);
+            }
+            if let Some(prefix) = self.prefix.take() {
                 self.guard
                     .shared
                     .metrics
                     .bytes_sent
-                    .fetch_add(data.len() as u64, Relaxed);
-                Poll::Ready(Some(Ok(data)))
+                    .fetch_add(prefix.len() as u64, Relaxed);
+                return Poll::Ready(Some(Ok(prefix)));
             }
-            Poll::Ready(None) => {
+            if self.remaining_bytes == 0 {
                 self.done = true;
-                if self.abort.load(Relaxed) {
-                    Poll::Ready(Some(Err(aborted())))
-                } else {
-                    Poll::Ready(None)
+                self.guard.finished.store(true, Relaxed);
+                return Poll::Ready(None);
+            }
+            match self.receiver.poll_recv(cx) {
+                Poll::Ready(Some(SessionMsg::Piece {
+                    playback_round,
+                    replica,
+                    piece,
+                    data,
+                })) => self.keep(playback_round, replica, piece, data),
+                Poll::Ready(Some(SessionMsg::Release {
+                    playback_round,
+                    replica,
+                })) => {
+                    let Some(data) = self.release(playback_round, replica) else {
+                        tracing::error!(
+                            stream = self.guard.stream.0,
+                            playback_round,
+                            "a released round has no data (a bug): the response fails"
+                        );
+                        self.done = true;
+                        return Poll::Ready(Some(Err(aborted())));
+                    };
+                    // Taken: the socket asked for more, so the client's
+                    // buffer had room for it.
+                    self.taken_rounds.fetch_add(1, Relaxed);
+                    if self.remaining_bytes == 0 {
+                        // The last byte is handed over (a response with a
+                        // length is not polled again after it).
+                        self.guard.finished.store(true, Relaxed);
+                    }
+                    if !data.is_empty() {
+                        self.guard
+                            .shared
+                            .metrics
+                            .bytes_sent
+                            .fetch_add(data.len() as u64, Relaxed);
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                }
+                Poll::Ready(Some(SessionMsg::Abort)) | Poll::Ready(None) => {
+                    // Ended before its last byte: the response fails.
+                    self.done = true;
+                    return Poll::Ready(Some(Err(aborted())));
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+/// The client bytes of one stream-round from its pieces: a primary read is
+/// the round's data padded to whole blocks (sliced, no copy); a backup's
+/// pieces hold the round's fragments in stored order (copied into place).
+/// A round with nothing stored (an empty round) has no pieces. `None`: a
+/// primary round's piece is missing.
+fn assemble(
+    title: &LoadedTitle,
+    playback_round: u32,
+    replica: Replica,
+    pieces: Vec<Option<PooledBuf>>,
+) -> Option<Bytes> {
+    let playback_round = playback_round as usize;
+    let client_bytes = title.record.client_bytes[playback_round] as usize;
+    if client_bytes == 0 {
+        return Some(Bytes::new());
+    }
+    let mut pieces = pieces.into_iter();
+    match replica {
+        Replica::Primary => {
+            let buf = pieces.next().flatten()?;
+            Some(buf.into_bytes().slice(..client_bytes))
+        }
+        Replica::Backup => {
+            let layout = title.layout.round(playback_round);
+            let mut out = vec![0u8; layout.primary.bytes() as usize];
+            for (entry, piece) in layout.backups.iter().zip(pieces) {
+                let Some(piece) = piece else {
+                    // An empty piece: nothing of the round lies there.
+                    continue;
+                };
+                let data = piece.as_ref();
+                let mut cursor = 0usize;
+                for fragment in &entry.fragments {
+                    let len = (fragment.end - fragment.start) as usize;
+                    out[fragment.start as usize..fragment.end as usize]
+                        .copy_from_slice(&data[cursor..cursor + len]);
+                    cursor += len;
                 }
             }
-            Poll::Pending => Poll::Pending,
+            out.truncate(client_bytes);
+            Some(Bytes::from(out))
         }
     }
 }

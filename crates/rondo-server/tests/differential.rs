@@ -1,6 +1,6 @@
 //! The differential test: one seeded scenario (arrivals with byte ranges and
 //! time starts, a disk failure, read and checksum errors, a rebuild, an
-//! ingest) executed by the simulator and by the server's disk threads on
+//! ingest, a client that stops reading) executed by the simulator and by the server's disk threads on
 //! in-memory storage must give the same decisions: the same admissions, the
 //! same per-round per-disk command lists and the same aborted streams.
 //!
@@ -23,17 +23,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rondo_model::array::{Completion, DiskCommand, Effect, Purpose, ReadOutcome};
+use rondo_model::array::{Array, Completion, DiskCommand, Effect, Purpose, ReadOutcome};
 use rondo_model::disk::{self, Disk};
 use rondo_model::layout::{ReplicaPlacement, TitleLayout};
 use rondo_model::reservation::Scheme;
-use rondo_model::units::TitleId;
+use rondo_model::units::{StreamId, TitleId};
 use rondo_server::buffers::BufferPool;
 use rondo_server::config::DiskTiming;
 use rondo_server::io::{DiskBatch, IoEvent, RoundClock, spawn_device};
 use rondo_server::metrics::Metrics;
 use rondo_server::storage::{Fault, FaultyStorage, MemoryStorage, Storage};
-use rondo_sim::faults::{FaultPlan, IngestSpec, ReadErrorKind, ReadErrorSpec, RebuildSpec};
+use rondo_sim::faults::{
+    FaultPlan, IngestSpec, ReadErrorKind, ReadErrorSpec, RebuildSpec, StallSpec,
+};
 use rondo_sim::run::{
     AdmissionLog, BoundKind, FailureSpec, Mode, PlacedTitle, RoundLog, RunLog, SimConfig, SimTitle,
     place_ingest, place_titles, prepare_placed, run_logged,
@@ -83,10 +85,42 @@ fn scenario() -> SimConfig {
             title: 0,
             round: 10,
         }),
+        stalls: vec![StallSpec {
+            stream_nth: 5,
+            round: 30,
+        }],
         range_fraction: 0.2,
         time_start_fraction: 0.1,
     };
     c
+}
+
+/// The clients: each takes every round released to it at once, except
+/// the fault plan's stalled ones (the simulator's client model, played here
+/// by the test as the server's sessions would).
+#[derive(Default)]
+struct Clients {
+    /// Stream → (rounds taken, round from which it takes nothing).
+    taken: BTreeMap<StreamId, (u32, Option<u64>)>,
+    admitted: u64,
+}
+
+impl Clients {
+    fn admitted(&mut self, stream: StreamId, stalls: &[StallSpec]) {
+        let nth = self.admitted;
+        self.admitted += 1;
+        let from = stalls.iter().find(|s| s.stream_nth == nth).map(|s| s.round);
+        self.taken.insert(stream, (0, from));
+    }
+
+    fn take(&mut self, array: &mut Array, stream: StreamId, round: u64) {
+        if let Some((taken, from)) = self.taken.get_mut(&stream)
+            && from.is_none_or(|r| round < r)
+        {
+            *taken += 1;
+            array.client_took(stream, *taken);
+        }
+    }
 }
 
 /// The bytes of title `t`'s round `r` (padded to whole blocks).
@@ -214,6 +248,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
     let mut ingest: Option<(TitleId, usize, usize)> = None;
     let faults = &config.faults;
     let mut admissions = sim_log.admissions.iter().peekable();
+    let mut clients = Clients::default();
     for round in 0..config.end_round {
         log.rounds.push(RoundLog {
             round,
@@ -248,6 +283,9 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
             array.begin_ingest(title, layout);
         }
         let plan = array.begin_round(round);
+        for r in &plan.releases {
+            clients.take(array, r.stream, round);
+        }
         let entry = log.rounds.last_mut().unwrap();
         entry.aborted.extend(plan.aborted.iter().map(|a| a.stream));
         entry.commands = plan.disks.iter().map(|d| d.commands.clone()).collect();
@@ -276,6 +314,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
                 commands: d.commands.clone(),
                 scheduler: d.scheduler,
                 device: None,
+                deliver_to: Vec::new(),
             };
             disks[d.disk as usize].batches.send(batch).unwrap();
         }
@@ -320,6 +359,11 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
                 break;
             }
             let effects = array.complete(&entry.remove());
+            for e in &effects {
+                if let Effect::Released(r) = e {
+                    clients.take(array, r.stream, round);
+                }
+            }
             let stopped = aborted_of(&effects);
             log.rounds.last_mut().unwrap().aborted.extend(stopped);
         }
@@ -329,6 +373,9 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
                 .admit_with_lookahead(&a.request, lookahead)
                 .map(|x| (x.stream, x.start_round))
                 .map_err(|e| e.to_string());
+            if let Ok((stream, _)) = result {
+                clients.admitted(stream, &faults.stalls);
+            }
             log.admissions.push(AdmissionLog {
                 round,
                 request: a.request.clone(),
@@ -432,6 +479,7 @@ fn differential_simulator_and_server_executor_decide_alike() {
     assert!(result.admitted > 20, "{result:?}");
     assert_eq!(result.deadline_misses, 0, "{result:?}");
     assert_eq!(result.invariant_checks, config.end_round);
+    assert_eq!(result.clients_stalled, 1, "{result:?}");
     let spans = sim_log
         .admissions
         .iter()

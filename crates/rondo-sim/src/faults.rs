@@ -52,6 +52,16 @@ pub struct IngestSpec {
     pub round: u64,
 }
 
+/// The client of the `stream_nth` stream admitted (counted from 0) takes
+/// no data from round `round` on: the array stops its stream once it has
+/// held more than its buffer for the grace time.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StallSpec {
+    pub stream_nth: u64,
+    pub round: u64,
+}
+
 /// Everything injected into one run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -60,6 +70,8 @@ pub struct FaultPlan {
     pub read_errors: Vec<ReadErrorSpec>,
     pub rebuild: Option<RebuildSpec>,
     pub ingest: Option<IngestSpec>,
+    /// Clients that stop taking their data.
+    pub stalls: Vec<StallSpec>,
     /// Share of arrivals that ask for a byte range of the title (an HTTP
     /// Range: a seeded start and length).
     pub range_fraction: f64,
@@ -70,14 +82,17 @@ pub struct FaultPlan {
 impl FaultPlan {
     /// Whether the plan needs disks that execute reads.
     pub fn needs_simulated_disks(&self) -> bool {
-        !self.read_errors.is_empty() || self.rebuild.is_some() || self.ingest.is_some()
+        !self.read_errors.is_empty()
+            || self.rebuild.is_some()
+            || self.ingest.is_some()
+            || !self.stalls.is_empty()
     }
 
     /// A plan drawn from `seed` for a run of `rounds` rounds on `disks`
     /// disks with `titles` titles: one disk failure, a few read and
     /// checksum errors on other disks before and after it, the failed disk
-    /// rebuilt some rounds later, an ingest, and a quarter of the arrivals
-    /// as ranges or time starts.
+    /// rebuilt some rounds later, an ingest, a client that stops reading,
+    /// and a quarter of the arrivals as ranges or time starts.
     pub fn seeded(seed: u64, disks: u32, rounds: u64, titles: usize) -> FaultPlan {
         let draw = |salt: u64| mix(seed, salt);
         let failed = (draw(1) % disks as u64) as u32;
@@ -115,6 +130,10 @@ impl FaultPlan {
                 title: (draw(4) % titles.max(1) as u64) as usize,
                 round: draw(5) % (rounds / 2).max(1),
             }),
+            stalls: vec![StallSpec {
+                stream_nth: draw(6) % 20,
+                round: draw(7) % (rounds / 2).max(1),
+            }],
             range_fraction: 0.15,
             time_start_fraction: 0.1,
         }

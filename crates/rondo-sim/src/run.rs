@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use rondo_model::array::{
-    Aborted, AdmitRequest, Array, ArrayConfig, ArrayTitle, Completion, DiskCommand, Effect,
-    ExtentChecksums, FailCause, Purpose, ReadOutcome, RoundPlan, Span, rondo_write_bound,
+    Aborted, AdmitRequest, Array, ArrayConfig, ArrayTitle, Completion, DeliveryConfig, DiskCommand,
+    Effect, ExtentChecksums, FailCause, Purpose, ReadOutcome, RoundPlan, Span, rondo_write_bound,
 };
 use rondo_model::disk::{self, Disk, DiskError, DiskProfile, PaperBound, RondoBound};
 use rondo_model::health::HealthPolicy;
@@ -265,9 +265,14 @@ pub struct SimResult {
     /// miss is `deadline_misses`).
     #[serde(default)]
     pub recovery_misses: u64,
-    /// Streams the array stopped (their data was lost).
+    /// Streams the array stopped (their data was lost, or their client
+    /// stopped taking it).
     #[serde(default)]
     pub streams_aborted: u64,
+    /// Of those, streams whose client stopped taking data (the fault plan's
+    /// stalls).
+    #[serde(default)]
+    pub clients_stalled: u64,
     /// Rounds from the rebuild's start to the disk serving again.
     #[serde(default)]
     pub rebuild_rounds: Option<u64>,
@@ -395,6 +400,19 @@ struct Executor<'a> {
     ingest: Option<IngestRun>,
     rebuild_started_round: Option<u64>,
     log: Option<RunLog>,
+    /// The simulated clients of admitted streams.
+    clients: BTreeMap<StreamId, SimClient>,
+    /// Streams admitted so far (the fault plan's stalls name them by rank).
+    admitted_count: u64,
+    /// The round in progress.
+    round: u64,
+}
+
+/// A simulated client: it takes every round the array releases at once,
+/// unless the fault plan stalls it.
+struct SimClient {
+    taken_rounds: u32,
+    stalls_from_round: Option<u64>,
 }
 
 /// An ingest in progress in the simulation.
@@ -472,6 +490,9 @@ fn run_placed_inner(
         ingest: None,
         rebuild_started_round: None,
         log: logged.then(RunLog::default),
+        clients: BTreeMap::new(),
+        admitted_count: 0,
+        round: 0,
     };
     let mut arrivals = PoissonArrivals::new(exec.prepared.arrival_rate_per_round, config.seed);
     let mut choice = match config.zipf_exponent {
@@ -481,6 +502,7 @@ fn run_placed_inner(
     let measured = config.warmup_rounds..config.end_round;
     let failures = config.failure.iter().chain(&faults.failures);
     for round in 0..config.end_round {
+        exec.round = round;
         if let Some(log) = exec.log.as_mut() {
             log.rounds.push(RoundLog {
                 round,
@@ -557,6 +579,7 @@ fn run_placed_inner(
     exec.m.read_errors = counters.read_errors;
     exec.m.rereads = counters.rereads;
     exec.m.streams_aborted = counters.streams_aborted;
+    exec.m.clients_stalled = counters.clients_stalled;
     let result = exec
         .m
         .finish(&exec.prepared, active_sum, rounds_measured, config.mode);
@@ -590,6 +613,22 @@ impl Executor<'_> {
         }
         match outcome {
             Ok(a) => {
+                let nth = self.admitted_count;
+                self.admitted_count += 1;
+                let stalls_from_round = self
+                    .config
+                    .faults
+                    .stalls
+                    .iter()
+                    .find(|s| s.stream_nth == nth)
+                    .map(|s| s.round);
+                self.clients.insert(
+                    a.stream,
+                    SimClient {
+                        taken_rounds: 0,
+                        stalls_from_round,
+                    },
+                );
                 let rounds = (a.end_playback_round - a.first_playback_round) as u64;
                 self.playing[a.start_round as usize] += 1;
                 self.playing[(a.start_round + rounds) as usize] -= 1;
@@ -635,6 +674,7 @@ impl Executor<'_> {
         for effect in effects {
             match effect {
                 Effect::Aborted(a) => self.on_aborted(&a),
+                Effect::Released(r) => self.take(r.stream),
                 Effect::Ready(_)
                 | Effect::ReReadQueued { .. }
                 | Effect::DiskState { .. }
@@ -643,8 +683,21 @@ impl Executor<'_> {
         }
     }
 
+    /// A client takes a released round, unless it has stalled.
+    fn take(&mut self, stream: StreamId) {
+        let Some(client) = self.clients.get_mut(&stream) else {
+            return;
+        };
+        if client.stalls_from_round.is_some_and(|r| self.round >= r) {
+            return;
+        }
+        client.taken_rounds += 1;
+        self.prepared.array.client_took(stream, client.taken_rounds);
+    }
+
     /// An aborted stream stops playing from the round it was stopped at.
     fn on_aborted(&mut self, a: &Aborted) {
+        self.clients.remove(&a.stream);
         if let Some(round) = self.log.as_mut().and_then(|l| l.rounds.last_mut()) {
             round.aborted.push(a.stream);
         }
@@ -661,6 +714,12 @@ impl Executor<'_> {
     fn execute(&mut self, plan: RoundPlan, in_window: bool) -> Result<(), SimError> {
         for a in &plan.aborted {
             self.on_aborted(a);
+        }
+        for stream in &plan.finished {
+            self.clients.remove(stream);
+        }
+        for r in &plan.releases {
+            self.take(r.stream);
         }
         if let Some(round) = self.log.as_mut().and_then(|l| l.rounds.last_mut()) {
             round.commands = plan.disks.iter().map(|d| d.commands.clone()).collect();
@@ -1008,6 +1067,9 @@ pub fn prepare_placed(
         health: HealthPolicy::default(),
         read_bound: bound.clone(),
         write_bound,
+        // The server's defaults: a simulated client that stalls is stopped
+        // when a served one would be.
+        delivery: DeliveryConfig::default(),
     });
     for (t, title) in titles.iter().enumerate() {
         array.add_title(ArrayTitle::new(
@@ -1058,6 +1120,7 @@ struct Measure {
     rereads: u64,
     recovery_misses: u64,
     streams_aborted: u64,
+    clients_stalled: u64,
     rebuild_rounds: Option<u64>,
     ingest_rounds: Option<u64>,
     invariant_checks: u64,
@@ -1131,6 +1194,7 @@ impl Measure {
             rereads: self.rereads,
             recovery_misses: self.recovery_misses,
             streams_aborted: self.streams_aborted,
+            clients_stalled: self.clients_stalled,
             rebuild_rounds: self.rebuild_rounds,
             ingest_rounds: self.ingest_rounds,
             invariant_checks: self.invariant_checks,

@@ -145,17 +145,19 @@ fn minimum_in_rondo_mode_survives_any_single_failure_with_data_in_the_inner_zone
 
 #[test]
 fn minimum_in_rondo_mode_survives_seeded_fault_plans_with_its_invariants_checked_every_round() {
+    let mut stalled = 0;
     for seed in seeds(4, 1000) {
         let (c, r) = fault_scenario(seed, Scheme::Minimum);
         let hint = replay_hint("minimum_in_rondo_mode_survives_seeded", seed);
         eprintln!(
-            "seed {seed}: D = {}, {} admitted, {} read errors, {} re-reads ({} late), {} aborted, rebuild {:?} rounds, ingest {:?} rounds",
+            "seed {seed}: D = {}, {} admitted, {} read errors, {} re-reads ({} late), {} aborted ({} stalled clients), rebuild {:?} rounds, ingest {:?} rounds",
             c.disks,
             r.admitted,
             r.read_errors,
             r.rereads,
             r.recovery_misses,
             r.streams_aborted,
+            r.clients_stalled,
             r.rebuild_rounds,
             r.ingest_rounds
         );
@@ -191,7 +193,16 @@ fn minimum_in_rondo_mode_survives_seeded_fault_plans_with_its_invariants_checked
             r.rereads + r.streams_aborted >= r.read_errors,
             "seed {seed}: {r:?}; {hint}"
         );
+        // A stalled client is stopped (unless its stream ended before its
+        // stall began); no other client is.
+        assert!(
+            r.clients_stalled <= c.faults.stalls.len() as u64,
+            "seed {seed}: {} clients stopped as stalled; {hint}",
+            r.clients_stalled
+        );
+        stalled += r.clients_stalled;
     }
+    assert!(stalled > 0, "no seeded client stall took effect");
 }
 
 #[test]

@@ -149,6 +149,12 @@ pub enum AbortReason {
     DataLost { playback_round: u32 },
     /// Reading a round failed on both replicas (or on the only one).
     ReadFailed { playback_round: u32, detail: String },
+    /// The client took no data for the grace time while holding more than
+    /// its buffer.
+    ClientStalled {
+        held_rounds: u64,
+        stalled_rounds: u64,
+    },
     /// The array is shutting down.
     Shutdown,
 }
@@ -168,6 +174,14 @@ impl std::fmt::Display for AbortReason {
                 f,
                 "reading playback round {playback_round} failed and no other working replica \
                  holds it: {detail}"
+            ),
+            AbortReason::ClientStalled {
+                held_rounds,
+                stalled_rounds,
+            } => write!(
+                f,
+                "the client took no data for {stalled_rounds} rounds while {held_rounds} rounds \
+                 waited for it (more than its buffer)"
             ),
             AbortReason::Shutdown => f.write_str("the server is shutting down"),
         }
@@ -207,6 +221,11 @@ pub struct RoundPlan {
     pub disks: Vec<DiskRoundPlan>,
     /// Stream-rounds with nothing to read (empty rounds): complete at once.
     pub ready: Vec<RoundReady>,
+    /// Playback rounds that may be handed to their clients from now on, in
+    /// each stream's playback order.
+    pub releases: Vec<crate::array::Release>,
+    /// Streams whose client took every round: their sessions end.
+    pub finished: Vec<StreamId>,
     /// Stream-rounds of the round that just ended not complete in time.
     pub missed: Vec<Miss>,
     /// Streams stopped at this boundary (their data is lost).
@@ -270,6 +289,9 @@ impl std::fmt::Display for FailCause {
 pub enum Effect {
     /// A stream-round is complete.
     Ready(RoundReady),
+    /// A playback round may be handed to its client now (a late round, and
+    /// the rounds it held back).
+    Released(crate::array::Release),
     /// A stream-round whose read failed will be read from its other
     /// replica in a coming round's unreserved time.
     ReReadQueued {

@@ -22,6 +22,7 @@
 //! ([`command`]: plain data that a storage node could execute behind RPC).
 
 pub mod command;
+pub mod delivery;
 pub mod policy;
 mod titles;
 pub mod writes;
@@ -49,6 +50,7 @@ pub use command::{
     AbortReason, Aborted, Completion, Copy, CopyId, DiskCommand, DiskRoundPlan, Effect, FailCause,
     Miss, Purpose, ReadOutcome, RoundPlan, RoundReady,
 };
+pub use delivery::{DeliveryConfig, Release};
 pub use policy::{OneReadPerStream, RetrievalPolicy};
 pub use titles::{ArrayTitle, ExtentChecksums, RoundIndex, RoundPosition};
 pub use writes::{WRITE_LOOKAHEAD_ROUNDS, WriteQueue};
@@ -80,6 +82,8 @@ pub struct ArrayConfig {
     /// The bound ingest and rebuild writes are charged with (rondo mode's
     /// write bound; the read bound where the paper has none).
     pub write_bound: Bound,
+    /// Clients' buffers and how long one that stops reading keeps its stream.
+    pub delivery: DeliveryConfig,
 }
 
 /// Which part of a title a stream plays.
@@ -219,6 +223,10 @@ pub struct ArrayCounters {
     /// Re-reads from the other replica after an error (queued).
     pub rereads: u64,
     pub streams_aborted: u64,
+    /// Streams stopped because their client stopped taking data.
+    pub clients_stalled: u64,
+    /// Streams whose client took every round.
+    pub streams_finished: u64,
     /// Planned reads with no working replica.
     pub lost_reads: u64,
 }
@@ -235,6 +243,11 @@ pub struct Array {
     rebuild: Option<RebuildState>,
     replacing: Vec<bool>,
     writes: WriteQueue,
+    /// When each stream's rounds go to its client.
+    deliveries: delivery::Deliveries,
+    /// False once rounds are begun admission-only: nothing is read, so
+    /// nothing is delivered.
+    delivering: bool,
     /// Stream-rounds waiting for a re-read from their other replica, in
     /// the order their errors came.
     rereads: Vec<(StreamId, u32)>,
@@ -261,6 +274,8 @@ impl Array {
             rebuild: None,
             replacing: vec![false; disks as usize],
             writes: WriteQueue::default(),
+            deliveries: delivery::Deliveries::new(config.delivery),
+            delivering: true,
             rereads: Vec::new(),
             next_round: 0,
             next_copy: 0,
@@ -408,6 +423,15 @@ impl Array {
             earliest_round,
             lookahead_rounds,
         )?;
+        if self.delivering {
+            self.deliveries.admit(
+                stream,
+                request.title,
+                start_round,
+                playback_rounds.start as u32,
+                playback_rounds.end as u32,
+            );
+        }
         Ok(Admitted {
             stream,
             start_round,
@@ -420,11 +444,26 @@ impl Array {
     }
 
     /// Releases a stream (its client left): reservations from the next
-    /// round on and its reads in flight are dropped. False if unknown.
+    /// round on, its reads in flight and its delivery are dropped. False if
+    /// unknown.
     pub fn release(&mut self, stream: StreamId) -> bool {
-        let known = self.reservations.release(stream);
+        let reading = self.reservations.release(stream);
+        let delivering = self.deliveries.remove(stream);
         self.drop_inflight(stream);
-        known
+        reading || delivering
+    }
+
+    /// The client of `stream` has taken `taken_rounds` of its released
+    /// rounds in all (a session's count of rounds handed to its socket; in
+    /// the simulator, every round at its release unless the fault plan
+    /// stalls the client). Read at the next round's start.
+    pub fn client_took(&mut self, stream: StreamId, taken_rounds: u32) {
+        self.deliveries.took(stream, taken_rounds);
+    }
+
+    /// Whether the array knows `stream` (reading or delivering).
+    pub fn has_stream(&self, stream: StreamId) -> bool {
+        self.deliveries.contains(stream) || self.reservations.stream_span(stream).is_some()
     }
 
     pub fn active_streams(&self) -> usize {
@@ -442,16 +481,25 @@ impl Array {
         }
     }
 
-    /// Stops and releases a stream the array cannot serve.
+    /// Stops and releases a stream the array cannot serve (or whose client
+    /// stalled: its reads may be over, its delivery not).
     fn abort(&mut self, stream: StreamId, reason: AbortReason) -> Option<Aborted> {
-        let span = self.reservations.stream_span(stream)?;
+        let (title, start_round, first, end) = match self.reservations.stream_span(stream) {
+            Some(span) => (
+                span.title,
+                span.start_round,
+                span.first_playback_round as u32,
+                span.end_playback_round as u32,
+            ),
+            None => self.deliveries.span(stream)?,
+        };
         self.release(stream);
         self.counters.streams_aborted += 1;
         Some(Aborted {
             stream,
-            title: span.title,
-            start_round: span.start_round,
-            end_read_round: span.end_read_round(),
+            title,
+            start_round,
+            end_read_round: start_round + u64::from(end - first),
             at_round: self.next_round,
             reason,
         })
@@ -459,7 +507,10 @@ impl Array {
 
     /// Stops every stream (shutdown).
     pub fn abort_all(&mut self) -> Vec<Aborted> {
-        let streams: Vec<StreamId> = self.reservations.stream_ids().collect();
+        let mut streams: Vec<StreamId> = self.reservations.stream_ids().collect();
+        streams.extend(self.deliveries.stream_ids());
+        streams.sort_unstable();
+        streams.dedup();
         streams
             .into_iter()
             .filter_map(|s| self.abort(s, AbortReason::Shutdown))
@@ -472,6 +523,8 @@ impl Array {
     /// (reservations only, seed 000 §6.1).
     pub fn begin_round_admission_only(&mut self, round: u64) {
         assert!(round >= self.next_round, "rounds begin in order");
+        self.delivering = false;
+        self.deliveries = delivery::Deliveries::new(self.config.delivery);
         self.reservations.advance_to(round);
         self.next_round = round + 1;
     }
@@ -507,10 +560,28 @@ impl Array {
                 });
             }
         }
-        // 2. Time moves on.
+        // 2. Clients: rounds whose send round has come are released; a
+        // client that took everything is done, one stalled past the grace
+        // time is stopped before its next reads are planned.
+        let (finished, stalled) = self.deliveries.begin_round(round, &mut plan.releases);
+        for stream in finished {
+            self.counters.streams_finished += 1;
+            self.reservations.release(stream);
+            self.drop_inflight(stream);
+            plan.finished.push(stream);
+        }
+        for s in stalled {
+            self.counters.clients_stalled += 1;
+            let reason = AbortReason::ClientStalled {
+                held_rounds: s.held_rounds,
+                stalled_rounds: s.stalled_rounds,
+            };
+            plan.aborted.extend(self.abort(s.stream, reason));
+        }
+        // 3. Time moves on.
         self.reservations.advance_to(round);
         self.next_round = round + 1;
-        // 3. The streams' reads.
+        // 4. The streams' reads.
         let (planned, lost) = self.reservations.plan_round(round);
         self.counters.lost_reads += lost.len() as u64;
         for read in &lost {
@@ -544,7 +615,7 @@ impl Array {
                 commands,
             });
         }
-        // 4. Unreserved time goes to re-reads after errors first, then to
+        // 5. Unreserved time goes to re-reads after errors first, then to
         // the rebuild, then to ingest writes.
         let mut used_ns = self.plan_rereads(round, &mut plan);
         let rebuild_charged = self.plan_rebuild(round, &used_ns, &mut plan);
@@ -573,6 +644,13 @@ impl Array {
         }
         plan.ingest_grants = grant.rounds;
         debug_assert_eq!(plan.disks.len(), disks);
+        // 6. Empty rounds are complete at once (sent from the next round).
+        for r in &plan.ready {
+            let released =
+                self.deliveries
+                    .ready(r.stream, r.playback_round, r.replica, r.send_round, round);
+            debug_assert!(released.is_empty(), "sent from the next round");
+        }
         plan
     }
 
@@ -760,14 +838,27 @@ impl Array {
                 return Vec::new();
             }
             let f = self.inflight.remove(&key).expect("present");
-            return vec![Effect::Ready(RoundReady {
+            let ready = RoundReady {
                 stream: completion.stream,
                 playback_round: completion.playback_round,
                 replica: f.replica,
                 read_round: f.read_round,
                 send_round: f.read_round + 1,
                 late: f.missed,
-            })];
+            };
+            // A late round whose send round has come goes out at once (with
+            // the rounds it held back).
+            let current = self.next_round.saturating_sub(1);
+            let released = self.deliveries.ready(
+                ready.stream,
+                ready.playback_round,
+                ready.replica,
+                ready.send_round,
+                current,
+            );
+            let mut effects = vec![Effect::Ready(ready)];
+            effects.extend(released.into_iter().map(Effect::Released));
+            return effects;
         }
         self.read_failed(completion)
     }
@@ -1146,6 +1237,14 @@ impl Array {
     /// disks × horizon + in-flight reads).
     pub fn check_invariants(&self) {
         self.reservations.check_invariants();
+        self.deliveries.check_invariants();
+        for stream in self.reservations.stream_ids() {
+            assert!(
+                !self.delivering || self.deliveries.contains(stream),
+                "stream {} reads with no delivery",
+                stream.0
+            );
+        }
         for d in 0..self.disk_count() {
             assert_eq!(
                 self.health.is_serving(d),

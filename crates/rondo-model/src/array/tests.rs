@@ -1,5 +1,7 @@
 //! The array's entry points, one behaviour at a time.
 
+use std::collections::BTreeMap;
+
 use super::*;
 use crate::disk::PaperBound;
 use crate::layout::{ArrayAllocator, BackupParams, LayoutParams, ReplicaPlacement, TitlePlan};
@@ -22,6 +24,7 @@ fn config(disks: u32, scheme: Scheme) -> ArrayConfig {
             4,
         ),
         lookahead_rounds: 4,
+        delivery: DeliveryConfig::default(),
         health: HealthPolicy {
             errors_to_fail: 3,
             window_rounds: 10,
@@ -202,24 +205,95 @@ fn a_round_plans_checked_reads_and_completions_make_rounds_ready() {
             ..
         })]
     ));
-    // Round 1 is empty: ready at once, no command.
+    // Round 1 is empty: ready at once, no command. Round 0's data is
+    // released to the client in round 1, its send round.
     let plan = a.begin_round(1);
     assert!(deliveries(&plan).is_empty());
     assert_eq!(plan.ready.len(), 1);
     assert_eq!(plan.ready[0].playback_round, 1);
+    assert_eq!(released(&plan), [0]);
+    a.client_took(s.stream, 1);
     // Round 2's read is not completed before round 3 begins: a miss.
     let plan = a.begin_round(2);
+    assert_eq!(released(&plan), [1]);
     let late = deliveries(&plan)[0].clone();
     assert_eq!(late.extents[0].crc32c, Some(200));
     let plan = a.begin_round(3);
     assert_eq!(plan.missed.len(), 1);
+    assert!(released(&plan).is_empty(), "round 2 is not complete");
     assert_eq!(a.counters().stream_round_misses, 1);
+    // Completed late, in its send round: released at once.
     let effects = a.complete(&ok(&late));
     assert!(matches!(
         effects.as_slice(),
-        [Effect::Ready(RoundReady { late: true, .. })]
+        [
+            Effect::Ready(RoundReady { late: true, .. }),
+            Effect::Released(Release {
+                playback_round: 2,
+                ..
+            })
+        ]
     ));
     a.check_invariants();
+}
+
+fn released(plan: &RoundPlan) -> Vec<u32> {
+    plan.releases.iter().map(|r| r.playback_round).collect()
+}
+
+/// Reads every stream's planned commands back as successful completions.
+fn complete_all(a: &mut Array, plan: &RoundPlan) {
+    for c in deliveries(plan) {
+        a.complete(&ok(c));
+    }
+}
+
+#[test]
+fn a_client_that_takes_every_round_finishes_and_one_that_stops_is_stopped_after_the_grace_time() {
+    let mut a = array(4, Scheme::Minimum, &[100 * KIB; 12]);
+    let grace = a.config.delivery.stall_grace_rounds;
+    let buffer = a.config.delivery.client_buffer_rounds;
+    let reader = a.admit(&whole(0)).unwrap().stream;
+    let staller = a.admit(&whole(0)).unwrap().stream;
+    let mut taken = BTreeMap::new();
+    let mut finished_at = None;
+    let mut stopped = None;
+    for round in 0..60u64 {
+        let plan = a.begin_round(round);
+        for r in &plan.releases {
+            // The staller takes its first three rounds, then nothing.
+            let t = taken.entry(r.stream).or_insert(0u32);
+            if r.stream == reader || *t < 3 {
+                *t += 1;
+            }
+        }
+        if plan.finished.contains(&reader) {
+            finished_at = Some(round);
+        }
+        if let Some(x) = plan.aborted.iter().find(|x| x.stream == staller) {
+            stopped = Some((round, x.reason.clone()));
+        }
+        complete_all(&mut a, &plan);
+        for (&s, &t) in &taken {
+            a.client_took(s, t);
+        }
+        a.check_invariants();
+    }
+    // 12 rounds read in rounds 0..12, sent in 1..13; taken by round 13's end.
+    assert_eq!(finished_at, Some(13));
+    let (round, reason) = stopped.expect("the staller is stopped");
+    // It held more than its buffer from the round its (buffer + 1)-th
+    // untaken round was released: round 3 + buffer + 1.
+    let stall_start = 3 + buffer + 1;
+    assert_eq!(round, stall_start + grace);
+    assert!(
+        matches!(reason, AbortReason::ClientStalled { .. }),
+        "{reason}"
+    );
+    assert_eq!(a.counters().clients_stalled, 1);
+    assert_eq!(a.counters().streams_finished, 1);
+    assert!(!a.has_stream(staller) && !a.has_stream(reader));
+    assert!(!a.release(staller), "already gone");
 }
 
 #[test]

@@ -1,0 +1,266 @@
+//! Delivery: when a stream's complete rounds go to its client, and when a
+//! stream ends on the client's side.
+//!
+//! A stream-round read in round i may be sent from round i + 1 (its send
+//! round), and a client gets its rounds in playback order: a round recovered
+//! late after a read error holds back the rounds behind it. A *release* is
+//! the array's word that one playback round may now be handed to the client.
+//! The executor reports how many released rounds the client has taken
+//! ([`Deliveries::took`]); a client holding more than its buffer
+//! (`client_buffer_rounds`) has stalled, and one stalled for
+//! `stall_grace_rounds` rounds is stopped, so that a client that stops
+//! reading cannot hold its buffers and reservations for ever. A stream ends
+//! when its client has taken every round of its span (`finished`).
+//!
+//! This is the stream lifecycle's last part, decided here so that the
+//! simulator (whose clients take every round at once unless a fault plan
+//! stalls them) and the server (whose sessions count what the socket took)
+//! run the same rule.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::layout::Replica;
+use crate::units::{StreamId, TitleId};
+
+/// How the array treats clients.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryConfig {
+    /// Released rounds a client may hold before it counts as stalled (the
+    /// server's per-session buffer).
+    pub client_buffer_rounds: u64,
+    /// Rounds a stalled client keeps its stream before it is stopped.
+    pub stall_grace_rounds: u64,
+}
+
+impl Default for DeliveryConfig {
+    /// The server's defaults: 2 rounds of client buffer, 30 one-second
+    /// rounds of grace (assumption: long enough for a player paused by its
+    /// user to keep its place for a moment; see docs/assumptions.md).
+    fn default() -> DeliveryConfig {
+        DeliveryConfig {
+            client_buffer_rounds: 2,
+            stall_grace_rounds: 30,
+        }
+    }
+}
+
+/// One playback round that may now be handed to the stream's client.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Release {
+    pub stream: StreamId,
+    pub playback_round: u32,
+    /// The replica its data came from (how the executor assembles it).
+    pub replica: Replica,
+}
+
+/// A client's progress through its stream.
+#[derive(Clone, Debug)]
+struct Client {
+    title: TitleId,
+    start_round: u64,
+    first_playback_round: u32,
+    end_playback_round: u32,
+    /// The next playback round to release.
+    next_release: u32,
+    /// Complete rounds not released yet: playback round → (send round, replica).
+    ready: BTreeMap<u32, (u64, Replica)>,
+    /// Released rounds the client has taken.
+    taken: u32,
+    /// The first round of the client's current stall.
+    stalled_since: Option<u64>,
+}
+
+impl Client {
+    fn released(&self) -> u32 {
+        self.next_release - self.first_playback_round
+    }
+
+    fn total(&self) -> u32 {
+        self.end_playback_round - self.first_playback_round
+    }
+}
+
+/// A client stopped for not taking its data.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) struct Stalled {
+    pub stream: StreamId,
+    pub held_rounds: u64,
+    pub stalled_rounds: u64,
+}
+
+/// Every admitted stream's delivery.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Deliveries {
+    config: DeliveryConfig,
+    clients: BTreeMap<StreamId, Client>,
+}
+
+impl Deliveries {
+    pub fn new(config: DeliveryConfig) -> Deliveries {
+        Deliveries {
+            config,
+            clients: BTreeMap::new(),
+        }
+    }
+
+    /// A stream admitted over playback rounds `first..end`, first read in
+    /// `start_round`.
+    pub fn admit(
+        &mut self,
+        stream: StreamId,
+        title: TitleId,
+        start_round: u64,
+        first_playback_round: u32,
+        end_playback_round: u32,
+    ) {
+        self.clients.insert(
+            stream,
+            Client {
+                title,
+                start_round,
+                first_playback_round,
+                end_playback_round,
+                next_release: first_playback_round,
+                ready: BTreeMap::new(),
+                taken: 0,
+                stalled_since: None,
+            },
+        );
+    }
+
+    /// Forgets a stream (released or stopped). False if unknown.
+    pub fn remove(&mut self, stream: StreamId) -> bool {
+        self.clients.remove(&stream).is_some()
+    }
+
+    pub fn contains(&self, stream: StreamId) -> bool {
+        self.clients.contains_key(&stream)
+    }
+
+    pub fn stream_ids(&self) -> impl Iterator<Item = StreamId> + '_ {
+        self.clients.keys().copied()
+    }
+
+    /// Title and first read round of a known stream.
+    pub fn span(&self, stream: StreamId) -> Option<(TitleId, u64, u32, u32)> {
+        self.clients.get(&stream).map(|c| {
+            (
+                c.title,
+                c.start_round,
+                c.first_playback_round,
+                c.end_playback_round,
+            )
+        })
+    }
+
+    /// A stream-round is complete; it may be sent from `send_round`. Returns
+    /// what may be released now that round `current` is in progress.
+    pub fn ready(
+        &mut self,
+        stream: StreamId,
+        playback_round: u32,
+        replica: Replica,
+        send_round: u64,
+        current: u64,
+    ) -> Vec<Release> {
+        let Some(client) = self.clients.get_mut(&stream) else {
+            return Vec::new();
+        };
+        client.ready.insert(playback_round, (send_round, replica));
+        let mut out = Vec::new();
+        release_due(stream, client, current, &mut out);
+        out
+    }
+
+    /// The client of `stream` has taken `taken_rounds` released rounds in all.
+    pub fn took(&mut self, stream: StreamId, taken_rounds: u32) {
+        if let Some(client) = self.clients.get_mut(&stream) {
+            client.taken = taken_rounds.min(client.released());
+        }
+    }
+
+    /// Round `round` begins: releases every round whose send round has come
+    /// (in playback order), then finds clients that took everything and
+    /// clients stalled past the grace time. Finished streams are forgotten
+    /// here; the caller releases their reservations and stops the stalled.
+    pub fn begin_round(
+        &mut self,
+        round: u64,
+        releases: &mut Vec<Release>,
+    ) -> (Vec<StreamId>, Vec<Stalled>) {
+        let mut finished = Vec::new();
+        let mut stalled = Vec::new();
+        let buffer = self.config.client_buffer_rounds;
+        let grace = self.config.stall_grace_rounds;
+        for (&stream, client) in self.clients.iter_mut() {
+            release_due(stream, client, round, releases);
+            if client.taken == client.total() {
+                finished.push(stream);
+                continue;
+            }
+            let held = u64::from(client.released() - client.taken);
+            if held <= buffer {
+                client.stalled_since = None;
+                continue;
+            }
+            let since = *client.stalled_since.get_or_insert(round);
+            if round - since >= grace {
+                stalled.push(Stalled {
+                    stream,
+                    held_rounds: held,
+                    stalled_rounds: round - since,
+                });
+            }
+        }
+        for stream in &finished {
+            self.clients.remove(stream);
+        }
+        (finished, stalled)
+    }
+
+    /// Panics if a client's progress is inconsistent.
+    pub fn check_invariants(&self) {
+        for (stream, c) in &self.clients {
+            assert!(
+                c.first_playback_round <= c.next_release && c.next_release <= c.end_playback_round,
+                "stream {}: released up to {} outside {}..{}",
+                stream.0,
+                c.next_release,
+                c.first_playback_round,
+                c.end_playback_round
+            );
+            assert!(
+                c.taken <= c.released(),
+                "stream {}: the client took more than was released",
+                stream.0
+            );
+            if let Some((&first, _)) = c.ready.first_key_value() {
+                assert!(
+                    first >= c.next_release,
+                    "stream {}: round {first} ready but already released",
+                    stream.0
+                );
+            }
+        }
+    }
+}
+
+/// Releases `client`'s ready rounds, in order, whose send round is at or
+/// before `current`.
+fn release_due(stream: StreamId, client: &mut Client, current: u64, out: &mut Vec<Release>) {
+    while let Some(entry) = client.ready.first_entry() {
+        let (send_round, replica) = *entry.get();
+        if *entry.key() != client.next_release || send_round > current {
+            break;
+        }
+        entry.remove();
+        out.push(Release {
+            stream,
+            playback_round: client.next_release,
+            replica,
+        });
+        client.next_release += 1;
+    }
+}
