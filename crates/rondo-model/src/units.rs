@@ -21,8 +21,36 @@ pub const STRIDE_BYTES_DEFAULT: u64 = 2 * 1024 * 1024;
 pub const ROUND_DURATION_NS_DEFAULT: u64 = NS_PER_S;
 
 /// A disk of the array, numbered from 0: the unit of striping, failure and scheduling.
+/// Serialized and displayed as the bare number.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
 pub struct DiskIndex(pub u32);
+
+impl DiskIndex {
+    /// The disk's position in a per-disk vector.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// Disks `0..count`, in order.
+    pub fn all(count: u32) -> impl DoubleEndedIterator<Item = DiskIndex> + Clone {
+        (0..count).map(DiskIndex)
+    }
+}
+
+impl std::fmt::Display for DiskIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::str::FromStr for DiskIndex {
+    type Err = std::num::ParseIntError;
+
+    fn from_str(s: &str) -> Result<DiskIndex, Self::Err> {
+        s.parse().map(DiskIndex)
+    }
+}
 
 /// A stored video.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -43,6 +43,7 @@ use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::command::CommandExtent;
 use rondo_model::array::{Completion, DiskCommand, Purpose, ReadOutcome};
 use rondo_model::disk::{BatchRequest, Disk, Scheduler};
+use rondo_model::units::DiskIndex;
 use rondo_store::checksum;
 
 use crate::storage::Storage;
@@ -123,7 +124,7 @@ pub enum IoEvent {
     },
     /// A disk finished its batch for `round`.
     BatchDone {
-        disk: u32,
+        disk: DiskIndex,
         round: u64,
         /// The batch's [`DiskBatch::reserved_ns`] and [`DiskBatch::granted_ns`].
         reserved_ns: Option<u64>,
@@ -149,7 +150,7 @@ pub enum IoEvent {
 
 /// A running device thread.
 pub struct DeviceThread {
-    pub disk: u32,
+    pub disk: DiskIndex,
     pub batches: Sender<DiskBatch>,
     pub handle: JoinHandle<()>,
 }
@@ -161,7 +162,7 @@ pub const BATCH_QUEUE_ROUNDS: usize = 4;
 
 /// Starts disk `disk`'s thread. It exits when the batch channel closes.
 pub fn spawn_device(
-    disk: u32,
+    disk: DiskIndex,
     device: Arc<dyn Storage>,
     model: Disk,
     timing: DiskTiming,
@@ -192,7 +193,7 @@ pub fn spawn_device(
 }
 
 struct Worker {
-    disk: u32,
+    disk: DiskIndex,
     device: Arc<dyn Storage>,
     model: Disk,
     timing: DiskTiming,
@@ -229,7 +230,7 @@ pub fn batch_requests(commands: &[DiskCommand]) -> (Vec<BatchRequest>, Vec<(usiz
 /// checksum that does not match the catalog's.
 pub fn read_checked(
     device: &dyn Storage,
-    disk: u32,
+    disk: DiskIndex,
     extent: &CommandExtent,
     slice: &mut [u8],
 ) -> ReadOutcome {
@@ -255,7 +256,7 @@ impl Worker {
     fn execute(&mut self, mut batch: DiskBatch) {
         let arrived_at = Instant::now();
         if let Some(device) = batch.device.take() {
-            tracing::info!(disk = self.disk, device = %device.describe(), "disk thread uses its new device");
+            tracing::info!(disk = self.disk.0, device = %device.describe(), "disk thread uses its new device");
             self.device = device;
         }
         let round_start = self.clock.boundary(batch.round);
@@ -420,11 +421,11 @@ mod tests {
     use rondo_model::array::command::CommandExtent;
     use rondo_model::disk::Op;
     use rondo_model::layout::Replica;
-    use rondo_model::units::{StreamId, TitleId};
+    use rondo_model::units::{DiskIndex, StreamId, TitleId};
 
     fn command(op: Op, purpose: Purpose, offset_bytes: u64, length_bytes: u64) -> DiskCommand {
         DiskCommand {
-            disk: 0,
+            disk: DiskIndex(0),
             round: 0,
             op,
             purpose,

@@ -230,7 +230,7 @@ impl Driver {
         } = plan;
         for disk_plan in &disks {
             if let Some(reserved_ns) = disk_plan.reserved_ns.filter(|_| disk_plan.serving) {
-                let d = &metrics.disks[disk_plan.disk as usize];
+                let d = &metrics.disks[disk_plan.disk.index()];
                 d.last_reserved_ns.store(reserved_ns, Relaxed);
                 d.reserved_ns_total.fetch_add(reserved_ns, Relaxed);
             }
@@ -239,7 +239,7 @@ impl Driver {
             .gate
             .begin_round(round, &ingest_grants, disks.len() as u32);
         for disk_plan in disks {
-            let disk = disk_plan.disk as usize;
+            let disk = disk_plan.disk.index();
             let batch = DiskBatch {
                 round,
                 reserved_ns: disk_plan.reserved_ns,
@@ -276,7 +276,7 @@ impl Driver {
                 measured_busy_ns,
             } => {
                 let metrics = &self.shared.metrics;
-                let d = &metrics.disks[disk as usize];
+                let d = &metrics.disks[disk.index()];
                 d.rounds.fetch_add(1, Relaxed);
                 d.reads.fetch_add(requests as u64, Relaxed);
                 d.bytes_read.fetch_add(bytes, Relaxed);
@@ -290,7 +290,7 @@ impl Driver {
                     d.record_round(round, reserved_ns, granted, model_busy_ns, measured_busy_ns);
                 if check.measured_over || check.model_over {
                     tracing::warn!(
-                        disk,
+                        disk = disk.0,
                         round,
                         reserved_ms = reserved_ns.unwrap_or(0) as f64 / 1e6,
                         granted_ms = granted_ns as f64 / 1e6,
@@ -309,7 +309,7 @@ impl Driver {
                     d.overruns.fetch_add(1, Relaxed);
                     metrics.disk_round_overruns.fetch_add(1, Relaxed);
                     tracing::warn!(
-                        disk,
+                        disk = disk.0,
                         round,
                         "disk-round overrun: the batch ended after its round"
                     );
@@ -347,7 +347,7 @@ impl Driver {
         if completion.outcome != ReadOutcome::Ok {
             let metrics = &shared.metrics;
             metrics.read_errors.fetch_add(1, Relaxed);
-            metrics.disks[completion.disk as usize]
+            metrics.disks[completion.disk.index()]
                 .errors
                 .fetch_add(1, Relaxed);
             self.pieces.remove(&key);
@@ -356,7 +356,7 @@ impl Driver {
                 ReadOutcome::Ok => "",
             };
             tracing::warn!(
-                disk = completion.disk,
+                disk = completion.disk.0,
                 stream = completion.stream.0,
                 playback_round = completion.playback_round,
                 "read error on disk {} ({reason})",
@@ -397,12 +397,16 @@ impl Driver {
                 }
                 Effect::DiskState { disk, state } => {
                     crate::ops::publish_state(&self.shared, disk, state);
-                    tracing::warn!(disk, state = state_name(state), "disk state changed");
+                    tracing::warn!(
+                        disk = disk.0,
+                        state = state_name(state),
+                        "disk state changed"
+                    );
                 }
                 Effect::DiskFailed { disk, cause } => {
                     crate::ops::record_failed(&self.shared, disk, &cause.to_string());
                     tracing::error!(
-                        disk,
+                        disk = disk.0,
                         "disk failed ({cause}): its reads go to the other replicas from the next round"
                     );
                 }

@@ -21,7 +21,7 @@ use rondo_model::array::{Array, ArrayConfig, rondo_write_bound};
 use rondo_model::disk::{Disk, DiskError, profile_by_name};
 use rondo_model::health::HealthPolicy;
 use rondo_model::reservation::ReservationConfig;
-use rondo_model::units::SECTOR_BYTES;
+use rondo_model::units::{DiskIndex, SECTOR_BYTES};
 use rondo_store::{IoMode, Store};
 use thiserror::Error;
 use tokio::sync::oneshot;
@@ -60,7 +60,7 @@ pub enum ServerError {
     )]
     DeviceLargerThanModel {
         path: String,
-        disk: u32,
+        disk: DiskIndex,
         device_bytes: u64,
         profile: String,
         model_bytes: u64,
@@ -110,7 +110,7 @@ impl RunningServer {
             if device.capacity_bytes() > model_bytes {
                 return Err(ServerError::DeviceLargerThanModel {
                     path: device.path().display().to_string(),
-                    disk: device.disk().0,
+                    disk: device.disk(),
                     device_bytes: device.capacity_bytes(),
                     profile: profile.name.clone(),
                     model_bytes,
@@ -215,7 +215,7 @@ impl RunningServer {
         for device in store.devices() {
             let model = Disk::new(profile.clone()).map_err(profile_error)?;
             let thread = spawn_device(
-                device.disk().0,
+                device.disk(),
                 Arc::clone(&device) as Arc<dyn crate::storage::Storage>,
                 model,
                 config.disk_timing,

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use rondo_model::units::DiskIndex;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
@@ -51,7 +52,7 @@ pub struct DiskSample {
 /// The running rebuild, if any.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct RebuildSample {
-    pub disk: u64,
+    pub disk: DiskIndex,
     pub done_bytes: u64,
     pub total_bytes: u64,
 }
@@ -170,7 +171,7 @@ pub fn sample(
             })
             .collect(),
         rebuild: (rebuild_plus_one > 0).then(|| RebuildSample {
-            disk: rebuild_plus_one - 1,
+            disk: DiskIndex((rebuild_plus_one - 1) as u32),
             done_bytes: metrics.rebuild_done_bytes.load(Relaxed),
             total_bytes: metrics.rebuild_total_bytes.load(Relaxed),
         }),
@@ -338,7 +339,7 @@ mod tests {
         assert_eq!(
             s.rebuild,
             Some(RebuildSample {
-                disk: 1,
+                disk: DiskIndex(1),
                 done_bytes: 0,
                 total_bytes: 100
             })

@@ -17,6 +17,7 @@ use rondo_testkit::media::Clip;
 pub use rondo_testkit::media::ffprobe_frames as ffprobe;
 
 use rondo_model::layout::Replica;
+use rondo_model::units::DiskIndex;
 use rondo_server::ingest::{Unthrottled, ingest_file};
 use rondo_server::titles::default_store_config;
 use rondo_server::{RunningServer, ServerConfig};
@@ -247,13 +248,13 @@ pub fn chromium_available() -> bool {
 /// Checks, after a rebuild of `disk`, that every round with a replica on it
 /// reads the same bytes from both replicas; returns how many rounds it
 /// compared.
-pub fn assert_replicas_agree_on(store: &Store, titles: &[TitleRecord], disk: u32) -> usize {
+pub fn assert_replicas_agree_on(store: &Store, titles: &[TitleRecord], disk: DiskIndex) -> usize {
     let mut compared = 0;
     for record in titles {
         let title = store.load_title(record.id).unwrap();
         for (round, layout) in title.layout.rounds().iter().enumerate() {
             let on_disk =
-                layout.primary_disk.0 == disk || layout.backups.iter().any(|b| b.disk.0 == disk);
+                layout.primary_disk == disk || layout.backups.iter().any(|b| b.disk == disk);
             if on_disk && !layout.primary.is_empty() {
                 let primary = store.read_round(&title, round, Replica::Primary).unwrap();
                 let backup = store.read_round(&title, round, Replica::Backup).unwrap();
