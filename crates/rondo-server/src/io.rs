@@ -55,13 +55,13 @@ use crate::config::DiskTiming;
 #[derive(Copy, Clone, Debug)]
 pub struct RoundClock {
     pub t0: Instant,
-    pub round_ns: u64,
+    pub round_duration_ns: u64,
 }
 
 impl RoundClock {
     /// When round `round` starts.
     pub fn boundary(&self, round: u64) -> Instant {
-        self.t0 + Duration::from_nanos(round.saturating_mul(self.round_ns))
+        self.t0 + Duration::from_nanos(round.saturating_mul(self.round_duration_ns))
     }
 
     /// The instant `model_ns` nanoseconds after round 0's start (model time).
@@ -463,7 +463,7 @@ mod tests {
                 command(Op::Write, purpose, 100 * MIB + i * 1500 * MIB, MIB)
             })
             .collect();
-        let round_ns = 1_000_000_000;
+        let round_duration_ns = 1_000_000_000;
         // The same two rounds on two fresh drives: the second round with
         // the writes on one of them. Head position carries across rounds.
         let mut plain = Disk::from_name("cheetah-4lp").unwrap();
@@ -479,10 +479,10 @@ mod tests {
                 .unwrap();
         }
         let without = plain
-            .execute_batch(&reads_only, round_ns, Scheduler::Cscan)
+            .execute_batch(&reads_only, round_duration_ns, Scheduler::Cscan)
             .unwrap();
         let with = busy
-            .execute_batch(&with_writes, round_ns, Scheduler::Cscan)
+            .execute_batch(&with_writes, round_duration_ns, Scheduler::Cscan)
             .unwrap();
         // 2 MiB written at the Cheetah's 10–15 MB/s media rate is over 130 ms
         // of transfer alone, plus positioning for each write.

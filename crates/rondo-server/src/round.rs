@@ -126,7 +126,7 @@ impl Driver {
                 self.publish();
             }
             let late = Instant::now().saturating_duration_since(boundary);
-            if late > Duration::from_nanos(self.shared.clock.round_ns / 4) {
+            if late > Duration::from_nanos(self.shared.clock.round_duration_ns / 4) {
                 tracing::warn!(
                     round,
                     late_ms = late.as_millis() as u64,

@@ -130,20 +130,21 @@ impl RunningServer {
         remove_stale_uploads(&data_dir);
 
         let titles = load_titles(&store, &bound)?;
-        let round_ns = array.round_duration_ns;
+        let round_duration_ns = array.round_duration_ns;
         let longest_stream_rounds = titles
             .iter()
             .map(|t| t.charges.stream_rounds() as u64)
             .max()
             .unwrap_or(1);
-        let max_title_rounds = (config.max_title_duration.as_nanos() as u64).div_ceil(round_ns);
+        let max_title_rounds =
+            (config.max_title_duration.as_nanos() as u64).div_ceil(round_duration_ns);
         let fixed_ns = bound.fixed_ns();
         // Titles ingested while serving may be as long as the configured maximum.
         let mut core_array = Array::new(ArrayConfig {
             reservation: ReservationConfig::for_array(
                 array.disk_count,
                 array.scheme,
-                round_ns,
+                round_duration_ns,
                 fixed_ns,
                 config.buffer_per_disk_bytes,
                 longest_stream_rounds.max(max_title_rounds + 1),
@@ -177,7 +178,7 @@ impl RunningServer {
         // Round 0 starts a moment from now so the threads are up for it.
         let clock = RoundClock {
             t0: Instant::now() + Duration::from_millis(20),
-            round_ns,
+            round_duration_ns,
         };
         let (copier_tx, copier_rx) = crossbeam_channel::unbounded();
         let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
@@ -263,7 +264,7 @@ impl RunningServer {
             disks = array.disk_count,
             profile = %array.disk_profile,
             timing = config.disk_timing.name(),
-            round_ms = round_ns as f64 / 1e6,
+            round_ms = round_duration_ns as f64 / 1e6,
             lookahead_rounds = config.lookahead_rounds,
             titles = shared.titles().len(),
             "rondo server running"

@@ -189,11 +189,11 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
     let mut ingest_layout = ingest_layout.map(Arc::new);
     let metrics = Arc::new(Metrics::new(config.disks));
     let pool = BufferPool::new(1 << 30, Arc::clone(&metrics));
-    let round_ns = config.round_duration_ns;
+    let round_duration_ns = config.round_duration_ns;
     // Native timing: no pacing, so the clock only dates the model's rounds.
     let clock = RoundClock {
         t0: Instant::now(),
-        round_ns,
+        round_duration_ns,
     };
     let (events_tx, events) = crossbeam_channel::unbounded();
     let disks: Vec<_> = storages

@@ -72,7 +72,7 @@ async fn play(client: reqwest::Client, url: String, client_bytes: Vec<u64>) -> C
         }
     }
     if let Some(first) = arrivals.first() {
-        let round = Duration::from_nanos(TEST_ROUND_NS);
+        let round = Duration::from_nanos(TEST_ROUND_DURATION_NS);
         let start = first.at + 2 * round;
         let mut needed = 0u64;
         for (i, bytes) in client_bytes.iter().enumerate() {

@@ -26,7 +26,7 @@ use rondo_store::{Store, StoreConfig, TitleRecord};
 /// Round length of the test data directories: the default 1 s. Shorter
 /// rounds would not make the tests quicker (streams play in real time) and
 /// leave less room for a busy test machine's scheduling delays.
-pub const TEST_ROUND_NS: u64 = 1_000_000_000;
+pub const TEST_ROUND_DURATION_NS: u64 = 1_000_000_000;
 
 /// What kind of file to make.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -77,10 +77,10 @@ pub fn make_media_padded(
 }
 
 /// A data directory with the `rondo serve` defaults (4 Cheetah disks,
-/// `minimum` + `deterministic`) and [`TEST_ROUND_NS`] rounds.
+/// `minimum` + `deterministic`) and [`TEST_ROUND_DURATION_NS`] rounds.
 pub fn create_store(dir: &Path) -> Store {
     let config = StoreConfig {
-        round_duration_ns: TEST_ROUND_NS,
+        round_duration_ns: TEST_ROUND_DURATION_NS,
         ..default_store_config()
     };
     Store::create(dir, config).expect("create the data directory")
@@ -201,7 +201,7 @@ pub fn init_logs() {
 /// negative control of the failure tests).
 pub fn create_store_with_scheme(dir: &Path, scheme: rondo_model::reservation::Scheme) -> Store {
     let config = StoreConfig {
-        round_duration_ns: TEST_ROUND_NS,
+        round_duration_ns: TEST_ROUND_DURATION_NS,
         scheme,
         ..default_store_config()
     };
