@@ -237,8 +237,8 @@ mod tests {
     use super::*;
     use rondo_model::schedule::client_bytes_per_round;
 
-    fn rounds_of(trace: &Trace, round_ns: u64) -> Vec<u64> {
-        client_bytes_per_round(trace.frames(), round_ns).unwrap()
+    fn rounds_of(trace: &Trace, round_duration_ns: u64) -> Vec<u64> {
+        client_bytes_per_round(trace.frames(), round_duration_ns).unwrap()
     }
 
     #[test]

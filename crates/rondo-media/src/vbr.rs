@@ -724,8 +724,8 @@ mod tests {
     use super::*;
     use rondo_model::schedule::{RoundStats, client_bytes_per_round};
 
-    fn client_bytes(trace: &Trace, round_ns: u64) -> Vec<u64> {
-        client_bytes_per_round(trace.frames(), round_ns).unwrap()
+    fn client_bytes(trace: &Trace, round_duration_ns: u64) -> Vec<u64> {
+        client_bytes_per_round(trace.frames(), round_duration_ns).unwrap()
     }
 
     fn stats(trace: &Trace) -> RoundStats {

@@ -10,6 +10,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::DiskIndex;
+
 /// The state of one disk.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -60,24 +62,24 @@ impl ArrayHealth {
         }
     }
 
-    pub fn state(&self, disk: u32) -> DiskState {
-        self.state[disk as usize]
+    pub fn state(&self, disk: DiskIndex) -> DiskState {
+        self.state[disk.index()]
     }
 
-    pub fn total_errors(&self, disk: u32) -> u64 {
-        self.total_errors[disk as usize]
+    pub fn total_errors(&self, disk: DiskIndex) -> u64 {
+        self.total_errors[disk.index()]
     }
 
     /// Whether the disk serves reads.
-    pub fn is_serving(&self, disk: u32) -> bool {
+    pub fn is_serving(&self, disk: DiskIndex) -> bool {
         matches!(self.state(disk), DiskState::Healthy | DiskState::Suspect)
     }
 
     /// Records a failed read or a bad checksum on `disk` in `round`. Returns
     /// the new state if it changed; `Some(Failed)` means the caller must fail
     /// the disk in the reservations (`Reservations::fail_disk`).
-    pub fn record_error(&mut self, disk: u32, round: u64) -> Option<DiskState> {
-        let d = disk as usize;
+    pub fn record_error(&mut self, disk: DiskIndex, round: u64) -> Option<DiskState> {
+        let d = disk.index();
         self.total_errors[d] += 1;
         if !self.is_serving(disk) {
             return None;
@@ -97,23 +99,23 @@ impl ArrayHealth {
     }
 
     /// An operator marks the disk failed.
-    pub fn fail(&mut self, disk: u32) -> Option<DiskState> {
+    pub fn fail(&mut self, disk: DiskIndex) -> Option<DiskState> {
         self.set(disk, DiskState::Failed)
     }
 
     /// A replacement device is being rebuilt.
-    pub fn start_rebuild(&mut self, disk: u32) -> Option<DiskState> {
+    pub fn start_rebuild(&mut self, disk: DiskIndex) -> Option<DiskState> {
         self.set(disk, DiskState::Rebuilding)
     }
 
     /// The disk serves again (rebuild complete); its error history is cleared.
-    pub fn restore(&mut self, disk: u32) -> Option<DiskState> {
-        self.recent_errors[disk as usize].clear();
+    pub fn restore(&mut self, disk: DiskIndex) -> Option<DiskState> {
+        self.recent_errors[disk.index()].clear();
         self.set(disk, DiskState::Healthy)
     }
 
-    fn set(&mut self, disk: u32, next: DiskState) -> Option<DiskState> {
-        let current = &mut self.state[disk as usize];
+    fn set(&mut self, disk: DiskIndex, next: DiskState) -> Option<DiskState> {
+        let current = &mut self.state[disk.index()];
         (*current != next).then(|| {
             *current = next;
             next
@@ -134,30 +136,34 @@ mod tests {
                 window_rounds: 10,
             },
         );
-        assert_eq!(h.record_error(1, 100), Some(DiskState::Suspect));
-        assert_eq!(h.record_error(1, 105), None, "still suspect");
+        assert_eq!(h.record_error(DiskIndex(1), 100), Some(DiskState::Suspect));
+        assert_eq!(h.record_error(DiskIndex(1), 105), None, "still suspect");
         // The first error left the window: two recent errors, still suspect.
-        assert_eq!(h.record_error(1, 112), None);
-        assert_eq!(h.state(1), DiskState::Suspect);
-        assert_eq!(h.record_error(1, 113), Some(DiskState::Failed));
-        assert!(!h.is_serving(1));
-        assert_eq!(h.record_error(1, 114), None, "a failed disk stays failed");
-        assert_eq!(h.total_errors(1), 5);
-        assert_eq!(h.state(0), DiskState::Healthy);
+        assert_eq!(h.record_error(DiskIndex(1), 112), None);
+        assert_eq!(h.state(DiskIndex(1)), DiskState::Suspect);
+        assert_eq!(h.record_error(DiskIndex(1), 113), Some(DiskState::Failed));
+        assert!(!h.is_serving(DiskIndex(1)));
+        assert_eq!(
+            h.record_error(DiskIndex(1), 114),
+            None,
+            "a failed disk stays failed"
+        );
+        assert_eq!(h.total_errors(DiskIndex(1)), 5);
+        assert_eq!(h.state(DiskIndex(0)), DiskState::Healthy);
     }
 
     #[test]
     fn operator_actions_override() {
         let mut h = ArrayHealth::new(3, HealthPolicy::default());
-        assert_eq!(h.fail(2), Some(DiskState::Failed));
-        assert_eq!(h.start_rebuild(2), Some(DiskState::Rebuilding));
-        assert!(!h.is_serving(2));
+        assert_eq!(h.fail(DiskIndex(2)), Some(DiskState::Failed));
+        assert_eq!(h.start_rebuild(DiskIndex(2)), Some(DiskState::Rebuilding));
+        assert!(!h.is_serving(DiskIndex(2)));
         assert_eq!(
-            h.record_error(2, 1),
+            h.record_error(DiskIndex(2), 1),
             None,
             "errors on a rebuilding disk change nothing"
         );
-        assert_eq!(h.restore(2), Some(DiskState::Healthy));
-        assert_eq!(h.restore(2), None);
+        assert_eq!(h.restore(DiskIndex(2)), Some(DiskState::Healthy));
+        assert_eq!(h.restore(DiskIndex(2)), None);
     }
 }

@@ -18,12 +18,12 @@ use serde::Serialize;
 
 use crate::layout::{Replica, TitleLayout};
 use crate::reservation::Reservations;
-use crate::units::TitleId;
+use crate::units::{DiskIndex, TitleId};
 
 /// One request's extents on one disk, as `(first sector, sector count)`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct DiskExtents {
-    pub disk: u32,
+    pub disk: DiskIndex,
     pub extents: Vec<(u64, u64)>,
 }
 
@@ -49,7 +49,7 @@ pub struct CopyTask {
 /// Every copy that rebuilds `disk`, over the titles' layouts, in title and
 /// round order (so a rebuilt title becomes whole early in the rebuild).
 pub fn rebuild_tasks<'a>(
-    disk: u32,
+    disk: DiskIndex,
     titles: impl IntoIterator<Item = (TitleId, &'a TitleLayout)>,
 ) -> Vec<CopyTask> {
     let mut tasks = Vec::new();
@@ -61,7 +61,7 @@ pub fn rebuild_tasks<'a>(
                     .map(|e| (e.first_sector(), e.sector_count()))
                     .collect()
             };
-            if r.primary_disk.0 == disk && !r.primary.is_empty() && !r.backups.is_empty() {
+            if r.primary_disk == disk && !r.primary.is_empty() && !r.backups.is_empty() {
                 tasks.push(CopyTask {
                     title,
                     round: round as u32,
@@ -71,7 +71,7 @@ pub fn rebuild_tasks<'a>(
                         .backups
                         .iter()
                         .map(|b| DiskExtents {
-                            disk: b.disk.0,
+                            disk: b.disk,
                             extents: pairs(&b.extents),
                         })
                         .collect(),
@@ -84,14 +84,14 @@ pub fn rebuild_tasks<'a>(
                 });
             }
             for (entry, b) in r.backups.iter().enumerate() {
-                if b.disk.0 == disk {
+                if b.disk == disk {
                     tasks.push(CopyTask {
                         title,
                         round: round as u32,
                         target: Replica::Backup,
                         backup_entry: entry as u16,
                         read_from: vec![DiskExtents {
-                            disk: r.primary_disk.0,
+                            disk: r.primary_disk,
                             extents: pairs(&r.primary),
                         }],
                         fragments: b.fragments.clone(),
@@ -120,7 +120,7 @@ pub struct ChargedCopy {
 /// The rebuild of one disk, round by round.
 #[derive(Clone, Debug)]
 pub struct RebuildQueue {
-    disk: u32,
+    disk: DiskIndex,
     pending: VecDeque<CopyTask>,
     total_bytes: u64,
     done_bytes: u64,
@@ -129,14 +129,14 @@ pub struct RebuildQueue {
 /// Progress of a rebuild.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RebuildProgress {
-    pub disk: u32,
+    pub disk: DiskIndex,
     pub done_bytes: u64,
     pub total_bytes: u64,
     pub tasks_left: usize,
 }
 
 impl RebuildQueue {
-    pub fn new(disk: u32, tasks: Vec<CopyTask>) -> RebuildQueue {
+    pub fn new(disk: DiskIndex, tasks: Vec<CopyTask>) -> RebuildQueue {
         let total_bytes = tasks.iter().map(|t| t.bytes).sum();
         RebuildQueue {
             disk,
@@ -146,7 +146,7 @@ impl RebuildQueue {
         }
     }
 
-    pub fn disk(&self) -> u32 {
+    pub fn disk(&self) -> DiskIndex {
         self.disk
     }
 
@@ -177,7 +177,7 @@ impl RebuildQueue {
         reservations: &Reservations,
         round: u64,
         used_ns: &[u64],
-        read_ns: impl Fn(u32, &[(u64, u64)]) -> u64,
+        read_ns: impl Fn(DiskIndex, &[(u64, u64)]) -> u64,
         write_ns: impl Fn(&[(u64, u64)]) -> u64,
     ) -> (Vec<ChargedCopy>, Vec<CopyTask>) {
         let disks = reservations.config().disks as usize;
@@ -202,10 +202,10 @@ impl RebuildQueue {
                 .map(|s| read_ns(s.disk, &s.extents))
                 .collect();
             for (s, ns) in task.read_from.iter().zip(&read_charges_ns) {
-                need[s.disk as usize] += ns;
+                need[s.disk.index()] += ns;
             }
             let write_charge_ns = write_ns(&task.write_to.extents);
-            need[self.disk as usize] += write_charge_ns;
+            need[self.disk.index()] += write_charge_ns;
             if need.iter().zip(&left).any(|(n, l)| n > l) {
                 break;
             }
@@ -256,7 +256,7 @@ mod tests {
                 b_d,
             );
             for disk in 0..4 {
-                let tasks = rebuild_tasks(disk, [(TitleId(7), &l)]);
+                let tasks = rebuild_tasks(DiskIndex(disk), [(TitleId(7), &l)]);
                 // Every byte the disk held, primary and backup, is rewritten once.
                 let held: u64 = l
                     .rounds()
@@ -277,8 +277,11 @@ mod tests {
                     .sum();
                 assert_eq!(tasks.iter().map(|t| t.bytes).sum::<u64>(), held);
                 for t in &tasks {
-                    assert_eq!(t.write_to.disk, disk);
-                    assert!(t.read_from.iter().all(|s| s.disk != disk), "{t:?}");
+                    assert_eq!(t.write_to.disk, DiskIndex(disk));
+                    assert!(
+                        t.read_from.iter().all(|s| s.disk != DiskIndex(disk)),
+                        "{t:?}"
+                    );
                     if t.target == Replica::Backup {
                         let frag: u64 = t.fragments.iter().map(|f| f.end - f.start).sum();
                         assert_eq!(frag, t.bytes, "a backup piece holds its fragments");
@@ -291,7 +294,7 @@ mod tests {
     #[test]
     fn copies_use_only_unreserved_time_and_complete_in_order() {
         let l = layout(3, &[16384; 9], None);
-        let tasks = rebuild_tasks(0, [(TitleId(0), &l)]);
+        let tasks = rebuild_tasks(DiskIndex(0), [(TitleId(0), &l)]);
         assert_eq!(tasks.len(), 6, "3 primaries and 3 backups lived on disk 0");
         let mut r = Reservations::new(ReservationConfig {
             disks: 3,
@@ -305,11 +308,11 @@ mod tests {
         // A stream reserving 700 of disk 1's 900 unreserved ns in round 0.
         let one = TitleCharges::new(
             vec![Charge {
-                disk: 1,
+                disk: DiskIndex(1),
                 cost_ns: 700,
             }],
             vec![vec![Charge {
-                disk: 2,
+                disk: DiskIndex(2),
                 cost_ns: 1,
             }]],
             vec![0, 0],
@@ -318,8 +321,8 @@ mod tests {
         .unwrap();
         r.add_title(TitleId(9), one);
         r.try_admit(TitleId(9), 0, 1).unwrap();
-        r.fail_disk(0);
-        let mut q = RebuildQueue::new(0, tasks);
+        r.fail_disk(DiskIndex(0));
+        let mut q = RebuildQueue::new(DiskIndex(0), tasks);
         // Every read costs 150 on its source, every write 100 on disk 0.
         let (run, lost) = q.next_round(&r, 0, &[], |_, _| 150, |_| 100);
         assert!(lost.is_empty());
@@ -327,7 +330,7 @@ mod tests {
         // copy reading disk 1 stops the round (copies stay in order).
         let reads_on_1 = run
             .iter()
-            .filter(|c| c.task.read_from.iter().any(|s| s.disk == 1))
+            .filter(|c| c.task.read_from.iter().any(|s| s.disk == DiskIndex(1)))
             .count();
         assert_eq!(reads_on_1, 1, "{run:?}");
         assert!(!run.is_empty() && run.len() < 6);
@@ -352,14 +355,20 @@ mod tests {
             network_capacity_bytes_per_round: None,
             horizon_rounds: 8,
         });
-        r.fail_disk(0);
-        r.fail_disk(1);
-        let mut q = RebuildQueue::new(0, rebuild_tasks(0, [(TitleId(0), &l)]));
+        r.fail_disk(DiskIndex(0));
+        r.fail_disk(DiskIndex(1));
+        let mut q = RebuildQueue::new(
+            DiskIndex(0),
+            rebuild_tasks(DiskIndex(0), [(TitleId(0), &l)]),
+        );
         let (run, lost) = q.next_round(&r, 0, &[], |_, _| 1, |_| 1);
-        assert!(lost.iter().all(|t| t.read_from.iter().any(|s| s.disk == 1)));
+        assert!(
+            lost.iter()
+                .all(|t| t.read_from.iter().any(|s| s.disk == DiskIndex(1)))
+        );
         assert!(
             run.iter()
-                .all(|c| c.task.read_from.iter().all(|s| s.disk == 2))
+                .all(|c| c.task.read_from.iter().all(|s| s.disk == DiskIndex(2)))
         );
         assert!(!lost.is_empty());
     }

@@ -21,8 +21,104 @@ pub const STRIDE_BYTES_DEFAULT: u64 = 2 * 1024 * 1024;
 pub const ROUND_DURATION_NS_DEFAULT: u64 = NS_PER_S;
 
 /// A disk of the array, numbered from 0: the unit of striping, failure and scheduling.
+/// Serialized and displayed as the bare number.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
 pub struct DiskIndex(pub u32);
+
+impl DiskIndex {
+    /// The disk's position in a per-disk vector.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// Disks `0..count`, in order.
+    pub fn all(count: u32) -> impl DoubleEndedIterator<Item = DiskIndex> + Clone {
+        (0..count).map(DiskIndex)
+    }
+}
+
+impl std::fmt::Display for DiskIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::str::FromStr for DiskIndex {
+    type Err = std::num::ParseIntError;
+
+    fn from_str(s: &str) -> Result<DiskIndex, Self::Err> {
+        s.parse().map(DiskIndex)
+    }
+}
+
+/// An absolute round: counted from the array's start. Rounds of a title are
+/// [`PlaybackRound`]s; lengths in rounds are plain integers. Serialized and
+/// displayed as the bare number.
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Round(pub u64);
+
+impl Round {
+    /// The round after this one.
+    pub fn next(self) -> Round {
+        Round(self.0 + 1)
+    }
+
+    /// The round `rounds` rounds later.
+    pub fn plus(self, rounds: u64) -> Round {
+        Round(self.0 + rounds)
+    }
+
+    /// The round `rounds` rounds earlier, or round 0.
+    pub fn minus(self, rounds: u64) -> Round {
+        Round(self.0.saturating_sub(rounds))
+    }
+
+    /// Rounds from `earlier` to this one; 0 if `earlier` is later.
+    pub fn since(self, earlier: Round) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    /// Rounds `from..to`, in order.
+    pub fn range(from: Round, to: Round) -> impl DoubleEndedIterator<Item = Round> + Clone {
+        (from.0..to.0).map(Round)
+    }
+}
+
+impl std::fmt::Display for Round {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A playback round: a round of a title, counted from the title's start
+/// (round 0 is its first second). Serialized and displayed as the bare number.
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct PlaybackRound(pub u32);
+
+impl PlaybackRound {
+    /// The round's position in a per-round vector of the title.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The title round after this one.
+    pub fn next(self) -> PlaybackRound {
+        PlaybackRound(self.0 + 1)
+    }
+}
+
+impl std::fmt::Display for PlaybackRound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// A stored video.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -357,7 +357,7 @@ fn select(title: &LoadedTitle, headers: &HeaderMap) -> Result<Selection, ApiErro
 
 /// Seconds a rejected client should wait: the look-ahead's span, at least 1.
 fn retry_after_seconds(shared: &Shared) -> u64 {
-    let ns = shared.config.lookahead_rounds.max(1) * shared.round_ns();
+    let ns = shared.config.lookahead_rounds.max(1) * shared.round_duration_ns();
     ns.div_ceil(NS_PER_S).max(1)
 }
 

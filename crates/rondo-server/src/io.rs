@@ -45,6 +45,7 @@ use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::command::CommandExtent;
 use rondo_model::array::{Completion, DiskCommand, Purpose, ReadOutcome};
 use rondo_model::disk::{BatchRequest, Disk, Scheduler};
+use rondo_model::units::DiskIndex;
 use rondo_store::checksum;
 
 use crate::storage::Storage;
@@ -57,13 +58,13 @@ use crate::session::{SessionInbox, SessionMsg};
 #[derive(Copy, Clone, Debug)]
 pub struct RoundClock {
     pub t0: Instant,
-    pub round_ns: u64,
+    pub round_duration_ns: u64,
 }
 
 impl RoundClock {
     /// When round `round` starts.
     pub fn boundary(&self, round: u64) -> Instant {
-        self.t0 + Duration::from_nanos(round.saturating_mul(self.round_ns))
+        self.t0 + Duration::from_nanos(round.saturating_mul(self.round_duration_ns))
     }
 
     /// The instant `model_ns` nanoseconds after round 0's start (model time).
@@ -129,7 +130,7 @@ pub enum IoEvent {
     },
     /// A disk finished its batch for `round`.
     BatchDone {
-        disk: u32,
+        disk: DiskIndex,
         round: u64,
         /// The batch's [`DiskBatch::reserved_ns`] and [`DiskBatch::granted_ns`].
         reserved_ns: Option<u64>,
@@ -155,7 +156,7 @@ pub enum IoEvent {
 
 /// A running device thread.
 pub struct DeviceThread {
-    pub disk: u32,
+    pub disk: DiskIndex,
     pub batches: Sender<DiskBatch>,
     pub handle: JoinHandle<()>,
 }
@@ -167,7 +168,7 @@ pub const BATCH_QUEUE_ROUNDS: usize = 4;
 
 /// Starts disk `disk`'s thread. It exits when the batch channel closes.
 pub fn spawn_device(
-    disk: u32,
+    disk: DiskIndex,
     device: Arc<dyn Storage>,
     model: Disk,
     timing: DiskTiming,
@@ -198,7 +199,7 @@ pub fn spawn_device(
 }
 
 struct Worker {
-    disk: u32,
+    disk: DiskIndex,
     device: Arc<dyn Storage>,
     model: Disk,
     timing: DiskTiming,
@@ -235,7 +236,7 @@ pub fn batch_requests(commands: &[DiskCommand]) -> (Vec<BatchRequest>, Vec<(usiz
 /// checksum that does not match the catalog's.
 pub fn read_checked(
     device: &dyn Storage,
-    disk: u32,
+    disk: DiskIndex,
     extent: &CommandExtent,
     slice: &mut [u8],
 ) -> ReadOutcome {
@@ -261,7 +262,7 @@ impl Worker {
     fn execute(&mut self, mut batch: DiskBatch) {
         let arrived_at = Instant::now();
         if let Some(device) = batch.device.take() {
-            tracing::info!(disk = self.disk, device = %device.describe(), "disk thread uses its new device");
+            tracing::info!(disk = self.disk.0, device = %device.describe(), "disk thread uses its new device");
             self.device = device;
         }
         let round_start = self.clock.boundary(batch.round);
@@ -439,11 +440,11 @@ mod tests {
     use rondo_model::array::command::CommandExtent;
     use rondo_model::disk::Op;
     use rondo_model::layout::Replica;
-    use rondo_model::units::{StreamId, TitleId};
+    use rondo_model::units::{DiskIndex, StreamId, TitleId};
 
     fn command(op: Op, purpose: Purpose, offset_bytes: u64, length_bytes: u64) -> DiskCommand {
         DiskCommand {
-            disk: 0,
+            disk: DiskIndex(0),
             round: 0,
             op,
             purpose,
@@ -481,7 +482,7 @@ mod tests {
                 command(Op::Write, purpose, 100 * MIB + i * 1500 * MIB, MIB)
             })
             .collect();
-        let round_ns = 1_000_000_000;
+        let round_duration_ns = 1_000_000_000;
         // The same two rounds on two fresh drives: the second round with
         // the writes on one of them. Head position carries across rounds.
         let mut plain = Disk::from_name("cheetah-4lp").unwrap();
@@ -497,10 +498,10 @@ mod tests {
                 .unwrap();
         }
         let without = plain
-            .execute_batch(&reads_only, round_ns, Scheduler::Cscan)
+            .execute_batch(&reads_only, round_duration_ns, Scheduler::Cscan)
             .unwrap();
         let with = busy
-            .execute_batch(&with_writes, round_ns, Scheduler::Cscan)
+            .execute_batch(&with_writes, round_duration_ns, Scheduler::Cscan)
             .unwrap();
         // 2 MiB written at the Cheetah's 10–15 MB/s media rate is over 130 ms
         // of transfer alone, plus positioning for each write.

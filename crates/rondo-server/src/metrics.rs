@@ -14,6 +14,7 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 use rondo_model::reservation::Rejection;
+use rondo_model::units::DiskIndex;
 use serde::Serialize;
 
 /// One disk's per-round figures.
@@ -293,7 +294,7 @@ impl Metrics {
                 .iter()
                 .enumerate()
                 .map(|(disk, d)| DiskSnapshot {
-                    disk: disk as u32,
+                    disk: DiskIndex(disk as u32),
                     rounds: g(&d.rounds),
                     reads: g(&d.reads),
                     bytes_read: g(&d.bytes_read),
@@ -351,7 +352,7 @@ pub struct MetricsSnapshot {
 /// One disk in a [`MetricsSnapshot`].
 #[derive(Clone, Debug, Serialize)]
 pub struct DiskSnapshot {
-    pub disk: u32,
+    pub disk: DiskIndex,
     pub rounds: u64,
     pub reads: u64,
     pub bytes_read: u64,

@@ -73,7 +73,7 @@ pub fn start(shared: &Arc<Shared>) -> Arc<History> {
 async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     start(&shared);
     let active = shared.active_streams();
-    let text = prometheus::render(&shared.metrics, active, shared.round_ns());
+    let text = prometheus::render(&shared.metrics, active, shared.round_duration_ns());
     ([(header::CONTENT_TYPE, prometheus::CONTENT_TYPE)], text)
 }
 

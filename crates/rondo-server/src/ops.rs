@@ -74,8 +74,8 @@ pub fn state_code(state: DiskState) -> u64 {
 }
 
 /// Copies a disk's health state into its metrics.
-pub fn publish_state(shared: &Shared, disk: u32, state: DiskState) {
-    shared.metrics.disks[disk as usize]
+pub fn publish_state(shared: &Shared, disk: DiskIndex, state: DiskState) {
+    shared.metrics.disks[disk.index()]
         .state
         .store(state_code(state), Relaxed);
 }
@@ -83,17 +83,14 @@ pub fn publish_state(shared: &Shared, disk: u32, state: DiskState) {
 /// Records `disk` failed in the data directory, so a restart keeps it
 /// failed. The failure itself does not wait for the record: if it cannot be
 /// written the disk still fails now, and the error is logged.
-pub fn record_failed(shared: &Shared, disk: u32, reason: &str) {
+pub fn record_failed(shared: &Shared, disk: DiskIndex, reason: &str) {
     let since_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    if let Err(e) = shared
-        .store
-        .record_disk_failed(DiskIndex(disk), reason, since_unix_s)
-    {
+    if let Err(e) = shared.store.record_disk_failed(disk, reason, since_unix_s) {
         tracing::error!(
-            disk,
+            disk = disk.0,
             "cannot record the disk as failed ({e}); after a restart it would serve again"
         );
     }
@@ -116,7 +113,7 @@ pub fn fail_recorded_disks(
         }
         publish_state(shared, disk, DiskState::Failed);
         tracing::warn!(
-            disk,
+            disk = disk.0,
             "disk {disk} is failed since before this start ({reason}): its reads go to the other \
              replicas until `rondo admin restore-disk {disk}` rebuilds it"
         );
@@ -150,7 +147,7 @@ pub fn apply_ops_effects(shared: &Shared, core: &mut Core, effects: Vec<Effect>)
             Effect::DiskFailed { disk, cause } => {
                 record_failed(shared, disk, &cause.to_string());
                 tracing::error!(
-                    disk,
+                    disk = disk.0,
                     "disk failed ({cause}): its reads go to the other replicas from the next round"
                 );
             }
@@ -186,15 +183,15 @@ fn refused(e: ArrayOpsError) -> OpsError {
 }
 
 /// Parses and checks a disk number from the path.
-fn parse_disk(shared: &Shared, text: &str) -> Result<u32, OpsError> {
+fn parse_disk(shared: &Shared, text: &str) -> Result<DiskIndex, OpsError> {
     let disks = shared.array.disk_count;
-    let disk: u32 = text.parse().map_err(|_| {
+    let disk: DiskIndex = text.parse().map_err(|_| {
         OpsError(
             StatusCode::BAD_REQUEST,
             format!("{text:?} is not a disk number: disks are numbered from 0"),
         )
     })?;
-    if disk >= disks {
+    if disk.0 >= disks {
         return Err(OpsError(
             StatusCode::NOT_FOUND,
             format!(
@@ -223,15 +220,15 @@ pub fn admin_routes() -> Router<Arc<Shared>> {
 /// (run on the round driver, which owns the core).
 pub fn disks_json(shared: &Shared, core: &Core) -> Value {
     let devices = shared.store.devices();
-    let disks: Vec<Value> = (0..shared.array.disk_count)
+    let disks: Vec<Value> = DiskIndex::all(shared.array.disk_count)
         .map(|disk| {
             let state = core.array.disk_state(disk);
             json!({
                 "disk": disk,
                 "state": state_name(state),
                 "serving": core.array.is_serving(disk),
-                "errors": shared.metrics.disks[disk as usize].errors.load(Relaxed),
-                "path": devices[disk as usize].path().display().to_string(),
+                "errors": shared.metrics.disks[disk.index()].errors.load(Relaxed),
+                "path": devices[disk.index()].path().display().to_string(),
             })
         })
         .collect();
@@ -279,7 +276,7 @@ async fn fail(
         .ok_or_else(stopping)?
         .map_err(refused)?;
     tracing::error!(
-        disk,
+        disk = disk.0,
         streams_stopped = stopped.len(),
         "an operator failed disk {disk}"
     );
@@ -314,7 +311,7 @@ async fn replace(
         .map_err(refused)?;
     let store = shared.store.clone();
     let path = body.0.path;
-    let result = tokio::task::spawn_blocking(move || store.replace_device(DiskIndex(disk), &path))
+    let result = tokio::task::spawn_blocking(move || store.replace_device(disk, &path))
         .await
         .map_err(|e| OpsError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()));
     let device = match result? {
@@ -329,14 +326,14 @@ async fn replace(
         .with_core(move |_, core| {
             core.array.end_replace(disk);
             if swap.is_some() {
-                core.ops.device_swaps[disk as usize] = swap;
+                core.ops.device_swaps[disk.index()] = swap;
             }
         })
         .await
         .ok_or_else(stopping)?;
     let device = device?;
     let path = device.path().display().to_string();
-    tracing::info!(disk, path = %path, "disk replaced by a new device (restore rebuilds it)");
+    tracing::info!(disk = disk.0, path = %path, "disk replaced by a new device (restore rebuilds it)");
     Ok(axum::Json(json!({
         "disk": disk,
         "state": "failed",
@@ -346,20 +343,20 @@ async fn replace(
 
 /// Starts rebuilding `disk` (which must be failed) from the other replicas:
 /// the array checks the preconditions and plans the copies round by round.
-pub fn start_rebuild(shared: &Shared, core: &mut Core, disk: u32) -> Result<Value, String> {
+pub fn start_rebuild(shared: &Shared, core: &mut Core, disk: DiskIndex) -> Result<Value, String> {
     let started = core.array.start_rebuild(disk).map_err(|e| e.to_string())?;
     publish_state(shared, disk, DiskState::Rebuilding);
     let metrics = &shared.metrics;
     metrics
         .rebuild_disk_plus_one
-        .store(u64::from(disk) + 1, Relaxed);
+        .store(u64::from(disk.0) + 1, Relaxed);
     metrics
         .rebuild_total_bytes
         .store(started.total_bytes, Relaxed);
     metrics.rebuild_done_bytes.store(0, Relaxed);
     core.ops.rebuild = Some(Rebuild::new(disk, started.round));
     tracing::info!(
-        disk,
+        disk = disk.0,
         copies = started.copies,
         total_bytes = started.total_bytes,
         "rebuild started: copies run in disk time admitted streams left unreserved"

@@ -110,7 +110,7 @@ impl Driver {
                 self.publish();
             }
             let late = Instant::now().saturating_duration_since(boundary);
-            if late > Duration::from_nanos(self.shared.clock.round_ns / 4) {
+            if late > Duration::from_nanos(self.shared.clock.round_duration_ns / 4) {
                 tracing::warn!(
                     round,
                     late_ms = late.as_millis() as u64,
@@ -212,7 +212,7 @@ impl Driver {
         } = plan;
         for disk_plan in &disks {
             if let Some(reserved_ns) = disk_plan.reserved_ns.filter(|_| disk_plan.serving) {
-                let d = &metrics.disks[disk_plan.disk as usize];
+                let d = &metrics.disks[disk_plan.disk.index()];
                 d.last_reserved_ns.store(reserved_ns, Relaxed);
                 d.reserved_ns_total.fetch_add(reserved_ns, Relaxed);
             }
@@ -221,7 +221,7 @@ impl Driver {
             .gate
             .begin_round(round, &ingest_grants, disks.len() as u32);
         for disk_plan in disks {
-            let disk = disk_plan.disk as usize;
+            let disk = disk_plan.disk.index();
             // Each read's bytes go straight to its session.
             let deliver_to = disk_plan
                 .commands
@@ -268,7 +268,7 @@ impl Driver {
                 measured_busy_ns,
             } => {
                 let metrics = &self.shared.metrics;
-                let d = &metrics.disks[disk as usize];
+                let d = &metrics.disks[disk.index()];
                 d.rounds.fetch_add(1, Relaxed);
                 d.reads.fetch_add(requests as u64, Relaxed);
                 d.bytes_read.fetch_add(bytes, Relaxed);
@@ -282,7 +282,7 @@ impl Driver {
                     d.record_round(round, reserved_ns, granted, model_busy_ns, measured_busy_ns);
                 if check.measured_over || check.model_over {
                     tracing::warn!(
-                        disk,
+                        disk = disk.0,
                         round,
                         reserved_ms = reserved_ns.unwrap_or(0) as f64 / 1e6,
                         granted_ms = granted_ns as f64 / 1e6,
@@ -301,7 +301,7 @@ impl Driver {
                     d.overruns.fetch_add(1, Relaxed);
                     metrics.disk_round_overruns.fetch_add(1, Relaxed);
                     tracing::warn!(
-                        disk,
+                        disk = disk.0,
                         round,
                         "disk-round overrun: the batch ended after its round"
                     );
@@ -317,7 +317,7 @@ impl Driver {
         if completion.outcome != ReadOutcome::Ok {
             let metrics = &self.shared.metrics;
             metrics.read_errors.fetch_add(1, Relaxed);
-            metrics.disks[completion.disk as usize]
+            metrics.disks[completion.disk.index()]
                 .errors
                 .fetch_add(1, Relaxed);
             let reason = match &completion.outcome {
@@ -325,7 +325,7 @@ impl Driver {
                 ReadOutcome::Ok => "",
             };
             tracing::warn!(
-                disk = completion.disk,
+                disk = completion.disk.0,
                 stream = completion.stream.0,
                 playback_round = completion.playback_round,
                 "read error on disk {} ({reason})",
@@ -357,12 +357,16 @@ impl Driver {
                 }
                 Effect::DiskState { disk, state } => {
                     crate::ops::publish_state(&self.shared, disk, state);
-                    tracing::warn!(disk, state = state_name(state), "disk state changed");
+                    tracing::warn!(
+                        disk = disk.0,
+                        state = state_name(state),
+                        "disk state changed"
+                    );
                 }
                 Effect::DiskFailed { disk, cause } => {
                     crate::ops::record_failed(&self.shared, disk, &cause.to_string());
                     tracing::error!(
-                        disk,
+                        disk = disk.0,
                         "disk failed ({cause}): its reads go to the other replicas from the next round"
                     );
                 }

@@ -21,7 +21,7 @@ use rondo_model::array::{Array, ArrayConfig, DeliveryConfig, rondo_write_bound};
 use rondo_model::disk::{Disk, DiskError, profile_by_name};
 use rondo_model::health::HealthPolicy;
 use rondo_model::reservation::ReservationConfig;
-use rondo_model::units::SECTOR_BYTES;
+use rondo_model::units::{DiskIndex, SECTOR_BYTES};
 use rondo_store::{IoMode, Store};
 use thiserror::Error;
 use tokio::sync::oneshot;
@@ -60,7 +60,7 @@ pub enum ServerError {
     )]
     DeviceLargerThanModel {
         path: String,
-        disk: u32,
+        disk: DiskIndex,
         device_bytes: u64,
         profile: String,
         model_bytes: u64,
@@ -110,7 +110,7 @@ impl RunningServer {
             if device.capacity_bytes() > model_bytes {
                 return Err(ServerError::DeviceLargerThanModel {
                     path: device.path().display().to_string(),
-                    disk: device.disk().0,
+                    disk: device.disk(),
                     device_bytes: device.capacity_bytes(),
                     profile: profile.name.clone(),
                     model_bytes,
@@ -130,20 +130,21 @@ impl RunningServer {
         remove_stale_uploads(&data_dir);
 
         let titles = load_titles(&store, &bound)?;
-        let round_ns = array.round_duration_ns;
+        let round_duration_ns = array.round_duration_ns;
         let longest_stream_rounds = titles
             .iter()
             .map(|t| t.charges.stream_rounds() as u64)
             .max()
             .unwrap_or(1);
-        let max_title_rounds = (config.max_title_duration.as_nanos() as u64).div_ceil(round_ns);
+        let max_title_rounds =
+            (config.max_title_duration.as_nanos() as u64).div_ceil(round_duration_ns);
         let fixed_ns = bound.fixed_ns();
         // Titles ingested while serving may be as long as the configured maximum.
         let mut core_array = Array::new(ArrayConfig {
             reservation: ReservationConfig::for_array(
                 array.disk_count,
                 array.scheme,
-                round_ns,
+                round_duration_ns,
                 fixed_ns,
                 config.buffer_per_disk_bytes,
                 longest_stream_rounds.max(max_title_rounds + 1),
@@ -155,7 +156,8 @@ impl RunningServer {
             write_bound: rondo_write_bound(&profile).map_err(profile_error)?,
             delivery: DeliveryConfig {
                 client_buffer_rounds: config.client_buffer_rounds.max(1),
-                stall_grace_rounds: (config.stall_grace.as_nanos() as u64).div_ceil(round_ns),
+                stall_grace_rounds: (config.stall_grace.as_nanos() as u64)
+                    .div_ceil(round_duration_ns),
             },
         });
         let mut loaded = std::collections::BTreeMap::new();
@@ -181,7 +183,7 @@ impl RunningServer {
         // Round 0 starts a moment from now so the threads are up for it.
         let clock = RoundClock {
             t0: Instant::now() + Duration::from_millis(20),
-            round_ns,
+            round_duration_ns,
         };
         let (copier_tx, copier_rx) = crossbeam_channel::unbounded();
         let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
@@ -219,7 +221,7 @@ impl RunningServer {
         for device in store.devices() {
             let model = Disk::new(profile.clone()).map_err(profile_error)?;
             let thread = spawn_device(
-                device.disk().0,
+                device.disk(),
                 Arc::clone(&device) as Arc<dyn crate::storage::Storage>,
                 model,
                 config.disk_timing,
@@ -267,7 +269,7 @@ impl RunningServer {
             disks = array.disk_count,
             profile = %array.disk_profile,
             timing = config.disk_timing.name(),
-            round_ms = round_ns as f64 / 1e6,
+            round_ms = round_duration_ns as f64 / 1e6,
             lookahead_rounds = config.lookahead_rounds,
             titles = shared.titles().len(),
             "rondo server running"

@@ -67,8 +67,8 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn round_ns(&self) -> u64 {
-        self.clock.round_ns
+    pub fn round_duration_ns(&self) -> u64 {
+        self.clock.round_duration_ns
     }
 
     /// A loaded title by id.

@@ -27,7 +27,7 @@ use rondo_model::array::{Array, Completion, DiskCommand, Effect, Purpose, ReadOu
 use rondo_model::disk::{self, Disk};
 use rondo_model::layout::{ReplicaPlacement, TitleLayout};
 use rondo_model::reservation::Scheme;
-use rondo_model::units::{StreamId, TitleId};
+use rondo_model::units::{DiskIndex, StreamId, TitleId};
 use rondo_server::buffers::BufferPool;
 use rondo_server::config::DiskTiming;
 use rondo_server::io::{DiskBatch, IoEvent, RoundClock, spawn_device};
@@ -59,28 +59,34 @@ fn scenario() -> SimConfig {
     c.seed = 11;
     c.check_invariants = true;
     c.faults = FaultPlan {
-        failures: vec![FailureSpec { disk: 1, round: 45 }],
+        failures: vec![FailureSpec {
+            disk: DiskIndex(1),
+            round: 45,
+        }],
         read_errors: vec![
             ReadErrorSpec {
                 round: 20,
-                disk: 2,
+                disk: DiskIndex(2),
                 nth: 0,
                 kind: ReadErrorKind::Checksum,
             },
             ReadErrorSpec {
                 round: 70,
-                disk: 3,
+                disk: DiskIndex(3),
                 nth: 1,
                 kind: ReadErrorKind::Io,
             },
             ReadErrorSpec {
                 round: 95,
-                disk: 0,
+                disk: DiskIndex(0),
                 nth: 0,
                 kind: ReadErrorKind::Checksum,
             },
         ],
-        rebuild: Some(RebuildSpec { disk: 1, round: 60 }),
+        rebuild: Some(RebuildSpec {
+            disk: DiskIndex(1),
+            round: 60,
+        }),
         ingest: Some(IngestSpec {
             title: 0,
             round: 10,
@@ -217,11 +223,11 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
     let mut ingest_layout = ingest_layout.map(Arc::new);
     let metrics = Arc::new(Metrics::new(config.disks));
     let pool = BufferPool::new(1 << 30, Arc::clone(&metrics));
-    let round_ns = config.round_duration_ns;
+    let round_duration_ns = config.round_duration_ns;
     // Native timing: no pacing, so the clock only dates the model's rounds.
     let clock = RoundClock {
         t0: Instant::now(),
-        round_ns,
+        round_duration_ns,
     };
     let (events_tx, events) = crossbeam_channel::unbounded();
     let disks: Vec<_> = storages
@@ -229,7 +235,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
         .enumerate()
         .map(|(d, s)| {
             spawn_device(
-                d as u32,
+                DiskIndex(d as u32),
                 Arc::clone(s) as Arc<dyn Storage>,
                 Disk::new(profile.clone()).unwrap(),
                 DiskTiming::Native,
@@ -291,7 +297,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
         entry.commands = plan.disks.iter().map(|d| d.commands.clone()).collect();
         // The fault plan's read errors, on the storage of the chosen read.
         for e in faults.read_errors.iter().filter(|e| e.round == round) {
-            let read = plan.disks[e.disk as usize]
+            let read = plan.disks[e.disk.index()]
                 .commands
                 .iter()
                 .filter(|c| matches!(c.purpose, Purpose::Deliver { .. }))
@@ -302,7 +308,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
                     ReadErrorKind::Io => Fault::IoError,
                     ReadErrorKind::Checksum => Fault::Corrupt,
                 };
-                storages[e.disk as usize].arm(offset.device_offset_bytes, fault);
+                storages[e.disk.index()].arm(offset.device_offset_bytes, fault);
             }
         }
         let batches = plan.disks.len();
@@ -316,7 +322,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
                 device: None,
                 deliver_to: Vec::new(),
             };
-            disks[d.disk as usize].batches.send(batch).unwrap();
+            disks[d.disk.index()].batches.send(batch).unwrap();
         }
         let mut done = 0;
         while done < batches {

@@ -136,14 +136,14 @@ async fn busy_run(media: &Path, scheme: Scheme) -> BusyRun {
     let metrics = server.metrics();
     server.shutdown().await;
 
-    let round_ns = TEST_ROUND_NS as f64;
+    let round_duration_ns = TEST_ROUND_DURATION_NS as f64;
     let max_reserved_fraction = history
         .as_array()
         .unwrap()
         .iter()
         .filter(|s| s["rounds"] == 1)
         .flat_map(|s| s["disks"].as_array().unwrap().clone())
-        .map(|d| d["reserved_ns"].as_f64().unwrap() / round_ns)
+        .map(|d| d["reserved_ns"].as_f64().unwrap() / round_duration_ns)
         .fold(0.0, f64::max);
     let disks = &metrics.disks;
     let run = BusyRun {

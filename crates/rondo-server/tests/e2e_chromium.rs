@@ -194,9 +194,10 @@ async fn chromium_plays_to_the_end_without_waiting_and_seeks() {
     let record = ingest(&store, &clip, "clip");
     let server = start(store, test_config()).await;
     let stream_url = format!("{}/stream/{}.mp4", server.url(), record.id.0);
-    let page = PAGE
-        .replace("{{URL}}", &stream_url)
-        .replace("{{ROUND_S}}", &format!("{}", TEST_ROUND_NS as f64 / 1e9));
+    let page = PAGE.replace("{{URL}}", &stream_url).replace(
+        "{{ROUND_S}}",
+        &format!("{}", TEST_ROUND_DURATION_NS as f64 / 1e9),
+    );
     let (report_tx, reports) = mpsc::channel();
     let page_url = serve_page(page, report_tx);
 

@@ -319,7 +319,7 @@ async fn a_client_that_stops_reading_is_dropped_after_the_grace_time_and_delays_
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body, std::fs::read(&clip).unwrap());
     // It was on time throughout: never behind the curve shifted by one round.
-    let round = Duration::from_nanos(TEST_ROUND_NS);
+    let round = Duration::from_nanos(TEST_ROUND_DURATION_NS);
     for m in 1..=record.client_bytes.len() {
         let needed: u64 = record.client_bytes[..m].iter().sum();
         assert!(received_by(&arrivals, arrivals[0].at + round * m as u32) >= needed);

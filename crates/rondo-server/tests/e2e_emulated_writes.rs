@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use e2e_support::*;
 use futures_util::StreamExt;
 use rondo_model::reservation::Scheme;
+use rondo_model::units::DiskIndex;
 use rondo_server::RunningServer;
 use rondo_server::metrics::MetricsSnapshot;
 use rondo_store::Store;
@@ -51,7 +52,7 @@ struct DiskRound {
 fn sample_rounds(
     server: Arc<RunningServer>,
     stop: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<BTreeMap<(u32, u64), DiskRound>> {
+) -> tokio::task::JoinHandle<BTreeMap<(DiskIndex, u64), DiskRound>> {
     tokio::spawn(async move {
         let mut rounds = BTreeMap::new();
         while !stop.load(Relaxed) {
@@ -122,11 +123,11 @@ fn mean_ms(rounds: &[DiskRound], f: impl Fn(&DiskRound) -> u64) -> f64 {
     rounds.iter().map(|r| ms(f(r))).sum::<f64>() / rounds.len() as f64
 }
 
-fn report(what: &str, rounds: &BTreeMap<(u32, u64), DiskRound>) {
+fn report(what: &str, rounds: &BTreeMap<(DiskIndex, u64), DiskRound>) {
     for disk in 0..4u32 {
         let (with, without): (Vec<DiskRound>, Vec<DiskRound>) = rounds
             .iter()
-            .filter(|((d, _), _)| *d == disk)
+            .filter(|((d, _), _)| *d == DiskIndex(disk))
             .map(|(_, r)| *r)
             .partition(|r| r.granted_ns > 0);
         eprintln!(
@@ -237,12 +238,12 @@ async fn a_rebuild_is_served_by_the_emulated_disks_within_the_round_budget() {
     );
     let failed_idle: Vec<&DiskRound> = rounds
         .iter()
-        .filter(|((d, _), r)| *d == 2 && r.granted_ns == 0 && r.model_busy_ns == 0)
+        .filter(|((d, _), r)| *d == DiskIndex(2) && r.granted_ns == 0 && r.model_busy_ns == 0)
         .map(|(_, r)| r)
         .collect();
     let with_writes: Vec<&DiskRound> = rounds
         .iter()
-        .filter(|((d, _), r)| *d == 2 && r.granted_ns > 0)
+        .filter(|((d, _), r)| *d == DiskIndex(2) && r.granted_ns > 0)
         .map(|(_, r)| r)
         .collect();
     assert!(!with_writes.is_empty(), "no rebuild round sampled");
@@ -268,7 +269,7 @@ async fn a_rebuild_is_served_by_the_emulated_disks_within_the_round_budget() {
 
     // The rebuilt extents hold the same bytes as the other replica.
     let store = Store::open(&dir).unwrap();
-    assert!(assert_replicas_agree_on(&store, &titles, 2) > 0);
+    assert!(assert_replicas_agree_on(&store, &titles, DiskIndex(2)) > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -72,7 +72,7 @@ async fn play(client: reqwest::Client, url: String, client_bytes: Vec<u64>) -> C
         }
     }
     if let Some(first) = arrivals.first() {
-        let round = Duration::from_nanos(TEST_ROUND_NS);
+        let round = Duration::from_nanos(TEST_ROUND_DURATION_NS);
         let start = first.at + 2 * round;
         let mut needed = 0u64;
         for (i, bytes) in client_bytes.iter().enumerate() {
@@ -456,7 +456,7 @@ async fn a_replaced_disk_is_rebuilt_byte_for_byte_while_streams_play() {
     assert!(report.passed(), "{report}");
     let store = Store::open(&dir).unwrap();
     assert_eq!(store.device(DiskIndex(2)).path(), new_device);
-    assert!(assert_replicas_agree_on(&store, &titles, 2) > 0);
+    assert!(assert_replicas_agree_on(&store, &titles, DiskIndex(2)) > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -494,7 +494,7 @@ async fn a_failed_disk_stays_failed_across_a_restart_until_rebuilt() {
 
     let report = rondo_store::fsck(&dir);
     assert!(report.passed(), "{report}");
-    assert_eq!(report.failed_disks, vec![1], "{report}");
+    assert_eq!(report.failed_disks, vec![DiskIndex(1)], "{report}");
 
     // After the restart disk 1 is still failed: streams play from the
     // backups without a miss and nothing reads the unrebuilt device.
@@ -555,7 +555,7 @@ async fn a_failed_disk_stays_failed_across_a_restart_until_rebuilt() {
 }
 
 /// Flips `bytes` bytes at `device_offset_bytes` of disk `disk`'s stride area.
-fn corrupt(dir: &Path, disk: u32, device_offset_bytes: u64, bytes: usize) {
+fn corrupt(dir: &Path, disk: DiskIndex, device_offset_bytes: u64, bytes: usize) {
     use std::os::unix::fs::FileExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -605,7 +605,7 @@ async fn corrupt_extents_are_served_from_the_replica_and_fail_the_disk() {
 
     // One corrupt extent: the stream is whole (the backup served the
     // round), the error is counted and the disk is suspect.
-    corrupt(&dir, disk, victims[0], 100);
+    corrupt(&dir, DiskIndex(disk), victims[0], 100);
     assert!(fetch().await == expected, "the stream is byte-identical");
     let metrics = server.metrics();
     assert_eq!(metrics.read_errors, 1, "{metrics:?}");

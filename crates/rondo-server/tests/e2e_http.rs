@@ -71,7 +71,7 @@ async fn full_get_is_the_stored_stream_and_paced(client: reqwest::Client, title:
 /// lie between the consumption curve shifted by the start-up delay (playback
 /// starts one round after the first byte) and one round of bytes above it.
 fn check_pace(record: &TitleRecord, arrivals: &[Arrival]) {
-    let round = Duration::from_nanos(TEST_ROUND_NS);
+    let round = Duration::from_nanos(TEST_ROUND_DURATION_NS);
     let client_bytes = &record.client_bytes;
     let max_round_bytes = *client_bytes.iter().max().unwrap();
     let t_first = arrivals[0].at;
@@ -183,7 +183,7 @@ async fn time_seek_on_ts(client: reqwest::Client, title: Arc<Title>) {
     let url = format!("{}?t=20", title.url);
     let (status, headers, body, _) = get_timed(&client, &url, None).await;
     assert_eq!(status, StatusCode::OK);
-    let round = (20 * 1_000_000_000 / TEST_ROUND_NS) as usize;
+    let round = (20 * 1_000_000_000 / TEST_ROUND_DURATION_NS) as usize;
     let round_start: u64 = title.record.client_bytes[..=round].iter().sum();
     let start: u64 = headers["x-rondo-first-byte"]
         .to_str()
@@ -344,7 +344,7 @@ async fn titles_stream_over_http_exactly_and_on_time() {
     .await;
     let per_round: Vec<u64> = serde_json::from_value(schedule["client_bytes"].clone()).unwrap();
     assert_eq!(per_round, titles[0].record.client_bytes);
-    assert_eq!(schedule["round_duration_ns"], TEST_ROUND_NS);
+    assert_eq!(schedule["round_duration_ns"], TEST_ROUND_DURATION_NS);
 
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();

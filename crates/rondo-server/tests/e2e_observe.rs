@@ -152,7 +152,7 @@ async fn metrics_and_events_follow_the_streams() {
     assert_eq!(idle["rondo_admissions_total{result=\"admitted\"}"], 0.0);
     assert_eq!(
         idle["rondo_round_duration_seconds"],
-        TEST_ROUND_NS as f64 / 1e9
+        TEST_ROUND_DURATION_NS as f64 / 1e9
     );
     for disk in 0..4 {
         assert_eq!(
@@ -211,7 +211,7 @@ async fn metrics_and_events_follow_the_streams() {
             assert!(d["reserved_ns"].as_u64().unwrap() > 0, "{sample}");
             assert_eq!(d["state"], 0);
         }
-        assert_eq!(sample["round_ns"], TEST_ROUND_NS);
+        assert_eq!(sample["round_ns"], TEST_ROUND_DURATION_NS);
     }
     let admitted: u64 = history
         .iter()

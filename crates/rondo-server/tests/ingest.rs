@@ -211,7 +211,7 @@ fn mp4_faststart_moov_at_end_and_ts_store_and_read_back_byte_for_byte() {
         assert_eq!(&title.stored.layout, &title.layout);
         for round in 0..title.rounds() {
             let primary = title.charges.primary(round);
-            assert_eq!(primary.disk, title.layout.round(round).primary_disk.0);
+            assert_eq!(primary.disk, title.layout.round(round).primary_disk);
             assert!(primary.cost_ns > 0, "round {round} is charged");
             assert_eq!(title.charges.backup(round).len(), 1);
         }

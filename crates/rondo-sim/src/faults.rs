@@ -8,6 +8,7 @@
 //! an error outcome), so the array's reactions are the server's.
 //! [`FaultPlan::seeded`] draws a plan from a seed for the seeded scenarios.
 
+use rondo_model::units::DiskIndex;
 use serde::{Deserialize, Serialize};
 
 use crate::run::FailureSpec;
@@ -28,7 +29,7 @@ pub enum ReadErrorKind {
 #[serde(deny_unknown_fields)]
 pub struct ReadErrorSpec {
     pub round: u64,
-    pub disk: u32,
+    pub disk: DiskIndex,
     pub nth: u32,
     pub kind: ReadErrorKind,
 }
@@ -38,7 +39,7 @@ pub struct ReadErrorSpec {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RebuildSpec {
-    pub disk: u32,
+    pub disk: DiskIndex,
     pub round: u64,
 }
 
@@ -104,7 +105,7 @@ impl FaultPlan {
         let others = disks.saturating_sub(1).max(1) as u64;
         let first = draw(10) % others;
         for n in 0..4 {
-            let disk = (failed + 1 + ((first + n) % others) as u32) % disks;
+            let disk = DiskIndex((failed + 1 + ((first + n) % others) as u32) % disks);
             read_errors.push(ReadErrorSpec {
                 round: draw(20 + n) % rounds,
                 disk,
@@ -118,12 +119,12 @@ impl FaultPlan {
         }
         FaultPlan {
             failures: vec![FailureSpec {
-                disk: failed,
+                disk: DiskIndex(failed),
                 round: fail_round,
             }],
             read_errors,
             rebuild: Some(RebuildSpec {
-                disk: failed,
+                disk: DiskIndex(failed),
                 round: fail_round + 1 + draw(3) % 50,
             }),
             ingest: Some(IngestSpec {

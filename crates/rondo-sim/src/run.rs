@@ -68,7 +68,7 @@ pub enum BoundKind {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FailureSpec {
-    pub disk: u32,
+    pub disk: DiskIndex,
     /// The first round in which the disk is unavailable.
     pub round: u64,
 }
@@ -730,7 +730,7 @@ impl Executor<'_> {
         let mut busy_sum = 0u64;
         let mut working = 0u64;
         for disk_plan in &plan.disks {
-            let d = disk_plan.disk as usize;
+            let d = disk_plan.disk.index();
             if disk_plan.commands.is_empty() && !disk_plan.serving {
                 continue;
             }
@@ -818,7 +818,7 @@ impl Executor<'_> {
     }
 
     /// The outcome the fault plan gives the `nth` stream read of `disk` in `round`.
-    fn injected(&self, round: u64, disk: u32, nth: u32) -> ReadOutcome {
+    fn injected(&self, round: u64, disk: DiskIndex, nth: u32) -> ReadOutcome {
         let spec = self
             .config
             .faults
@@ -1012,7 +1012,7 @@ pub fn prepare_placed(
         .chain(faults.read_errors.iter().map(|e| e.disk))
         .chain(faults.rebuild.map(|r| r.disk));
     for disk in disks_named {
-        if disk >= config.disks {
+        if disk.0 >= config.disks {
             return Err(SimError::Config(format!(
                 "disk {disk} is not in the array (disks are numbered 0 to {})",
                 config.disks - 1
@@ -1133,7 +1133,7 @@ impl Measure {
         let (mut total, mut primary, mut working_total) = (0u64, 0u64, 0u64);
         let (mut most, mut least) = (0u64, u64::MAX);
         let mut working = 0u64;
-        for d in 0..disks {
+        for d in DiskIndex::all(disks) {
             let reserved = fixed_ns + r.reserved_ns(d, round);
             total += reserved;
             primary += fixed_ns + r.reserved_primary_ns(d, round);

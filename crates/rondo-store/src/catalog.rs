@@ -376,7 +376,7 @@ pub(crate) struct TitleRow {
     pub round_count: u64,
     pub client_bytes_blob: Vec<u8>,
     pub layout_seed: u64,
-    pub start_disk: u32,
+    pub start_disk: DiskIndex,
     pub complete: bool,
     pub created_unix_ns: u64,
 }
@@ -401,7 +401,7 @@ fn title_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TitleRow> {
         client_bytes_blob: r.get(10)?,
         // Bit-cast: seeds use all 64 bits.
         layout_seed: r.get::<_, i64>(11)? as u64,
-        start_disk: r.get::<_, i64>(12)? as u32,
+        start_disk: DiskIndex(r.get::<_, i64>(12)? as u32),
         complete: state == "complete",
         created_unix_ns: r.get::<_, i64>(14)? as u64,
     })
@@ -453,7 +453,7 @@ pub(crate) enum TitleKey<'a> {
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct StrideRow {
     pub title: TitleId,
-    pub disk: u32,
+    pub disk: DiskIndex,
     pub replica: Replica,
     pub ordinal: u64,
     pub stride_index: u64,
@@ -488,7 +488,7 @@ pub(crate) fn stride_rows(conn: &Connection, title: Option<TitleId>) -> Result<V
             })?;
             Ok(StrideRow {
                 title: TitleId(title as u64),
-                disk: disk as u32,
+                disk: DiskIndex(disk as u32),
                 replica,
                 ordinal: ordinal as u64,
                 stride_index: stride_index as u64,
@@ -507,13 +507,13 @@ pub(crate) fn assemble_strides(
 ) -> Result<TitleStrides, String> {
     let mut strides = TitleStrides::empty(disk_count);
     for row in rows {
-        if row.disk >= disk_count {
+        if row.disk.0 >= disk_count {
             return Err(format!(
                 "title {} holds a stride on disk {}, but the array has {disk_count} disks",
                 title.0, row.disk
             ));
         }
-        let disk = DiskIndex(row.disk);
+        let disk = row.disk;
         let next = strides.strides(disk, row.replica).len() as u64;
         if row.ordinal != next {
             return Err(format!(

@@ -162,7 +162,7 @@ const MAGIC: [u8; 8] = *b"RONDODEV";
 pub struct DeviceHeader {
     pub format_version: u32,
     pub array_id: ArrayId,
-    pub disk_index: u32,
+    pub disk_index: DiskIndex,
     pub disk_count: u32,
     /// Where the stride area begins on the device.
     pub stride_area_offset_bytes: u64,
@@ -206,7 +206,7 @@ impl DeviceHeader {
         let mut block = AlignedBuf::zeroed(IO_ALIGN_BYTES as usize);
         block[0..8].copy_from_slice(&MAGIC);
         block[8..12].copy_from_slice(&self.format_version.to_le_bytes());
-        block[12..16].copy_from_slice(&self.disk_index.to_le_bytes());
+        block[12..16].copy_from_slice(&self.disk_index.0.to_le_bytes());
         block[16..20].copy_from_slice(&self.disk_count.to_le_bytes());
         // 20..24 reserved, zero.
         block[24..40].copy_from_slice(&self.array_id.0);
@@ -237,7 +237,7 @@ impl DeviceHeader {
         }
         Ok(DeviceHeader {
             format_version,
-            disk_index: u32_at(12),
+            disk_index: DiskIndex(u32_at(12)),
             disk_count: u32_at(16),
             array_id: ArrayId(block[24..40].try_into().expect("16")),
             stride_area_offset_bytes: u64_at(40),
@@ -257,8 +257,8 @@ impl DeviceHeader {
         }
         if self.disk_index != expected.disk_index {
             return Err(HeaderMismatch::WrongDisk {
-                found: self.disk_index,
-                expected: expected.disk_index,
+                found: self.disk_index.0,
+                expected: expected.disk_index.0,
             });
         }
         let fields = [
@@ -500,7 +500,7 @@ mod tests {
         DeviceHeader {
             format_version: FORMAT_VERSION,
             array_id: ArrayId::from_seed(3),
-            disk_index: 2,
+            disk_index: DiskIndex(2),
             disk_count: 4,
             stride_area_offset_bytes: 1 << 20,
             capacity_bytes: 1 << 30,
@@ -546,7 +546,7 @@ mod tests {
         let h = header();
         assert_eq!(h.compare(&h), Ok(()));
         let mut other = h;
-        other.disk_index = 0;
+        other.disk_index = DiskIndex(0);
         assert_eq!(
             h.compare(&other),
             Err(HeaderMismatch::WrongDisk {

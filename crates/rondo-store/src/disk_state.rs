@@ -18,6 +18,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
+use rondo_model::units::DiskIndex;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, StoreError};
@@ -79,13 +80,13 @@ impl DiskStates {
     }
 
     /// The failed disks' indices, in order.
-    pub fn failed_disks(&self) -> Vec<u32> {
-        let mut disks: Vec<u32> = self.failed.keys().filter_map(|k| k.parse().ok()).collect();
+    pub fn failed_disks(&self) -> Vec<DiskIndex> {
+        let mut disks: Vec<DiskIndex> = self.failed.keys().filter_map(|k| k.parse().ok()).collect();
         disks.sort_unstable();
         disks
     }
 
-    pub fn is_failed(&self, disk: u32) -> bool {
+    pub fn is_failed(&self, disk: DiskIndex) -> bool {
         self.failed.contains_key(&disk.to_string())
     }
 
@@ -130,8 +131,8 @@ mod tests {
         states.save(dir.path()).unwrap();
         let loaded = DiskStates::load(dir.path(), 4).unwrap();
         assert_eq!(loaded, states);
-        assert_eq!(loaded.failed_disks(), vec![2]);
-        assert!(loaded.is_failed(2) && !loaded.is_failed(1));
+        assert_eq!(loaded.failed_disks(), vec![DiskIndex(2)]);
+        assert!(loaded.is_failed(DiskIndex(2)) && !loaded.is_failed(DiskIndex(1)));
         assert!(!dir.path().join(format!("{DISK_STATE_FILE}.tmp")).exists());
     }
 

@@ -73,7 +73,7 @@ pub struct FsckReport {
     pub bytes_checked: u64,
     /// Disks recorded failed (`disk-state.toml`): their devices are not
     /// read, since they are broken or await a rebuild.
-    pub failed_disks: Vec<u32>,
+    pub failed_disks: Vec<DiskIndex>,
     /// Extents on those disks, not checked.
     pub extents_skipped: u64,
 }
@@ -194,7 +194,7 @@ pub fn fsck(dir: impl AsRef<Path>) -> FsckReport {
     }
     let mut devices = Vec::with_capacity(config.devices.len());
     for k in 0..config.devices.len() {
-        if report.failed_disks.contains(&(k as u32)) {
+        if report.failed_disks.contains(&DiskIndex(k as u32)) {
             devices.push(None);
             continue;
         }
@@ -275,7 +275,7 @@ pub(crate) fn check_open(
     let devices: Vec<Option<Arc<Device>>> = devices
         .iter()
         .enumerate()
-        .map(|(k, d)| (!report.failed_disks.contains(&(k as u32))).then(|| Arc::clone(d)))
+        .map(|(k, d)| (!report.failed_disks.contains(&DiskIndex(k as u32))).then(|| Arc::clone(d)))
         .collect();
     check_catalog(&mut report, config, &devices, conn);
     report
@@ -356,9 +356,9 @@ fn check_catalog(
 
     // Strides: in range and held by one (title, replica) at most, over every
     // title including orphans, whose strides are allocated too.
-    let mut owner: BTreeMap<(u32, u64), (TitleId, Replica)> = BTreeMap::new();
+    let mut owner: BTreeMap<(DiskIndex, u64), (TitleId, Replica)> = BTreeMap::new();
     for row in &stride_rows {
-        match stride_counts.get(row.disk as usize) {
+        match stride_counts.get(row.disk.index()) {
             None => report.problem(
                 ProblemKind::Strides,
                 format!(
@@ -547,7 +547,7 @@ fn check_catalog(
             let Some(Some(device)) = devices.get(extent.disk.0 as usize) else {
                 // A failed disk is not read; a missing device's own problem
                 // is already reported.
-                if report.failed_disks.contains(&extent.disk.0) {
+                if report.failed_disks.contains(&extent.disk) {
                     report.extents_skipped += 1;
                 }
                 continue;

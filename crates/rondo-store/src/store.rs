@@ -178,7 +178,7 @@ impl TitleRecord {
             round_duration_ns: row.round_duration_ns,
             client_bytes,
             layout_seed: row.layout_seed,
-            start_disk: DiskIndex(row.start_disk),
+            start_disk: row.start_disk,
             created_unix_ns: row.created_unix_ns,
         })
     }
@@ -291,7 +291,7 @@ pub(crate) fn expected_header(config: &ArrayConfig, k: usize) -> DeviceHeader {
     DeviceHeader {
         format_version: FORMAT_VERSION,
         array_id: config.array_id,
-        disk_index: k as u32,
+        disk_index: DiskIndex(k as u32),
         disk_count: config.disk_count,
         stride_area_offset_bytes: config.header_region_bytes,
         capacity_bytes: config.devices[k].capacity_bytes,
@@ -760,7 +760,7 @@ impl Store {
         since_unix_s: u64,
     ) -> Result<()> {
         let mut states = self.disk_states()?;
-        if states.is_failed(disk.0) {
+        if states.is_failed(disk) {
             return Ok(());
         }
         states.failed.insert(

@@ -127,7 +127,7 @@ fn a_failed_disk_stays_failed_across_opens_and_fsck_skips_its_device() {
         .unwrap();
     let report = store.fsck();
     assert!(report.passed(), "{report}");
-    assert_eq!(report.failed_disks, vec![2]);
+    assert_eq!(report.failed_disks, vec![DiskIndex(2)]);
     assert!(report.extents_skipped > 0, "{report}");
     assert!(report.to_string().contains("disk 2 is failed"), "{report}");
     drop(store);
@@ -135,13 +135,16 @@ fn a_failed_disk_stays_failed_across_opens_and_fsck_skips_its_device() {
     // A restart (a new open) still sees it failed; fsck of the closed
     // directory does too.
     let store = Store::open(&dir).unwrap();
-    assert_eq!(store.disk_states().unwrap().failed_disks(), vec![2]);
+    assert_eq!(
+        store.disk_states().unwrap().failed_disks(),
+        vec![DiskIndex(2)]
+    );
     let failed = &store.disk_states().unwrap().failed["2"];
     assert_eq!(failed.reason, "an operator failed it");
     drop(store);
     let report = fsck(&dir);
     assert!(report.passed(), "{report}");
-    assert_eq!(report.failed_disks, vec![2]);
+    assert_eq!(report.failed_disks, vec![DiskIndex(2)]);
 
     // Serving again without a rebuild: the empty device's checksums fail,
     // which shows fsck skipped it only because it was failed.

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Subcommand};
+use rondo_model::units::DiskIndex;
 use rondo_server::ingest::handoff::{ServerInfo, TOKEN_FILE};
 use rondo_server::titles::DEFAULT_DATA_DIR;
 use serde_json::{Value, json};
@@ -36,14 +38,16 @@ pub enum AdminCommand {
     /// replicas; streams whose data is gone (a second failure) are stopped.
     FailDisk {
         /// Disk number, from 0.
-        disk: u32,
+        #[arg(value_parser = clap::value_parser!(u32).map(DiskIndex))]
+        disk: DiskIndex,
         #[command(flatten)]
         target: Target,
     },
     /// Map a new device at PATH to failed disk K (it gets a header for this
     /// array and disk; rondo.toml records the path). Then `restore-disk K`.
     ReplaceDisk {
-        disk: u32,
+        #[arg(value_parser = clap::value_parser!(u32).map(DiskIndex))]
+        disk: DiskIndex,
         /// A new device: an absent or empty file, or a block device without a
         /// rondo header. Relative paths are inside the data directory.
         path: PathBuf,
@@ -53,7 +57,8 @@ pub enum AdminCommand {
     /// Rebuild failed disk K from the other replicas in the background, in
     /// disk time admitted streams leave unreserved; it serves again when done.
     RestoreDisk {
-        disk: u32,
+        #[arg(value_parser = clap::value_parser!(u32).map(DiskIndex))]
+        disk: DiskIndex,
         #[command(flatten)]
         target: Target,
     },

@@ -19,6 +19,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use clap::builder::TypedValueParser as _;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -29,7 +30,7 @@ use rondo_experiments::stats::StoppingRule;
 use rondo_model::disk::profile_by_name;
 use rondo_model::layout::{ReplicaPlacement, RoundRobinCounter};
 use rondo_model::reservation::{Bound, Scheme};
-use rondo_model::units::{NS_PER_MS, NS_PER_S};
+use rondo_model::units::{DiskIndex, NS_PER_MS, NS_PER_S};
 use rondo_sim::faults::{IngestSpec, RebuildSpec};
 use rondo_sim::run::{BoundKind, FailureSpec, Mode, PlacedTitle, SimConfig, SimTitle};
 use rondo_store::{DirectoryFlags, Store};
@@ -123,8 +124,8 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 9000)]
     end_round: u64,
     /// Fail this disk (numbered from 0) at `--fail-round`.
-    #[arg(long, requires = "fail_round")]
-    fail_disk: Option<u32>,
+    #[arg(long, requires = "fail_round", value_parser = clap::value_parser!(u32).map(DiskIndex))]
+    fail_disk: Option<DiskIndex>,
     /// The round at whose start `--fail-disk` fails.
     #[arg(long, requires = "fail_disk")]
     fail_round: Option<u64>,

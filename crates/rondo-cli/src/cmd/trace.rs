@@ -129,21 +129,21 @@ fn describe(source: &str, round_ms: u64, json: bool) -> anyhow::Result<()> {
     if round_ms == 0 {
         bail!("--round-ms must be positive");
     }
-    let round_ns = round_ms
+    let round_duration_ns = round_ms
         .checked_mul(NS_PER_MS)
         .context("--round-ms is too large")?;
     let trace = load(source)?;
     let last_ns = trace.frames().last().map_or(0, |f| f.decode_time_ns);
-    let rounds = last_ns / round_ns + 1;
+    let rounds = last_ns / round_duration_ns + 1;
     if rounds > DESCRIBE_ROUNDS_MAX {
         bail!(
             "{source} spans {rounds} rounds of {round_ms} ms (last frame at {last_ns} ns); \
              at most {DESCRIBE_ROUNDS_MAX} are described"
         );
     }
-    let stats = RoundStats::of(&client_bytes_per_round(trace.frames(), round_ns)?);
+    let stats = RoundStats::of(&client_bytes_per_round(trace.frames(), round_duration_ns)?);
     let table3 = ContentType::from_name(trace.kind())
-        .filter(|_| round_ns == NS_PER_S)
+        .filter(|_| round_duration_ns == NS_PER_S)
         .map(|content| {
             let row = content.table3();
             Table3 {
@@ -159,7 +159,7 @@ fn describe(source: &str, round_ms: u64, json: bool) -> anyhow::Result<()> {
         frames: trace.len(),
         round_ms,
         mean_bits_per_s: stats.total_bytes as f64 * 8.0
-            / (stats.rounds as f64 * round_ns as f64 / NS_PER_S as f64),
+            / (stats.rounds as f64 * round_duration_ns as f64 / NS_PER_S as f64),
         stats,
         table3,
     };

@@ -16,7 +16,7 @@
 /// One stream's playback, fed round arrivals in order.
 #[derive(Clone, Debug)]
 pub struct Player {
-    round_ns: u64,
+    round_duration_ns: u64,
     playout_delay_ns: u64,
     /// Rounds that have arrived (the next one expected is `rounds_arrived`).
     rounds_arrived: usize,
@@ -33,10 +33,10 @@ pub struct Player {
 }
 
 impl Player {
-    pub fn new(round_ns: u64, playout_delay_ns: u64) -> Player {
-        assert!(round_ns > 0, "a round has a positive length");
+    pub fn new(round_duration_ns: u64, playout_delay_ns: u64) -> Player {
+        assert!(round_duration_ns > 0, "a round has a positive length");
         Player {
-            round_ns,
+            round_duration_ns,
             playout_delay_ns,
             rounds_arrived: 0,
             startup_ns: None,
@@ -58,7 +58,7 @@ impl Player {
             self.last_play_ns = arrival_ns + self.playout_delay_ns;
             return 0;
         }
-        let due_ns = self.last_play_ns + self.round_ns;
+        let due_ns = self.last_play_ns + self.round_duration_ns;
         let slack_ns = due_ns as i64 - arrival_ns as i64;
         self.min_slack_ns = Some(self.min_slack_ns.map_or(slack_ns, |m| m.min(slack_ns)));
         if arrival_ns > due_ns {
@@ -81,7 +81,7 @@ impl Player {
         if self.startup_ns.is_none() || self.rounds_arrived >= rounds {
             return;
         }
-        let due_ns = self.last_play_ns + self.round_ns;
+        let due_ns = self.last_play_ns + self.round_duration_ns;
         if end_ns > due_ns {
             let stall_ns = end_ns - due_ns;
             self.stalls += 1;
@@ -111,7 +111,8 @@ impl Player {
     /// When playback of the rounds that arrived ends (the last one plays
     /// for a whole round), since the request; `None` before round 0.
     pub fn playback_end_ns(&self) -> Option<u64> {
-        self.startup_ns.map(|_| self.last_play_ns + self.round_ns)
+        self.startup_ns
+            .map(|_| self.last_play_ns + self.round_duration_ns)
     }
 
     pub fn stalls(&self) -> u32 {

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::disk::{BatchRequest, Extent as ModelExtent, Op, Scheduler};
 use crate::health::DiskState;
 use crate::layout::Replica;
-use crate::units::{StreamId, TitleId};
+use crate::units::{DiskIndex, StreamId, TitleId};
 
 /// One contiguous byte range of a command, with the checksum its bytes must
 /// have (block padding included) when the catalog knows it.
@@ -63,7 +63,7 @@ pub enum Purpose {
 /// One request a disk executes: 1–2 extents read or written back to back.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiskCommand {
-    pub disk: u32,
+    pub disk: DiskIndex,
     /// The absolute round the command belongs to.
     pub round: u64,
     pub op: Op,
@@ -101,7 +101,7 @@ impl DiskCommand {
 /// One disk's share of a round.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiskRoundPlan {
-    pub disk: u32,
+    pub disk: DiskIndex,
     /// Whether the disk serves reads this round (not failed or rebuilding).
     pub serving: bool,
     /// Disk time reserved for streams, fixed term included; `None` for a
@@ -237,7 +237,7 @@ pub struct RoundPlan {
     pub copies_lost: Vec<crate::rebuild::CopyTask>,
     /// Every copy has been handed out: once they are done, sync the rebuilt
     /// device and call `Array::finish_rebuild`.
-    pub rebuild_handed_out: Option<u32>,
+    pub rebuild_handed_out: Option<DiskIndex>,
     /// Ingest rounds granted this round: `(title, title round, bytes)`;
     /// written once the round's batches are done.
     pub ingest_grants: Vec<(TitleId, u32, u64)>,
@@ -256,7 +256,7 @@ pub enum ReadOutcome {
 /// A stream read finished: which piece, on which disk, how.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Completion {
-    pub disk: u32,
+    pub disk: DiskIndex,
     pub stream: StreamId,
     pub playback_round: u32,
     pub replica: Replica,
@@ -300,10 +300,10 @@ pub enum Effect {
         replica: Replica,
     },
     /// A disk changed state.
-    DiskState { disk: u32, state: DiskState },
+    DiskState { disk: DiskIndex, state: DiskState },
     /// A disk failed: record it (so a restart keeps it failed) before the
     /// next round is planned.
-    DiskFailed { disk: u32, cause: FailCause },
+    DiskFailed { disk: DiskIndex, cause: FailCause },
     /// A stream was stopped and released.
     Aborted(Aborted),
 }

@@ -44,7 +44,7 @@ use crate::rebuild::{RebuildProgress, RebuildQueue, rebuild_tasks};
 use crate::reservation::{
     Admission, Bound, PlannedRead, Rejection, ReservationConfig, Reservations, replica_after_error,
 };
-use crate::units::{StreamId, TitleId};
+use crate::units::{DiskIndex, StreamId, TitleId};
 
 pub use command::{
     AbortReason, Aborted, Completion, Copy, CopyId, DiskCommand, DiskRoundPlan, Effect, FailCause,
@@ -127,24 +127,27 @@ pub struct Admitted {
 #[derive(Clone, Debug, PartialEq, Eq, Error, Serialize)]
 pub enum OpsError {
     #[error("no disk {disk}: this array has {disks} disks, numbered 0 to {}", .disks - 1)]
-    NoSuchDisk { disk: u32, disks: u32 },
+    NoSuchDisk { disk: DiskIndex, disks: u32 },
     #[error("disk {disk} is {state} already")]
-    Already { disk: u32, state: &'static str },
+    Already {
+        disk: DiskIndex,
+        state: &'static str,
+    },
     #[error("disk {disk} is {state}: {what}")]
     WrongState {
-        disk: u32,
+        disk: DiskIndex,
         state: &'static str,
         what: &'static str,
     },
     #[error("disk {disk} is being replaced; {what}")]
-    Replacing { disk: u32, what: &'static str },
+    Replacing { disk: DiskIndex, what: &'static str },
     #[error("disk {disk} is being rebuilt; one rebuild at a time")]
-    RebuildRunning { disk: u32 },
+    RebuildRunning { disk: DiskIndex },
     #[error(
         "disk {other} has failed too: data whose replicas were on disks {disk} and {other} \
          cannot be rebuilt; replace and rebuild disks one at a time while the others serve"
     )]
-    SecondFailure { disk: u32, other: u32 },
+    SecondFailure { disk: DiskIndex, other: DiskIndex },
 }
 
 /// The name of a disk state, as the API and logs spell it.
@@ -160,7 +163,7 @@ pub fn state_name(state: DiskState) -> &'static str {
 /// A rebuild started: what it will copy.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RebuildStarted {
-    pub disk: u32,
+    pub disk: DiskIndex,
     pub copies: usize,
     pub total_bytes: u64,
     pub round: u64,
@@ -597,7 +600,7 @@ impl Array {
         let fixed_ns = self.config.reservation.round_fixed_ns;
         let scheduler = self.policy.scheduler();
         for (disk, reads) in planned.into_iter().enumerate() {
-            let disk = disk as u32;
+            let disk = DiskIndex(disk as u32);
             let reads = self.policy.disk_reads(disk, round, reads);
             let serving = !self.reservations.is_failed(disk);
             let mut commands = Vec::with_capacity(reads.len());
@@ -754,7 +757,7 @@ impl Array {
             |extents| write_bound.extents_ns(extents),
         );
         let to_command =
-            |disk: u32, op: Op, purpose: Purpose, extents: &[(u64, u64)], ns| DiskCommand {
+            |disk: DiskIndex, op: Op, purpose: Purpose, extents: &[(u64, u64)], ns| DiskCommand {
                 disk,
                 round,
                 op,
@@ -775,7 +778,7 @@ impl Array {
             let id = CopyId(self.next_copy);
             self.next_copy += 1;
             for (source, &ns) in task.read_from.iter().zip(&copy.read_charges_ns) {
-                charged[source.disk as usize] += ns;
+                charged[source.disk.index()] += ns;
                 let c = to_command(
                     source.disk,
                     Op::Read,
@@ -783,11 +786,11 @@ impl Array {
                     &source.extents,
                     ns,
                 );
-                plan.disks[source.disk as usize].commands.push(c);
+                plan.disks[source.disk.index()].commands.push(c);
             }
             let target = task.write_to.disk;
             let ns = copy.write_charge_ns;
-            charged[target as usize] += ns;
+            charged[target.index()] += ns;
             let c = to_command(
                 target,
                 Op::Write,
@@ -795,7 +798,7 @@ impl Array {
                 &task.write_to.extents,
                 ns,
             );
-            plan.disks[target as usize].commands.push(c);
+            plan.disks[target.index()].commands.push(c);
             rebuild.outstanding.insert(id, task.bytes);
             plan.copies.push(Copy { id, task });
         }
@@ -908,11 +911,10 @@ impl Array {
         let title = Arc::clone(&self.titles[&span.title]);
         let layout = title.layout.as_deref().expect("a read came from a layout");
         let round_layout = layout.round(playback_round as usize);
-        let backup_disks: Vec<u32> = round_layout.backups.iter().map(|b| b.disk.0).collect();
-        let other =
-            replica_after_error(f.replica, round_layout.primary_disk.0, &backup_disks, |d| {
-                !self.reservations.is_failed(d)
-            });
+        let backup_disks: Vec<DiskIndex> = round_layout.backups.iter().map(|b| b.disk).collect();
+        let other = replica_after_error(f.replica, round_layout.primary_disk, &backup_disks, |d| {
+            !self.reservations.is_failed(d)
+        });
         let Some(replica) = other else {
             effects.extend(
                 self.abort(completion.stream, stop(detail))
@@ -1006,18 +1008,18 @@ impl Array {
                 }
                 continue;
             }
-            let fits = reads.iter().all(|r| r.cost_ns <= left[r.disk as usize]);
+            let fits = reads.iter().all(|r| r.cost_ns <= left[r.disk.index()]);
             if blocked || !fits {
                 blocked = true;
                 self.rereads.push(key);
                 continue;
             }
             for r in &reads {
-                left[r.disk as usize] -= r.cost_ns;
-                charged[r.disk as usize] += r.cost_ns;
+                left[r.disk.index()] -= r.cost_ns;
+                charged[r.disk.index()] += r.cost_ns;
                 let mut ready = Vec::new();
                 if let Some(c) = self.deliver_command(round, r, true, &mut ready) {
-                    plan.disks[r.disk as usize].commands.push(c);
+                    plan.disks[r.disk.index()].commands.push(c);
                 }
                 plan.ready.extend(ready);
             }
@@ -1027,18 +1029,18 @@ impl Array {
 
     // ----- disks -----
 
-    pub fn disk_state(&self, disk: u32) -> DiskState {
+    pub fn disk_state(&self, disk: DiskIndex) -> DiskState {
         self.health.state(disk)
     }
 
     /// Whether the disk serves reads.
-    pub fn is_serving(&self, disk: u32) -> bool {
+    pub fn is_serving(&self, disk: DiskIndex) -> bool {
         self.health.is_serving(disk)
     }
 
-    fn check_disk(&self, disk: u32) -> Result<(), OpsError> {
+    fn check_disk(&self, disk: DiskIndex) -> Result<(), OpsError> {
         let disks = self.disk_count();
-        if disk >= disks {
+        if disk.0 >= disks {
             return Err(OpsError::NoSuchDisk { disk, disks });
         }
         Ok(())
@@ -1047,7 +1049,11 @@ impl Array {
     /// Fails a disk (an operator's action, or recorded failed before a
     /// restart): from the next round its reads go to the other replicas;
     /// streams with a round left that has no working replica are stopped.
-    pub fn fail_disk(&mut self, disk: u32, cause: FailCause) -> Result<Vec<Effect>, OpsError> {
+    pub fn fail_disk(
+        &mut self,
+        disk: DiskIndex,
+        cause: FailCause,
+    ) -> Result<Vec<Effect>, OpsError> {
         self.check_disk(disk)?;
         if !self.health.is_serving(disk) {
             return Err(OpsError::Already {
@@ -1063,7 +1069,7 @@ impl Array {
         Ok(effects)
     }
 
-    fn fail_serving_disk(&mut self, disk: u32, cause: FailCause) -> Vec<Effect> {
+    fn fail_serving_disk(&mut self, disk: DiskIndex, cause: FailCause) -> Vec<Effect> {
         self.health.fail(disk);
         let mut effects = vec![Effect::DiskFailed { disk, cause }];
         let lost = self.reservations.fail_disk_from(disk, self.next_round);
@@ -1086,11 +1092,11 @@ impl Array {
 
     /// A replacement device is being mapped to failed disk `disk`; no
     /// rebuild may start until [`Array::end_replace`].
-    pub fn start_replace(&mut self, disk: u32) -> Result<(), OpsError> {
+    pub fn start_replace(&mut self, disk: DiskIndex) -> Result<(), OpsError> {
         self.check_disk(disk)?;
         match self.health.state(disk) {
-            DiskState::Failed if !self.replacing[disk as usize] => {
-                self.replacing[disk as usize] = true;
+            DiskState::Failed if !self.replacing[disk.index()] => {
+                self.replacing[disk.index()] = true;
                 Ok(())
             }
             DiskState::Failed => Err(OpsError::Replacing {
@@ -1111,13 +1117,13 @@ impl Array {
     }
 
     /// The replacement of `disk` ended (mapped or not).
-    pub fn end_replace(&mut self, disk: u32) {
-        self.replacing[disk as usize] = false;
+    pub fn end_replace(&mut self, disk: DiskIndex) {
+        self.replacing[disk.index()] = false;
     }
 
     /// Starts rebuilding failed disk `disk` from the other replicas: one
     /// rebuild at a time, and only while every other disk serves.
-    pub fn start_rebuild(&mut self, disk: u32) -> Result<RebuildStarted, OpsError> {
+    pub fn start_rebuild(&mut self, disk: DiskIndex) -> Result<RebuildStarted, OpsError> {
         self.check_disk(disk)?;
         let state = self.health.state(disk);
         if state != DiskState::Failed {
@@ -1127,7 +1133,7 @@ impl Array {
                 what: "only a failed disk is rebuilt",
             });
         }
-        if self.replacing[disk as usize] {
+        if self.replacing[disk.index()] {
             return Err(OpsError::Replacing {
                 disk,
                 what: "restore it afterwards",
@@ -1138,7 +1144,9 @@ impl Array {
                 disk: r.queue.disk(),
             });
         }
-        if let Some(other) = (0..self.disk_count()).find(|&d| d != disk && !self.is_serving(d)) {
+        if let Some(other) =
+            DiskIndex::all(self.disk_count()).find(|&d| d != disk && !self.is_serving(d))
+        {
             return Err(OpsError::SecondFailure { disk, other });
         }
         let tasks = rebuild_tasks(
@@ -1185,7 +1193,7 @@ impl Array {
 
     /// The rebuilt device is synced: the disk serves again when every copy
     /// succeeded. Returns the disk's new state change, if any.
-    pub fn finish_rebuild(&mut self, disk: u32, synced: bool) -> Option<RebuildStatus> {
+    pub fn finish_rebuild(&mut self, disk: DiskIndex, synced: bool) -> Option<RebuildStatus> {
         let r = self.rebuild.as_ref()?;
         if r.queue.disk() != disk || !r.handed_out {
             return None;
@@ -1245,7 +1253,7 @@ impl Array {
                 stream.0
             );
         }
-        for d in 0..self.disk_count() {
+        for d in DiskIndex::all(self.disk_count()) {
             assert_eq!(
                 self.health.is_serving(d),
                 !self.reservations.is_failed(d),
@@ -1279,7 +1287,7 @@ impl Array {
                 "the rebuilt disk is in the rebuilding state"
             );
         }
-        for d in 0..self.disk_count() {
+        for d in DiskIndex::all(self.disk_count()) {
             if self.health.state(d) == DiskState::Rebuilding {
                 assert!(
                     self.rebuild.as_ref().is_some_and(|r| r.queue.disk() == d),

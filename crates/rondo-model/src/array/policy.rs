@@ -9,6 +9,7 @@
 
 use crate::disk::Scheduler;
 use crate::reservation::PlannedRead;
+use crate::units::DiskIndex;
 
 /// Chooses one disk's reads for one round.
 pub trait RetrievalPolicy: std::fmt::Debug + Send {
@@ -17,7 +18,12 @@ pub trait RetrievalPolicy: std::fmt::Debug + Send {
 
     /// The reads `disk` does in `round`, from what the reservations planned
     /// (per stream, in stream order). The default policy keeps them all.
-    fn disk_reads(&mut self, disk: u32, round: u64, planned: Vec<PlannedRead>) -> Vec<PlannedRead>;
+    fn disk_reads(
+        &mut self,
+        disk: DiskIndex,
+        round: u64,
+        planned: Vec<PlannedRead>,
+    ) -> Vec<PlannedRead>;
 
     /// The order the disk serves its round's commands in.
     fn scheduler(&self) -> Scheduler;
@@ -33,7 +39,7 @@ impl RetrievalPolicy for OneReadPerStream {
         "one-read-per-stream"
     }
 
-    fn disk_reads(&mut self, _: u32, _: u64, planned: Vec<PlannedRead>) -> Vec<PlannedRead> {
+    fn disk_reads(&mut self, _: DiskIndex, _: u64, planned: Vec<PlannedRead>) -> Vec<PlannedRead> {
         planned
     }
 

@@ -188,7 +188,7 @@ fn a_round_plans_checked_reads_and_completions_make_rounds_ready() {
     let reads = deliveries(&plan);
     assert_eq!(reads.len(), 1);
     let read = reads[0];
-    assert_eq!(read.disk, 0, "round 0 lives on the start disk");
+    assert_eq!(read.disk, DiskIndex(0), "round 0 lives on the start disk");
     assert_eq!(read.extents[0].crc32c, Some(0));
     assert!(read.charge_ns > 0);
     assert_eq!(
@@ -340,7 +340,7 @@ fn a_failed_read_is_read_again_from_the_backup_in_unreserved_time_and_a_second_f
             ..
         }
     ));
-    let backup_disk = &plan.disks[again[0].disk as usize];
+    let backup_disk = &plan.disks[again[0].disk.index()];
     assert!(backup_disk.granted_ns >= again[0].charge_ns);
     assert!(
         backup_disk.reserved_ns.unwrap() + backup_disk.granted_ns <= NS_PER_S,
@@ -388,8 +388,8 @@ fn errors_past_the_threshold_fail_the_disk_and_its_reads_go_to_the_backups() {
     // Every later read of the failed disk's data goes to its backup.
     for round in 1..12 {
         let plan = a.begin_round(round);
-        assert!(plan.disks[disk as usize].commands.is_empty());
-        assert!(!plan.disks[disk as usize].serving);
+        assert!(plan.disks[disk.index()].commands.is_empty());
+        assert!(!plan.disks[disk.index()].serving);
         for c in deliveries(&plan) {
             a.complete(&ok(c));
         }
@@ -404,16 +404,16 @@ fn a_second_failure_stops_and_releases_the_streams_whose_data_is_gone() {
         a.admit(&whole(0)).unwrap();
     }
     a.begin_round(0);
-    let effects = a.fail_disk(0, FailCause::Operator).unwrap();
+    let effects = a.fail_disk(DiskIndex(0), FailCause::Operator).unwrap();
     assert!(!effects.iter().any(|e| matches!(e, Effect::Aborted(_))));
     assert_eq!(
-        a.fail_disk(0, FailCause::Operator),
+        a.fail_disk(DiskIndex(0), FailCause::Operator),
         Err(OpsError::Already {
-            disk: 0,
+            disk: DiskIndex(0),
             state: "failed"
         })
     );
-    let effects = a.fail_disk(1, FailCause::Operator).unwrap();
+    let effects = a.fail_disk(DiskIndex(1), FailCause::Operator).unwrap();
     let aborted = effects
         .iter()
         .filter(|e| matches!(e, Effect::Aborted(_)))
@@ -422,7 +422,7 @@ fn a_second_failure_stops_and_releases_the_streams_whose_data_is_gone() {
     assert_eq!(a.active_streams(), 0);
     // Nothing is reserved any more: the tables were released.
     for d in 0..3 {
-        assert_eq!(a.reservations().reserved_ns(d, 1), 0);
+        assert_eq!(a.reservations().reserved_ns(DiskIndex(d), 1), 0);
     }
     a.check_invariants();
 }
@@ -432,23 +432,23 @@ fn a_rebuild_runs_in_unreserved_time_and_ingest_takes_what_it_leaves() {
     let mut a = array(4, Scheme::Minimum, &[512 * KIB; 16]);
     a.admit(&whole(0)).unwrap();
     assert_eq!(
-        a.start_rebuild(2),
+        a.start_rebuild(DiskIndex(2)),
         Err(OpsError::WrongState {
-            disk: 2,
+            disk: DiskIndex(2),
             state: "healthy",
             what: "only a failed disk is rebuilt"
         })
     );
-    a.fail_disk(2, FailCause::Operator).unwrap();
-    a.start_replace(2).unwrap();
+    a.fail_disk(DiskIndex(2), FailCause::Operator).unwrap();
+    a.start_replace(DiskIndex(2)).unwrap();
     assert!(matches!(
-        a.start_rebuild(2),
+        a.start_rebuild(DiskIndex(2)),
         Err(OpsError::Replacing { .. })
     ));
-    a.end_replace(2);
-    let started = a.start_rebuild(2).unwrap();
+    a.end_replace(DiskIndex(2));
+    let started = a.start_rebuild(DiskIndex(2)).unwrap();
     assert!(started.copies > 0);
-    assert_eq!(a.disk_state(2), DiskState::Rebuilding);
+    assert_eq!(a.disk_state(DiskIndex(2)), DiskState::Rebuilding);
     // An ingest waits beside it.
     let mut allocator = ArrayAllocator::uniform(4, 1000);
     for d in 0..4 {
@@ -489,8 +489,8 @@ fn a_rebuild_runs_in_unreserved_time_and_ingest_takes_what_it_leaves() {
         assert!(round < 100, "the rebuild ends");
     }
     assert_eq!(copies, started.copies);
-    assert_eq!(a.disk_state(2), DiskState::Healthy);
-    assert!(!a.reservations().is_failed(2));
+    assert_eq!(a.disk_state(DiskIndex(2)), DiskState::Healthy);
+    assert!(!a.reservations().is_failed(DiskIndex(2)));
     // The ingest's rounds were granted too (all 8 fit beside one stream).
     while granted < 8 {
         let plan = a.begin_round(round);
@@ -505,18 +505,27 @@ fn a_rebuild_runs_in_unreserved_time_and_ingest_takes_what_it_leaves() {
 fn operator_actions_name_what_is_wrong() {
     let mut a = array(4, Scheme::Minimum, &[100 * KIB; 4]);
     assert_eq!(
-        a.fail_disk(9, FailCause::Operator),
-        Err(OpsError::NoSuchDisk { disk: 9, disks: 4 })
+        a.fail_disk(DiskIndex(9), FailCause::Operator),
+        Err(OpsError::NoSuchDisk {
+            disk: DiskIndex(9),
+            disks: 4
+        })
     );
-    a.fail_disk(1, FailCause::Operator).unwrap();
-    a.fail_disk(3, FailCause::Operator).unwrap();
+    a.fail_disk(DiskIndex(1), FailCause::Operator).unwrap();
+    a.fail_disk(DiskIndex(3), FailCause::Operator).unwrap();
     assert_eq!(
-        a.start_rebuild(1),
-        Err(OpsError::SecondFailure { disk: 1, other: 3 })
+        a.start_rebuild(DiskIndex(1)),
+        Err(OpsError::SecondFailure {
+            disk: DiskIndex(1),
+            other: DiskIndex(3)
+        })
     );
     assert!(
-        OpsError::SecondFailure { disk: 1, other: 3 }
-            .to_string()
-            .contains("one at a time")
+        OpsError::SecondFailure {
+            disk: DiskIndex(1),
+            other: DiskIndex(3)
+        }
+        .to_string()
+        .contains("one at a time")
     );
 }

@@ -22,7 +22,7 @@ use super::command::{CommandExtent, DiskCommand, Purpose};
 use crate::disk::Op;
 use crate::layout::TitleLayout;
 use crate::reservation::Bound;
-use crate::units::TitleId;
+use crate::units::{DiskIndex, TitleId};
 
 /// Rounds granted past the one an ingest's writer waits for.
 pub const WRITE_LOOKAHEAD_ROUNDS: usize = 64;
@@ -103,7 +103,7 @@ impl WriteQueue {
             while writes.next_grant < end {
                 let title_round = writes.next_grant;
                 let commands = round_writes(&writes.layout, title, title_round, round, write_bound);
-                let mut charges: Vec<(u32, u64)> = Vec::new();
+                let mut charges: Vec<(DiskIndex, u64)> = Vec::new();
                 for c in &commands {
                     match charges.iter_mut().find(|(d, _)| *d == c.disk) {
                         Some((_, total)) => *total += c.charge_ns,
@@ -112,7 +112,7 @@ impl WriteQueue {
                 }
                 let oversized = charges.iter().any(|&(_, ns)| ns > idle_round_ns);
                 let fits = charges.iter().all(|&(d, ns)| {
-                    let left = left_ns[d as usize];
+                    let left = left_ns[d.index()];
                     if oversized {
                         left == idle_round_ns
                     } else {
@@ -124,13 +124,13 @@ impl WriteQueue {
                     break;
                 }
                 for &(d, ns) in &charges {
-                    let left = &mut left_ns[d as usize];
+                    let left = &mut left_ns[d.index()];
                     *left = if oversized { 0 } else { *left - ns };
-                    grant.charged_ns[d as usize] += ns;
+                    grant.charged_ns[d.index()] += ns;
                 }
                 let bytes = commands.iter().map(DiskCommand::bytes).sum();
                 for c in commands {
-                    grant.commands[c.disk as usize].push(c);
+                    grant.commands[c.disk.index()].push(c);
                 }
                 grant.rounds.push((title, title_round as u32, bytes));
                 writes.next_grant += 1;
@@ -151,7 +151,7 @@ fn round_writes(
 ) -> Vec<DiskCommand> {
     let l = layout.round(title_round);
     let mut out = Vec::new();
-    let mut push = |disk: u32, x: &crate::layout::Extent| {
+    let mut push = |disk: DiskIndex, x: &crate::layout::Extent| {
         if x.length_bytes == 0 {
             return;
         }
@@ -173,11 +173,11 @@ fn round_writes(
         });
     };
     for x in l.primary.as_slice() {
-        push(l.primary_disk.0, x);
+        push(l.primary_disk, x);
     }
     for b in &l.backups {
         for x in b.extents.as_slice() {
-            push(b.disk.0, x);
+            push(b.disk, x);
         }
     }
     out

@@ -102,10 +102,10 @@ impl PaperBound {
     }
 
     /// The largest number of requests of `request_bytes` each that fit in a
-    /// round of `round_ns` (0 if not even one does).
-    pub fn max_requests(&self, request_bytes: u64, round_ns: u64) -> u64 {
+    /// round of `round_duration_ns` (0 if not even one does).
+    pub fn max_requests(&self, request_bytes: u64, round_duration_ns: u64) -> u64 {
         let per = self.request_ns(request_bytes);
-        round_ns.saturating_sub(self.fixed_ns()) / per
+        round_duration_ns.saturating_sub(self.fixed_ns()) / per
     }
 }
 

@@ -268,11 +268,11 @@ impl Builder {
     fn add_round(&mut self, round: usize, bytes: u64) {
         let p = &self.plan.params;
         let d = u64::from(p.disk_count);
-        let disk = ((u64::from(self.plan.start_disk.0) + round as u64) % d) as u32;
-        let offset = self.primary_used_bytes[disk as usize];
-        self.primary_used_bytes[disk as usize] += bytes;
+        let disk = DiskIndex(((u64::from(self.plan.start_disk.0) + round as u64) % d) as u32);
+        let offset = self.primary_used_bytes[disk.index()];
+        self.primary_used_bytes[disk.index()] += bytes;
         self.plan.primary.push(DiskRead {
-            disk: DiskIndex(disk),
+            disk,
             extent_count: extent_count(offset, bytes, p.stride_bytes),
             bytes,
         });
@@ -292,7 +292,7 @@ impl Builder {
 
     /// Fills `fragment_offset[q]` (the backup disk of fragment q is
     /// (primary + offset) mod D, offset in 1..D) for the round's fragments.
-    fn assign_fragments(&mut self, disk: u32, fragments: usize, backup: BackupParams) {
+    fn assign_fragments(&mut self, disk: DiskIndex, fragments: usize, backup: BackupParams) {
         let others = u64::from(self.plan.params.disk_count - 1);
         self.fragment_offset.clear();
         match backup.placement {
@@ -300,7 +300,7 @@ impl Builder {
                 // Per disk, disk k's rounds share a counter; per title, all
                 // the title's rounds share slot 0.
                 let slot = match backup.round_robin_counter {
-                    RoundRobinCounter::PerDisk => disk as usize,
+                    RoundRobinCounter::PerDisk => disk.index(),
                     RoundRobinCounter::PerTitle => 0,
                 };
                 let counter = &mut self.fragment_counter[slot];
@@ -354,12 +354,12 @@ impl Builder {
     /// Groups the round's fragments by disk (one request per disk, in order
     /// of first fragment, fragments in increasing order) and packs each
     /// request after the title's earlier backups on that disk.
-    fn emit_backups(&mut self, disk: u32, bytes: u64, fragment_bytes: u64) {
+    fn emit_backups(&mut self, disk: DiskIndex, bytes: u64, fragment_bytes: u64) {
         let d = self.plan.params.disk_count;
         self.entry_disks.clear();
         self.fragment_entry.clear();
         for &offset in &self.fragment_offset {
-            let target = ((disk + offset) % d) as usize;
+            let target = ((disk.0 + offset) % d) as usize;
             if self.entry_of_disk[target] == NO_ENTRY {
                 self.entry_of_disk[target] = self.entry_disks.len() as u32;
                 self.entry_disks.push(target as u32);

@@ -5,7 +5,7 @@ use super::{
     Admission, Charge, Rejection, Reservations, RoundChoice, Scheme, StreamRecord, TitleCharges,
     stream_end,
 };
-use crate::units::{StreamId, TitleId};
+use crate::units::{DiskIndex, StreamId, TitleId};
 
 impl Reservations {
     /// Tries start rounds `earliest_round`, `earliest_round + 1`, … up to
@@ -81,7 +81,7 @@ impl Reservations {
         }
         let mut last = Rejection::DiskTime {
             lookahead_rounds,
-            disk: 0,
+            disk: DiskIndex(0),
             round: earliest_round,
         };
         for start in earliest_round..earliest_round + lookahead_rounds {
@@ -127,7 +127,7 @@ impl Reservations {
         let cfg = &self.config;
         let budget_ns = cfg.round_duration_ns.saturating_sub(cfg.round_fixed_ns);
         let horizon = cfg.horizon_rounds;
-        let disk_full = |disk: u32, round: u64| Rejection::DiskTime {
+        let disk_full = |disk: DiskIndex, round: u64| Rejection::DiskTime {
             lookahead_rounds,
             disk,
             round,
@@ -198,8 +198,8 @@ impl Reservations {
         round: u64,
         playback_round: u64,
     ) -> Result<RoundChoice, Rejection> {
-        let backup_ok = !backup.is_empty() && backup.iter().all(|p| !self.failed[p.disk as usize]);
-        if self.failed[primary.disk as usize] {
+        let backup_ok = !backup.is_empty() && backup.iter().all(|p| !self.failed[p.disk.index()]);
+        if self.failed[primary.disk.index()] {
             return if backup_ok && self.config.scheme.stores_backup() {
                 // The schemes that reserve backup time admit as if the
                 // failed disk served: its slot is kept for after its

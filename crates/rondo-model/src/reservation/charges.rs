@@ -11,11 +11,12 @@ use thiserror::Error;
 use crate::disk::{PaperBound, RondoBound, RoundBound};
 use crate::layout::{DiskRead, TitleLayout, TitlePlan};
 use crate::schedule::Schedule;
+use crate::units::DiskIndex;
 
 /// The disk time one replica piece of one round costs on one disk.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Charge {
-    pub disk: u32,
+    pub disk: DiskIndex,
     /// Reserved disk time: the bound's per-request cost of this read.
     pub cost_ns: u64,
 }
@@ -41,11 +42,11 @@ pub struct TitleCharges {
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ChargesError {
     #[error("round {round}: a backup piece lies on the primary's disk {disk}")]
-    BackupOnPrimaryDisk { round: usize, disk: u32 },
+    BackupOnPrimaryDisk { round: usize, disk: DiskIndex },
     #[error(
         "round {round}: two backup pieces on disk {disk}; a stream issues one request per disk per round"
     )]
-    TwoPiecesOnOneDisk { round: usize, disk: u32 },
+    TwoPiecesOnOneDisk { round: usize, disk: DiskIndex },
     #[error("buffer and network sequences need {expected} entries (rounds + 1), got {got}")]
     SequenceLength { expected: usize, got: usize },
     #[error("a title needs at least one round")]
@@ -123,7 +124,7 @@ impl TitleCharges {
             "plan and schedule of one title"
         );
         let mut cost = |round: usize, read: &DiskRead, entry: Option<usize>| Charge {
-            disk: read.disk.0,
+            disk: read.disk,
             cost_ns: if read.extent_count == 0 {
                 0
             } else {

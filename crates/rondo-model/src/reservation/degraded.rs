@@ -4,11 +4,11 @@
 use super::Reservations;
 use crate::layout::Replica;
 use crate::reservation::Charge;
-use crate::units::StreamId;
+use crate::units::{DiskIndex, StreamId};
 
 impl Reservations {
-    pub fn is_failed(&self, disk: u32) -> bool {
-        self.failed[disk as usize]
+    pub fn is_failed(&self, disk: DiskIndex) -> bool {
+        self.failed[disk.index()]
     }
 
     /// Marks a disk failed from the current round on: reads of its data go to
@@ -18,16 +18,16 @@ impl Reservations {
     /// they still need has no replica on a working disk (a second failure, or
     /// any failure under `none`); the caller stops them with a clear error and
     /// releases them.
-    pub fn fail_disk(&mut self, disk: u32) -> Vec<StreamId> {
-        self.failed[disk as usize] = true;
+    pub fn fail_disk(&mut self, disk: DiskIndex) -> Vec<StreamId> {
+        self.failed[disk.index()] = true;
         self.streams_losing_data()
     }
 
     /// Like [`Reservations::fail_disk`] for a failure that takes effect at
     /// `from_round` (the first round not planned yet): only rounds a stream
     /// reads from there on count.
-    pub fn fail_disk_from(&mut self, disk: u32, from_round: u64) -> Vec<StreamId> {
-        self.failed[disk as usize] = true;
+    pub fn fail_disk_from(&mut self, disk: DiskIndex, from_round: u64) -> Vec<StreamId> {
+        self.failed[disk.index()] = true;
         self.streams_losing_data_from(from_round)
     }
 
@@ -39,7 +39,7 @@ impl Reservations {
     /// Streams with a round read at or after `from_round` whose data has no
     /// working replica.
     pub fn streams_losing_data_from(&self, from_round: u64) -> Vec<StreamId> {
-        let working = |c: &Charge| !self.failed[c.disk as usize];
+        let working = |c: &Charge| !self.failed[c.disk.index()];
         self.streams
             .iter()
             .filter(|(_, record)| {
@@ -61,9 +61,9 @@ impl Reservations {
     /// that disk's credit; a failed disk's whole round is free
     /// ([`Reservations::unreserved_ns`]).
     pub fn write_credits_ns(&self, round: u64, used_ns: &[u64]) -> Vec<u64> {
-        (0..self.config.disks)
+        DiskIndex::all(self.config.disks)
             .map(|d| {
-                let used = used_ns.get(d as usize).copied().unwrap_or(0);
+                let used = used_ns.get(d.index()).copied().unwrap_or(0);
                 self.unreserved_ns(d, round).saturating_sub(used)
             })
             .collect()
@@ -72,20 +72,20 @@ impl Reservations {
     /// Disk time on `disk` in `round` that no admitted stream has reserved:
     /// what writes (ingest, rebuild) may use. A failed disk serves no reads,
     /// so all of its round is free for rebuild writes.
-    pub fn unreserved_ns(&self, disk: u32, round: u64) -> u64 {
+    pub fn unreserved_ns(&self, disk: DiskIndex, round: u64) -> u64 {
         let budget = self
             .config
             .round_duration_ns
             .saturating_sub(self.config.round_fixed_ns);
-        if self.failed[disk as usize] {
+        if self.failed[disk.index()] {
             return budget;
         }
         budget.saturating_sub(self.reserved_ns(disk, round))
     }
 
     /// Marks a disk serving again (after rebuild).
-    pub fn restore_disk(&mut self, disk: u32) {
-        self.failed[disk as usize] = false;
+    pub fn restore_disk(&mut self, disk: DiskIndex) {
+        self.failed[disk.index()] = false;
     }
 }
 
@@ -96,9 +96,9 @@ impl Reservations {
 /// when a planned read fails.
 pub fn replica_after_error(
     failed: Replica,
-    primary_disk: u32,
-    backup_disks: &[u32],
-    serving: impl Fn(u32) -> bool,
+    primary_disk: DiskIndex,
+    backup_disks: &[DiskIndex],
+    serving: impl Fn(DiskIndex) -> bool,
 ) -> Option<Replica> {
     match failed {
         Replica::Primary => (!backup_disks.is_empty() && backup_disks.iter().all(|&d| serving(d)))

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::layout::Replica;
-use crate::units::{StreamId, TitleId};
+use crate::units::{DiskIndex, StreamId, TitleId};
 
 pub use charges::{Bound, Charge, ChargesError, TitleCharges};
 pub use degraded::replica_after_error;
@@ -152,7 +152,7 @@ pub enum Rejection {
     )]
     DiskTime {
         lookahead_rounds: u64,
-        disk: u32,
+        disk: DiskIndex,
         round: u64,
     },
     #[error(
@@ -181,7 +181,7 @@ pub struct PlannedRead {
     pub title: TitleId,
     /// The title's playback round whose data is read.
     pub playback_round: u32,
-    pub disk: u32,
+    pub disk: DiskIndex,
     pub replica: Replica,
     /// For a backup read, which entry of the round's backup list
     /// (`TitlePlan::backups`); 0 for the primary.
@@ -317,8 +317,13 @@ impl Reservations {
     /// Registers a stored title's charges.
     pub fn add_title(&mut self, title: TitleId, charges: TitleCharges) {
         for r in 0..charges.rounds() {
-            assert!(charges.primary(r).disk < self.config.disks);
-            assert!(charges.backup(r).iter().all(|c| c.disk < self.config.disks));
+            assert!(charges.primary(r).disk.0 < self.config.disks);
+            assert!(
+                charges
+                    .backup(r)
+                    .iter()
+                    .all(|c| c.disk.0 < self.config.disks)
+            );
         }
         self.titles.insert(title, Arc::new(charges));
     }
@@ -360,28 +365,29 @@ impl Reservations {
         self.streams.len()
     }
 
-    fn slot_index(&self, disk: u32, round: u64) -> usize {
-        (disk as u64 * self.config.horizon_rounds + round % self.config.horizon_rounds) as usize
+    fn slot_index(&self, disk: DiskIndex, round: u64) -> usize {
+        (u64::from(disk.0) * self.config.horizon_rounds + round % self.config.horizon_rounds)
+            as usize
     }
 
-    fn slot(&self, disk: u32, round: u64) -> &DiskSlot {
+    fn slot(&self, disk: DiskIndex, round: u64) -> &DiskSlot {
         &self.slots[self.slot_index(disk, round)]
     }
 
     /// Disk time reserved on `disk` in `round`, without the fixed term.
-    pub fn reserved_ns(&self, disk: u32, round: u64) -> u64 {
+    pub fn reserved_ns(&self, disk: DiskIndex, round: u64) -> u64 {
         self.check_window(round);
         self.slot(disk, round).reserved_ns(self.config.scheme)
     }
 
     /// The part of `reserved_ns` that is for primary (planned) reads.
-    pub fn reserved_primary_ns(&self, disk: u32, round: u64) -> u64 {
+    pub fn reserved_primary_ns(&self, disk: DiskIndex, round: u64) -> u64 {
         self.check_window(round);
         self.slot(disk, round).primary_ns
     }
 
     /// Backup time on `disk` in `round` for primaries on `source`.
-    pub fn reserved_backup_from_ns(&self, disk: u32, round: u64, source: u32) -> u64 {
+    pub fn reserved_backup_from_ns(&self, disk: DiskIndex, round: u64, source: DiskIndex) -> u64 {
         self.check_window(round);
         self.slot(disk, round).backup_from(source)
     }
@@ -491,7 +497,7 @@ impl Reservations {
         }
         let horizon = self.config.horizon_rounds;
         for round in self.current_round..self.current_round + horizon {
-            for disk in 0..self.config.disks {
+            for disk in DiskIndex::all(self.config.disks) {
                 let (a, b) = (self.slot(disk, round), fresh.slot(disk, round));
                 assert_eq!(
                     a.primary_ns, b.primary_ns,

@@ -3,6 +3,7 @@
 
 use super::{PlannedRead, Reservations, RoundChoice};
 use crate::layout::Replica;
+use crate::units::DiskIndex;
 
 impl Reservations {
     /// The reads each disk performs in `round` (the current round or later),
@@ -21,8 +22,8 @@ impl Reservations {
             if i >= record.end_playback_round {
                 continue;
             }
-            let read =
-                |disk: u32, replica: Replica, backup_entry: usize, cost_ns: u64| PlannedRead {
+            let read = |disk: DiskIndex, replica: Replica, backup_entry: usize, cost_ns: u64| {
+                PlannedRead {
                     stream,
                     title: record.title,
                     playback_round: i as u32,
@@ -30,17 +31,18 @@ impl Reservations {
                     replica,
                     backup_entry: backup_entry as u16,
                     cost_ns,
-                };
+                }
+            };
             let primary = charges.primary(i);
             let backup = charges.backup(i);
             let backup_ok =
-                !backup.is_empty() && backup.iter().all(|p| !self.failed[p.disk as usize]);
-            let primary_ok = !self.failed[primary.disk as usize];
+                !backup.is_empty() && backup.iter().all(|p| !self.failed[p.disk.index()]);
+            let primary_ok = !self.failed[primary.disk.index()];
             let wants_backup =
                 record.choice[i - record.first_playback_round] != RoundChoice::Primary;
             if backup_ok && (wants_backup || !primary_ok) {
                 for (n, piece) in backup.iter().enumerate() {
-                    per_disk[piece.disk as usize].push(read(
+                    per_disk[piece.disk.index()].push(read(
                         piece.disk,
                         Replica::Backup,
                         n,
@@ -48,7 +50,7 @@ impl Reservations {
                     ));
                 }
             } else if primary_ok {
-                per_disk[primary.disk as usize].push(read(
+                per_disk[primary.disk.index()].push(read(
                     primary.disk,
                     Replica::Primary,
                     0,

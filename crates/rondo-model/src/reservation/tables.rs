@@ -6,6 +6,7 @@
 //! and no D² dense vector is ever built.
 
 use super::Scheme;
+use crate::units::DiskIndex;
 
 /// One disk's reserved time in one round.
 #[derive(Clone, Debug, Default)]
@@ -16,7 +17,7 @@ pub(super) struct DiskSlot {
     pub(super) backup_sum_ns: u64,
     /// Minimum: backup time on this disk per source (primary) disk, sorted by
     /// source; its maximum is cached in `backup_max_ns`.
-    pub(super) backup_by_source: Vec<(u32, u64)>,
+    pub(super) backup_by_source: Vec<(DiskIndex, u64)>,
     pub(super) backup_max_ns: u64,
 }
 
@@ -30,14 +31,14 @@ impl DiskSlot {
             }
     }
 
-    pub(super) fn backup_from(&self, source: u32) -> u64 {
+    pub(super) fn backup_from(&self, source: DiskIndex) -> u64 {
         match self.backup_by_source.binary_search_by_key(&source, |e| e.0) {
             Ok(i) => self.backup_by_source[i].1,
             Err(_) => 0,
         }
     }
 
-    pub(super) fn add_backup(&mut self, source: u32, cost_ns: u64) {
+    pub(super) fn add_backup(&mut self, source: DiskIndex, cost_ns: u64) {
         self.backup_sum_ns += cost_ns;
         let total = match self.backup_by_source.binary_search_by_key(&source, |e| e.0) {
             Ok(i) => {
@@ -52,7 +53,7 @@ impl DiskSlot {
         self.backup_max_ns = self.backup_max_ns.max(total);
     }
 
-    pub(super) fn remove_backup(&mut self, source: u32, cost_ns: u64) {
+    pub(super) fn remove_backup(&mut self, source: DiskIndex, cost_ns: u64) {
         self.backup_sum_ns -= cost_ns;
         let i = self
             .backup_by_source

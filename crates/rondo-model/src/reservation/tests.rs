@@ -26,14 +26,14 @@ fn striped(disks: u32, start: u32, costs_ms: &[u64]) -> TitleCharges {
         let j = on_disk[k as usize];
         on_disk[k as usize] += 1;
         primary.push(Charge {
-            disk: k,
+            disk: DiskIndex(k),
             cost_ns: c * MS,
         });
         backups.push(if disks == 1 {
             vec![]
         } else {
             vec![Charge {
-                disk: (k + 1 + j % (disks - 1)) % disks,
+                disk: DiskIndex((k + 1 + j % (disks - 1)) % disks),
                 cost_ns: c * MS,
             }]
         });
@@ -54,7 +54,7 @@ fn none_admits_until_the_disk_budget_is_spent() {
         r.try_admit(TitleId(0), 0, 1),
         Err(Rejection::DiskTime {
             lookahead_rounds: 1,
-            disk: 0,
+            disk: DiskIndex(0),
             round: 0
         })
     );
@@ -71,11 +71,11 @@ fn minimum_reserves_the_largest_backup_per_source() {
     let one = |p: u32, b: u32, ms: u64| {
         TitleCharges::new(
             vec![Charge {
-                disk: p,
+                disk: DiskIndex(p),
                 cost_ns: ms * MS,
             }],
             vec![vec![Charge {
-                disk: b,
+                disk: DiskIndex(b),
                 cost_ns: ms * MS,
             }]],
             vec![0, 0],
@@ -88,20 +88,23 @@ fn minimum_reserves_the_largest_backup_per_source() {
     r.try_admit(TitleId(0), 0, 1).unwrap();
     r.try_admit(TitleId(1), 0, 1).unwrap();
     // Disk 2 holds backup time 200 (from disk 0) and 300 (from disk 1): only the max is reserved.
-    assert_eq!(r.reserved_ns(2, 0), 300 * MS);
-    assert_eq!(r.reserved_backup_from_ns(2, 0, 0), 200 * MS);
+    assert_eq!(r.reserved_ns(DiskIndex(2), 0), 300 * MS);
+    assert_eq!(
+        r.reserved_backup_from_ns(DiskIndex(2), 0, DiskIndex(0)),
+        200 * MS
+    );
     // Mirroring would reserve the sum.
     let mut m = Reservations::new(config(3, Scheme::Mirroring));
     m.add_title(TitleId(0), one(0, 2, 200));
     m.add_title(TitleId(1), one(1, 2, 300));
     m.try_admit(TitleId(0), 0, 1).unwrap();
     m.try_admit(TitleId(1), 0, 1).unwrap();
-    assert_eq!(m.reserved_ns(2, 0), 500 * MS);
+    assert_eq!(m.reserved_ns(DiskIndex(2), 0), 500 * MS);
     // Unreserved reserves no backup time at all.
     let mut u = Reservations::new(config(3, Scheme::Unreserved));
     u.add_title(TitleId(0), one(0, 2, 200));
     u.try_admit(TitleId(0), 0, 1).unwrap();
-    assert_eq!(u.reserved_ns(2, 0), 0);
+    assert_eq!(u.reserved_ns(DiskIndex(2), 0), 0);
 }
 
 #[test]
@@ -115,7 +118,7 @@ fn release_returns_the_tables_to_empty() {
     assert!(!r.release(b.stream));
     for round in 0..10 {
         for disk in 0..4 {
-            assert_eq!(r.reserved_ns(disk, round), 0);
+            assert_eq!(r.reserved_ns(DiskIndex(disk), round), 0);
         }
     }
     r.check_invariants();
@@ -127,11 +130,11 @@ fn dynamic_reads_the_less_loaded_replica() {
     let one = |p: u32, b: u32| {
         TitleCharges::new(
             vec![Charge {
-                disk: p,
+                disk: DiskIndex(p),
                 cost_ns: 100 * MS,
             }],
             vec![vec![Charge {
-                disk: b,
+                disk: DiskIndex(b),
                 cost_ns: 100 * MS,
             }]],
             vec![0, 0],
@@ -143,8 +146,8 @@ fn dynamic_reads_the_less_loaded_replica() {
     r.try_admit(TitleId(0), 0, 1).unwrap();
     r.try_admit(TitleId(0), 0, 1).unwrap();
     // The first read disk 0 (tie keeps the primary), the second disk 1.
-    assert_eq!(r.reserved_ns(0, 0), 100 * MS);
-    assert_eq!(r.reserved_ns(1, 0), 100 * MS);
+    assert_eq!(r.reserved_ns(DiskIndex(0), 0), 100 * MS);
+    assert_eq!(r.reserved_ns(DiskIndex(1), 0), 100 * MS);
     let (plan, lost) = r.plan_round(0);
     assert!(lost.is_empty());
     assert_eq!(plan[0].len(), 1);
@@ -157,15 +160,21 @@ fn failed_disk_reads_go_to_backups_and_new_streams_reserve_for_after_the_rebuild
     let mut r = Reservations::new(config(4, Scheme::Minimum));
     r.add_title(TitleId(0), striped(4, 0, &[100; 8]));
     let a = r.try_admit(TitleId(0), 0, 1).unwrap();
-    assert!(r.fail_disk(0).is_empty(), "one failure loses nothing");
+    assert!(
+        r.fail_disk(DiskIndex(0)).is_empty(),
+        "one failure loses nothing"
+    );
     assert_eq!(
-        r.unreserved_ns(0, 0),
+        r.unreserved_ns(DiskIndex(0), 0),
         900 * MS,
         "a failed disk is free for rebuild"
     );
-    assert_eq!(r.unreserved_ns(1, 0), 900 * MS - r.reserved_ns(1, 0));
+    assert_eq!(
+        r.unreserved_ns(DiskIndex(1), 0),
+        900 * MS - r.reserved_ns(DiskIndex(1), 0)
+    );
     // The write credits are each disk's unreserved time less other writes.
-    let unreserved: Vec<u64> = (0..4).map(|d| r.unreserved_ns(d, 0)).collect();
+    let unreserved: Vec<u64> = (0..4).map(|d| r.unreserved_ns(DiskIndex(d), 0)).collect();
     assert_eq!(r.write_credits_ns(0, &[]), unreserved);
     let used = [5 * MS, unreserved[1], unreserved[2] + 1, 0];
     assert_eq!(
@@ -181,8 +190,11 @@ fn failed_disk_reads_go_to_backups_and_new_streams_reserve_for_after_the_rebuild
     // slot there (for after the rebuild) and the backup time its failure
     // reroutes to disk 1, so it is read from the backup now ...
     let b = r.try_admit(TitleId(0), 1, 1).unwrap();
-    assert_eq!(r.reserved_primary_ns(0, 1), 100 * MS);
-    assert_eq!(r.reserved_backup_from_ns(1, 1, 0), 100 * MS);
+    assert_eq!(r.reserved_primary_ns(DiskIndex(0), 1), 100 * MS);
+    assert_eq!(
+        r.reserved_backup_from_ns(DiskIndex(1), 1, DiskIndex(0)),
+        100 * MS
+    );
     let (plan, _) = r.plan_round(1);
     assert!(
         plan[1]
@@ -192,17 +204,17 @@ fn failed_disk_reads_go_to_backups_and_new_streams_reserve_for_after_the_rebuild
     r.check_invariants();
     // ... and from its primary once disk 0 is rebuilt, so that a later
     // failure of disk 1 finds that read reserved on disk 0.
-    r.restore_disk(0);
+    r.restore_disk(DiskIndex(0));
     let (plan, _) = r.plan_round(1);
     assert!(
         plan[0]
             .iter()
             .any(|p| p.stream == b.stream && p.replica == Replica::Primary)
     );
-    r.fail_disk(0);
+    r.fail_disk(DiskIndex(0));
     // A second failure that removes both replicas loses data, and says which streams.
     // Both streams read title round 0, primary on disk 0, backup on disk 1.
-    let stopped = r.fail_disk(1);
+    let stopped = r.fail_disk(DiskIndex(1));
     assert_eq!(stopped, vec![a.stream, b.stream]);
     let (_, lost) = r.plan_round(1);
     assert_eq!(lost.len(), 1, "stream b reads title round 0 in round 1");
@@ -224,7 +236,7 @@ fn advance_clears_past_rounds_and_forgets_ended_streams() {
     assert_eq!(r.active_streams(), 0);
     // The ring wraps: round 64 + 0 reuses slot 0, which must be clear.
     r.advance_to(64);
-    assert_eq!(r.reserved_ns(0, 64), 0);
+    assert_eq!(r.reserved_ns(DiskIndex(0), 64), 0);
     r.check_invariants();
 }
 
@@ -234,9 +246,9 @@ fn a_stream_can_start_mid_title() {
     r.add_title(TitleId(0), striped(4, 0, &[100, 200, 300, 400, 500]));
     let a = r.try_admit_from(TitleId(0), 3, 0, 1).unwrap();
     // Stream round 0 reads playback round 3 (disk 3), round 1 reads round 4 (disk 0).
-    assert_eq!(r.reserved_primary_ns(3, 0), 400 * MS);
-    assert_eq!(r.reserved_primary_ns(0, 1), 500 * MS);
-    assert_eq!(r.reserved_primary_ns(0, 0), 0);
+    assert_eq!(r.reserved_primary_ns(DiskIndex(3), 0), 400 * MS);
+    assert_eq!(r.reserved_primary_ns(DiskIndex(0), 1), 500 * MS);
+    assert_eq!(r.reserved_primary_ns(DiskIndex(0), 0), 0);
     let (plan, _) = r.plan_round(1);
     assert_eq!(plan[0][0].playback_round, 4);
     r.check_invariants();
@@ -260,7 +272,7 @@ fn buffer_capacity_limits_admission() {
     let mut r = Reservations::new(cfg);
     let charges = TitleCharges::new(
         vec![Charge {
-            disk: 0,
+            disk: DiskIndex(0),
             cost_ns: 1,
         }],
         vec![vec![]],
@@ -284,10 +296,14 @@ fn a_range_reserves_only_its_rounds() {
     // Playback rounds 1 and 2 only (disks 1, 2), from round 0.
     let a = r.try_admit_range(TitleId(0), 1..3, 0, 1).unwrap();
     assert_eq!(a.start_round, 0);
-    assert_eq!(r.reserved_primary_ns(1, 0), 200 * MS);
-    assert_eq!(r.reserved_primary_ns(2, 1), 300 * MS);
-    assert_eq!(r.reserved_primary_ns(3, 2), 0, "round 3 is past the range");
-    assert_eq!(r.reserved_primary_ns(0, 3), 0);
+    assert_eq!(r.reserved_primary_ns(DiskIndex(1), 0), 200 * MS);
+    assert_eq!(r.reserved_primary_ns(DiskIndex(2), 1), 300 * MS);
+    assert_eq!(
+        r.reserved_primary_ns(DiskIndex(3), 2),
+        0,
+        "round 3 is past the range"
+    );
+    assert_eq!(r.reserved_primary_ns(DiskIndex(0), 3), 0);
     let (plan, _) = r.plan_round(2);
     assert!(plan.iter().all(Vec::is_empty), "no read after the range");
     // Its buffer is held one round past its last read (the send round).
@@ -299,21 +315,21 @@ fn a_range_reserves_only_its_rounds() {
     // The whole title from mid-title is the same as an open range.
     let b = r.try_admit_from(TitleId(0), 3, 3, 1).unwrap();
     let from = (
-        r.reserved_ns(3, 3),
-        r.reserved_ns(0, 4),
+        r.reserved_ns(DiskIndex(3), 3),
+        r.reserved_ns(DiskIndex(0), 4),
         r.reserved_buffer_bytes(5),
     );
     assert_eq!(from.0, 400 * MS);
     r.release(b.stream);
     let c = r.try_admit_range(TitleId(0), 3..99, 3, 1).unwrap();
     let range = (
-        r.reserved_ns(3, 3),
-        r.reserved_ns(0, 4),
+        r.reserved_ns(DiskIndex(3), 3),
+        r.reserved_ns(DiskIndex(0), 4),
         r.reserved_buffer_bytes(5),
     );
     assert_eq!(from, range);
     r.release(c.stream);
-    assert_eq!(r.reserved_ns(3, 3), 0);
+    assert_eq!(r.reserved_ns(DiskIndex(3), 3), 0);
     r.check_invariants();
     assert!(matches!(
         r.try_admit_range(TitleId(0), 5..9, 3, 1),
@@ -392,8 +408,8 @@ proptest! {
             for failed in 0..disks {
                 for disk in (0..disks).filter(|&d| d != failed) {
                     for round in now..now + 30 {
-                        let load = 100 * MS + r.reserved_primary_ns(disk, round)
-                            + r.reserved_backup_from_ns(disk, round, failed);
+                        let load = 100 * MS + r.reserved_primary_ns(DiskIndex(disk), round)
+                            + r.reserved_backup_from_ns(DiskIndex(disk), round, DiskIndex(failed));
                         prop_assert!(load <= 1000 * MS);
                     }
                 }
@@ -406,22 +422,36 @@ proptest! {
 fn a_failed_read_falls_back_to_the_other_replica_if_it_serves() {
     let all = |_| true;
     assert_eq!(
-        replica_after_error(Replica::Primary, 0, &[1, 2], all),
+        replica_after_error(
+            Replica::Primary,
+            DiskIndex(0),
+            &[DiskIndex(1), DiskIndex(2)],
+            all
+        ),
         Some(Replica::Backup)
     );
     assert_eq!(
-        replica_after_error(Replica::Backup, 0, &[1], all),
+        replica_after_error(Replica::Backup, DiskIndex(0), &[DiskIndex(1)], all),
         Some(Replica::Primary)
     );
     // One fragment of a declustered backup on a failed disk: no backup.
     assert_eq!(
-        replica_after_error(Replica::Primary, 0, &[1, 2], |d| d != 2),
+        replica_after_error(
+            Replica::Primary,
+            DiskIndex(0),
+            &[DiskIndex(1), DiskIndex(2)],
+            |d| d != DiskIndex(2)
+        ),
         None
     );
     assert_eq!(
-        replica_after_error(Replica::Backup, 0, &[1], |d| d != 0),
+        replica_after_error(Replica::Backup, DiskIndex(0), &[DiskIndex(1)], |d| d
+            != DiskIndex(0)),
         None
     );
     // No backup stored (`none`).
-    assert_eq!(replica_after_error(Replica::Primary, 0, &[], all), None);
+    assert_eq!(
+        replica_after_error(Replica::Primary, DiskIndex(0), &[], all),
+        None
+    );
 }

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use rondo_model::units::DiskIndex;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
@@ -51,7 +52,7 @@ pub struct DiskSample {
 /// The running rebuild, if any.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct RebuildSample {
-    pub disk: u64,
+    pub disk: DiskIndex,
     pub done_bytes: u64,
     pub total_bytes: u64,
 }
@@ -64,7 +65,9 @@ pub struct RoundSample {
     pub round: u64,
     /// Rounds the sample covers (1 unless the sampler was late).
     pub rounds: u64,
-    pub round_ns: u64,
+    /// Named `round_ns` in the JSON the dashboard reads.
+    #[serde(rename = "round_ns")]
+    pub round_duration_ns: u64,
     pub active_streams: usize,
     pub admitted: u64,
     pub rejected_disk_time: u64,
@@ -134,13 +137,13 @@ pub fn sample(
     before: &Totals,
     now: &Totals,
     active_streams: usize,
-    round_ns: u64,
+    round_duration_ns: u64,
 ) -> RoundSample {
     let rebuild_plus_one = metrics.rebuild_disk_plus_one.load(Relaxed);
     RoundSample {
         round: now.rounds.saturating_sub(1),
         rounds: now.rounds.saturating_sub(before.rounds),
-        round_ns,
+        round_duration_ns,
         active_streams,
         admitted: now.admitted.saturating_sub(before.admitted),
         rejected_disk_time: now.rejected[0].saturating_sub(before.rejected[0]),
@@ -170,7 +173,7 @@ pub fn sample(
             })
             .collect(),
         rebuild: (rebuild_plus_one > 0).then(|| RebuildSample {
-            disk: rebuild_plus_one - 1,
+            disk: DiskIndex((rebuild_plus_one - 1) as u32),
             done_bytes: metrics.rebuild_done_bytes.load(Relaxed),
             total_bytes: metrics.rebuild_total_bytes.load(Relaxed),
         }),
@@ -251,18 +254,19 @@ pub async fn run_sampler(shared: Weak<Shared>, history: Arc<History>) {
         history.close();
         return;
     };
-    let round_ns = first.round_ns();
+    let round_duration_ns = first.round_duration_ns();
     let clock_t0 = first.clock.t0;
     let mut before = Totals::read(&first.metrics);
     drop(first);
     // Sample at 90% of each round: the round's batches have normally
     // reported by then, and the next round's reservations are not yet added.
-    let offset = Duration::from_nanos(round_ns / 10 * 9);
+    let offset = Duration::from_nanos(round_duration_ns / 10 * 9);
     // Whole rounds in `elapsed`.
-    let rounds_in = |elapsed: Duration| (elapsed.as_nanos() / u128::from(round_ns.max(1))) as u64;
+    let rounds_in =
+        |elapsed: Duration| (elapsed.as_nanos() / u128::from(round_duration_ns.max(1))) as u64;
     let mut index = rounds_in(std::time::Instant::now().saturating_duration_since(clock_t0));
     loop {
-        let at = clock_t0 + Duration::from_nanos(round_ns.saturating_mul(index)) + offset;
+        let at = clock_t0 + Duration::from_nanos(round_duration_ns.saturating_mul(index)) + offset;
         // Wait for `at`, looking at the shutdown flag now and then.
         loop {
             let Some(shared) = shared.upgrade() else {
@@ -290,7 +294,13 @@ pub async fn run_sampler(shared: Weak<Shared>, history: Arc<History>) {
         let active = shared.active_streams();
         let now = Totals::read(&shared.metrics);
         if now.rounds > before.rounds {
-            history.push(&sample(&shared.metrics, &before, &now, active, round_ns));
+            history.push(&sample(
+                &shared.metrics,
+                &before,
+                &now,
+                active,
+                round_duration_ns,
+            ));
             before = now;
         }
         drop(shared);
@@ -338,7 +348,7 @@ mod tests {
         assert_eq!(
             s.rebuild,
             Some(RebuildSample {
-                disk: 1,
+                disk: DiskIndex(1),
                 done_bytes: 0,
                 total_bytes: 100
             })

@@ -60,8 +60,8 @@ fn seconds(ns: u64) -> f64 {
 }
 
 /// Renders every counter. `active_streams` is the number of registered
-/// streams (the sessions the round driver holds); `round_ns` is T.
-pub fn render(metrics: &Metrics, active_streams: usize, round_ns: u64) -> String {
+/// streams (the sessions the round driver holds); `round_duration_ns` is T.
+pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) -> String {
     let g = |a: &AtomicU64| a.load(Relaxed);
     let mut w = Writer {
         out: String::with_capacity(8 * 1024),
@@ -70,7 +70,7 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_ns: u64) -> String
         "rondo_round_duration_seconds",
         "gauge",
         "The round length T.",
-        seconds(round_ns),
+        seconds(round_duration_ns),
     );
     w.single(
         "rondo_rounds_total",

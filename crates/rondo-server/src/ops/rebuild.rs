@@ -41,7 +41,7 @@ use crate::titles::LoadedTitle;
 
 /// A rebuild in progress: what the array does not track (wall-clock time).
 pub struct Rebuild {
-    pub disk: u32,
+    pub disk: DiskIndex,
     pub started_round: u64,
     pub started_at: Instant,
 }
@@ -49,7 +49,7 @@ pub struct Rebuild {
 /// How a rebuild ended (`GET /api/disks`'s `last_rebuild`).
 #[derive(Clone, Debug, Serialize)]
 pub struct RebuildSummary {
-    pub disk: u32,
+    pub disk: DiskIndex,
     pub restored: bool,
     pub copies: u64,
     pub bytes: u64,
@@ -60,7 +60,7 @@ pub struct RebuildSummary {
 }
 
 impl Rebuild {
-    pub fn new(disk: u32, round: u64) -> Rebuild {
+    pub fn new(disk: DiskIndex, round: u64) -> Rebuild {
         Rebuild {
             disk,
             started_round: round,
@@ -100,11 +100,11 @@ impl Rebuild {
 pub enum CopierJob {
     /// Copies onto `disk`, with the titles they belong to.
     Copies {
-        disk: u32,
+        disk: DiskIndex,
         tasks: Vec<(CopyId, CopyTask, Arc<LoadedTitle>)>,
     },
     /// Every copy has been handed over: sync the device and end the rebuild.
-    Finish { disk: u32 },
+    Finish { disk: DiskIndex },
 }
 
 /// The round driver's part: the plan's copies go to the copier; copies lost
@@ -113,7 +113,7 @@ pub enum CopierJob {
 pub fn hand_out(shared: &Shared, core: &mut Core, plan: &RoundPlan) {
     for task in &plan.copies_lost {
         tracing::error!(
-            disk = task.write_to.disk,
+            disk = task.write_to.disk.0,
             "rebuild copy lost: title {} round {} {:?}: no working replica to copy from",
             task.title.0,
             task.round,
@@ -170,9 +170,9 @@ pub fn spawn_copier(
         })
 }
 
-fn copy_done(shared: &Shared, disk: u32, id: CopyId, result: Result<(), String>) {
+fn copy_done(shared: &Shared, disk: DiskIndex, id: CopyId, result: Result<(), String>) {
     if let Err(message) = &result {
-        tracing::error!(disk, "rebuild copy failed: {message}");
+        tracing::error!(disk = disk.0, "rebuild copy failed: {message}");
     }
     shared.on_core(move |shared, core| record_copy(shared, core, id, result));
 }
@@ -190,19 +190,15 @@ fn record_copy(shared: &Shared, core: &mut Core, id: CopyId, result: Result<(), 
 
 /// Syncs the rebuilt device; the disk serves again if every copy succeeded
 /// and that is on record.
-fn finish(shared: &Shared, disk: u32) {
-    let synced = shared
-        .store
-        .device(DiskIndex(disk))
-        .sync()
-        .map_err(|e| e.to_string());
+fn finish(shared: &Shared, disk: DiskIndex) {
+    let synced = shared.store.device(disk).sync().map_err(|e| e.to_string());
     // After every copy's report: jobs run in the order they were sent.
     shared.with_core_blocking(move |shared, core| end_rebuild(shared, core, disk, synced));
 }
 
 /// The rebuild of `disk` ends: the disk serves again if every copy
 /// succeeded and that is on record.
-fn end_rebuild(shared: &Shared, core: &mut Core, disk: u32, synced: Result<(), String>) {
+fn end_rebuild(shared: &Shared, core: &mut Core, disk: DiskIndex, synced: Result<(), String>) {
     let Some(status) = core.array.rebuild_status() else {
         return;
     };
@@ -225,14 +221,14 @@ fn end_rebuild(shared: &Shared, core: &mut Core, disk: u32, synced: Result<(), S
     let recorded = failures.is_empty()
         && shared
             .store
-            .record_disk_serving(DiskIndex(disk))
+            .record_disk_serving(disk)
             .map_err(|e| failures.push(format!("recording the disk as serving: {e}")))
             .is_ok();
     core.array.finish_rebuild(disk, recorded);
     let restored = recorded && core.array.is_serving(disk);
     if restored {
         tracing::info!(
-            disk,
+            disk = disk.0,
             bytes = status.copied_bytes,
             seconds,
             "rebuild complete: every extent verified; the disk serves again"
@@ -240,7 +236,7 @@ fn end_rebuild(shared: &Shared, core: &mut Core, disk: u32, synced: Result<(), S
         publish_state(shared, disk, DiskState::Healthy);
     } else {
         tracing::error!(
-            disk,
+            disk = disk.0,
             failures = failures.len(),
             "rebuild incomplete: the disk stays failed"
         );
@@ -356,7 +352,7 @@ pub fn copy(store: &Store, task: &CopyTask, title: &LoadedTitle) -> Result<(), S
             )
         }
     };
-    let device = store.device(DiskIndex(task.write_to.disk));
+    let device = store.device(task.write_to.disk);
     let mut at = 0usize;
     for (x, r) in extents.iter().zip(records) {
         let len = x.length_bytes as usize;

@@ -17,6 +17,7 @@ use rondo_testkit::media::Clip;
 pub use rondo_testkit::media::ffprobe_frames as ffprobe;
 
 use rondo_model::layout::Replica;
+use rondo_model::units::DiskIndex;
 use rondo_server::ingest::{Unthrottled, ingest_file};
 use rondo_server::titles::default_store_config;
 use rondo_server::{RunningServer, ServerConfig};
@@ -25,7 +26,7 @@ use rondo_store::{Store, StoreConfig, TitleRecord};
 /// Round length of the test data directories: the default 1 s. Shorter
 /// rounds would not make the tests quicker (streams play in real time) and
 /// leave less room for a busy test machine's scheduling delays.
-pub const TEST_ROUND_NS: u64 = 1_000_000_000;
+pub const TEST_ROUND_DURATION_NS: u64 = 1_000_000_000;
 
 /// What kind of file to make.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -76,10 +77,10 @@ pub fn make_media_padded(
 }
 
 /// A data directory with the `rondo serve` defaults (4 Cheetah disks,
-/// `minimum` + `deterministic`) and [`TEST_ROUND_NS`] rounds.
+/// `minimum` + `deterministic`) and [`TEST_ROUND_DURATION_NS`] rounds.
 pub fn create_store(dir: &Path) -> Store {
     let config = StoreConfig {
-        round_duration_ns: TEST_ROUND_NS,
+        round_duration_ns: TEST_ROUND_DURATION_NS,
         ..default_store_config()
     };
     Store::create(dir, config).expect("create the data directory")
@@ -200,7 +201,7 @@ pub fn init_logs() {
 /// negative control of the failure tests).
 pub fn create_store_with_scheme(dir: &Path, scheme: rondo_model::reservation::Scheme) -> Store {
     let config = StoreConfig {
-        round_duration_ns: TEST_ROUND_NS,
+        round_duration_ns: TEST_ROUND_DURATION_NS,
         scheme,
         ..default_store_config()
     };
@@ -247,13 +248,13 @@ pub fn chromium_available() -> bool {
 /// Checks, after a rebuild of `disk`, that every round with a replica on it
 /// reads the same bytes from both replicas; returns how many rounds it
 /// compared.
-pub fn assert_replicas_agree_on(store: &Store, titles: &[TitleRecord], disk: u32) -> usize {
+pub fn assert_replicas_agree_on(store: &Store, titles: &[TitleRecord], disk: DiskIndex) -> usize {
     let mut compared = 0;
     for record in titles {
         let title = store.load_title(record.id).unwrap();
         for (round, layout) in title.layout.rounds().iter().enumerate() {
             let on_disk =
-                layout.primary_disk.0 == disk || layout.backups.iter().any(|b| b.disk.0 == disk);
+                layout.primary_disk == disk || layout.backups.iter().any(|b| b.disk == disk);
             if on_disk && !layout.primary.is_empty() {
                 let primary = store.read_round(&title, round, Replica::Primary).unwrap();
                 let backup = store.read_round(&title, round, Replica::Backup).unwrap();
