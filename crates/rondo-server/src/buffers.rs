@@ -9,26 +9,40 @@
 //! configured server buffer. What the pool keeps for reuse is capped at that
 //! same capacity. Buffers come in power-of-two size classes (64 KiB and up)
 //! so that rounds of different sizes reuse each other's buffers. Taking a
-//! buffer never blocks: an I/O thread must not wait for a slow client.
+//! buffer never blocks: an I/O thread must not wait for a slow client. No
+//! lock is taken either: each class's free list is a lock-free queue and the
+//! bytes kept are an atomic count, so a read costs no lock from the disk
+//! thread to the socket and back.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use bytes::Bytes;
+use crossbeam_channel::{Receiver, Sender};
 use rondo_store::AlignedBuf;
 
 use crate::metrics::Metrics;
 
-/// Smallest size class.
-const MIN_CLASS_BYTES: usize = 64 * 1024;
+/// Smallest size class (2^16 bytes).
+const MIN_CLASS_LOG2: u32 = 16;
+/// Largest pooled class (2^34 bytes = 16 GiB, far above any round read);
+/// larger buffers are allocated and freed without the pool.
+const MAX_CLASS_LOG2: u32 = 34;
+const MIN_CLASS_BYTES: usize = 1 << MIN_CLASS_LOG2;
 
 struct PoolInner {
-    /// Free buffers by size class.
-    free: Mutex<BTreeMap<usize, Vec<AlignedBuf>>>,
-    /// Most bytes kept free for reuse.
+    /// Free buffers of each size class, smallest first.
+    free: Vec<(Sender<AlignedBuf>, Receiver<AlignedBuf>)>,
+    /// Bytes kept free for reuse now, and at most.
+    kept_bytes: AtomicUsize,
     keep_bytes: usize,
     metrics: Arc<Metrics>,
+}
+
+/// The free list of a class of `class` bytes (a power of two), if pooled.
+fn class_index(class: usize) -> Option<usize> {
+    let log2 = class.trailing_zeros();
+    (log2 <= MAX_CLASS_LOG2).then(|| (log2 - MIN_CLASS_LOG2) as usize)
 }
 
 /// A shared pool of aligned read buffers.
@@ -42,7 +56,10 @@ impl BufferPool {
     pub fn new(keep_bytes: u64, metrics: Arc<Metrics>) -> BufferPool {
         BufferPool {
             inner: Arc::new(PoolInner {
-                free: Mutex::new(BTreeMap::new()),
+                free: (MIN_CLASS_LOG2..=MAX_CLASS_LOG2)
+                    .map(|_| crossbeam_channel::unbounded())
+                    .collect(),
+                kept_bytes: AtomicUsize::new(0),
                 keep_bytes: usize::try_from(keep_bytes).unwrap_or(usize::MAX),
                 metrics,
             }),
@@ -53,13 +70,11 @@ impl BufferPool {
     /// them), aligned for O_DIRECT.
     pub fn take(&self, len: usize) -> PooledBuf {
         let class = len.max(MIN_CLASS_BYTES).next_power_of_two();
-        let reused = self
-            .inner
-            .free
-            .lock()
-            .expect("buffer pool lock")
-            .get_mut(&class)
-            .and_then(Vec::pop);
+        let reused = class_index(class)
+            .and_then(|i| self.inner.free[i].1.try_recv().ok())
+            .inspect(|_| {
+                self.inner.kept_bytes.fetch_sub(class, Relaxed);
+            });
         let buf = reused.unwrap_or_else(|| AlignedBuf::zeroed(class));
         self.inner
             .metrics
@@ -74,13 +89,7 @@ impl BufferPool {
 
     /// Bytes kept free for reuse.
     pub fn free_bytes(&self) -> usize {
-        self.inner
-            .free
-            .lock()
-            .expect("buffer pool lock")
-            .iter()
-            .map(|(class, bufs)| class * bufs.len())
-            .sum()
+        self.inner.kept_bytes.load(Relaxed)
     }
 }
 
@@ -128,11 +137,16 @@ impl Drop for PooledBuf {
             .metrics
             .buffer_bytes_in_use
             .fetch_sub(class as u64, Relaxed);
-        let mut free = self.pool.free.lock().expect("buffer pool lock");
-        let kept: usize = free.iter().map(|(c, bufs)| c * bufs.len()).sum();
-        if kept + class <= self.pool.keep_bytes {
-            free.entry(class).or_default().push(buf);
+        let Some(i) = class_index(class) else {
+            return;
+        };
+        // Reserve room in the cap first; give it back if there is none.
+        let kept = self.pool.kept_bytes.fetch_add(class, Relaxed) + class;
+        if kept > self.pool.keep_bytes {
+            self.pool.kept_bytes.fetch_sub(class, Relaxed);
+            return;
         }
+        let _ = self.pool.free[i].0.send(buf);
     }
 }
 
