@@ -1134,9 +1134,9 @@ impl Measure {
         let (mut most, mut least) = (0u64, u64::MAX);
         let mut working = 0u64;
         for d in DiskIndex::all(disks) {
-            let reserved = fixed_ns + r.reserved_ns(d, round);
+            let reserved = fixed_ns + r.reserved_ns(d, rondo_model::units::Round(round));
             total += reserved;
-            primary += fixed_ns + r.reserved_primary_ns(d, round);
+            primary += fixed_ns + r.reserved_primary_ns(d, rondo_model::units::Round(round));
             most = most.max(reserved);
             least = least.min(reserved);
             if !r.is_failed(d) {

@@ -44,7 +44,7 @@ use crate::rebuild::{RebuildProgress, RebuildQueue, rebuild_tasks};
 use crate::reservation::{
     Admission, Bound, PlannedRead, Rejection, ReservationConfig, Reservations, replica_after_error,
 };
-use crate::units::{DiskIndex, StreamId, TitleId};
+use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
 pub use command::{
     AbortReason, Aborted, Completion, Copy, CopyId, DiskCommand, DiskRoundPlan, Effect, FailCause,
@@ -384,8 +384,8 @@ impl Array {
             .ok_or(Rejection::UnknownTitle(request.title))?;
         let index = &title.index;
         let rounds = index.rounds();
-        let past_end = |first_playback_round| Rejection::PastEnd {
-            first_playback_round,
+        let past_end = |first_playback_round: usize| Rejection::PastEnd {
+            first_playback_round: PlaybackRound(first_playback_round as u32),
             rounds,
         };
         let (playback_rounds, skip_bytes, length_bytes): (Range<usize>, u64, u64) =
@@ -422,10 +422,11 @@ impl Array {
             start_round,
         } = self.reservations.try_admit_range(
             request.title,
-            playback_rounds.clone(),
-            earliest_round,
+            PlaybackRound(playback_rounds.start as u32)..PlaybackRound(playback_rounds.end as u32),
+            Round(earliest_round),
             lookahead_rounds,
         )?;
+        let start_round = start_round.0;
         if self.delivering {
             self.deliveries.admit(
                 stream,
@@ -490,9 +491,9 @@ impl Array {
         let (title, start_round, first, end) = match self.reservations.stream_span(stream) {
             Some(span) => (
                 span.title,
-                span.start_round,
-                span.first_playback_round as u32,
-                span.end_playback_round as u32,
+                span.start_round.0,
+                span.first_playback_round.0,
+                span.end_playback_round.0,
             ),
             None => self.deliveries.span(stream)?,
         };
@@ -528,7 +529,7 @@ impl Array {
         assert!(round >= self.next_round, "rounds begin in order");
         self.delivering = false;
         self.deliveries = delivery::Deliveries::new(self.config.delivery);
-        self.reservations.advance_to(round);
+        self.reservations.advance_to(Round(round));
         self.next_round = round + 1;
     }
 
@@ -582,16 +583,16 @@ impl Array {
             plan.aborted.extend(self.abort(s.stream, reason));
         }
         // 3. Time moves on.
-        self.reservations.advance_to(round);
+        self.reservations.advance_to(Round(round));
         self.next_round = round + 1;
         // 4. The streams' reads.
-        let (planned, lost) = self.reservations.plan_round(round);
+        let (planned, lost) = self.reservations.plan_round(Round(round));
         self.counters.lost_reads += lost.len() as u64;
         for read in &lost {
             if let Some(a) = self.abort(
                 read.stream,
                 AbortReason::DataLost {
-                    playback_round: read.playback_round,
+                    playback_round: read.playback_round.0,
                 },
             ) {
                 plan.aborted.push(a);
@@ -612,7 +613,8 @@ impl Array {
             plan.disks.push(DiskRoundPlan {
                 disk,
                 serving,
-                reserved_ns: serving.then(|| fixed_ns + self.reservations.reserved_ns(disk, round)),
+                reserved_ns: serving
+                    .then(|| fixed_ns + self.reservations.reserved_ns(disk, Round(round))),
                 granted_ns: 0,
                 scheduler,
                 commands,
@@ -625,7 +627,7 @@ impl Array {
         for (u, r) in used_ns.iter_mut().zip(&rebuild_charged) {
             *u += r;
         }
-        let credits = self.reservations.write_credits_ns(round, &used_ns);
+        let credits = self.reservations.write_credits_ns(Round(round), &used_ns);
         let idle_round_ns = self
             .config
             .reservation
@@ -668,7 +670,7 @@ impl Array {
         ready: &mut Vec<RoundReady>,
     ) -> Option<DiskCommand> {
         let title = self.titles.get(&read.title)?;
-        let playback_round = read.playback_round as usize;
+        let playback_round = read.playback_round.index();
         let entry = read.backup_entry as usize;
         let layout = title.layout.as_deref()?;
         let round_layout = layout.round(playback_round);
@@ -679,7 +681,7 @@ impl Array {
                 round_layout.backups.len(),
             ),
         };
-        let key = (read.stream, read.playback_round);
+        let key = (read.stream, read.playback_round.0);
         let f = self.inflight.entry(key).or_insert_with(|| Inflight {
             replica: read.replica,
             read_round: round,
@@ -694,7 +696,7 @@ impl Array {
                 let f = self.inflight.remove(&key).expect("inserted above");
                 ready.push(RoundReady {
                     stream: read.stream,
-                    playback_round: read.playback_round,
+                    playback_round: read.playback_round.0,
                     replica: f.replica,
                     read_round: f.read_round,
                     send_round: f.read_round + 1,
@@ -727,7 +729,7 @@ impl Array {
             purpose: Purpose::Deliver {
                 stream: read.stream,
                 title: read.title,
-                playback_round: read.playback_round,
+                playback_round: read.playback_round.0,
                 replica: read.replica,
                 piece: piece as u16,
                 recovery,
@@ -751,7 +753,7 @@ impl Array {
         let write_bound = &self.config.write_bound;
         let (run, lost) = rebuild.queue.next_round(
             &self.reservations,
-            round,
+            Round(round),
             used_ns,
             |_, extents| read_bound.extents_ns(extents),
             |extents| write_bound.extents_ns(extents),
@@ -879,7 +881,7 @@ impl Array {
         // Errors are dated by the round in progress.
         let now = self
             .health
-            .record_error(disk, self.next_round.saturating_sub(1));
+            .record_error(disk, Round(self.next_round.saturating_sub(1)));
         if let Some(state) = now {
             effects.push(Effect::DiskState { disk, state });
             if state == DiskState::Failed && was != DiskState::Failed {
@@ -959,7 +961,7 @@ impl Array {
         if self.rereads.is_empty() {
             return charged;
         }
-        let mut left = self.reservations.write_credits_ns(round, &charged);
+        let mut left = self.reservations.write_credits_ns(Round(round), &charged);
         let queue = std::mem::take(&mut self.rereads);
         let mut blocked = false;
         for key in queue {
@@ -987,7 +989,7 @@ impl Array {
             .map(|(c, backup_entry)| PlannedRead {
                 stream,
                 title: span.title,
-                playback_round,
+                playback_round: PlaybackRound(playback_round),
                 disk: c.disk,
                 replica,
                 backup_entry,
@@ -1072,12 +1074,14 @@ impl Array {
     fn fail_serving_disk(&mut self, disk: DiskIndex, cause: FailCause) -> Vec<Effect> {
         self.health.fail(disk);
         let mut effects = vec![Effect::DiskFailed { disk, cause }];
-        let lost = self.reservations.fail_disk_from(disk, self.next_round);
+        let lost = self
+            .reservations
+            .fail_disk_from(disk, Round(self.next_round));
         for stream in lost {
             let span = self.reservations.stream_span(stream).expect("registered");
             // The first playback round it has not read yet.
-            let next = span.first_playback_round
-                + (self.next_round.max(span.start_round) - span.start_round) as usize;
+            let next = span.first_playback_round.index()
+                + (self.next_round.max(span.start_round.0) - span.start_round.0) as usize;
             if let Some(a) = self.abort(
                 stream,
                 AbortReason::DataLost {

@@ -422,7 +422,7 @@ fn a_second_failure_stops_and_releases_the_streams_whose_data_is_gone() {
     assert_eq!(a.active_streams(), 0);
     // Nothing is reserved any more: the tables were released.
     for d in 0..3 {
-        assert_eq!(a.reservations().reserved_ns(DiskIndex(d), 1), 0);
+        assert_eq!(a.reservations().reserved_ns(DiskIndex(d), Round(1)), 0);
     }
     a.check_invariants();
 }

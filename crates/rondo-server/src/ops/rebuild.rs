@@ -291,7 +291,7 @@ fn read_verified(
 /// One copy: the lost extents rebuilt from the other replica, each checked
 /// against the catalog's checksum, then written.
 pub fn copy(store: &Store, task: &CopyTask, title: &LoadedTitle) -> Result<(), String> {
-    let round = task.round as usize;
+    let round = task.round.index();
     let layout = title.layout.round(round);
     let backup_records = title.round_extents(round, Replica::Backup);
     let primary_records = title.round_extents(round, Replica::Primary);
