@@ -381,7 +381,7 @@ impl Worker {
         if let (Some(data), Some(inbox)) = (data, inbox) {
             // A session that has ended drops it (back to the pool).
             let _ = inbox.send(SessionMsg::Piece {
-                playback_round,
+                playback_round: playback_round.0,
                 replica,
                 piece,
                 data,
@@ -440,12 +440,12 @@ mod tests {
     use rondo_model::array::command::CommandExtent;
     use rondo_model::disk::Op;
     use rondo_model::layout::Replica;
-    use rondo_model::units::{DiskIndex, StreamId, TitleId};
+    use rondo_model::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
     fn command(op: Op, purpose: Purpose, offset_bytes: u64, length_bytes: u64) -> DiskCommand {
         DiskCommand {
             disk: DiskIndex(0),
-            round: 0,
+            round: Round(0),
             op,
             purpose,
             extents: vec![CommandExtent {
@@ -461,7 +461,7 @@ mod tests {
         let purpose = Purpose::Deliver {
             stream: StreamId(i),
             title: TitleId(0),
-            playback_round: 0,
+            playback_round: PlaybackRound(0),
             replica: Replica::Primary,
             piece: 0,
             recovery: false,
@@ -477,7 +477,7 @@ mod tests {
             .map(|i| {
                 let purpose = Purpose::IngestWrite {
                     title: TitleId(1),
-                    title_round: i as u32,
+                    title_round: PlaybackRound(i as u32),
                 };
                 command(Op::Write, purpose, 100 * MIB + i * 1500 * MIB, MIB)
             })

@@ -158,7 +158,9 @@ impl Driver {
         for request in shared.gate.take_requests() {
             match request {
                 GateRequest::Begin { title, layout } => core.array.begin_ingest(title, layout),
-                GateRequest::Want { title, round } => core.array.want_write(title, round),
+                GateRequest::Want { title, round } => core
+                    .array
+                    .want_write(title, rondo_model::units::PlaybackRound(round as u32)),
                 GateRequest::End { title } => {
                     core.array.end_ingest(title);
                 }
@@ -169,7 +171,7 @@ impl Driver {
             core.array
                 .client_took(stream, state.taken_rounds.load(Relaxed));
         }
-        let plan = core.array.begin_round(round);
+        let plan = core.array.begin_round(rondo_model::units::Round(round));
         for miss in &plan.missed {
             if !core.streams.contains_key(&miss.stream) {
                 continue;
@@ -180,7 +182,7 @@ impl Driver {
                 metrics.stream_round_misses.fetch_add(1, Relaxed);
                 tracing::warn!(
                     stream = miss.stream.0,
-                    read_round = miss.read_round,
+                    read_round = miss.read_round.0,
                     "deadline miss: a read was not complete when its round ended"
                 );
             }
@@ -217,9 +219,14 @@ impl Driver {
                 d.reserved_ns_total.fetch_add(reserved_ns, Relaxed);
             }
         }
-        shared
-            .gate
-            .begin_round(round, &ingest_grants, disks.len() as u32);
+        shared.gate.begin_round(
+            round,
+            &ingest_grants
+                .iter()
+                .map(|&(t, r, b)| (t, r.0, b))
+                .collect::<Vec<_>>(),
+            disks.len() as u32,
+        );
         for disk_plan in disks {
             let disk = disk_plan.disk.index();
             // Each read's bytes go straight to its session.
@@ -327,7 +334,7 @@ impl Driver {
             tracing::warn!(
                 disk = completion.disk.0,
                 stream = completion.stream.0,
-                playback_round = completion.playback_round,
+                playback_round = completion.playback_round.0,
                 "read error on disk {} ({reason})",
                 completion.disk
             );
@@ -350,7 +357,7 @@ impl Driver {
                     self.shared.metrics.rereads.fetch_add(1, Relaxed);
                     tracing::info!(
                         stream = stream.0,
-                        playback_round,
+                        playback_round = playback_round.0,
                         ?replica,
                         "reading the other replica in the next round's unreserved time"
                     );
@@ -403,7 +410,7 @@ impl Driver {
     fn release(&self, release: &Release) {
         if let Some(state) = self.core.streams.get(&release.stream) {
             let _ = state.inbox.send(SessionMsg::Release {
-                playback_round: release.playback_round,
+                playback_round: release.playback_round.0,
                 replica: release.replica,
             });
         }

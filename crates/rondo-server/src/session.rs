@@ -33,7 +33,7 @@ use futures_util::Stream;
 use rondo_model::array::{AdmitRequest, Span};
 use rondo_model::layout::Replica;
 use rondo_model::reservation::Rejection;
-use rondo_model::units::StreamId;
+use rondo_model::units::{PlaybackRound, StreamId};
 use tokio::sync::mpsc;
 
 use crate::buffers::PooledBuf;
@@ -129,7 +129,7 @@ pub async fn admit(
             match &admission {
                 Ok(a) => {
                     shared.metrics.admitted.fetch_add(1, Relaxed);
-                    if a.first_playback_round > 0 || a.skip_bytes > 0 {
+                    if a.first_playback_round > PlaybackRound(0) || a.skip_bytes > 0 {
                         shared.metrics.admitted_mid_title.fetch_add(1, Relaxed);
                     }
                     core.streams.insert(
@@ -158,16 +158,16 @@ pub async fn admit(
         first_byte = request.first_byte,
         bytes = request.length_bytes,
         prefix_bytes = request.prefix.len(),
-        playback_round = admission.first_playback_round,
-        start_round = admission.start_round,
-        earliest_round = earliest,
-        delay_rounds = admission.start_round - earliest,
+        playback_round = admission.first_playback_round.0,
+        start_round = admission.start_round.0,
+        earliest_round = earliest.0,
+        delay_rounds = admission.start_round.since(earliest),
         peer = %request.peer,
         "stream admitted"
     );
     Ok(Admitted {
         stream: admission.stream,
-        start_round: admission.start_round,
+        start_round: admission.start_round.0,
         body: SessionBody {
             prefix: (!request.prefix.is_empty()).then_some(request.prefix),
             title,

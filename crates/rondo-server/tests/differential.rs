@@ -27,7 +27,7 @@ use rondo_model::array::{Array, Completion, DiskCommand, Effect, Purpose, ReadOu
 use rondo_model::disk::{self, Disk};
 use rondo_model::layout::{ReplicaPlacement, TitleLayout};
 use rondo_model::reservation::Scheme;
-use rondo_model::units::{DiskIndex, StreamId, TitleId};
+use rondo_model::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 use rondo_server::buffers::BufferPool;
 use rondo_server::config::DiskTiming;
 use rondo_server::io::{DiskBatch, IoEvent, RoundClock, spawn_device};
@@ -288,7 +288,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
             ingest = Some((title, layout.rounds().len(), 0));
             array.begin_ingest(title, layout);
         }
-        let plan = array.begin_round(round);
+        let plan = array.begin_round(Round(round));
         for r in &plan.releases {
             clients.take(array, r.stream, round);
         }
@@ -351,7 +351,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
         }
         if let Some((title, rounds, granted)) = ingest.as_mut() {
             *granted += plan.ingest_grants.iter().filter(|g| g.0 == *title).count();
-            array.want_write(*title, *granted);
+            array.want_write(*title, PlaybackRound(*granted as u32));
             if *granted == *rounds {
                 array.end_ingest(*title);
                 ingest = None;
@@ -359,7 +359,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
         }
         // Completions due by the round's end, in model-time order; later
         // ones after the next boundary, as on a real clock.
-        let end_ns = array.round_start_ns(round) + array.round_duration_ns(round);
+        let end_ns = array.round_start_ns(Round(round)) + array.round_duration_ns(Round(round));
         while let Some(entry) = pending.first_entry() {
             if entry.key().0 > end_ns {
                 break;
@@ -377,7 +377,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
         while let Some(a) = admissions.next_if(|a| a.round == round) {
             let result = array
                 .admit_with_lookahead(&a.request, lookahead)
-                .map(|x| (x.stream, x.start_round))
+                .map(|x| (x.stream, x.start_round.0))
                 .map_err(|e| e.to_string());
             if let Ok((stream, _)) = result {
                 clients.admitted(stream, &faults.stalls);

@@ -37,8 +37,8 @@ use rondo_model::layout::{
 use rondo_model::reservation::{Bound, ReservationConfig, Reservations, Scheme, TitleCharges};
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{
-    BLOCK_BYTES_DEFAULT, DiskIndex, NS_PER_S, ROUND_DURATION_NS_DEFAULT, STRIDE_BYTES_DEFAULT,
-    StreamId, TitleId,
+    BLOCK_BYTES_DEFAULT, DiskIndex, NS_PER_S, PlaybackRound, ROUND_DURATION_NS_DEFAULT, Round,
+    STRIDE_BYTES_DEFAULT, StreamId, TitleId,
 };
 
 use crate::faults::{FaultPlan, ReadErrorKind};
@@ -536,14 +536,14 @@ fn run_placed_inner(
         }
         let in_window = measured.contains(&round);
         if exec.sim.is_some() {
-            let plan = exec.prepared.array.begin_round(round);
+            let plan = exec.prepared.array.begin_round(Round(round));
             if in_window {
                 exec.m
                     .observe_reservations(exec.prepared.array.reservations(), round);
             }
             exec.execute(plan, in_window)?;
         } else {
-            exec.prepared.array.begin_round_admission_only(round);
+            exec.prepared.array.begin_round_admission_only(Round(round));
             if in_window {
                 exec.m
                     .observe_reservations(exec.prepared.array.reservations(), round);
@@ -604,7 +604,7 @@ impl Executor<'_> {
                 request,
                 result: outcome
                     .as_ref()
-                    .map(|a| (a.stream, a.start_round))
+                    .map(|a| (a.stream, a.start_round.0))
                     .map_err(|e| e.to_string()),
             });
         }
@@ -629,12 +629,12 @@ impl Executor<'_> {
                         stalls_from_round,
                     },
                 );
-                let rounds = (a.end_playback_round - a.first_playback_round) as u64;
-                self.playing[a.start_round as usize] += 1;
-                self.playing[(a.start_round + rounds) as usize] -= 1;
+                let rounds = u64::from(a.end_playback_round.0 - a.first_playback_round.0);
+                self.playing[a.start_round.0 as usize] += 1;
+                self.playing[(a.start_round.0 + rounds) as usize] -= 1;
                 if in_window {
                     self.m.admitted += 1;
-                    self.m.startup_delay_rounds += a.start_round - round;
+                    self.m.startup_delay_rounds += a.start_round.0 - round;
                 }
             }
             Err(_) if in_window => self.m.rejected += 1,
@@ -703,8 +703,8 @@ impl Executor<'_> {
         }
         let from = a.at_round.max(a.start_round);
         if from < a.end_read_round {
-            self.playing[from as usize] -= 1;
-            self.playing[a.end_read_round as usize] += 1;
+            self.playing[from.0 as usize] -= 1;
+            self.playing[a.end_read_round.0 as usize] += 1;
         }
     }
 
@@ -724,7 +724,7 @@ impl Executor<'_> {
         if let Some(round) = self.log.as_mut().and_then(|l| l.rounds.last_mut()) {
             round.commands = plan.disks.iter().map(|d| d.commands.clone()).collect();
         }
-        let round = plan.round;
+        let round = plan.round.0;
         let round_end_ns = plan.start_ns + plan.duration_ns;
         let t = plan.duration_ns;
         let mut busy_sum = 0u64;
@@ -807,7 +807,9 @@ impl Executor<'_> {
                 .iter()
                 .filter(|g| g.0 == ingest.title)
                 .count();
-            self.prepared.array.want_write(ingest.title, ingest.granted);
+            self.prepared
+                .array
+                .want_write(ingest.title, PlaybackRound(ingest.granted as u32));
             if ingest.granted == ingest.rounds {
                 self.prepared.array.end_ingest(ingest.title);
                 self.m.ingest_rounds = Some(round + 1 - ingest.started_round);
@@ -1134,9 +1136,9 @@ impl Measure {
         let (mut most, mut least) = (0u64, u64::MAX);
         let mut working = 0u64;
         for d in DiskIndex::all(disks) {
-            let reserved = fixed_ns + r.reserved_ns(d, rondo_model::units::Round(round));
+            let reserved = fixed_ns + r.reserved_ns(d, Round(round));
             total += reserved;
-            primary += fixed_ns + r.reserved_primary_ns(d, rondo_model::units::Round(round));
+            primary += fixed_ns + r.reserved_primary_ns(d, Round(round));
             most = most.max(reserved);
             least = least.min(reserved);
             if !r.is_failed(d) {

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use rondo_experiments::spec::titles_for;
 use rondo_model::layout::ReplicaPlacement;
 use rondo_model::reservation::Scheme;
-use rondo_model::units::{StreamId, TitleId};
+use rondo_model::units::{Round, StreamId, TitleId};
 use rondo_sim::run::{self, Mode, SimConfig};
 use rondo_sim::workload::{PoissonArrivals, TitleChoice};
 
@@ -493,7 +493,7 @@ fn admission_one(args: &AdmissionOneArgs) -> anyhow::Result<AdmissionResult> {
             }
         }
         let reservations = array.array_mut();
-        reservations.begin_round_admission_only(round);
+        reservations.begin_round_admission_only(Round(round));
         let active = reservations.active_streams() as u64;
         if round.is_multiple_of(100) {
             every_100.push(active);
@@ -540,7 +540,7 @@ fn admission_one(args: &AdmissionOneArgs) -> anyhow::Result<AdmissionResult> {
                         .expect("admitted titles are known")
                         .charges
                         .stream_rounds() as u64;
-                    live.push((a.stream, a.start_round + rounds));
+                    live.push((a.stream, a.start_round.0 + rounds));
                 }
                 Err(_) if measuring => rejected += 1,
                 Err(_) => {}

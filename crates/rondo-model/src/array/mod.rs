@@ -112,11 +112,11 @@ pub struct AdmitRequest {
 pub struct Admitted {
     pub stream: StreamId,
     /// Absolute round of its first read.
-    pub start_round: u64,
+    pub start_round: Round,
     /// The earliest round it could have started in (the next round).
-    pub earliest_round: u64,
-    pub first_playback_round: usize,
-    pub end_playback_round: usize,
+    pub earliest_round: Round,
+    pub first_playback_round: PlaybackRound,
+    pub end_playback_round: PlaybackRound,
     /// Stored bytes of the first round before the span's first byte.
     pub skip_bytes: u64,
     /// Stored bytes the stream sends.
@@ -166,14 +166,14 @@ pub struct RebuildStarted {
     pub disk: DiskIndex,
     pub copies: usize,
     pub total_bytes: u64,
-    pub round: u64,
+    pub round: Round,
 }
 
 /// A rebuild in progress, as the array tracks it.
 #[derive(Clone, Debug)]
 struct RebuildState {
     queue: RebuildQueue,
-    started_round: u64,
+    started_round: Round,
     /// Copies handed out and not reported done.
     outstanding: BTreeMap<CopyId, u64>,
     copies_done: u64,
@@ -187,7 +187,7 @@ struct RebuildState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RebuildStatus {
     pub progress: RebuildProgress,
-    pub started_round: u64,
+    pub started_round: Round,
     /// Copies the executor reported done (moved or failed).
     pub copies_done: u64,
     /// Bytes the executor reported written and verified.
@@ -200,7 +200,7 @@ pub struct RebuildStatus {
 #[derive(Clone, Debug)]
 struct Inflight {
     replica: Replica,
-    read_round: u64,
+    read_round: Round,
     /// Per piece: still to complete.
     pending: Vec<bool>,
     missed: bool,
@@ -242,7 +242,7 @@ pub struct Array {
     titles: BTreeMap<TitleId, Arc<ArrayTitle>>,
     health: ArrayHealth,
     policy: Box<dyn RetrievalPolicy>,
-    inflight: BTreeMap<(StreamId, u32), Inflight>,
+    inflight: BTreeMap<(StreamId, PlaybackRound), Inflight>,
     rebuild: Option<RebuildState>,
     replacing: Vec<bool>,
     writes: WriteQueue,
@@ -253,9 +253,9 @@ pub struct Array {
     delivering: bool,
     /// Stream-rounds waiting for a re-read from their other replica, in
     /// the order their errors came.
-    rereads: Vec<(StreamId, u32)>,
+    rereads: Vec<(StreamId, PlaybackRound)>,
     /// The first round not begun: the earliest start round of a new stream.
-    next_round: u64,
+    next_round: Round,
     next_copy: u64,
     counters: ArrayCounters,
 }
@@ -280,7 +280,7 @@ impl Array {
             deliveries: delivery::Deliveries::new(config.delivery),
             delivering: true,
             rereads: Vec::new(),
-            next_round: 0,
+            next_round: Round(0),
             next_copy: 0,
             counters: ArrayCounters::default(),
             config,
@@ -307,19 +307,19 @@ impl Array {
     // ----- time -----
 
     /// The first round not begun yet.
-    pub fn next_round(&self) -> u64 {
+    pub fn next_round(&self) -> Round {
         self.next_round
     }
 
     /// The length of round `round`. Constant today (seed 000); seed 004's
     /// dynamic time-cycle changes it, so drivers always ask.
-    pub fn round_duration_ns(&self, _round: u64) -> u64 {
+    pub fn round_duration_ns(&self, _round: Round) -> u64 {
         self.config.reservation.round_duration_ns
     }
 
     /// Model time at which round `round` starts.
-    pub fn round_start_ns(&self, round: u64) -> u64 {
-        round * self.config.reservation.round_duration_ns
+    pub fn round_start_ns(&self, round: Round) -> u64 {
+        round.0 * self.config.reservation.round_duration_ns
     }
 
     // ----- titles -----
@@ -416,32 +416,33 @@ impl Array {
                     (round..rounds, 0, index.size_bytes() - start)
                 }
             };
+        let first_playback_round = PlaybackRound(playback_rounds.start as u32);
+        let end_playback_round = PlaybackRound(playback_rounds.end as u32);
         let earliest_round = self.next_round;
         let Admission {
             stream,
             start_round,
         } = self.reservations.try_admit_range(
             request.title,
-            PlaybackRound(playback_rounds.start as u32)..PlaybackRound(playback_rounds.end as u32),
-            Round(earliest_round),
+            first_playback_round..end_playback_round,
+            earliest_round,
             lookahead_rounds,
         )?;
-        let start_round = start_round.0;
         if self.delivering {
             self.deliveries.admit(
                 stream,
                 request.title,
                 start_round,
-                playback_rounds.start as u32,
-                playback_rounds.end as u32,
+                first_playback_round,
+                end_playback_round,
             );
         }
         Ok(Admitted {
             stream,
             start_round,
             earliest_round,
-            first_playback_round: playback_rounds.start,
-            end_playback_round: playback_rounds.end,
+            first_playback_round,
+            end_playback_round,
             skip_bytes,
             length_bytes,
         })
@@ -475,9 +476,9 @@ impl Array {
     }
 
     fn drop_inflight(&mut self, stream: StreamId) {
-        let keys: Vec<(StreamId, u32)> = self
+        let keys: Vec<(StreamId, PlaybackRound)> = self
             .inflight
-            .range((stream, 0)..=(stream, u32::MAX))
+            .range((stream, PlaybackRound(0))..=(stream, PlaybackRound(u32::MAX)))
             .map(|(k, _)| *k)
             .collect();
         for key in keys {
@@ -491,9 +492,9 @@ impl Array {
         let (title, start_round, first, end) = match self.reservations.stream_span(stream) {
             Some(span) => (
                 span.title,
-                span.start_round.0,
-                span.first_playback_round.0,
-                span.end_playback_round.0,
+                span.start_round,
+                span.first_playback_round,
+                span.end_playback_round,
             ),
             None => self.deliveries.span(stream)?,
         };
@@ -503,7 +504,7 @@ impl Array {
             stream,
             title,
             start_round,
-            end_read_round: start_round + u64::from(end - first),
+            end_read_round: start_round.plus(u64::from(end.0 - first.0)),
             at_round: self.next_round,
             reason,
         })
@@ -525,12 +526,12 @@ impl Array {
 
     /// Advances to `round` without planning reads: admission-only mode
     /// (reservations only, seed 000 §6.1).
-    pub fn begin_round_admission_only(&mut self, round: u64) {
+    pub fn begin_round_admission_only(&mut self, round: Round) {
         assert!(round >= self.next_round, "rounds begin in order");
         self.delivering = false;
         self.deliveries = delivery::Deliveries::new(self.config.delivery);
-        self.reservations.advance_to(Round(round));
-        self.next_round = round + 1;
+        self.reservations.advance_to(round);
+        self.next_round = round.next();
     }
 
     /// Begins round `round` (the next one): counts the misses of the round
@@ -538,7 +539,7 @@ impl Array {
     /// the streams' reads chosen by the retrieval policy, then the rebuild's
     /// copies in the time left unreserved, then ingest writes in what the
     /// rebuild left.
-    pub fn begin_round(&mut self, round: u64) -> RoundPlan {
+    pub fn begin_round(&mut self, round: Round) -> RoundPlan {
         assert!(round >= self.next_round, "rounds begin in order");
         let disks = self.disk_count() as usize;
         let mut plan = RoundPlan {
@@ -583,16 +584,16 @@ impl Array {
             plan.aborted.extend(self.abort(s.stream, reason));
         }
         // 3. Time moves on.
-        self.reservations.advance_to(Round(round));
-        self.next_round = round + 1;
+        self.reservations.advance_to(round);
+        self.next_round = round.next();
         // 4. The streams' reads.
-        let (planned, lost) = self.reservations.plan_round(Round(round));
+        let (planned, lost) = self.reservations.plan_round(round);
         self.counters.lost_reads += lost.len() as u64;
         for read in &lost {
             if let Some(a) = self.abort(
                 read.stream,
                 AbortReason::DataLost {
-                    playback_round: read.playback_round.0,
+                    playback_round: read.playback_round,
                 },
             ) {
                 plan.aborted.push(a);
@@ -613,8 +614,7 @@ impl Array {
             plan.disks.push(DiskRoundPlan {
                 disk,
                 serving,
-                reserved_ns: serving
-                    .then(|| fixed_ns + self.reservations.reserved_ns(disk, Round(round))),
+                reserved_ns: serving.then(|| fixed_ns + self.reservations.reserved_ns(disk, round)),
                 granted_ns: 0,
                 scheduler,
                 commands,
@@ -627,7 +627,7 @@ impl Array {
         for (u, r) in used_ns.iter_mut().zip(&rebuild_charged) {
             *u += r;
         }
-        let credits = self.reservations.write_credits_ns(Round(round), &used_ns);
+        let credits = self.reservations.write_credits_ns(round, &used_ns);
         let idle_round_ns = self
             .config
             .reservation
@@ -664,7 +664,7 @@ impl Array {
     /// complete at once and listed in `ready`, or a title without layout).
     fn deliver_command(
         &mut self,
-        round: u64,
+        round: Round,
         read: &PlannedRead,
         recovery: bool,
         ready: &mut Vec<RoundReady>,
@@ -681,7 +681,7 @@ impl Array {
                 round_layout.backups.len(),
             ),
         };
-        let key = (read.stream, read.playback_round.0);
+        let key = (read.stream, read.playback_round);
         let f = self.inflight.entry(key).or_insert_with(|| Inflight {
             replica: read.replica,
             read_round: round,
@@ -696,10 +696,10 @@ impl Array {
                 let f = self.inflight.remove(&key).expect("inserted above");
                 ready.push(RoundReady {
                     stream: read.stream,
-                    playback_round: read.playback_round.0,
+                    playback_round: read.playback_round,
                     replica: f.replica,
                     read_round: f.read_round,
-                    send_round: f.read_round + 1,
+                    send_round: f.read_round.next(),
                     late: f.missed,
                 });
             }
@@ -729,7 +729,7 @@ impl Array {
             purpose: Purpose::Deliver {
                 stream: read.stream,
                 title: read.title,
-                playback_round: read.playback_round.0,
+                playback_round: read.playback_round,
                 replica: read.replica,
                 piece: piece as u16,
                 recovery,
@@ -740,7 +740,7 @@ impl Array {
     }
 
     /// The rebuild's copies of `round`; returns the time charged per disk.
-    fn plan_rebuild(&mut self, round: u64, used_ns: &[u64], plan: &mut RoundPlan) -> Vec<u64> {
+    fn plan_rebuild(&mut self, round: Round, used_ns: &[u64], plan: &mut RoundPlan) -> Vec<u64> {
         let disks = self.disk_count() as usize;
         let mut charged = vec![0u64; disks];
         let Some(rebuild) = self.rebuild.as_mut() else {
@@ -753,7 +753,7 @@ impl Array {
         let write_bound = &self.config.write_bound;
         let (run, lost) = rebuild.queue.next_round(
             &self.reservations,
-            Round(round),
+            round,
             used_ns,
             |_, extents| read_bound.extents_ns(extents),
             |extents| write_bound.extents_ns(extents),
@@ -848,12 +848,12 @@ impl Array {
                 playback_round: completion.playback_round,
                 replica: f.replica,
                 read_round: f.read_round,
-                send_round: f.read_round + 1,
+                send_round: f.read_round.next(),
                 late: f.missed,
             };
             // A late round whose send round has come goes out at once (with
             // the rounds it held back).
-            let current = self.next_round.saturating_sub(1);
+            let current = self.next_round.minus(1);
             let released = self.deliveries.ready(
                 ready.stream,
                 ready.playback_round,
@@ -879,9 +879,7 @@ impl Array {
         let disk = completion.disk;
         let was = self.health.state(disk);
         // Errors are dated by the round in progress.
-        let now = self
-            .health
-            .record_error(disk, Round(self.next_round.saturating_sub(1)));
+        let now = self.health.record_error(disk, self.next_round.minus(1));
         if let Some(state) = now {
             effects.push(Effect::DiskState { disk, state });
             if state == DiskState::Failed && was != DiskState::Failed {
@@ -912,7 +910,7 @@ impl Array {
         };
         let title = Arc::clone(&self.titles[&span.title]);
         let layout = title.layout.as_deref().expect("a read came from a layout");
-        let round_layout = layout.round(playback_round as usize);
+        let round_layout = layout.round(playback_round.index());
         let backup_disks: Vec<DiskIndex> = round_layout.backups.iter().map(|b| b.disk).collect();
         let other = replica_after_error(f.replica, round_layout.primary_disk, &backup_disks, |d| {
             !self.reservations.is_failed(d)
@@ -955,13 +953,13 @@ impl Array {
     /// The queued re-reads that fit this round's unreserved time, in the
     /// order their errors came (a re-read that does not fit waits, and so do
     /// those behind it); returns the time charged per disk.
-    fn plan_rereads(&mut self, round: u64, plan: &mut RoundPlan) -> Vec<u64> {
+    fn plan_rereads(&mut self, round: Round, plan: &mut RoundPlan) -> Vec<u64> {
         let disks = self.disk_count() as usize;
         let mut charged = vec![0u64; disks];
         if self.rereads.is_empty() {
             return charged;
         }
-        let mut left = self.reservations.write_credits_ns(Round(round), &charged);
+        let mut left = self.reservations.write_credits_ns(round, &charged);
         let queue = std::mem::take(&mut self.rereads);
         let mut blocked = false;
         for key in queue {
@@ -975,7 +973,7 @@ impl Array {
             };
             let replica = f.replica;
             let charges = Arc::clone(&self.titles[&span.title].charges);
-            let i = playback_round as usize;
+            let i = playback_round.index();
             let reads: Vec<PlannedRead> = match replica {
                 Replica::Primary => vec![(charges.primary(i), 0u16)],
                 Replica::Backup => charges
@@ -989,7 +987,7 @@ impl Array {
             .map(|(c, backup_entry)| PlannedRead {
                 stream,
                 title: span.title,
-                playback_round: PlaybackRound(playback_round),
+                playback_round,
                 disk: c.disk,
                 replica,
                 backup_entry,
@@ -1074,18 +1072,17 @@ impl Array {
     fn fail_serving_disk(&mut self, disk: DiskIndex, cause: FailCause) -> Vec<Effect> {
         self.health.fail(disk);
         let mut effects = vec![Effect::DiskFailed { disk, cause }];
-        let lost = self
-            .reservations
-            .fail_disk_from(disk, Round(self.next_round));
+        let lost = self.reservations.fail_disk_from(disk, self.next_round);
         for stream in lost {
             let span = self.reservations.stream_span(stream).expect("registered");
             // The first playback round it has not read yet.
-            let next = span.first_playback_round.index()
-                + (self.next_round.max(span.start_round.0) - span.start_round.0) as usize;
+            let next = PlaybackRound(
+                span.first_playback_round.0 + self.next_round.since(span.start_round) as u32,
+            );
             if let Some(a) = self.abort(
                 stream,
                 AbortReason::DataLost {
-                    playback_round: next as u32,
+                    playback_round: next,
                 },
             ) {
                 effects.push(Effect::Aborted(a));
@@ -1234,7 +1231,7 @@ impl Array {
     }
 
     /// The ingest's writer waits for round `title_round`.
-    pub fn want_write(&mut self, title: TitleId, title_round: usize) {
+    pub fn want_write(&mut self, title: TitleId, title_round: PlaybackRound) {
         self.writes.want(title, title_round);
     }
 

@@ -251,6 +251,7 @@ fn end_rebuild(shared: &Shared, core: &mut Core, disk: DiskIndex, synced: Result
         rounds: core
             .array
             .next_round()
+            .0
             .saturating_sub(rebuild.started_round),
         seconds,
         rate_bytes_per_s: if seconds > 0.0 {
