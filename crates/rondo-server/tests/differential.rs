@@ -61,23 +61,23 @@ fn scenario() -> SimConfig {
     c.faults = FaultPlan {
         failures: vec![FailureSpec {
             disk: DiskIndex(1),
-            round: 45,
+            round: Round(45),
         }],
         read_errors: vec![
             ReadErrorSpec {
-                round: 20,
+                round: Round(20),
                 disk: DiskIndex(2),
                 nth: 0,
                 kind: ReadErrorKind::Checksum,
             },
             ReadErrorSpec {
-                round: 70,
+                round: Round(70),
                 disk: DiskIndex(3),
                 nth: 1,
                 kind: ReadErrorKind::Io,
             },
             ReadErrorSpec {
-                round: 95,
+                round: Round(95),
                 disk: DiskIndex(0),
                 nth: 0,
                 kind: ReadErrorKind::Checksum,
@@ -85,15 +85,15 @@ fn scenario() -> SimConfig {
         ],
         rebuild: Some(RebuildSpec {
             disk: DiskIndex(1),
-            round: 60,
+            round: Round(60),
         }),
         ingest: Some(IngestSpec {
             title: 0,
-            round: 10,
+            round: Round(10),
         }),
         stalls: vec![StallSpec {
             stream_nth: 5,
-            round: 30,
+            round: Round(30),
         }],
         range_fraction: 0.2,
         time_start_fraction: 0.1,
@@ -107,7 +107,7 @@ fn scenario() -> SimConfig {
 #[derive(Default)]
 struct Clients {
     /// Stream → (rounds taken, round from which it takes nothing).
-    taken: BTreeMap<StreamId, (u32, Option<u64>)>,
+    taken: BTreeMap<StreamId, (u32, Option<Round>)>,
     admitted: u64,
 }
 
@@ -119,7 +119,7 @@ impl Clients {
         self.taken.insert(stream, (0, from));
     }
 
-    fn take(&mut self, array: &mut Array, stream: StreamId, round: u64) {
+    fn take(&mut self, array: &mut Array, stream: StreamId, round: Round) {
         if let Some((taken, from)) = self.taken.get_mut(&stream)
             && from.is_none_or(|r| round < r)
         {
@@ -255,7 +255,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
     let faults = &config.faults;
     let mut admissions = sim_log.admissions.iter().peekable();
     let mut clients = Clients::default();
-    for round in 0..config.end_round {
+    for round in Round::range(Round(0), Round(config.end_round)) {
         log.rounds.push(RoundLog {
             round,
             ..RoundLog::default()
@@ -288,7 +288,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
             ingest = Some((title, layout.rounds().len(), 0));
             array.begin_ingest(title, layout);
         }
-        let plan = array.begin_round(Round(round));
+        let plan = array.begin_round(round);
         for r in &plan.releases {
             clients.take(array, r.stream, round);
         }
@@ -314,7 +314,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
         let batches = plan.disks.len();
         for d in &plan.disks {
             let batch = DiskBatch {
-                round,
+                round: round.0,
                 reserved_ns: d.reserved_ns,
                 granted_ns: d.granted_ns,
                 commands: d.commands.clone(),
@@ -359,7 +359,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
         }
         // Completions due by the round's end, in model-time order; later
         // ones after the next boundary, as on a real clock.
-        let end_ns = array.round_start_ns(Round(round)) + array.round_duration_ns(Round(round));
+        let end_ns = array.round_start_ns(round) + array.round_duration_ns(round);
         while let Some(entry) = pending.first_entry() {
             if entry.key().0 > end_ns {
                 break;
@@ -377,7 +377,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
         while let Some(a) = admissions.next_if(|a| a.round == round) {
             let result = array
                 .admit_with_lookahead(&a.request, lookahead)
-                .map(|x| (x.stream, x.start_round.0))
+                .map(|x| (x.stream, x.start_round))
                 .map_err(|e| e.to_string());
             if let Ok((stream, _)) = result {
                 clients.admitted(stream, &faults.stalls);

@@ -510,7 +510,7 @@ fn admission_one(args: &AdmissionOneArgs) -> anyhow::Result<AdmissionResult> {
         if round.is_multiple_of(256) {
             live.retain(|&(_, end)| end > round);
         }
-        for _ in 0..arrivals.arrivals_in_round(round) {
+        for _ in 0..arrivals.arrivals_in_round(Round(round)) {
             let title = TitleId(choice.next_title() as u64);
             let outcome = if measuring {
                 let before = counters.as_mut().map(|c| c.read()).transpose()?;
