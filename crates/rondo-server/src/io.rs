@@ -45,7 +45,7 @@ use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::command::CommandExtent;
 use rondo_model::array::{Completion, DiskCommand, Purpose, ReadOutcome};
 use rondo_model::disk::{BatchRequest, Disk, Scheduler};
-use rondo_model::units::DiskIndex;
+use rondo_model::units::{DiskIndex, Round};
 use rondo_store::checksum;
 
 use crate::storage::Storage;
@@ -63,8 +63,8 @@ pub struct RoundClock {
 
 impl RoundClock {
     /// When round `round` starts.
-    pub fn boundary(&self, round: u64) -> Instant {
-        self.t0 + Duration::from_nanos(round.saturating_mul(self.round_duration_ns))
+    pub fn boundary(&self, round: Round) -> Instant {
+        self.t0 + Duration::from_nanos(round.0.saturating_mul(self.round_duration_ns))
     }
 
     /// The instant `model_ns` nanoseconds after round 0's start (model time).
@@ -80,7 +80,7 @@ impl RoundClock {
 
 /// A disk's commands for one round, as the array planned them.
 pub struct DiskBatch {
-    pub round: u64,
+    pub round: Round,
     /// Disk time admission reserved on this disk for the round, fixed term
     /// included (`None` if the disk serves no reads this round); returned in
     /// [`IoEvent::BatchDone`] to compare with the busy time.
@@ -105,7 +105,7 @@ pub struct DiskBatch {
 
 impl DiskBatch {
     /// A batch of `commands` with nothing reserved nor granted (tests).
-    pub fn round(round: u64, reserved_ns: Option<u64>, commands: Vec<DiskCommand>) -> DiskBatch {
+    pub fn round(round: Round, reserved_ns: Option<u64>, commands: Vec<DiskCommand>) -> DiskBatch {
         DiskBatch {
             round,
             reserved_ns,
@@ -123,7 +123,7 @@ pub enum IoEvent {
     /// One stream read is complete (or failed): its completion for the
     /// array (its bytes, when read and checked, are in the session's inbox).
     Read {
-        round: u64,
+        round: Round,
         /// Model time of the read's last extent's completion.
         model_completion_ns: u64,
         completion: Completion,
@@ -131,7 +131,7 @@ pub enum IoEvent {
     /// A disk finished its batch for `round`.
     BatchDone {
         disk: DiskIndex,
-        round: u64,
+        round: Round,
         /// The batch's [`DiskBatch::reserved_ns`] and [`DiskBatch::granted_ns`].
         reserved_ns: Option<u64>,
         granted_ns: u64,
@@ -361,7 +361,7 @@ impl Worker {
     /// the bytes in the inbox).
     fn report(
         &self,
-        round: u64,
+        round: Round,
         model_completion_ns: u64,
         command: &DiskCommand,
         outcome: ReadOutcome,
@@ -381,7 +381,7 @@ impl Worker {
         if let (Some(data), Some(inbox)) = (data, inbox) {
             // A session that has ended drops it (back to the pool).
             let _ = inbox.send(SessionMsg::Piece {
-                playback_round: playback_round.0,
+                playback_round,
                 replica,
                 piece,
                 data,

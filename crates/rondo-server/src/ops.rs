@@ -239,7 +239,7 @@ pub fn disks_json(shared: &Shared, core: &Core) -> Value {
         .zip(core.array.rebuild_status())
         .map(|(r, status)| r.json(&status));
     json!({
-        "round": core.array.next_round().0.saturating_sub(1),
+        "round": core.array.next_round().minus(1),
         "disks": disks,
         "rebuild": rebuild,
         "last_rebuild": core.ops.last_rebuild,
@@ -354,7 +354,7 @@ pub fn start_rebuild(shared: &Shared, core: &mut Core, disk: DiskIndex) -> Resul
         .rebuild_total_bytes
         .store(started.total_bytes, Relaxed);
     metrics.rebuild_done_bytes.store(0, Relaxed);
-    core.ops.rebuild = Some(Rebuild::new(disk, started.round.0));
+    core.ops.rebuild = Some(Rebuild::new(disk, started.round));
     tracing::info!(
         disk = disk.0,
         copies = started.copies,

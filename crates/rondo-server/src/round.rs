@@ -37,6 +37,7 @@ use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::{
     AbortReason, Aborted, Completion, Effect, Purpose, ReadOutcome, Release, RoundPlan, state_name,
 };
+use rondo_model::units::Round;
 
 use crate::gate::GateRequest;
 use crate::io::{DiskBatch, IoEvent};
@@ -78,7 +79,7 @@ impl Driver {
     /// Runs rounds until shutdown; then ends every stream and closes the
     /// disks' channels (their threads exit after their current batch).
     pub fn run(mut self) {
-        let mut round = 0u64;
+        let mut round = Round(0);
         loop {
             let boundary = self.shared.clock.boundary(round);
             loop {
@@ -112,13 +113,13 @@ impl Driver {
             let late = Instant::now().saturating_duration_since(boundary);
             if late > Duration::from_nanos(self.shared.clock.round_duration_ns / 4) {
                 tracing::warn!(
-                    round,
+                    round = round.0,
                     late_ms = late.as_millis() as u64,
                     "round started late"
                 );
             }
             self.begin_round(round);
-            round += 1;
+            round = round.next();
         }
     }
 
@@ -148,7 +149,7 @@ impl Driver {
         self.shared.gate.shutdown();
     }
 
-    fn begin_round(&mut self, round: u64) {
+    fn begin_round(&mut self, round: Round) {
         let shared = Arc::clone(&self.shared);
         let metrics = &shared.metrics;
         metrics.rounds.fetch_add(1, Relaxed);
@@ -158,9 +159,7 @@ impl Driver {
         for request in shared.gate.take_requests() {
             match request {
                 GateRequest::Begin { title, layout } => core.array.begin_ingest(title, layout),
-                GateRequest::Want { title, round } => core
-                    .array
-                    .want_write(title, rondo_model::units::PlaybackRound(round as u32)),
+                GateRequest::Want { title, round } => core.array.want_write(title, round),
                 GateRequest::End { title } => {
                     core.array.end_ingest(title);
                 }
@@ -171,7 +170,7 @@ impl Driver {
             core.array
                 .client_took(stream, state.taken_rounds.load(Relaxed));
         }
-        let plan = core.array.begin_round(rondo_model::units::Round(round));
+        let plan = core.array.begin_round(round);
         for miss in &plan.missed {
             if !core.streams.contains_key(&miss.stream) {
                 continue;
@@ -219,14 +218,9 @@ impl Driver {
                 d.reserved_ns_total.fetch_add(reserved_ns, Relaxed);
             }
         }
-        shared.gate.begin_round(
-            round,
-            &ingest_grants
-                .iter()
-                .map(|&(t, r, b)| (t, r.0, b))
-                .collect::<Vec<_>>(),
-            disks.len() as u32,
-        );
+        shared
+            .gate
+            .begin_round(round, &ingest_grants, disks.len() as u32);
         for disk_plan in disks {
             let disk = disk_plan.disk.index();
             // Each read's bytes go straight to its session.
@@ -290,7 +284,7 @@ impl Driver {
                 if check.measured_over || check.model_over {
                     tracing::warn!(
                         disk = disk.0,
-                        round,
+                        round = round.0,
                         reserved_ms = reserved_ns.unwrap_or(0) as f64 / 1e6,
                         granted_ms = granted_ns as f64 / 1e6,
                         granted_model_ms = granted_model_ns as f64 / 1e6,
@@ -304,12 +298,12 @@ impl Driver {
                         }
                     );
                 }
-                if ended_at > self.shared.clock.boundary(round + 1) {
+                if ended_at > self.shared.clock.boundary(round.next()) {
                     d.overruns.fetch_add(1, Relaxed);
                     metrics.disk_round_overruns.fetch_add(1, Relaxed);
                     tracing::warn!(
                         disk = disk.0,
-                        round,
+                        round = round.0,
                         "disk-round overrun: the batch ended after its round"
                     );
                 }
@@ -410,7 +404,7 @@ impl Driver {
     fn release(&self, release: &Release) {
         if let Some(state) = self.core.streams.get(&release.stream) {
             let _ = state.inbox.send(SessionMsg::Release {
-                playback_round: release.playback_round.0,
+                playback_round: release.playback_round,
                 replica: release.replica,
             });
         }

@@ -314,7 +314,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
         let batches = plan.disks.len();
         for d in &plan.disks {
             let batch = DiskBatch {
-                round: round.0,
+                round,
                 reserved_ns: d.reserved_ns,
                 granted_ns: d.granted_ns,
                 commands: d.commands.clone(),
