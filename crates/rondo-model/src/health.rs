@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::units::DiskIndex;
+use crate::units::{DiskIndex, Round};
 
 /// The state of one disk.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,7 +48,7 @@ pub struct ArrayHealth {
     policy: HealthPolicy,
     state: Vec<DiskState>,
     /// Rounds of recent errors per disk, oldest first.
-    recent_errors: Vec<Vec<u64>>,
+    recent_errors: Vec<Vec<Round>>,
     total_errors: Vec<u64>,
 }
 
@@ -78,7 +78,7 @@ impl ArrayHealth {
     /// Records a failed read or a bad checksum on `disk` in `round`. Returns
     /// the new state if it changed; `Some(Failed)` means the caller must fail
     /// the disk in the reservations (`Reservations::fail_disk`).
-    pub fn record_error(&mut self, disk: DiskIndex, round: u64) -> Option<DiskState> {
+    pub fn record_error(&mut self, disk: DiskIndex, round: Round) -> Option<DiskState> {
         let d = disk.index();
         self.total_errors[d] += 1;
         if !self.is_serving(disk) {
@@ -88,7 +88,7 @@ impl ArrayHealth {
         // error in round 0 counts like any other).
         let window = self.policy.window_rounds;
         let recent = &mut self.recent_errors[d];
-        recent.retain(|&r| r + window > round);
+        recent.retain(|&r| r.plus(window) > round);
         recent.push(round);
         let next = if recent.len() as u32 >= self.policy.errors_to_fail {
             DiskState::Failed
@@ -136,15 +136,25 @@ mod tests {
                 window_rounds: 10,
             },
         );
-        assert_eq!(h.record_error(DiskIndex(1), 100), Some(DiskState::Suspect));
-        assert_eq!(h.record_error(DiskIndex(1), 105), None, "still suspect");
+        assert_eq!(
+            h.record_error(DiskIndex(1), Round(100)),
+            Some(DiskState::Suspect)
+        );
+        assert_eq!(
+            h.record_error(DiskIndex(1), Round(105)),
+            None,
+            "still suspect"
+        );
         // The first error left the window: two recent errors, still suspect.
-        assert_eq!(h.record_error(DiskIndex(1), 112), None);
+        assert_eq!(h.record_error(DiskIndex(1), Round(112)), None);
         assert_eq!(h.state(DiskIndex(1)), DiskState::Suspect);
-        assert_eq!(h.record_error(DiskIndex(1), 113), Some(DiskState::Failed));
+        assert_eq!(
+            h.record_error(DiskIndex(1), Round(113)),
+            Some(DiskState::Failed)
+        );
         assert!(!h.is_serving(DiskIndex(1)));
         assert_eq!(
-            h.record_error(DiskIndex(1), 114),
+            h.record_error(DiskIndex(1), Round(114)),
             None,
             "a failed disk stays failed"
         );
@@ -159,7 +169,7 @@ mod tests {
         assert_eq!(h.start_rebuild(DiskIndex(2)), Some(DiskState::Rebuilding));
         assert!(!h.is_serving(DiskIndex(2)));
         assert_eq!(
-            h.record_error(DiskIndex(2), 1),
+            h.record_error(DiskIndex(2), Round(1)),
             None,
             "errors on a rebuilding disk change nothing"
         );

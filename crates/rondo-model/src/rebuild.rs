@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::layout::{Replica, TitleLayout};
 use crate::reservation::Reservations;
-use crate::units::{DiskIndex, TitleId};
+use crate::units::{DiskIndex, PlaybackRound, Round, TitleId};
 
 /// One request's extents on one disk, as `(first sector, sector count)`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -31,7 +31,8 @@ pub struct DiskExtents {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CopyTask {
     pub title: TitleId,
-    pub round: u32,
+    /// The title's round copied.
+    pub round: PlaybackRound,
     /// What is rebuilt: the round's primary, or its backup piece `backup_entry`.
     pub target: Replica,
     pub backup_entry: u16,
@@ -64,7 +65,7 @@ pub fn rebuild_tasks<'a>(
             if r.primary_disk == disk && !r.primary.is_empty() && !r.backups.is_empty() {
                 tasks.push(CopyTask {
                     title,
-                    round: round as u32,
+                    round: PlaybackRound(round as u32),
                     target: Replica::Primary,
                     backup_entry: 0,
                     read_from: r
@@ -87,7 +88,7 @@ pub fn rebuild_tasks<'a>(
                 if b.disk == disk {
                     tasks.push(CopyTask {
                         title,
-                        round: round as u32,
+                        round: PlaybackRound(round as u32),
                         target: Replica::Backup,
                         backup_entry: entry as u16,
                         read_from: vec![DiskExtents {
@@ -175,7 +176,7 @@ impl RebuildQueue {
     pub fn next_round(
         &mut self,
         reservations: &Reservations,
-        round: u64,
+        round: Round,
         used_ns: &[u64],
         read_ns: impl Fn(DiskIndex, &[(u64, u64)]) -> u64,
         write_ns: impl Fn(&[(u64, u64)]) -> u64,
@@ -320,11 +321,11 @@ mod tests {
         )
         .unwrap();
         r.add_title(TitleId(9), one);
-        r.try_admit(TitleId(9), 0, 1).unwrap();
+        r.try_admit(TitleId(9), Round(0), 1).unwrap();
         r.fail_disk(DiskIndex(0));
         let mut q = RebuildQueue::new(DiskIndex(0), tasks);
         // Every read costs 150 on its source, every write 100 on disk 0.
-        let (run, lost) = q.next_round(&r, 0, &[], |_, _| 150, |_| 100);
+        let (run, lost) = q.next_round(&r, Round(0), &[], |_, _| 150, |_| 100);
         assert!(lost.is_empty());
         // Disk 1 has 200 free in round 0: one read from it fits, the next
         // copy reading disk 1 stops the round (copies stay in order).
@@ -336,7 +337,7 @@ mod tests {
         assert!(!run.is_empty() && run.len() < 6);
         let before = q.progress();
         // Round 1 is unreserved everywhere: the rest fits (at most 9 writes of 100).
-        let (rest, _) = q.next_round(&r, 1, &[], |_, _| 150, |_| 100);
+        let (rest, _) = q.next_round(&r, Round(1), &[], |_, _| 150, |_| 100);
         assert_eq!(run.len() + rest.len(), 6);
         assert!(q.is_done());
         assert_eq!(q.progress().done_bytes, q.progress().total_bytes);
@@ -361,7 +362,7 @@ mod tests {
             DiskIndex(0),
             rebuild_tasks(DiskIndex(0), [(TitleId(0), &l)]),
         );
-        let (run, lost) = q.next_round(&r, 0, &[], |_, _| 1, |_| 1);
+        let (run, lost) = q.next_round(&r, Round(0), &[], |_, _| 1, |_| 1);
         assert!(
             lost.iter()
                 .all(|t| t.read_from.iter().any(|s| s.disk == DiskIndex(1)))

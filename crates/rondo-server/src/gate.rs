@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex};
 
 use rondo_model::layout::TitleLayout;
-use rondo_model::units::TitleId;
+use rondo_model::units::{PlaybackRound, Round, TitleId};
 
 use crate::ingest::WriteGate;
 use crate::metrics::Metrics;
@@ -34,13 +34,16 @@ pub enum GateRequest {
         layout: Arc<TitleLayout>,
     },
     /// Its writer waits for title round `round`.
-    Want { title: TitleId, round: usize },
+    Want {
+        title: TitleId,
+        round: PlaybackRound,
+    },
     /// Its ingest ended.
     End { title: TitleId },
 }
 
 struct GateState {
-    round: u64,
+    round: Round,
     /// Disks whose batch for `round` has not finished.
     disks_pending: u32,
     shutdown: bool,
@@ -49,7 +52,7 @@ struct GateState {
     /// Titles registered with the array.
     registered: BTreeSet<TitleId>,
     /// Granted rounds not yet written: title → (title round → (round granted in, bytes)).
-    granted: BTreeMap<TitleId, BTreeMap<usize, (u64, u64)>>,
+    granted: BTreeMap<TitleId, BTreeMap<PlaybackRound, (Round, u64)>>,
 }
 
 /// Carries ingest writes' requests to the round driver and its grants back.
@@ -63,7 +66,7 @@ impl DiskTimeGate {
     pub fn new(metrics: Arc<Metrics>) -> DiskTimeGate {
         DiskTimeGate {
             state: Mutex::new(GateState {
-                round: 0,
+                round: Round(0),
                 disks_pending: u32::MAX,
                 shutdown: false,
                 requests: Vec::new(),
@@ -83,7 +86,7 @@ impl DiskTimeGate {
 
     /// Round `round` begins with the array's `grants` (`(title, title round,
     /// bytes)`); `disks` batches will report completion.
-    pub fn begin_round(&self, round: u64, grants: &[(TitleId, u32, u64)], disks: u32) {
+    pub fn begin_round(&self, round: Round, grants: &[(TitleId, PlaybackRound, u64)], disks: u32) {
         let mut state = self.state.lock().expect("gate lock");
         state.round = round;
         state.disks_pending = disks;
@@ -93,7 +96,7 @@ impl DiskTimeGate {
                     .granted
                     .entry(title)
                     .or_default()
-                    .insert(title_round as usize, (round, bytes));
+                    .insert(title_round, (round, bytes));
             }
         }
         drop(state);
@@ -101,7 +104,7 @@ impl DiskTimeGate {
     }
 
     /// A disk finished its batch of `round`.
-    pub fn disk_done(&self, round: u64) {
+    pub fn disk_done(&self, round: Round) {
         let mut state = self.state.lock().expect("gate lock");
         if state.round == round && state.disks_pending > 0 && state.disks_pending != u32::MAX {
             state.disks_pending -= 1;
@@ -127,6 +130,7 @@ impl WriteGate for DiskTimeGate {
         round: usize,
         _round_bytes: u64,
     ) {
+        let round = PlaybackRound(round as u32);
         let mut state = self.state.lock().expect("gate lock");
         if state.registered.insert(title) {
             state.requests.push(GateRequest::Begin {
@@ -221,19 +225,19 @@ mod tests {
         assert!(matches!(requests[0], GateRequest::Begin { title: t, .. } if t == title));
         assert!(matches!(
             requests[1],
-            GateRequest::Want { title: t, round: 0 } if t == title
+            GateRequest::Want { title: t, round: PlaybackRound(0) } if t == title
         ));
         // Granted in round 5 with 4 batches outstanding: the writer waits.
-        g.begin_round(5, &[(title, 0, 1 << 21)], 4);
+        g.begin_round(Round(5), &[(title, PlaybackRound(0), 1 << 21)], 4);
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(g.metrics.gated_writes.load(Relaxed), 0);
         for _ in 0..4 {
-            g.disk_done(5);
+            g.disk_done(Round(5));
         }
         wait_for("round 0 is written", || {
             g.metrics.gated_writes.load(Relaxed) == 1
         });
-        g.begin_round(6, &[(title, 1, 1 << 21)], 0);
+        g.begin_round(Round(6), &[(title, PlaybackRound(1), 1 << 21)], 0);
         writer.join().unwrap();
         assert_eq!(g.metrics.gated_writes.load(Relaxed), 2);
         let rest = g.take_requests();

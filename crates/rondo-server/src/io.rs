@@ -45,7 +45,7 @@ use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::command::CommandExtent;
 use rondo_model::array::{Completion, DiskCommand, Purpose, ReadOutcome};
 use rondo_model::disk::{BatchRequest, Disk, Scheduler};
-use rondo_model::units::DiskIndex;
+use rondo_model::units::{DiskIndex, Round};
 use rondo_store::checksum;
 
 use crate::storage::Storage;
@@ -63,8 +63,8 @@ pub struct RoundClock {
 
 impl RoundClock {
     /// When round `round` starts.
-    pub fn boundary(&self, round: u64) -> Instant {
-        self.t0 + Duration::from_nanos(round.saturating_mul(self.round_duration_ns))
+    pub fn boundary(&self, round: Round) -> Instant {
+        self.t0 + Duration::from_nanos(round.0.saturating_mul(self.round_duration_ns))
     }
 
     /// The instant `model_ns` nanoseconds after round 0's start (model time).
@@ -80,7 +80,7 @@ impl RoundClock {
 
 /// A disk's commands for one round, as the array planned them.
 pub struct DiskBatch {
-    pub round: u64,
+    pub round: Round,
     /// Disk time admission reserved on this disk for the round, fixed term
     /// included (`None` if the disk serves no reads this round); returned in
     /// [`IoEvent::BatchDone`] to compare with the busy time.
@@ -105,7 +105,7 @@ pub struct DiskBatch {
 
 impl DiskBatch {
     /// A batch of `commands` with nothing reserved nor granted (tests).
-    pub fn round(round: u64, reserved_ns: Option<u64>, commands: Vec<DiskCommand>) -> DiskBatch {
+    pub fn round(round: Round, reserved_ns: Option<u64>, commands: Vec<DiskCommand>) -> DiskBatch {
         DiskBatch {
             round,
             reserved_ns,
@@ -123,7 +123,7 @@ pub enum IoEvent {
     /// One stream read is complete (or failed): its completion for the
     /// array (its bytes, when read and checked, are in the session's inbox).
     Read {
-        round: u64,
+        round: Round,
         /// Model time of the read's last extent's completion.
         model_completion_ns: u64,
         completion: Completion,
@@ -131,7 +131,7 @@ pub enum IoEvent {
     /// A disk finished its batch for `round`.
     BatchDone {
         disk: DiskIndex,
-        round: u64,
+        round: Round,
         /// The batch's [`DiskBatch::reserved_ns`] and [`DiskBatch::granted_ns`].
         reserved_ns: Option<u64>,
         granted_ns: u64,
@@ -361,7 +361,7 @@ impl Worker {
     /// the bytes in the inbox).
     fn report(
         &self,
-        round: u64,
+        round: Round,
         model_completion_ns: u64,
         command: &DiskCommand,
         outcome: ReadOutcome,
@@ -440,12 +440,12 @@ mod tests {
     use rondo_model::array::command::CommandExtent;
     use rondo_model::disk::Op;
     use rondo_model::layout::Replica;
-    use rondo_model::units::{DiskIndex, StreamId, TitleId};
+    use rondo_model::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
     fn command(op: Op, purpose: Purpose, offset_bytes: u64, length_bytes: u64) -> DiskCommand {
         DiskCommand {
             disk: DiskIndex(0),
-            round: 0,
+            round: Round(0),
             op,
             purpose,
             extents: vec![CommandExtent {
@@ -461,7 +461,7 @@ mod tests {
         let purpose = Purpose::Deliver {
             stream: StreamId(i),
             title: TitleId(0),
-            playback_round: 0,
+            playback_round: PlaybackRound(0),
             replica: Replica::Primary,
             piece: 0,
             recovery: false,
@@ -477,7 +477,7 @@ mod tests {
             .map(|i| {
                 let purpose = Purpose::IngestWrite {
                     title: TitleId(1),
-                    title_round: i as u32,
+                    title_round: PlaybackRound(i as u32),
                 };
                 command(Op::Write, purpose, 100 * MIB + i * 1500 * MIB, MIB)
             })

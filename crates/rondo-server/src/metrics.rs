@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 use rondo_model::reservation::Rejection;
-use rondo_model::units::DiskIndex;
+use rondo_model::units::{DiskIndex, Round};
 use serde::Serialize;
 
 /// One disk's per-round figures.
@@ -128,13 +128,13 @@ impl DiskMetrics {
     /// plus its copies' writes.
     pub fn record_round(
         &self,
-        round: u64,
+        round: Round,
         reserved_ns: Option<u64>,
         granted: GrantedIo,
         model_busy_ns: u64,
         measured_busy_ns: u64,
     ) -> RoundCheck {
-        self.last_round.store(round, Relaxed);
+        self.last_round.store(round.0, Relaxed);
         self.last_model_busy_ns.store(model_busy_ns, Relaxed);
         self.last_measured_busy_ns.store(measured_busy_ns, Relaxed);
         self.last_granted_ns.store(granted.granted_ns, Relaxed);
@@ -298,7 +298,7 @@ impl Metrics {
                     rounds: g(&d.rounds),
                     reads: g(&d.reads),
                     bytes_read: g(&d.bytes_read),
-                    last_round: g(&d.last_round),
+                    last_round: Round(g(&d.last_round)),
                     last_reserved_ns: g(&d.last_reserved_ns),
                     last_model_busy_ns: g(&d.last_model_busy_ns),
                     last_measured_busy_ns: g(&d.last_measured_busy_ns),
@@ -356,7 +356,7 @@ pub struct DiskSnapshot {
     pub rounds: u64,
     pub reads: u64,
     pub bytes_read: u64,
-    pub last_round: u64,
+    pub last_round: Round,
     pub last_reserved_ns: u64,
     pub last_model_busy_ns: u64,
     pub last_measured_busy_ns: u64,
@@ -389,7 +389,7 @@ mod tests {
         assert_eq!(d.min_headroom(), None);
         // Within the reservation: nothing counted, headroom 40 ms.
         let ok = d.record_round(
-            3,
+            Round(3),
             Some(100_000_000),
             GrantedIo::default(),
             50_000_000,
@@ -406,7 +406,7 @@ mod tests {
         assert_eq!(d.min_headroom(), Some(40_000_000));
         // Equal is not over.
         d.record_round(
-            4,
+            Round(4),
             Some(100_000_000),
             GrantedIo::default(),
             100_000_000,
@@ -416,7 +416,7 @@ mod tests {
         assert_eq!(d.rounds_model_over_reserved.load(Relaxed), 0);
         // Measured over (the host delayed the thread), model within.
         let late = d.record_round(
-            5,
+            Round(5),
             Some(100_000_000),
             GrantedIo::default(),
             90_000_000,
@@ -425,7 +425,7 @@ mod tests {
         assert!(late.measured_over && !late.model_over);
         // Both over (a bound that does not hold).
         let bad = d.record_round(
-            6,
+            Round(6),
             Some(10_000_000),
             GrantedIo::default(),
             20_000_000,
@@ -436,7 +436,7 @@ mod tests {
         assert_eq!(d.rounds_model_over_reserved.load(Relaxed), 1);
         assert_eq!(d.min_headroom(), Some(-15_000_000));
         // A failed disk's round has no reservation: never counted.
-        let failed = d.record_round(7, None, GrantedIo::default(), 0, 5_000_000);
+        let failed = d.record_round(Round(7), None, GrantedIo::default(), 0, 5_000_000);
         assert!(!failed.measured_over && !failed.model_over);
         assert_eq!(d.rounds_over_reserved.load(Relaxed), 2);
         assert_eq!(d.last_round.load(Relaxed), 7);
@@ -457,7 +457,7 @@ mod tests {
         };
         // Busier than the streams' reservation, within reserved + granted.
         let ok = d.record_round(
-            1,
+            Round(1),
             Some(100_000_000),
             granted(80_000_000),
             170_000_000,
@@ -467,7 +467,7 @@ mod tests {
         assert_eq!(d.min_headroom(), Some(0));
         // Past reserved + granted: a genuine overrun, counted.
         let over = d.record_round(
-            2,
+            Round(2),
             Some(100_000_000),
             granted(80_000_000),
             170_000_000,
@@ -475,7 +475,7 @@ mod tests {
         );
         assert!(over.measured_over && !over.model_over);
         let both = d.record_round(
-            3,
+            Round(3),
             Some(100_000_000),
             granted(10_000_000),
             120_000_000,
@@ -488,7 +488,7 @@ mod tests {
         assert_eq!(d.granted_commands.load(Relaxed), 6);
         assert_eq!(d.last_granted_ns.load(Relaxed), 10_000_000);
         // No budget (a failed disk, nothing rebuilt onto it): never compared.
-        let failed = d.record_round(4, None, granted(0), 0, 5_000_000);
+        let failed = d.record_round(Round(4), None, granted(0), 0, 5_000_000);
         assert!(!failed.measured_over);
         assert_eq!(d.rounds_over_reserved.load(Relaxed), 2);
     }

@@ -239,7 +239,7 @@ pub fn disks_json(shared: &Shared, core: &Core) -> Value {
         .zip(core.array.rebuild_status())
         .map(|(r, status)| r.json(&status));
     json!({
-        "round": core.array.next_round().saturating_sub(1),
+        "round": core.array.next_round().minus(1),
         "disks": disks,
         "rebuild": rebuild,
         "last_rebuild": core.ops.last_rebuild,

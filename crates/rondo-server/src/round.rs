@@ -37,6 +37,7 @@ use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::{
     AbortReason, Aborted, Completion, Effect, Purpose, ReadOutcome, Release, RoundPlan, state_name,
 };
+use rondo_model::units::Round;
 
 use crate::gate::GateRequest;
 use crate::io::{DiskBatch, IoEvent};
@@ -78,7 +79,7 @@ impl Driver {
     /// Runs rounds until shutdown; then ends every stream and closes the
     /// disks' channels (their threads exit after their current batch).
     pub fn run(mut self) {
-        let mut round = 0u64;
+        let mut round = Round(0);
         loop {
             let boundary = self.shared.clock.boundary(round);
             loop {
@@ -112,13 +113,13 @@ impl Driver {
             let late = Instant::now().saturating_duration_since(boundary);
             if late > Duration::from_nanos(self.shared.clock.round_duration_ns / 4) {
                 tracing::warn!(
-                    round,
+                    round = round.0,
                     late_ms = late.as_millis() as u64,
                     "round started late"
                 );
             }
             self.begin_round(round);
-            round += 1;
+            round = round.next();
         }
     }
 
@@ -148,7 +149,7 @@ impl Driver {
         self.shared.gate.shutdown();
     }
 
-    fn begin_round(&mut self, round: u64) {
+    fn begin_round(&mut self, round: Round) {
         let shared = Arc::clone(&self.shared);
         let metrics = &shared.metrics;
         metrics.rounds.fetch_add(1, Relaxed);
@@ -180,7 +181,7 @@ impl Driver {
                 metrics.stream_round_misses.fetch_add(1, Relaxed);
                 tracing::warn!(
                     stream = miss.stream.0,
-                    read_round = miss.read_round,
+                    read_round = miss.read_round.0,
                     "deadline miss: a read was not complete when its round ended"
                 );
             }
@@ -283,7 +284,7 @@ impl Driver {
                 if check.measured_over || check.model_over {
                     tracing::warn!(
                         disk = disk.0,
-                        round,
+                        round = round.0,
                         reserved_ms = reserved_ns.unwrap_or(0) as f64 / 1e6,
                         granted_ms = granted_ns as f64 / 1e6,
                         granted_model_ms = granted_model_ns as f64 / 1e6,
@@ -297,12 +298,12 @@ impl Driver {
                         }
                     );
                 }
-                if ended_at > self.shared.clock.boundary(round + 1) {
+                if ended_at > self.shared.clock.boundary(round.next()) {
                     d.overruns.fetch_add(1, Relaxed);
                     metrics.disk_round_overruns.fetch_add(1, Relaxed);
                     tracing::warn!(
                         disk = disk.0,
-                        round,
+                        round = round.0,
                         "disk-round overrun: the batch ended after its round"
                     );
                 }
@@ -327,7 +328,7 @@ impl Driver {
             tracing::warn!(
                 disk = completion.disk.0,
                 stream = completion.stream.0,
-                playback_round = completion.playback_round,
+                playback_round = completion.playback_round.0,
                 "read error on disk {} ({reason})",
                 completion.disk
             );
@@ -350,7 +351,7 @@ impl Driver {
                     self.shared.metrics.rereads.fetch_add(1, Relaxed);
                     tracing::info!(
                         stream = stream.0,
-                        playback_round,
+                        playback_round = playback_round.0,
                         ?replica,
                         "reading the other replica in the next round's unreserved time"
                     );

@@ -33,7 +33,7 @@ use futures_util::Stream;
 use rondo_model::array::{AdmitRequest, Span};
 use rondo_model::layout::Replica;
 use rondo_model::reservation::Rejection;
-use rondo_model::units::StreamId;
+use rondo_model::units::{PlaybackRound, Round, StreamId};
 use tokio::sync::mpsc;
 
 use crate::buffers::PooledBuf;
@@ -44,14 +44,14 @@ use crate::titles::LoadedTitle;
 pub enum SessionMsg {
     /// A piece of a stream-round, read and checked (from a disk thread).
     Piece {
-        playback_round: u32,
+        playback_round: PlaybackRound,
         replica: Replica,
         piece: u16,
         data: PooledBuf,
     },
     /// The array released this playback round: send it (from the driver).
     Release {
-        playback_round: u32,
+        playback_round: PlaybackRound,
         replica: Replica,
     },
     /// The server stopped the stream: fail the response.
@@ -93,7 +93,7 @@ pub struct StreamRequest {
 /// An admitted stream and the body that delivers it.
 pub struct Admitted {
     pub stream: StreamId,
-    pub start_round: u64,
+    pub start_round: Round,
     pub body: SessionBody,
 }
 
@@ -129,7 +129,7 @@ pub async fn admit(
             match &admission {
                 Ok(a) => {
                     shared.metrics.admitted.fetch_add(1, Relaxed);
-                    if a.first_playback_round > 0 || a.skip_bytes > 0 {
+                    if a.first_playback_round > PlaybackRound(0) || a.skip_bytes > 0 {
                         shared.metrics.admitted_mid_title.fetch_add(1, Relaxed);
                     }
                     core.streams.insert(
@@ -158,10 +158,10 @@ pub async fn admit(
         first_byte = request.first_byte,
         bytes = request.length_bytes,
         prefix_bytes = request.prefix.len(),
-        playback_round = admission.first_playback_round,
-        start_round = admission.start_round,
-        earliest_round = earliest,
-        delay_rounds = admission.start_round - earliest,
+        playback_round = admission.first_playback_round.0,
+        start_round = admission.start_round.0,
+        earliest_round = earliest.0,
+        delay_rounds = admission.start_round.since(earliest),
         peer = %request.peer,
         "stream admitted"
     );
@@ -242,7 +242,7 @@ pub struct SessionBody {
     title: Arc<LoadedTitle>,
     receiver: mpsc::UnboundedReceiver<SessionMsg>,
     /// Pieces of rounds not released yet, by playback round.
-    pieces: BTreeMap<u32, Pieces>,
+    pieces: BTreeMap<PlaybackRound, Pieces>,
     /// Bytes of the first round before the requested range.
     skip_bytes: u64,
     /// Bytes of the requested range not sent yet.
@@ -255,7 +255,13 @@ pub struct SessionBody {
 impl SessionBody {
     /// Keeps a piece; a piece of the other replica (a re-read after an
     /// error) replaces what came before.
-    fn keep(&mut self, playback_round: u32, replica: Replica, piece: u16, data: PooledBuf) {
+    fn keep(
+        &mut self,
+        playback_round: PlaybackRound,
+        replica: Replica,
+        piece: u16,
+        data: PooledBuf,
+    ) {
         let entry = self.pieces.entry(playback_round).or_insert_with(|| Pieces {
             replica,
             pieces: Vec::new(),
@@ -274,9 +280,9 @@ impl SessionBody {
     }
 
     /// The client bytes of a released round, trimmed to the range.
-    fn release(&mut self, playback_round: u32, replica: Replica) -> Option<Bytes> {
+    fn release(&mut self, playback_round: PlaybackRound, replica: Replica) -> Option<Bytes> {
         // Pieces of this round and any stale ones before it go.
-        let later = self.pieces.split_off(&(playback_round + 1));
+        let later = self.pieces.split_off(&playback_round.next());
         let mut earlier = std::mem::replace(&mut self.pieces, later);
         let pieces = earlier
             .remove(&playback_round)
@@ -333,7 +339,7 @@ impl Stream for SessionBody {
                     let Some(data) = self.release(playback_round, replica) else {
                         tracing::error!(
                             stream = self.guard.stream.0,
-                            playback_round,
+                            playback_round = playback_round.0,
                             "a released round has no data (a bug): the response fails"
                         );
                         self.done = true;
@@ -374,11 +380,11 @@ impl Stream for SessionBody {
 /// primary round's piece is missing.
 fn assemble(
     title: &LoadedTitle,
-    playback_round: u32,
+    playback_round: PlaybackRound,
     replica: Replica,
     pieces: Vec<Option<PooledBuf>>,
 ) -> Option<Bytes> {
-    let playback_round = playback_round as usize;
+    let playback_round = playback_round.index();
     let client_bytes = title.record.client_bytes[playback_round] as usize;
     if client_bytes == 0 {
         return Some(Bytes::new());

@@ -27,7 +27,7 @@ use rondo_model::array::{Array, Completion, DiskCommand, Effect, Purpose, ReadOu
 use rondo_model::disk::{self, Disk};
 use rondo_model::layout::{ReplicaPlacement, TitleLayout};
 use rondo_model::reservation::Scheme;
-use rondo_model::units::{DiskIndex, StreamId, TitleId};
+use rondo_model::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 use rondo_server::buffers::BufferPool;
 use rondo_server::config::DiskTiming;
 use rondo_server::io::{DiskBatch, IoEvent, RoundClock, spawn_device};
@@ -61,23 +61,23 @@ fn scenario() -> SimConfig {
     c.faults = FaultPlan {
         failures: vec![FailureSpec {
             disk: DiskIndex(1),
-            round: 45,
+            round: Round(45),
         }],
         read_errors: vec![
             ReadErrorSpec {
-                round: 20,
+                round: Round(20),
                 disk: DiskIndex(2),
                 nth: 0,
                 kind: ReadErrorKind::Checksum,
             },
             ReadErrorSpec {
-                round: 70,
+                round: Round(70),
                 disk: DiskIndex(3),
                 nth: 1,
                 kind: ReadErrorKind::Io,
             },
             ReadErrorSpec {
-                round: 95,
+                round: Round(95),
                 disk: DiskIndex(0),
                 nth: 0,
                 kind: ReadErrorKind::Checksum,
@@ -85,15 +85,15 @@ fn scenario() -> SimConfig {
         ],
         rebuild: Some(RebuildSpec {
             disk: DiskIndex(1),
-            round: 60,
+            round: Round(60),
         }),
         ingest: Some(IngestSpec {
             title: 0,
-            round: 10,
+            round: Round(10),
         }),
         stalls: vec![StallSpec {
             stream_nth: 5,
-            round: 30,
+            round: Round(30),
         }],
         range_fraction: 0.2,
         time_start_fraction: 0.1,
@@ -107,7 +107,7 @@ fn scenario() -> SimConfig {
 #[derive(Default)]
 struct Clients {
     /// Stream → (rounds taken, round from which it takes nothing).
-    taken: BTreeMap<StreamId, (u32, Option<u64>)>,
+    taken: BTreeMap<StreamId, (u32, Option<Round>)>,
     admitted: u64,
 }
 
@@ -119,7 +119,7 @@ impl Clients {
         self.taken.insert(stream, (0, from));
     }
 
-    fn take(&mut self, array: &mut Array, stream: StreamId, round: u64) {
+    fn take(&mut self, array: &mut Array, stream: StreamId, round: Round) {
         if let Some((taken, from)) = self.taken.get_mut(&stream)
             && from.is_none_or(|r| round < r)
         {
@@ -255,7 +255,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
     let faults = &config.faults;
     let mut admissions = sim_log.admissions.iter().peekable();
     let mut clients = Clients::default();
-    for round in 0..config.end_round {
+    for round in Round::range(Round(0), Round(config.end_round)) {
         log.rounds.push(RoundLog {
             round,
             ..RoundLog::default()
@@ -351,7 +351,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
         }
         if let Some((title, rounds, granted)) = ingest.as_mut() {
             *granted += plan.ingest_grants.iter().filter(|g| g.0 == *title).count();
-            array.want_write(*title, *granted);
+            array.want_write(*title, PlaybackRound(*granted as u32));
             if *granted == *rounds {
                 array.end_ingest(*title);
                 ingest = None;

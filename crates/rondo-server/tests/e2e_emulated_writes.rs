@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use e2e_support::*;
 use futures_util::StreamExt;
 use rondo_model::reservation::Scheme;
-use rondo_model::units::DiskIndex;
+use rondo_model::units::{DiskIndex, Round};
 use rondo_server::RunningServer;
 use rondo_server::metrics::MetricsSnapshot;
 use rondo_store::Store;
@@ -52,7 +52,7 @@ struct DiskRound {
 fn sample_rounds(
     server: Arc<RunningServer>,
     stop: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<BTreeMap<(DiskIndex, u64), DiskRound>> {
+) -> tokio::task::JoinHandle<BTreeMap<(DiskIndex, Round), DiskRound>> {
     tokio::spawn(async move {
         let mut rounds = BTreeMap::new();
         while !stop.load(Relaxed) {
@@ -123,7 +123,7 @@ fn mean_ms(rounds: &[DiskRound], f: impl Fn(&DiskRound) -> u64) -> f64 {
     rounds.iter().map(|r| ms(f(r))).sum::<f64>() / rounds.len() as f64
 }
 
-fn report(what: &str, rounds: &BTreeMap<(DiskIndex, u64), DiskRound>) {
+fn report(what: &str, rounds: &BTreeMap<(DiskIndex, Round), DiskRound>) {
     for disk in 0..4u32 {
         let (with, without): (Vec<DiskRound>, Vec<DiskRound>) = rounds
             .iter()

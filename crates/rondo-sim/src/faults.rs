@@ -8,7 +8,7 @@
 //! an error outcome), so the array's reactions are the server's.
 //! [`FaultPlan::seeded`] draws a plan from a seed for the seeded scenarios.
 
-use rondo_model::units::DiskIndex;
+use rondo_model::units::{DiskIndex, Round};
 use serde::{Deserialize, Serialize};
 
 use crate::run::FailureSpec;
@@ -28,7 +28,7 @@ pub enum ReadErrorKind {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReadErrorSpec {
-    pub round: u64,
+    pub round: Round,
     pub disk: DiskIndex,
     pub nth: u32,
     pub kind: ReadErrorKind,
@@ -40,7 +40,7 @@ pub struct ReadErrorSpec {
 #[serde(deny_unknown_fields)]
 pub struct RebuildSpec {
     pub disk: DiskIndex,
-    pub round: u64,
+    pub round: Round,
 }
 
 /// At `round`, a copy of title `title` (index into the run's titles) is
@@ -50,7 +50,7 @@ pub struct RebuildSpec {
 #[serde(deny_unknown_fields)]
 pub struct IngestSpec {
     pub title: usize,
-    pub round: u64,
+    pub round: Round,
 }
 
 /// The client of the `stream_nth` stream admitted (counted from 0) takes
@@ -60,7 +60,7 @@ pub struct IngestSpec {
 #[serde(deny_unknown_fields)]
 pub struct StallSpec {
     pub stream_nth: u64,
-    pub round: u64,
+    pub round: Round,
 }
 
 /// Everything injected into one run.
@@ -97,7 +97,7 @@ impl FaultPlan {
     pub fn seeded(seed: u64, disks: u32, rounds: u64, titles: usize) -> FaultPlan {
         let draw = |salt: u64| mix(seed, salt);
         let failed = (draw(1) % disks as u64) as u32;
-        let fail_round = 1 + draw(2) % (rounds / 2).max(1);
+        let fail_round = Round(1 + draw(2) % (rounds / 2).max(1));
         let mut read_errors = Vec::new();
         // Spread over the other disks, at most two on one (the default
         // health policy fails a disk at three errors within its window: a
@@ -107,7 +107,7 @@ impl FaultPlan {
         for n in 0..4 {
             let disk = DiskIndex((failed + 1 + ((first + n) % others) as u32) % disks);
             read_errors.push(ReadErrorSpec {
-                round: draw(20 + n) % rounds,
+                round: Round(draw(20 + n) % rounds),
                 disk,
                 nth: (draw(30 + n) % 3) as u32,
                 kind: if draw(40 + n).is_multiple_of(2) {
@@ -125,15 +125,15 @@ impl FaultPlan {
             read_errors,
             rebuild: Some(RebuildSpec {
                 disk: DiskIndex(failed),
-                round: fail_round + 1 + draw(3) % 50,
+                round: fail_round.plus(1 + draw(3) % 50),
             }),
             ingest: Some(IngestSpec {
                 title: (draw(4) % titles.max(1) as u64) as usize,
-                round: draw(5) % (rounds / 2).max(1),
+                round: Round(draw(5) % (rounds / 2).max(1)),
             }),
             stalls: vec![StallSpec {
                 stream_nth: draw(6) % 20,
-                round: draw(7) % (rounds / 2).max(1),
+                round: Round(draw(7) % (rounds / 2).max(1)),
             }],
             range_fraction: 0.15,
             time_start_fraction: 0.1,

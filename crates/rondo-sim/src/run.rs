@@ -37,8 +37,8 @@ use rondo_model::layout::{
 use rondo_model::reservation::{Bound, ReservationConfig, Reservations, Scheme, TitleCharges};
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{
-    BLOCK_BYTES_DEFAULT, DiskIndex, NS_PER_S, ROUND_DURATION_NS_DEFAULT, STRIDE_BYTES_DEFAULT,
-    StreamId, TitleId,
+    BLOCK_BYTES_DEFAULT, DiskIndex, NS_PER_S, PlaybackRound, ROUND_DURATION_NS_DEFAULT, Round,
+    STRIDE_BYTES_DEFAULT, StreamId, TitleId,
 };
 
 use crate::faults::{FaultPlan, ReadErrorKind};
@@ -70,7 +70,7 @@ pub enum BoundKind {
 pub struct FailureSpec {
     pub disk: DiskIndex,
     /// The first round in which the disk is unavailable.
-    pub round: u64,
+    pub round: Round,
 }
 
 /// Everything one run depends on, besides the titles. Unknown fields are
@@ -354,16 +354,16 @@ pub struct RunLog {
 #[derive(Clone, Debug, PartialEq)]
 pub struct AdmissionLog {
     /// The round during which it arrived.
-    pub round: u64,
+    pub round: Round,
     pub request: AdmitRequest,
     /// The stream and its start round, or the rejection's text.
-    pub result: Result<(StreamId, u64), String>,
+    pub result: Result<(StreamId, Round), String>,
 }
 
 /// One round's decisions.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RoundLog {
-    pub round: u64,
+    pub round: Round,
     /// Per disk, the commands in plan order.
     pub commands: Vec<Vec<DiskCommand>>,
     /// Streams stopped at the round's start or by the round's completions.
@@ -398,21 +398,21 @@ struct Executor<'a> {
     /// Spans of range and time-start arrivals.
     spans: ChaCha8Rng,
     ingest: Option<IngestRun>,
-    rebuild_started_round: Option<u64>,
+    rebuild_started_round: Option<Round>,
     log: Option<RunLog>,
     /// The simulated clients of admitted streams.
     clients: BTreeMap<StreamId, SimClient>,
     /// Streams admitted so far (the fault plan's stalls name them by rank).
     admitted_count: u64,
     /// The round in progress.
-    round: u64,
+    round: Round,
 }
 
 /// A simulated client: it takes every round the array releases at once,
 /// unless the fault plan stalls it.
 struct SimClient {
     taken_rounds: u32,
-    stalls_from_round: Option<u64>,
+    stalls_from_round: Option<Round>,
 }
 
 /// An ingest in progress in the simulation.
@@ -420,7 +420,7 @@ struct IngestRun {
     title: TitleId,
     rounds: usize,
     granted: usize,
-    started_round: u64,
+    started_round: Round,
 }
 
 /// Runs one simulation of titles already placed and charged under `bound`
@@ -492,16 +492,16 @@ fn run_placed_inner(
         log: logged.then(RunLog::default),
         clients: BTreeMap::new(),
         admitted_count: 0,
-        round: 0,
+        round: Round(0),
     };
     let mut arrivals = PoissonArrivals::new(exec.prepared.arrival_rate_per_round, config.seed);
     let mut choice = match config.zipf_exponent {
         None => TitleChoice::round_robin(titles.len()),
         Some(a) => TitleChoice::zipf(titles.len(), a, config.seed.wrapping_add(1)),
     };
-    let measured = config.warmup_rounds..config.end_round;
+    let measured = Round(config.warmup_rounds)..Round(config.end_round);
     let failures = config.failure.iter().chain(&faults.failures);
-    for round in 0..config.end_round {
+    for round in Round::range(Round(0), Round(config.end_round)) {
         exec.round = round;
         if let Some(log) = exec.log.as_mut() {
             log.rounds.push(RoundLog {
@@ -567,11 +567,11 @@ fn run_placed_inner(
         .take(config.end_round as usize)
     {
         active += delta;
-        if measured.contains(&(round as u64)) {
+        if measured.contains(&Round(round as u64)) {
             active_sum += active;
         }
     }
-    let rounds_measured = measured.end.saturating_sub(measured.start);
+    let rounds_measured = measured.end.since(measured.start);
     let counters = exec.prepared.array.counters();
     exec.m.deadline_misses = counters.stream_round_misses;
     exec.m.recovery_misses = counters.recovery_misses;
@@ -588,7 +588,7 @@ fn run_placed_inner(
 
 impl Executor<'_> {
     /// Offers one arrival for title `title` to admission.
-    fn offer(&mut self, title: usize, round: u64, in_window: bool) {
+    fn offer(&mut self, title: usize, round: Round, in_window: bool) {
         let span = self.draw_span(title);
         let request = AdmitRequest {
             title: TitleId(title as u64),
@@ -629,12 +629,12 @@ impl Executor<'_> {
                         stalls_from_round,
                     },
                 );
-                let rounds = (a.end_playback_round - a.first_playback_round) as u64;
-                self.playing[a.start_round as usize] += 1;
-                self.playing[(a.start_round + rounds) as usize] -= 1;
+                let rounds = u64::from(a.end_playback_round.0 - a.first_playback_round.0);
+                self.playing[a.start_round.0 as usize] += 1;
+                self.playing[(a.start_round.0 + rounds) as usize] -= 1;
                 if in_window {
                     self.m.admitted += 1;
-                    self.m.startup_delay_rounds += a.start_round - round;
+                    self.m.startup_delay_rounds += a.start_round.since(round);
                 }
             }
             Err(_) if in_window => self.m.rejected += 1,
@@ -703,8 +703,8 @@ impl Executor<'_> {
         }
         let from = a.at_round.max(a.start_round);
         if from < a.end_read_round {
-            self.playing[from as usize] -= 1;
-            self.playing[a.end_read_round as usize] += 1;
+            self.playing[from.0 as usize] -= 1;
+            self.playing[a.end_read_round.0 as usize] += 1;
         }
     }
 
@@ -797,7 +797,7 @@ impl Executor<'_> {
             && self.prepared.array.finish_rebuild(disk, true).is_some()
             && let Some(started) = self.rebuild_started_round.take()
         {
-            self.m.rebuild_rounds = Some(round + 1 - started);
+            self.m.rebuild_rounds = Some(round.next().since(started));
         }
         // Granted ingest rounds are written once the round's batches are
         // done; the writer then waits for the next one.
@@ -807,10 +807,12 @@ impl Executor<'_> {
                 .iter()
                 .filter(|g| g.0 == ingest.title)
                 .count();
-            self.prepared.array.want_write(ingest.title, ingest.granted);
+            self.prepared
+                .array
+                .want_write(ingest.title, PlaybackRound(ingest.granted as u32));
             if ingest.granted == ingest.rounds {
                 self.prepared.array.end_ingest(ingest.title);
-                self.m.ingest_rounds = Some(round + 1 - ingest.started_round);
+                self.m.ingest_rounds = Some(round.next().since(ingest.started_round));
                 self.ingest = None;
             }
         }
@@ -818,7 +820,7 @@ impl Executor<'_> {
     }
 
     /// The outcome the fault plan gives the `nth` stream read of `disk` in `round`.
-    fn injected(&self, round: u64, disk: DiskIndex, nth: u32) -> ReadOutcome {
+    fn injected(&self, round: Round, disk: DiskIndex, nth: u32) -> ReadOutcome {
         let spec = self
             .config
             .faults
@@ -1127,7 +1129,7 @@ struct Measure {
 }
 
 impl Measure {
-    fn observe_reservations(&mut self, r: &Reservations, round: u64) {
+    fn observe_reservations(&mut self, r: &Reservations, round: Round) {
         let (fixed_ns, t) = (r.config().round_fixed_ns, r.config().round_duration_ns);
         let disks = r.config().disks;
         let (mut total, mut primary, mut working_total) = (0u64, 0u64, 0u64);

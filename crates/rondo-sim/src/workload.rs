@@ -8,6 +8,7 @@
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rondo_model::units::Round;
 
 /// A Poisson arrival process, sampled round by round.
 #[derive(Clone, Debug)]
@@ -52,8 +53,8 @@ impl PoissonArrivals {
 
     /// Number of requests arriving during round `round` (`[round, round + 1)`).
     /// Must be called for consecutive rounds.
-    pub fn arrivals_in_round(&mut self, round: u64) -> u32 {
-        let end = (round + 1) as f64;
+    pub fn arrivals_in_round(&mut self, round: Round) -> u32 {
+        let end = round.next().0 as f64;
         let mut count = 0;
         while self.next_arrival_rounds < end {
             count += 1;
@@ -127,7 +128,9 @@ mod tests {
         let rate = 0.37;
         let mut a = PoissonArrivals::new(rate, 7);
         let n = 200_000u64;
-        let counts: Vec<f64> = (0..n).map(|r| a.arrivals_in_round(r) as f64).collect();
+        let counts: Vec<f64> = (0..n)
+            .map(|r| a.arrivals_in_round(Round(r)) as f64)
+            .collect();
         let mean = counts.iter().sum::<f64>() / n as f64;
         let var = counts.iter().map(|c| (c - mean).powi(2)).sum::<f64>() / n as f64;
         // Standard error of the mean is sqrt(0.37/200000) ≈ 0.0014.
@@ -140,7 +143,7 @@ mod tests {
         let run = |seed| {
             let mut a = PoissonArrivals::new(1.5, seed);
             (0..1000)
-                .map(|r| a.arrivals_in_round(r))
+                .map(|r| a.arrivals_in_round(Round(r)))
                 .collect::<Vec<_>>()
         };
         assert_eq!(run(3), run(3));
@@ -159,7 +162,11 @@ mod tests {
                 count += 1;
                 next = by_time.next_arrival_rounds();
             }
-            assert_eq!(count, by_round.arrivals_in_round(round), "round {round}");
+            assert_eq!(
+                count,
+                by_round.arrivals_in_round(Round(round)),
+                "round {round}"
+            );
         }
     }
 

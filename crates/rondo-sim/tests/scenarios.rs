@@ -8,7 +8,7 @@
 use rondo_model::disk;
 use rondo_model::layout::{ReplicaPlacement, RoundRobinCounter};
 use rondo_model::reservation::Scheme;
-use rondo_model::units::DiskIndex;
+use rondo_model::units::{DiskIndex, Round};
 use rondo_sim::faults::FaultPlan;
 use rondo_sim::run::{BoundKind, FailureSpec, Mode, SimConfig, SimResult, SimTitle, run};
 
@@ -77,7 +77,7 @@ fn failure_scenario_config(seed: u64, scheme: Scheme) -> SimConfig {
     c.first_stride = strides - 200;
     c.failure = Some(FailureSpec {
         disk: DiskIndex((mix(seed, 3) % disks as u64) as u32),
-        round: 1 + mix(seed, 4) % 600,
+        round: Round(1 + mix(seed, 4) % 600),
     });
     c
 }

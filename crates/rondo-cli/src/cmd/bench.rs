@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use rondo_experiments::spec::titles_for;
 use rondo_model::layout::ReplicaPlacement;
 use rondo_model::reservation::Scheme;
-use rondo_model::units::{StreamId, TitleId};
+use rondo_model::units::{Round, StreamId, TitleId};
 use rondo_sim::run::{self, Mode, SimConfig};
 use rondo_sim::workload::{PoissonArrivals, TitleChoice};
 
@@ -463,7 +463,7 @@ fn admission_one(args: &AdmissionOneArgs) -> anyhow::Result<AdmissionResult> {
     let mut arrivals = PoissonArrivals::new(array.arrival_rate_per_round(), config.seed);
     let mut choice = TitleChoice::round_robin(titles.len());
     // Streams admitted and when they end, to pick streams to release.
-    let mut live: Vec<(StreamId, u64)> = Vec::new();
+    let mut live: Vec<(StreamId, Round)> = Vec::new();
     let mut samples_ns: Vec<u64> = Vec::with_capacity(w.decisions as usize);
     let (mut admitted_ns, mut rejected_ns) = (Vec::new(), Vec::new());
     let mut counters = if !w.no_attribute {
@@ -480,9 +480,9 @@ fn admission_one(args: &AdmissionOneArgs) -> anyhow::Result<AdmissionResult> {
     let mut measured_rounds = 0u64;
     let warmup_started = Instant::now();
     let mut measure_started = None;
-    let mut round = 0u64;
+    let mut round = Round(0);
     loop {
-        let measuring = round >= warmup_rounds;
+        let measuring = round >= Round(warmup_rounds);
         if measuring {
             let done = match w.rounds {
                 Some(n) => measured_rounds >= n,
@@ -495,11 +495,11 @@ fn admission_one(args: &AdmissionOneArgs) -> anyhow::Result<AdmissionResult> {
         let reservations = array.array_mut();
         reservations.begin_round_admission_only(round);
         let active = reservations.active_streams() as u64;
-        if round.is_multiple_of(100) {
+        if round.0.is_multiple_of(100) {
             every_100.push(active);
             rss_every_100.push(proc_status_bytes("VmRSS")?);
         }
-        if round == warmup_rounds {
+        if round == Round(warmup_rounds) {
             active_at_warmup_end = active;
             measure_started = Some(Instant::now());
         }
@@ -507,7 +507,7 @@ fn admission_one(args: &AdmissionOneArgs) -> anyhow::Result<AdmissionResult> {
             active_sum += active;
             measured_rounds += 1;
         }
-        if round.is_multiple_of(256) {
+        if round.0.is_multiple_of(256) {
             live.retain(|&(_, end)| end > round);
         }
         for _ in 0..arrivals.arrivals_in_round(round) {
@@ -540,13 +540,13 @@ fn admission_one(args: &AdmissionOneArgs) -> anyhow::Result<AdmissionResult> {
                         .expect("admitted titles are known")
                         .charges
                         .stream_rounds() as u64;
-                    live.push((a.stream, a.start_round + rounds));
+                    live.push((a.stream, a.start_round.plus(rounds)));
                 }
                 Err(_) if measuring => rejected += 1,
                 Err(_) => {}
             }
         }
-        round += 1;
+        round = round.next();
     }
     let warmup_s = measure_started
         .map(|m| m.duration_since(warmup_started))

@@ -30,7 +30,7 @@ use rondo_experiments::stats::StoppingRule;
 use rondo_model::disk::profile_by_name;
 use rondo_model::layout::{ReplicaPlacement, RoundRobinCounter};
 use rondo_model::reservation::{Bound, Scheme};
-use rondo_model::units::{DiskIndex, NS_PER_MS, NS_PER_S};
+use rondo_model::units::{DiskIndex, NS_PER_MS, NS_PER_S, Round};
 use rondo_sim::faults::{IngestSpec, RebuildSpec};
 use rondo_sim::run::{BoundKind, FailureSpec, Mode, PlacedTitle, SimConfig, SimTitle};
 use rondo_store::{DirectoryFlags, Store};
@@ -317,14 +317,20 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     config.failure = args
         .fail_disk
         .zip(args.fail_round)
-        .map(|(disk, round)| FailureSpec { disk, round });
-    config.faults.rebuild = args
-        .fail_disk
-        .zip(args.rebuild_round)
-        .map(|(disk, round)| RebuildSpec { disk, round });
+        .map(|(disk, round)| FailureSpec {
+            disk,
+            round: Round(round),
+        });
+    config.faults.rebuild =
+        args.fail_disk
+            .zip(args.rebuild_round)
+            .map(|(disk, round)| RebuildSpec {
+                disk,
+                round: Round(round),
+            });
     config.faults.ingest = args.ingest_round.map(|round| IngestSpec {
         title: args.ingest_title,
-        round,
+        round: Round(round),
     });
     if config.faults.needs_simulated_disks() && config.mode != Mode::SimulatedDisk {
         anyhow::bail!(

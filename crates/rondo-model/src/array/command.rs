@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::disk::{BatchRequest, Extent as ModelExtent, Op, Scheduler};
 use crate::health::DiskState;
 use crate::layout::Replica;
-use crate::units::{DiskIndex, StreamId, TitleId};
+use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
 /// One contiguous byte range of a command, with the checksum its bytes must
 /// have (block padding included) when the catalog knows it.
@@ -47,7 +47,7 @@ pub enum Purpose {
     Deliver {
         stream: StreamId,
         title: TitleId,
-        playback_round: u32,
+        playback_round: PlaybackRound,
         replica: Replica,
         piece: u16,
         recovery: bool,
@@ -57,7 +57,10 @@ pub enum Purpose {
     /// A rebuild copy's write onto the rebuilt disk.
     RebuildWrite { copy: CopyId },
     /// One replica extent of round `title_round` of a title being ingested.
-    IngestWrite { title: TitleId, title_round: u32 },
+    IngestWrite {
+        title: TitleId,
+        title_round: PlaybackRound,
+    },
 }
 
 /// One request a disk executes: 1–2 extents read or written back to back.
@@ -65,7 +68,7 @@ pub enum Purpose {
 pub struct DiskCommand {
     pub disk: DiskIndex,
     /// The absolute round the command belongs to.
-    pub round: u64,
+    pub round: Round,
     pub op: Op,
     pub purpose: Purpose,
     pub extents: Vec<CommandExtent>,
@@ -121,12 +124,12 @@ pub struct DiskRoundPlan {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoundReady {
     pub stream: StreamId,
-    pub playback_round: u32,
+    pub playback_round: PlaybackRound,
     /// The replica the data came from.
     pub replica: Replica,
-    pub read_round: u64,
+    pub read_round: Round,
     /// Data read in round i is sent in round i + 1.
-    pub send_round: u64,
+    pub send_round: Round,
     /// It completed after its round ended (a deadline miss).
     pub late: bool,
 }
@@ -135,8 +138,8 @@ pub struct RoundReady {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Miss {
     pub stream: StreamId,
-    pub playback_round: u32,
-    pub read_round: u64,
+    pub playback_round: PlaybackRound,
+    pub read_round: Round,
     /// A stream-round being recovered after a read error (served in
     /// unreserved time), not a planned read.
     pub recovery: bool,
@@ -146,9 +149,12 @@ pub struct Miss {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AbortReason {
     /// A round the stream still needs has no replica on a serving disk.
-    DataLost { playback_round: u32 },
+    DataLost { playback_round: PlaybackRound },
     /// Reading a round failed on both replicas (or on the only one).
-    ReadFailed { playback_round: u32, detail: String },
+    ReadFailed {
+        playback_round: PlaybackRound,
+        detail: String,
+    },
     /// The client took no data for the grace time while holding more than
     /// its buffer.
     ClientStalled {
@@ -194,10 +200,10 @@ pub struct Aborted {
     pub stream: StreamId,
     pub title: TitleId,
     /// Where the stream was in time (for the caller's playback counts).
-    pub start_round: u64,
-    pub end_read_round: u64,
+    pub start_round: Round,
+    pub end_read_round: Round,
     /// The round from which it no longer reads.
-    pub at_round: u64,
+    pub at_round: Round,
     pub reason: AbortReason,
 }
 
@@ -212,7 +218,7 @@ pub struct Copy {
 /// What a round asks of its executors.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RoundPlan {
-    pub round: u64,
+    pub round: Round,
     /// Model time of the round's start and its length (the cycle: asked of
     /// the array, never fixed in a driver).
     pub start_ns: u64,
@@ -240,7 +246,7 @@ pub struct RoundPlan {
     pub rebuild_handed_out: Option<DiskIndex>,
     /// Ingest rounds granted this round: `(title, title round, bytes)`;
     /// written once the round's batches are done.
-    pub ingest_grants: Vec<(TitleId, u32, u64)>,
+    pub ingest_grants: Vec<(TitleId, PlaybackRound, u64)>,
 }
 
 /// How a command ended.
@@ -258,7 +264,7 @@ pub enum ReadOutcome {
 pub struct Completion {
     pub disk: DiskIndex,
     pub stream: StreamId,
-    pub playback_round: u32,
+    pub playback_round: PlaybackRound,
     pub replica: Replica,
     pub piece: u16,
     pub outcome: ReadOutcome,
@@ -296,7 +302,7 @@ pub enum Effect {
     /// replica in a coming round's unreserved time.
     ReReadQueued {
         stream: StreamId,
-        playback_round: u32,
+        playback_round: PlaybackRound,
         replica: Replica,
     },
     /// A disk changed state.

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::layout::Replica;
-use crate::units::{StreamId, TitleId};
+use crate::units::{PlaybackRound, Round, StreamId, TitleId};
 
 /// How the array treats clients.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,7 +50,7 @@ impl Default for DeliveryConfig {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Release {
     pub stream: StreamId,
-    pub playback_round: u32,
+    pub playback_round: PlaybackRound,
     /// The replica its data came from (how the executor assembles it).
     pub replica: Replica,
 }
@@ -59,26 +59,26 @@ pub struct Release {
 #[derive(Clone, Debug)]
 struct Client {
     title: TitleId,
-    start_round: u64,
-    first_playback_round: u32,
-    end_playback_round: u32,
+    start_round: Round,
+    first_playback_round: PlaybackRound,
+    end_playback_round: PlaybackRound,
     /// The next playback round to release.
-    next_release: u32,
+    next_release: PlaybackRound,
     /// Complete rounds not released yet: playback round → (send round, replica).
-    ready: BTreeMap<u32, (u64, Replica)>,
+    ready: BTreeMap<PlaybackRound, (Round, Replica)>,
     /// Released rounds the client has taken.
     taken: u32,
     /// The first round of the client's current stall.
-    stalled_since: Option<u64>,
+    stalled_since: Option<Round>,
 }
 
 impl Client {
     fn released(&self) -> u32 {
-        self.next_release - self.first_playback_round
+        self.next_release.0 - self.first_playback_round.0
     }
 
     fn total(&self) -> u32 {
-        self.end_playback_round - self.first_playback_round
+        self.end_playback_round.0 - self.first_playback_round.0
     }
 }
 
@@ -111,9 +111,9 @@ impl Deliveries {
         &mut self,
         stream: StreamId,
         title: TitleId,
-        start_round: u64,
-        first_playback_round: u32,
-        end_playback_round: u32,
+        start_round: Round,
+        first_playback_round: PlaybackRound,
+        end_playback_round: PlaybackRound,
     ) {
         self.clients.insert(
             stream,
@@ -144,7 +144,7 @@ impl Deliveries {
     }
 
     /// Title and first read round of a known stream.
-    pub fn span(&self, stream: StreamId) -> Option<(TitleId, u64, u32, u32)> {
+    pub fn span(&self, stream: StreamId) -> Option<(TitleId, Round, PlaybackRound, PlaybackRound)> {
         self.clients.get(&stream).map(|c| {
             (
                 c.title,
@@ -160,10 +160,10 @@ impl Deliveries {
     pub fn ready(
         &mut self,
         stream: StreamId,
-        playback_round: u32,
+        playback_round: PlaybackRound,
         replica: Replica,
-        send_round: u64,
-        current: u64,
+        send_round: Round,
+        current: Round,
     ) -> Vec<Release> {
         let Some(client) = self.clients.get_mut(&stream) else {
             return Vec::new();
@@ -187,7 +187,7 @@ impl Deliveries {
     /// here; the caller releases their reservations and stops the stalled.
     pub fn begin_round(
         &mut self,
-        round: u64,
+        round: Round,
         releases: &mut Vec<Release>,
     ) -> (Vec<StreamId>, Vec<Stalled>) {
         let mut finished = Vec::new();
@@ -206,11 +206,11 @@ impl Deliveries {
                 continue;
             }
             let since = *client.stalled_since.get_or_insert(round);
-            if round - since >= grace {
+            if round.since(since) >= grace {
                 stalled.push(Stalled {
                     stream,
                     held_rounds: held,
-                    stalled_rounds: round - since,
+                    stalled_rounds: round.since(since),
                 });
             }
         }
@@ -249,7 +249,7 @@ impl Deliveries {
 
 /// Releases `client`'s ready rounds, in order, whose send round is at or
 /// before `current`.
-fn release_due(stream: StreamId, client: &mut Client, current: u64, out: &mut Vec<Release>) {
+fn release_due(stream: StreamId, client: &mut Client, current: Round, out: &mut Vec<Release>) {
     while let Some(entry) = client.ready.first_entry() {
         let (send_round, replica) = *entry.get();
         if *entry.key() != client.next_release || send_round > current {
@@ -261,6 +261,6 @@ fn release_due(stream: StreamId, client: &mut Client, current: u64, out: &mut Ve
             playback_round: client.next_release,
             replica,
         });
-        client.next_release += 1;
+        client.next_release = client.next_release.next();
     }
 }

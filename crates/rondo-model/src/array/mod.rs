@@ -44,7 +44,7 @@ use crate::rebuild::{RebuildProgress, RebuildQueue, rebuild_tasks};
 use crate::reservation::{
     Admission, Bound, PlannedRead, Rejection, ReservationConfig, Reservations, replica_after_error,
 };
-use crate::units::{DiskIndex, StreamId, TitleId};
+use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
 pub use command::{
     AbortReason, Aborted, Completion, Copy, CopyId, DiskCommand, DiskRoundPlan, Effect, FailCause,
@@ -112,11 +112,11 @@ pub struct AdmitRequest {
 pub struct Admitted {
     pub stream: StreamId,
     /// Absolute round of its first read.
-    pub start_round: u64,
+    pub start_round: Round,
     /// The earliest round it could have started in (the next round).
-    pub earliest_round: u64,
-    pub first_playback_round: usize,
-    pub end_playback_round: usize,
+    pub earliest_round: Round,
+    pub first_playback_round: PlaybackRound,
+    pub end_playback_round: PlaybackRound,
     /// Stored bytes of the first round before the span's first byte.
     pub skip_bytes: u64,
     /// Stored bytes the stream sends.
@@ -166,14 +166,14 @@ pub struct RebuildStarted {
     pub disk: DiskIndex,
     pub copies: usize,
     pub total_bytes: u64,
-    pub round: u64,
+    pub round: Round,
 }
 
 /// A rebuild in progress, as the array tracks it.
 #[derive(Clone, Debug)]
 struct RebuildState {
     queue: RebuildQueue,
-    started_round: u64,
+    started_round: Round,
     /// Copies handed out and not reported done.
     outstanding: BTreeMap<CopyId, u64>,
     copies_done: u64,
@@ -187,7 +187,7 @@ struct RebuildState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RebuildStatus {
     pub progress: RebuildProgress,
-    pub started_round: u64,
+    pub started_round: Round,
     /// Copies the executor reported done (moved or failed).
     pub copies_done: u64,
     /// Bytes the executor reported written and verified.
@@ -200,7 +200,7 @@ pub struct RebuildStatus {
 #[derive(Clone, Debug)]
 struct Inflight {
     replica: Replica,
-    read_round: u64,
+    read_round: Round,
     /// Per piece: still to complete.
     pending: Vec<bool>,
     missed: bool,
@@ -242,7 +242,7 @@ pub struct Array {
     titles: BTreeMap<TitleId, Arc<ArrayTitle>>,
     health: ArrayHealth,
     policy: Box<dyn RetrievalPolicy>,
-    inflight: BTreeMap<(StreamId, u32), Inflight>,
+    inflight: BTreeMap<(StreamId, PlaybackRound), Inflight>,
     rebuild: Option<RebuildState>,
     replacing: Vec<bool>,
     writes: WriteQueue,
@@ -253,9 +253,9 @@ pub struct Array {
     delivering: bool,
     /// Stream-rounds waiting for a re-read from their other replica, in
     /// the order their errors came.
-    rereads: Vec<(StreamId, u32)>,
+    rereads: Vec<(StreamId, PlaybackRound)>,
     /// The first round not begun: the earliest start round of a new stream.
-    next_round: u64,
+    next_round: Round,
     next_copy: u64,
     counters: ArrayCounters,
 }
@@ -280,7 +280,7 @@ impl Array {
             deliveries: delivery::Deliveries::new(config.delivery),
             delivering: true,
             rereads: Vec::new(),
-            next_round: 0,
+            next_round: Round(0),
             next_copy: 0,
             counters: ArrayCounters::default(),
             config,
@@ -307,19 +307,19 @@ impl Array {
     // ----- time -----
 
     /// The first round not begun yet.
-    pub fn next_round(&self) -> u64 {
+    pub fn next_round(&self) -> Round {
         self.next_round
     }
 
     /// The length of round `round`. Constant today (seed 000); seed 004's
     /// dynamic time-cycle changes it, so drivers always ask.
-    pub fn round_duration_ns(&self, _round: u64) -> u64 {
+    pub fn round_duration_ns(&self, _round: Round) -> u64 {
         self.config.reservation.round_duration_ns
     }
 
     /// Model time at which round `round` starts.
-    pub fn round_start_ns(&self, round: u64) -> u64 {
-        round * self.config.reservation.round_duration_ns
+    pub fn round_start_ns(&self, round: Round) -> u64 {
+        round.0 * self.config.reservation.round_duration_ns
     }
 
     // ----- titles -----
@@ -384,8 +384,8 @@ impl Array {
             .ok_or(Rejection::UnknownTitle(request.title))?;
         let index = &title.index;
         let rounds = index.rounds();
-        let past_end = |first_playback_round| Rejection::PastEnd {
-            first_playback_round,
+        let past_end = |first_playback_round: usize| Rejection::PastEnd {
+            first_playback_round: PlaybackRound(first_playback_round as u32),
             rounds,
         };
         let (playback_rounds, skip_bytes, length_bytes): (Range<usize>, u64, u64) =
@@ -416,13 +416,15 @@ impl Array {
                     (round..rounds, 0, index.size_bytes() - start)
                 }
             };
+        let first_playback_round = PlaybackRound(playback_rounds.start as u32);
+        let end_playback_round = PlaybackRound(playback_rounds.end as u32);
         let earliest_round = self.next_round;
         let Admission {
             stream,
             start_round,
         } = self.reservations.try_admit_range(
             request.title,
-            playback_rounds.clone(),
+            first_playback_round..end_playback_round,
             earliest_round,
             lookahead_rounds,
         )?;
@@ -431,16 +433,16 @@ impl Array {
                 stream,
                 request.title,
                 start_round,
-                playback_rounds.start as u32,
-                playback_rounds.end as u32,
+                first_playback_round,
+                end_playback_round,
             );
         }
         Ok(Admitted {
             stream,
             start_round,
             earliest_round,
-            first_playback_round: playback_rounds.start,
-            end_playback_round: playback_rounds.end,
+            first_playback_round,
+            end_playback_round,
             skip_bytes,
             length_bytes,
         })
@@ -474,9 +476,9 @@ impl Array {
     }
 
     fn drop_inflight(&mut self, stream: StreamId) {
-        let keys: Vec<(StreamId, u32)> = self
+        let keys: Vec<(StreamId, PlaybackRound)> = self
             .inflight
-            .range((stream, 0)..=(stream, u32::MAX))
+            .range((stream, PlaybackRound(0))..=(stream, PlaybackRound(u32::MAX)))
             .map(|(k, _)| *k)
             .collect();
         for key in keys {
@@ -491,8 +493,8 @@ impl Array {
             Some(span) => (
                 span.title,
                 span.start_round,
-                span.first_playback_round as u32,
-                span.end_playback_round as u32,
+                span.first_playback_round,
+                span.end_playback_round,
             ),
             None => self.deliveries.span(stream)?,
         };
@@ -502,7 +504,7 @@ impl Array {
             stream,
             title,
             start_round,
-            end_read_round: start_round + u64::from(end - first),
+            end_read_round: start_round.plus(u64::from(end.0 - first.0)),
             at_round: self.next_round,
             reason,
         })
@@ -524,12 +526,12 @@ impl Array {
 
     /// Advances to `round` without planning reads: admission-only mode
     /// (reservations only, seed 000 §6.1).
-    pub fn begin_round_admission_only(&mut self, round: u64) {
+    pub fn begin_round_admission_only(&mut self, round: Round) {
         assert!(round >= self.next_round, "rounds begin in order");
         self.delivering = false;
         self.deliveries = delivery::Deliveries::new(self.config.delivery);
         self.reservations.advance_to(round);
-        self.next_round = round + 1;
+        self.next_round = round.next();
     }
 
     /// Begins round `round` (the next one): counts the misses of the round
@@ -537,7 +539,7 @@ impl Array {
     /// the streams' reads chosen by the retrieval policy, then the rebuild's
     /// copies in the time left unreserved, then ingest writes in what the
     /// rebuild left.
-    pub fn begin_round(&mut self, round: u64) -> RoundPlan {
+    pub fn begin_round(&mut self, round: Round) -> RoundPlan {
         assert!(round >= self.next_round, "rounds begin in order");
         let disks = self.disk_count() as usize;
         let mut plan = RoundPlan {
@@ -583,7 +585,7 @@ impl Array {
         }
         // 3. Time moves on.
         self.reservations.advance_to(round);
-        self.next_round = round + 1;
+        self.next_round = round.next();
         // 4. The streams' reads.
         let (planned, lost) = self.reservations.plan_round(round);
         self.counters.lost_reads += lost.len() as u64;
@@ -662,13 +664,13 @@ impl Array {
     /// complete at once and listed in `ready`, or a title without layout).
     fn deliver_command(
         &mut self,
-        round: u64,
+        round: Round,
         read: &PlannedRead,
         recovery: bool,
         ready: &mut Vec<RoundReady>,
     ) -> Option<DiskCommand> {
         let title = self.titles.get(&read.title)?;
-        let playback_round = read.playback_round as usize;
+        let playback_round = read.playback_round.index();
         let entry = read.backup_entry as usize;
         let layout = title.layout.as_deref()?;
         let round_layout = layout.round(playback_round);
@@ -697,7 +699,7 @@ impl Array {
                     playback_round: read.playback_round,
                     replica: f.replica,
                     read_round: f.read_round,
-                    send_round: f.read_round + 1,
+                    send_round: f.read_round.next(),
                     late: f.missed,
                 });
             }
@@ -738,7 +740,7 @@ impl Array {
     }
 
     /// The rebuild's copies of `round`; returns the time charged per disk.
-    fn plan_rebuild(&mut self, round: u64, used_ns: &[u64], plan: &mut RoundPlan) -> Vec<u64> {
+    fn plan_rebuild(&mut self, round: Round, used_ns: &[u64], plan: &mut RoundPlan) -> Vec<u64> {
         let disks = self.disk_count() as usize;
         let mut charged = vec![0u64; disks];
         let Some(rebuild) = self.rebuild.as_mut() else {
@@ -846,12 +848,12 @@ impl Array {
                 playback_round: completion.playback_round,
                 replica: f.replica,
                 read_round: f.read_round,
-                send_round: f.read_round + 1,
+                send_round: f.read_round.next(),
                 late: f.missed,
             };
             // A late round whose send round has come goes out at once (with
             // the rounds it held back).
-            let current = self.next_round.saturating_sub(1);
+            let current = self.next_round.minus(1);
             let released = self.deliveries.ready(
                 ready.stream,
                 ready.playback_round,
@@ -877,9 +879,7 @@ impl Array {
         let disk = completion.disk;
         let was = self.health.state(disk);
         // Errors are dated by the round in progress.
-        let now = self
-            .health
-            .record_error(disk, self.next_round.saturating_sub(1));
+        let now = self.health.record_error(disk, self.next_round.minus(1));
         if let Some(state) = now {
             effects.push(Effect::DiskState { disk, state });
             if state == DiskState::Failed && was != DiskState::Failed {
@@ -910,7 +910,7 @@ impl Array {
         };
         let title = Arc::clone(&self.titles[&span.title]);
         let layout = title.layout.as_deref().expect("a read came from a layout");
-        let round_layout = layout.round(playback_round as usize);
+        let round_layout = layout.round(playback_round.index());
         let backup_disks: Vec<DiskIndex> = round_layout.backups.iter().map(|b| b.disk).collect();
         let other = replica_after_error(f.replica, round_layout.primary_disk, &backup_disks, |d| {
             !self.reservations.is_failed(d)
@@ -953,7 +953,7 @@ impl Array {
     /// The queued re-reads that fit this round's unreserved time, in the
     /// order their errors came (a re-read that does not fit waits, and so do
     /// those behind it); returns the time charged per disk.
-    fn plan_rereads(&mut self, round: u64, plan: &mut RoundPlan) -> Vec<u64> {
+    fn plan_rereads(&mut self, round: Round, plan: &mut RoundPlan) -> Vec<u64> {
         let disks = self.disk_count() as usize;
         let mut charged = vec![0u64; disks];
         if self.rereads.is_empty() {
@@ -973,7 +973,7 @@ impl Array {
             };
             let replica = f.replica;
             let charges = Arc::clone(&self.titles[&span.title].charges);
-            let i = playback_round as usize;
+            let i = playback_round.index();
             let reads: Vec<PlannedRead> = match replica {
                 Replica::Primary => vec![(charges.primary(i), 0u16)],
                 Replica::Backup => charges
@@ -1076,12 +1076,13 @@ impl Array {
         for stream in lost {
             let span = self.reservations.stream_span(stream).expect("registered");
             // The first playback round it has not read yet.
-            let next = span.first_playback_round
-                + (self.next_round.max(span.start_round) - span.start_round) as usize;
+            let next = PlaybackRound(
+                span.first_playback_round.0 + self.next_round.since(span.start_round) as u32,
+            );
             if let Some(a) = self.abort(
                 stream,
                 AbortReason::DataLost {
-                    playback_round: next as u32,
+                    playback_round: next,
                 },
             ) {
                 effects.push(Effect::Aborted(a));
@@ -1230,7 +1231,7 @@ impl Array {
     }
 
     /// The ingest's writer waits for round `title_round`.
-    pub fn want_write(&mut self, title: TitleId, title_round: usize) {
+    pub fn want_write(&mut self, title: TitleId, title_round: PlaybackRound) {
         self.writes.want(title, title_round);
     }
 

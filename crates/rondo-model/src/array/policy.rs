@@ -9,7 +9,7 @@
 
 use crate::disk::Scheduler;
 use crate::reservation::PlannedRead;
-use crate::units::DiskIndex;
+use crate::units::{DiskIndex, Round};
 
 /// Chooses one disk's reads for one round.
 pub trait RetrievalPolicy: std::fmt::Debug + Send {
@@ -21,7 +21,7 @@ pub trait RetrievalPolicy: std::fmt::Debug + Send {
     fn disk_reads(
         &mut self,
         disk: DiskIndex,
-        round: u64,
+        round: Round,
         planned: Vec<PlannedRead>,
     ) -> Vec<PlannedRead>;
 
@@ -39,7 +39,12 @@ impl RetrievalPolicy for OneReadPerStream {
         "one-read-per-stream"
     }
 
-    fn disk_reads(&mut self, _: DiskIndex, _: u64, planned: Vec<PlannedRead>) -> Vec<PlannedRead> {
+    fn disk_reads(
+        &mut self,
+        _: DiskIndex,
+        _: Round,
+        planned: Vec<PlannedRead>,
+    ) -> Vec<PlannedRead> {
         planned
     }
 

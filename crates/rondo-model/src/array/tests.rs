@@ -142,7 +142,10 @@ fn spans_map_bytes_and_times_to_playback_rounds() {
         })
         .unwrap();
     // Byte 1500 is 500 into round 2 (round 1 is empty); byte 3499 is in round 3.
-    assert_eq!((s.first_playback_round, s.end_playback_round), (2, 4));
+    assert_eq!(
+        (s.first_playback_round, s.end_playback_round),
+        (PlaybackRound(2), PlaybackRound(4))
+    );
     assert_eq!((s.skip_bytes, s.length_bytes), (500, 2000));
     let s = a
         .admit(&AdmitRequest {
@@ -153,7 +156,10 @@ fn spans_map_bytes_and_times_to_playback_rounds() {
             },
         })
         .unwrap();
-    assert_eq!((s.first_playback_round, s.end_playback_round), (0, 4));
+    assert_eq!(
+        (s.first_playback_round, s.end_playback_round),
+        (PlaybackRound(0), PlaybackRound(4))
+    );
     assert_eq!(s.length_bytes, 5990, "cut to the title's end");
     let s = a
         .admit(&AdmitRequest {
@@ -163,7 +169,10 @@ fn spans_map_bytes_and_times_to_playback_rounds() {
             },
         })
         .unwrap();
-    assert_eq!((s.first_playback_round, s.length_bytes), (2, 5000));
+    assert_eq!(
+        (s.first_playback_round, s.length_bytes),
+        (PlaybackRound(2), 5000)
+    );
     assert!(matches!(
         a.admit(&AdmitRequest {
             title: TitleId(0),
@@ -182,8 +191,8 @@ fn spans_map_bytes_and_times_to_playback_rounds() {
 fn a_round_plans_checked_reads_and_completions_make_rounds_ready() {
     let mut a = array(4, Scheme::Minimum, &[100 * KIB, 0, 200 * KIB, 50 * KIB]);
     let s = a.admit(&whole(0)).unwrap();
-    assert_eq!(s.start_round, 0);
-    let plan = a.begin_round(0);
+    assert_eq!(s.start_round, Round(0));
+    let plan = a.begin_round(Round(0));
     assert_eq!(plan.duration_ns, NS_PER_S);
     let reads = deliveries(&plan);
     assert_eq!(reads.len(), 1);
@@ -199,26 +208,26 @@ fn a_round_plans_checked_reads_and_completions_make_rounds_ready() {
     assert!(matches!(
         effects.as_slice(),
         [Effect::Ready(RoundReady {
-            playback_round: 0,
-            send_round: 1,
+            playback_round: PlaybackRound(0),
+            send_round: Round(1),
             late: false,
             ..
         })]
     ));
     // Round 1 is empty: ready at once, no command. Round 0's data is
     // released to the client in round 1, its send round.
-    let plan = a.begin_round(1);
+    let plan = a.begin_round(Round(1));
     assert!(deliveries(&plan).is_empty());
     assert_eq!(plan.ready.len(), 1);
-    assert_eq!(plan.ready[0].playback_round, 1);
+    assert_eq!(plan.ready[0].playback_round, PlaybackRound(1));
     assert_eq!(released(&plan), [0]);
     a.client_took(s.stream, 1);
     // Round 2's read is not completed before round 3 begins: a miss.
-    let plan = a.begin_round(2);
+    let plan = a.begin_round(Round(2));
     assert_eq!(released(&plan), [1]);
     let late = deliveries(&plan)[0].clone();
     assert_eq!(late.extents[0].crc32c, Some(200));
-    let plan = a.begin_round(3);
+    let plan = a.begin_round(Round(3));
     assert_eq!(plan.missed.len(), 1);
     assert!(released(&plan).is_empty(), "round 2 is not complete");
     assert_eq!(a.counters().stream_round_misses, 1);
@@ -229,7 +238,7 @@ fn a_round_plans_checked_reads_and_completions_make_rounds_ready() {
         [
             Effect::Ready(RoundReady { late: true, .. }),
             Effect::Released(Release {
-                playback_round: 2,
+                playback_round: PlaybackRound(2),
                 ..
             })
         ]
@@ -238,7 +247,7 @@ fn a_round_plans_checked_reads_and_completions_make_rounds_ready() {
 }
 
 fn released(plan: &RoundPlan) -> Vec<u32> {
-    plan.releases.iter().map(|r| r.playback_round).collect()
+    plan.releases.iter().map(|r| r.playback_round.0).collect()
 }
 
 /// Reads every stream's planned commands back as successful completions.
@@ -259,7 +268,7 @@ fn a_client_that_takes_every_round_finishes_and_one_that_stops_is_stopped_after_
     let mut finished_at = None;
     let mut stopped = None;
     for round in 0..60u64 {
-        let plan = a.begin_round(round);
+        let plan = a.begin_round(Round(round));
         for r in &plan.releases {
             // The staller takes its first three rounds, then nothing.
             let t = taken.entry(r.stream).or_insert(0u32);
@@ -301,7 +310,7 @@ fn a_failed_read_is_read_again_from_the_backup_in_unreserved_time_and_a_second_f
  {
     let mut a = array(4, Scheme::Minimum, &[100 * KIB; 6]);
     let s = a.admit(&whole(0)).unwrap();
-    let plan = a.begin_round(0);
+    let plan = a.begin_round(Round(0));
     let read = deliveries(&plan)[0].clone();
     let mut failed = ok(&read);
     failed.outcome = ReadOutcome::BadChecksum("crc mismatch".into());
@@ -312,7 +321,7 @@ fn a_failed_read_is_read_again_from_the_backup_in_unreserved_time_and_a_second_f
     }));
     assert!(effects.contains(&Effect::ReReadQueued {
         stream: s.stream,
-        playback_round: 0,
+        playback_round: PlaybackRound(0),
         replica: Replica::Backup
     }));
     // A stale completion of the primary changes nothing.
@@ -320,7 +329,7 @@ fn a_failed_read_is_read_again_from_the_backup_in_unreserved_time_and_a_second_f
     a.check_invariants();
     // The next round reads the backup beside the stream's round 1, charged
     // to the backup disk's granted (unreserved) time, not its reservation.
-    let plan = a.begin_round(1);
+    let plan = a.begin_round(Round(1));
     assert_eq!(plan.missed.len(), 1);
     assert!(plan.missed[0].recovery);
     assert_eq!(a.counters().stream_round_misses, 0);
@@ -336,7 +345,7 @@ fn a_failed_read_is_read_again_from_the_backup_in_unreserved_time_and_a_second_f
         again[0].purpose,
         Purpose::Deliver {
             replica: Replica::Backup,
-            playback_round: 0,
+            playback_round: PlaybackRound(0),
             ..
         }
     ));
@@ -367,7 +376,7 @@ fn errors_past_the_threshold_fail_the_disk_and_its_reads_go_to_the_backups() {
     for _ in 0..3 {
         a.admit(&whole(0)).unwrap();
     }
-    let plan = a.begin_round(0);
+    let plan = a.begin_round(Round(0));
     let reads: Vec<DiskCommand> = deliveries(&plan).into_iter().cloned().collect();
     assert_eq!(reads.len(), 3, "{reads:?}");
     let disk = reads[0].disk;
@@ -387,7 +396,7 @@ fn errors_past_the_threshold_fail_the_disk_and_its_reads_go_to_the_backups() {
     assert!(!effects.iter().any(|e| matches!(e, Effect::Aborted(_))));
     // Every later read of the failed disk's data goes to its backup.
     for round in 1..12 {
-        let plan = a.begin_round(round);
+        let plan = a.begin_round(Round(round));
         assert!(plan.disks[disk.index()].commands.is_empty());
         assert!(!plan.disks[disk.index()].serving);
         for c in deliveries(&plan) {
@@ -403,7 +412,7 @@ fn a_second_failure_stops_and_releases_the_streams_whose_data_is_gone() {
     for _ in 0..4 {
         a.admit(&whole(0)).unwrap();
     }
-    a.begin_round(0);
+    a.begin_round(Round(0));
     let effects = a.fail_disk(DiskIndex(0), FailCause::Operator).unwrap();
     assert!(!effects.iter().any(|e| matches!(e, Effect::Aborted(_))));
     assert_eq!(
@@ -422,7 +431,7 @@ fn a_second_failure_stops_and_releases_the_streams_whose_data_is_gone() {
     assert_eq!(a.active_streams(), 0);
     // Nothing is reserved any more: the tables were released.
     for d in 0..3 {
-        assert_eq!(a.reservations().reserved_ns(DiskIndex(d), 1), 0);
+        assert_eq!(a.reservations().reserved_ns(DiskIndex(d), Round(1)), 0);
     }
     a.check_invariants();
 }
@@ -463,7 +472,7 @@ fn a_rebuild_runs_in_unreserved_time_and_ingest_takes_what_it_leaves() {
     let mut granted = 0;
     let mut round = 0;
     while a.rebuild_status().is_some() {
-        let plan = a.begin_round(round);
+        let plan = a.begin_round(Round(round));
         for d in &plan.disks {
             let budget = d.reserved_ns.unwrap_or(0) + d.granted_ns;
             assert!(
@@ -493,7 +502,7 @@ fn a_rebuild_runs_in_unreserved_time_and_ingest_takes_what_it_leaves() {
     assert!(!a.reservations().is_failed(DiskIndex(2)));
     // The ingest's rounds were granted too (all 8 fit beside one stream).
     while granted < 8 {
-        let plan = a.begin_round(round);
+        let plan = a.begin_round(Round(round));
         granted += plan.ingest_grants.len();
         round += 1;
         assert!(round < 200);

@@ -22,7 +22,7 @@ use super::command::{CommandExtent, DiskCommand, Purpose};
 use crate::disk::Op;
 use crate::layout::TitleLayout;
 use crate::reservation::Bound;
-use crate::units::{DiskIndex, TitleId};
+use crate::units::{DiskIndex, PlaybackRound, Round, TitleId};
 
 /// Rounds granted past the one an ingest's writer waits for.
 pub const WRITE_LOOKAHEAD_ROUNDS: usize = 64;
@@ -50,7 +50,7 @@ pub struct WriteGrant {
     /// Per disk: the time charged.
     pub charged_ns: Vec<u64>,
     /// `(title, title round, bytes)` of every granted round.
-    pub rounds: Vec<(TitleId, u32, u64)>,
+    pub rounds: Vec<(TitleId, PlaybackRound, u64)>,
 }
 
 impl WriteQueue {
@@ -68,7 +68,8 @@ impl WriteQueue {
 
     /// The writer of `title` waits for `round`: rounds up to
     /// [`WRITE_LOOKAHEAD_ROUNDS`] past it may be granted.
-    pub fn want(&mut self, title: TitleId, round: usize) {
+    pub fn want(&mut self, title: TitleId, round: PlaybackRound) {
+        let round = round.index();
         if let Some(t) = self.titles.get_mut(&title) {
             t.wanted = t.wanted.max(round);
             // A writer that skipped rounds (nothing to write) moves the grant on.
@@ -86,7 +87,7 @@ impl WriteQueue {
     /// reserved (`T − fixed`).
     pub fn grant(
         &mut self,
-        round: u64,
+        round: Round,
         credits_ns: &[u64],
         idle_round_ns: u64,
         write_bound: &Bound,
@@ -132,7 +133,9 @@ impl WriteQueue {
                 for c in commands {
                     grant.commands[c.disk.index()].push(c);
                 }
-                grant.rounds.push((title, title_round as u32, bytes));
+                grant
+                    .rounds
+                    .push((title, PlaybackRound(title_round as u32), bytes));
                 writes.next_grant += 1;
             }
         }
@@ -146,7 +149,7 @@ fn round_writes(
     layout: &TitleLayout,
     title: TitleId,
     title_round: usize,
-    round: u64,
+    round: Round,
     write_bound: &Bound,
 ) -> Vec<DiskCommand> {
     let l = layout.round(title_round);
@@ -166,7 +169,7 @@ fn round_writes(
             op: Op::Write,
             purpose: Purpose::IngestWrite {
                 title,
-                title_round: title_round as u32,
+                title_round: PlaybackRound(title_round as u32),
             },
             charge_ns: write_bound.extents_ns(&[extent.sectors()]),
             extents: vec![extent],

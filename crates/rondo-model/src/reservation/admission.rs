@@ -5,7 +5,7 @@ use super::{
     Admission, Charge, Rejection, Reservations, RoundChoice, Scheme, StreamRecord, TitleCharges,
     stream_end,
 };
-use crate::units::{DiskIndex, StreamId, TitleId};
+use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
 impl Reservations {
     /// Tries start rounds `earliest_round`, `earliest_round + 1`, … up to
@@ -14,10 +14,10 @@ impl Reservations {
     pub fn try_admit(
         &mut self,
         title: TitleId,
-        earliest_round: u64,
+        earliest_round: Round,
         lookahead_rounds: u64,
     ) -> Result<Admission, Rejection> {
-        self.try_admit_from(title, 0, earliest_round, lookahead_rounds)
+        self.try_admit_from(title, PlaybackRound(0), earliest_round, lookahead_rounds)
     }
 
     /// Like [`Reservations::try_admit`] for a stream that begins at the
@@ -29,8 +29,8 @@ impl Reservations {
     pub fn try_admit_from(
         &mut self,
         title: TitleId,
-        first_playback_round: usize,
-        earliest_round: u64,
+        first_playback_round: PlaybackRound,
+        earliest_round: Round,
         lookahead_rounds: u64,
     ) -> Result<Admission, Rejection> {
         let rounds = self
@@ -40,7 +40,7 @@ impl Reservations {
             .rounds();
         self.try_admit_range(
             title,
-            first_playback_round..rounds,
+            first_playback_round..PlaybackRound(rounds as u32),
             earliest_round,
             lookahead_rounds,
         )
@@ -53,27 +53,27 @@ impl Reservations {
     pub fn try_admit_range(
         &mut self,
         title: TitleId,
-        playback_rounds: std::ops::Range<usize>,
-        earliest_round: u64,
+        playback_rounds: std::ops::Range<PlaybackRound>,
+        earliest_round: Round,
         lookahead_rounds: u64,
     ) -> Result<Admission, Rejection> {
         let charges = self
             .titles
             .get(&title)
             .ok_or(Rejection::UnknownTitle(title))?;
-        let first_playback_round = playback_rounds.start;
-        let end_playback_round = playback_rounds.end.min(charges.rounds());
+        let first_playback_round = playback_rounds.start.index();
+        let end_playback_round = playback_rounds.end.index().min(charges.rounds());
         if first_playback_round >= end_playback_round {
             return Err(Rejection::PastEnd {
-                first_playback_round,
+                first_playback_round: playback_rounds.start,
                 rounds: charges.rounds(),
             });
         }
         let stream_rounds = (stream_end(charges, end_playback_round) - first_playback_round) as u64;
         let earliest_round = earliest_round.max(self.current_round);
         let lookahead_rounds = lookahead_rounds.max(1);
-        let window_end = self.current_round + self.config.horizon_rounds;
-        if earliest_round + stream_rounds > window_end {
+        let window_end = self.current_round.plus(self.config.horizon_rounds);
+        if earliest_round.plus(stream_rounds) > window_end {
             return Err(Rejection::TooLong {
                 rounds: stream_rounds,
                 horizon_rounds: self.config.horizon_rounds,
@@ -84,8 +84,8 @@ impl Reservations {
             disk: DiskIndex(0),
             round: earliest_round,
         };
-        for start in earliest_round..earliest_round + lookahead_rounds {
-            if start + stream_rounds > window_end {
+        for start in Round::range(earliest_round, earliest_round.plus(lookahead_rounds)) {
+            if start.plus(stream_rounds) > window_end {
                 break;
             }
             let rounds = first_playback_round..end_playback_round;
@@ -120,21 +120,21 @@ impl Reservations {
         &self,
         charges: &TitleCharges,
         playback_rounds: std::ops::Range<usize>,
-        start: u64,
+        start: Round,
         lookahead_rounds: u64,
     ) -> Result<Vec<RoundChoice>, Rejection> {
         let (first, end) = (playback_rounds.start, playback_rounds.end);
         let cfg = &self.config;
         let budget_ns = cfg.round_duration_ns.saturating_sub(cfg.round_fixed_ns);
         let horizon = cfg.horizon_rounds;
-        let disk_full = |disk: DiskIndex, round: u64| Rejection::DiskTime {
+        let disk_full = |disk: DiskIndex, round: Round| Rejection::DiskTime {
             lookahead_rounds,
             disk,
             round,
         };
         for i in first..stream_end(charges, end) {
-            let round = start + (i - first) as u64;
-            let ring = (round % horizon) as usize;
+            let round = start.plus((i - first) as u64);
+            let ring = (round.0 % horizon) as usize;
             if self.buffer_bytes[ring] + charges.buffer_bytes[i] > cfg.buffer_capacity_bytes {
                 return Err(Rejection::Buffer {
                     lookahead_rounds,
@@ -152,10 +152,10 @@ impl Reservations {
         }
         let mut choice = Vec::with_capacity(end - first);
         for i in first..end {
-            let round = start + (i - first) as u64;
+            let round = start.plus((i - first) as u64);
             let primary = charges.primary(i);
             let backup = charges.backup(i);
-            let round_choice = self.choose(primary, backup, round, i as u64)?;
+            let round_choice = self.choose(primary, backup, round, PlaybackRound(i as u32))?;
             match round_choice {
                 RoundChoice::Primary => {
                     let slot = self.slot(primary.disk, round);
@@ -195,8 +195,8 @@ impl Reservations {
         &self,
         primary: Charge,
         backup: &[Charge],
-        round: u64,
-        playback_round: u64,
+        round: Round,
+        playback_round: PlaybackRound,
     ) -> Result<RoundChoice, Rejection> {
         let backup_ok = !backup.is_empty() && backup.iter().all(|p| !self.failed[p.disk.index()]);
         if self.failed[primary.disk.index()] {

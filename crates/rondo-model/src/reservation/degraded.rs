@@ -4,7 +4,7 @@
 use super::Reservations;
 use crate::layout::Replica;
 use crate::reservation::Charge;
-use crate::units::{DiskIndex, StreamId};
+use crate::units::{DiskIndex, Round, StreamId};
 
 impl Reservations {
     pub fn is_failed(&self, disk: DiskIndex) -> bool {
@@ -26,7 +26,7 @@ impl Reservations {
     /// Like [`Reservations::fail_disk`] for a failure that takes effect at
     /// `from_round` (the first round not planned yet): only rounds a stream
     /// reads from there on count.
-    pub fn fail_disk_from(&mut self, disk: DiskIndex, from_round: u64) -> Vec<StreamId> {
+    pub fn fail_disk_from(&mut self, disk: DiskIndex, from_round: Round) -> Vec<StreamId> {
         self.failed[disk.index()] = true;
         self.streams_losing_data_from(from_round)
     }
@@ -38,7 +38,7 @@ impl Reservations {
 
     /// Streams with a round read at or after `from_round` whose data has no
     /// working replica.
-    pub fn streams_losing_data_from(&self, from_round: u64) -> Vec<StreamId> {
+    pub fn streams_losing_data_from(&self, from_round: Round) -> Vec<StreamId> {
         let working = |c: &Charge| !self.failed[c.disk.index()];
         self.streams
             .iter()
@@ -60,7 +60,7 @@ impl Reservations {
     /// writes (e.g. a rebuild's copies). A write may use on each disk at most
     /// that disk's credit; a failed disk's whole round is free
     /// ([`Reservations::unreserved_ns`]).
-    pub fn write_credits_ns(&self, round: u64, used_ns: &[u64]) -> Vec<u64> {
+    pub fn write_credits_ns(&self, round: Round, used_ns: &[u64]) -> Vec<u64> {
         DiskIndex::all(self.config.disks)
             .map(|d| {
                 let used = used_ns.get(d.index()).copied().unwrap_or(0);
@@ -72,7 +72,7 @@ impl Reservations {
     /// Disk time on `disk` in `round` that no admitted stream has reserved:
     /// what writes (ingest, rebuild) may use. A failed disk serves no reads,
     /// so all of its round is free for rebuild writes.
-    pub fn unreserved_ns(&self, disk: DiskIndex, round: u64) -> u64 {
+    pub fn unreserved_ns(&self, disk: DiskIndex, round: Round) -> u64 {
         let budget = self
             .config
             .round_duration_ns

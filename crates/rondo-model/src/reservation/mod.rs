@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::layout::Replica;
-use crate::units::{DiskIndex, StreamId, TitleId};
+use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
 pub use charges::{Bound, Charge, ChargesError, TitleCharges};
 pub use degraded::replica_after_error;
@@ -153,23 +153,23 @@ pub enum Rejection {
     DiskTime {
         lookahead_rounds: u64,
         disk: DiskIndex,
-        round: u64,
+        round: Round,
     },
     #[error(
         "no start round within {lookahead_rounds} rounds: server buffer is full in round {round}"
     )]
-    Buffer { lookahead_rounds: u64, round: u64 },
+    Buffer { lookahead_rounds: u64, round: Round },
     #[error("no start round within {lookahead_rounds} rounds: network is full in round {round}")]
-    Network { lookahead_rounds: u64, round: u64 },
+    Network { lookahead_rounds: u64, round: Round },
     #[error("round {round} of the title has no replica on a working disk")]
-    DataUnavailable { round: u64 },
+    DataUnavailable { round: PlaybackRound },
     #[error("title is {rounds} stream rounds long; the reservation horizon is {horizon_rounds}")]
     TooLong { rounds: u64, horizon_rounds: u64 },
     #[error("unknown title {0:?}")]
     UnknownTitle(TitleId),
     #[error("playback round {first_playback_round} is past the title's end ({rounds} rounds)")]
     PastEnd {
-        first_playback_round: usize,
+        first_playback_round: PlaybackRound,
         rounds: usize,
     },
 }
@@ -180,7 +180,7 @@ pub struct PlannedRead {
     pub stream: StreamId,
     pub title: TitleId,
     /// The title's playback round whose data is read.
-    pub playback_round: u32,
+    pub playback_round: PlaybackRound,
     pub disk: DiskIndex,
     pub replica: Replica,
     /// For a backup read, which entry of the round's backup list
@@ -196,7 +196,7 @@ pub struct PlannedRead {
 struct StreamRecord {
     title: TitleId,
     /// Absolute round of the stream's first read.
-    start_round: u64,
+    start_round: Round,
     /// The title's playback round read first (0 unless the stream started
     /// mid-title, e.g. a player's range request).
     first_playback_round: usize,
@@ -210,14 +210,14 @@ struct StreamRecord {
 
 impl StreamRecord {
     /// The title's playback round (and schedule index) the stream handles in `round`.
-    fn index(&self, round: u64) -> usize {
-        self.first_playback_round + (round - self.start_round) as usize
+    fn index(&self, round: Round) -> usize {
+        self.first_playback_round + (round.0 - self.start_round.0) as usize
     }
 
     /// The first round after the stream's last.
-    fn end_round(&self, charges: &TitleCharges) -> u64 {
+    fn end_round(&self, charges: &TitleCharges) -> Round {
         self.start_round
-            + (stream_end(charges, self.end_playback_round) - self.first_playback_round) as u64
+            .plus((stream_end(charges, self.end_playback_round) - self.first_playback_round) as u64)
     }
 }
 
@@ -244,21 +244,22 @@ fn stream_end(charges: &TitleCharges, end_playback_round: usize) -> usize {
 pub struct StreamSpan {
     pub title: TitleId,
     /// Absolute round of its first read.
-    pub start_round: u64,
+    pub start_round: Round,
     /// The title's playback round read first.
-    pub first_playback_round: usize,
+    pub first_playback_round: PlaybackRound,
     /// The playback round after its last read.
-    pub end_playback_round: usize,
+    pub end_playback_round: PlaybackRound,
 }
 
 impl StreamSpan {
     /// The absolute round in which playback round `playback_round` is read.
-    pub fn read_round(&self, playback_round: usize) -> u64 {
-        self.start_round + (playback_round - self.first_playback_round) as u64
+    pub fn read_round(&self, playback_round: PlaybackRound) -> Round {
+        self.start_round
+            .plus(u64::from(playback_round.0 - self.first_playback_round.0))
     }
 
     /// The absolute round after its last read.
-    pub fn end_read_round(&self) -> u64 {
+    pub fn end_read_round(&self) -> Round {
         self.read_round(self.end_playback_round)
     }
 }
@@ -268,7 +269,7 @@ impl StreamSpan {
 pub struct Admission {
     pub stream: StreamId,
     /// Absolute round of the stream's first disk read.
-    pub start_round: u64,
+    pub start_round: Round,
 }
 
 /// The reservation tables of one disk array.
@@ -283,7 +284,7 @@ pub struct Reservations {
     streams: BTreeMap<StreamId, StreamRecord>,
     next_stream: u64,
     /// Every round before this one is in the past and its slots are cleared.
-    current_round: u64,
+    current_round: Round,
     failed: Vec<bool>,
 }
 
@@ -301,7 +302,7 @@ impl Reservations {
             titles: BTreeMap::new(),
             streams: BTreeMap::new(),
             next_stream: 0,
-            current_round: 0,
+            current_round: Round(0),
             config,
         }
     }
@@ -310,7 +311,7 @@ impl Reservations {
         &self.config
     }
 
-    pub fn current_round(&self) -> u64 {
+    pub fn current_round(&self) -> Round {
         self.current_round
     }
 
@@ -346,8 +347,8 @@ impl Reservations {
         self.streams.get(&stream).map(|r| StreamSpan {
             title: r.title,
             start_round: r.start_round,
-            first_playback_round: r.first_playback_round,
-            end_playback_round: r.end_playback_round,
+            first_playback_round: PlaybackRound(r.first_playback_round as u32),
+            end_playback_round: PlaybackRound(r.end_playback_round as u32),
         })
     }
 
@@ -365,55 +366,56 @@ impl Reservations {
         self.streams.len()
     }
 
-    fn slot_index(&self, disk: DiskIndex, round: u64) -> usize {
-        (u64::from(disk.0) * self.config.horizon_rounds + round % self.config.horizon_rounds)
+    fn slot_index(&self, disk: DiskIndex, round: Round) -> usize {
+        (u64::from(disk.0) * self.config.horizon_rounds + round.0 % self.config.horizon_rounds)
             as usize
     }
 
-    fn slot(&self, disk: DiskIndex, round: u64) -> &DiskSlot {
+    fn slot(&self, disk: DiskIndex, round: Round) -> &DiskSlot {
         &self.slots[self.slot_index(disk, round)]
     }
 
     /// Disk time reserved on `disk` in `round`, without the fixed term.
-    pub fn reserved_ns(&self, disk: DiskIndex, round: u64) -> u64 {
+    pub fn reserved_ns(&self, disk: DiskIndex, round: Round) -> u64 {
         self.check_window(round);
         self.slot(disk, round).reserved_ns(self.config.scheme)
     }
 
     /// The part of `reserved_ns` that is for primary (planned) reads.
-    pub fn reserved_primary_ns(&self, disk: DiskIndex, round: u64) -> u64 {
+    pub fn reserved_primary_ns(&self, disk: DiskIndex, round: Round) -> u64 {
         self.check_window(round);
         self.slot(disk, round).primary_ns
     }
 
     /// Backup time on `disk` in `round` for primaries on `source`.
-    pub fn reserved_backup_from_ns(&self, disk: DiskIndex, round: u64, source: DiskIndex) -> u64 {
+    pub fn reserved_backup_from_ns(&self, disk: DiskIndex, round: Round, source: DiskIndex) -> u64 {
         self.check_window(round);
         self.slot(disk, round).backup_from(source)
     }
 
     /// Server buffer reserved in `round`.
-    pub fn reserved_buffer_bytes(&self, round: u64) -> u64 {
+    pub fn reserved_buffer_bytes(&self, round: Round) -> u64 {
         self.check_window(round);
-        self.buffer_bytes[(round % self.config.horizon_rounds) as usize]
+        self.buffer_bytes[(round.0 % self.config.horizon_rounds) as usize]
     }
 
-    fn check_window(&self, round: u64) {
+    fn check_window(&self, round: Round) {
         assert!(
-            round >= self.current_round && round < self.current_round + self.config.horizon_rounds,
+            round >= self.current_round
+                && round < self.current_round.plus(self.config.horizon_rounds),
             "round {round} outside the reservation window [{}, {})",
             self.current_round,
-            self.current_round + self.config.horizon_rounds
+            self.current_round.plus(self.config.horizon_rounds)
         );
     }
 
     /// Moves time forward to `round`: past rounds' slots are cleared and
     /// streams that ended are forgotten.
-    pub fn advance_to(&mut self, round: u64) {
+    pub fn advance_to(&mut self, round: Round) {
         assert!(round >= self.current_round, "time runs forward");
         let horizon = self.config.horizon_rounds;
-        let first_cleared = self.current_round.max(round.saturating_sub(horizon));
-        for past in first_cleared..round {
+        let first_cleared = self.current_round.0.max(round.0.saturating_sub(horizon));
+        for past in first_cleared..round.0 {
             let slot = (past % horizon) as usize;
             for disk in 0..self.config.disks {
                 let i = (disk as u64 * horizon) as usize + slot;
@@ -435,9 +437,9 @@ impl Reservations {
         let scheme = self.config.scheme;
         let horizon = self.config.horizon_rounds;
         let first = self.current_round.max(record.start_round);
-        for round in first..record.end_round(&charges) {
+        for round in Round::range(first, record.end_round(&charges)) {
             let i = record.index(round);
-            let ring = (round % horizon) as usize;
+            let ring = (round.0 % horizon) as usize;
             self.buffer_bytes[ring] =
                 add_signed(self.buffer_bytes[ring], charges.buffer_bytes[i], sign);
             self.network_bytes[ring] =
@@ -496,7 +498,7 @@ impl Reservations {
             fresh.apply(record, 1);
         }
         let horizon = self.config.horizon_rounds;
-        for round in self.current_round..self.current_round + horizon {
+        for round in Round::range(self.current_round, self.current_round.plus(horizon)) {
             for disk in DiskIndex::all(self.config.disks) {
                 let (a, b) = (self.slot(disk, round), fresh.slot(disk, round));
                 assert_eq!(
@@ -521,7 +523,7 @@ impl Reservations {
                     "disk {disk} over-reserved in round {round}"
                 );
             }
-            let ring = (round % horizon) as usize;
+            let ring = (round.0 % horizon) as usize;
             assert_eq!(self.buffer_bytes[ring], fresh.buffer_bytes[ring]);
             assert!(self.buffer_bytes[ring] <= self.config.buffer_capacity_bytes);
         }

@@ -3,14 +3,14 @@
 
 use super::{PlannedRead, Reservations, RoundChoice};
 use crate::layout::Replica;
-use crate::units::DiskIndex;
+use crate::units::{DiskIndex, PlaybackRound, Round};
 
 impl Reservations {
     /// The reads each disk performs in `round` (the current round or later),
     /// per disk in stream order. A read whose disk has failed is replaced by
     /// the other replica's pieces; a read with no working replica is returned
     /// in the second list (data lost).
-    pub fn plan_round(&self, round: u64) -> (Vec<Vec<PlannedRead>>, Vec<PlannedRead>) {
+    pub fn plan_round(&self, round: Round) -> (Vec<Vec<PlannedRead>>, Vec<PlannedRead>) {
         let mut per_disk: Vec<Vec<PlannedRead>> = vec![Vec::new(); self.config.disks as usize];
         let mut lost = Vec::new();
         for (&stream, record) in &self.streams {
@@ -26,7 +26,7 @@ impl Reservations {
                 PlannedRead {
                     stream,
                     title: record.title,
-                    playback_round: i as u32,
+                    playback_round: PlaybackRound(i as u32),
                     disk,
                     replica,
                     backup_entry: backup_entry as u16,

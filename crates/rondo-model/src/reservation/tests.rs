@@ -48,18 +48,24 @@ fn none_admits_until_the_disk_budget_is_spent() {
     r.add_title(TitleId(0), striped(1, 0, &[300]));
     // Budget 1000 - 100 fixed = 900 ms: three 300 ms reads fit, a fourth does not.
     for _ in 0..3 {
-        assert_eq!(r.try_admit(TitleId(0), 0, 1).unwrap().start_round, 0);
+        assert_eq!(
+            r.try_admit(TitleId(0), Round(0), 1).unwrap().start_round,
+            Round(0)
+        );
     }
     assert_eq!(
-        r.try_admit(TitleId(0), 0, 1),
+        r.try_admit(TitleId(0), Round(0), 1),
         Err(Rejection::DiskTime {
             lookahead_rounds: 1,
             disk: DiskIndex(0),
-            round: 0
+            round: Round(0)
         })
     );
     // With a look-ahead of two rounds it starts one round later.
-    assert_eq!(r.try_admit(TitleId(0), 0, 2).unwrap().start_round, 1);
+    assert_eq!(
+        r.try_admit(TitleId(0), Round(0), 2).unwrap().start_round,
+        Round(1)
+    );
     r.check_invariants();
 }
 
@@ -85,38 +91,38 @@ fn minimum_reserves_the_largest_backup_per_source() {
     };
     r.add_title(TitleId(0), one(0, 2, 200));
     r.add_title(TitleId(1), one(1, 2, 300));
-    r.try_admit(TitleId(0), 0, 1).unwrap();
-    r.try_admit(TitleId(1), 0, 1).unwrap();
+    r.try_admit(TitleId(0), Round(0), 1).unwrap();
+    r.try_admit(TitleId(1), Round(0), 1).unwrap();
     // Disk 2 holds backup time 200 (from disk 0) and 300 (from disk 1): only the max is reserved.
-    assert_eq!(r.reserved_ns(DiskIndex(2), 0), 300 * MS);
+    assert_eq!(r.reserved_ns(DiskIndex(2), Round(0)), 300 * MS);
     assert_eq!(
-        r.reserved_backup_from_ns(DiskIndex(2), 0, DiskIndex(0)),
+        r.reserved_backup_from_ns(DiskIndex(2), Round(0), DiskIndex(0)),
         200 * MS
     );
     // Mirroring would reserve the sum.
     let mut m = Reservations::new(config(3, Scheme::Mirroring));
     m.add_title(TitleId(0), one(0, 2, 200));
     m.add_title(TitleId(1), one(1, 2, 300));
-    m.try_admit(TitleId(0), 0, 1).unwrap();
-    m.try_admit(TitleId(1), 0, 1).unwrap();
-    assert_eq!(m.reserved_ns(DiskIndex(2), 0), 500 * MS);
+    m.try_admit(TitleId(0), Round(0), 1).unwrap();
+    m.try_admit(TitleId(1), Round(0), 1).unwrap();
+    assert_eq!(m.reserved_ns(DiskIndex(2), Round(0)), 500 * MS);
     // Unreserved reserves no backup time at all.
     let mut u = Reservations::new(config(3, Scheme::Unreserved));
     u.add_title(TitleId(0), one(0, 2, 200));
-    u.try_admit(TitleId(0), 0, 1).unwrap();
-    assert_eq!(u.reserved_ns(DiskIndex(2), 0), 0);
+    u.try_admit(TitleId(0), Round(0), 1).unwrap();
+    assert_eq!(u.reserved_ns(DiskIndex(2), Round(0)), 0);
 }
 
 #[test]
 fn release_returns_the_tables_to_empty() {
     let mut r = Reservations::new(config(4, Scheme::Minimum));
     r.add_title(TitleId(0), striped(4, 1, &[100, 250, 50, 400, 120]));
-    let a = r.try_admit(TitleId(0), 0, 1).unwrap();
-    let b = r.try_admit(TitleId(0), 2, 1).unwrap();
+    let a = r.try_admit(TitleId(0), Round(0), 1).unwrap();
+    let b = r.try_admit(TitleId(0), Round(2), 1).unwrap();
     assert!(r.release(a.stream));
     assert!(r.release(b.stream));
     assert!(!r.release(b.stream));
-    for round in 0..10 {
+    for round in Round::range(Round(0), Round(10)) {
         for disk in 0..4 {
             assert_eq!(r.reserved_ns(DiskIndex(disk), round), 0);
         }
@@ -143,12 +149,12 @@ fn dynamic_reads_the_less_loaded_replica() {
         .unwrap()
     };
     r.add_title(TitleId(0), one(0, 1));
-    r.try_admit(TitleId(0), 0, 1).unwrap();
-    r.try_admit(TitleId(0), 0, 1).unwrap();
+    r.try_admit(TitleId(0), Round(0), 1).unwrap();
+    r.try_admit(TitleId(0), Round(0), 1).unwrap();
     // The first read disk 0 (tie keeps the primary), the second disk 1.
-    assert_eq!(r.reserved_ns(DiskIndex(0), 0), 100 * MS);
-    assert_eq!(r.reserved_ns(DiskIndex(1), 0), 100 * MS);
-    let (plan, lost) = r.plan_round(0);
+    assert_eq!(r.reserved_ns(DiskIndex(0), Round(0)), 100 * MS);
+    assert_eq!(r.reserved_ns(DiskIndex(1), Round(0)), 100 * MS);
+    let (plan, lost) = r.plan_round(Round(0));
     assert!(lost.is_empty());
     assert_eq!(plan[0].len(), 1);
     assert_eq!(plan[1].len(), 1);
@@ -159,29 +165,31 @@ fn dynamic_reads_the_less_loaded_replica() {
 fn failed_disk_reads_go_to_backups_and_new_streams_reserve_for_after_the_rebuild() {
     let mut r = Reservations::new(config(4, Scheme::Minimum));
     r.add_title(TitleId(0), striped(4, 0, &[100; 8]));
-    let a = r.try_admit(TitleId(0), 0, 1).unwrap();
+    let a = r.try_admit(TitleId(0), Round(0), 1).unwrap();
     assert!(
         r.fail_disk(DiskIndex(0)).is_empty(),
         "one failure loses nothing"
     );
     assert_eq!(
-        r.unreserved_ns(DiskIndex(0), 0),
+        r.unreserved_ns(DiskIndex(0), Round(0)),
         900 * MS,
         "a failed disk is free for rebuild"
     );
     assert_eq!(
-        r.unreserved_ns(DiskIndex(1), 0),
-        900 * MS - r.reserved_ns(DiskIndex(1), 0)
+        r.unreserved_ns(DiskIndex(1), Round(0)),
+        900 * MS - r.reserved_ns(DiskIndex(1), Round(0))
     );
     // The write credits are each disk's unreserved time less other writes.
-    let unreserved: Vec<u64> = (0..4).map(|d| r.unreserved_ns(DiskIndex(d), 0)).collect();
-    assert_eq!(r.write_credits_ns(0, &[]), unreserved);
+    let unreserved: Vec<u64> = (0..4)
+        .map(|d| r.unreserved_ns(DiskIndex(d), Round(0)))
+        .collect();
+    assert_eq!(r.write_credits_ns(Round(0), &[]), unreserved);
     let used = [5 * MS, unreserved[1], unreserved[2] + 1, 0];
     assert_eq!(
-        r.write_credits_ns(0, &used),
+        r.write_credits_ns(Round(0), &used),
         vec![unreserved[0] - 5 * MS, 0, 0, unreserved[3]]
     );
-    let (plan, lost) = r.plan_round(0);
+    let (plan, lost) = r.plan_round(Round(0));
     assert!(lost.is_empty());
     assert!(plan[0].is_empty());
     assert_eq!(plan[1][0].stream, a.stream);
@@ -189,13 +197,13 @@ fn failed_disk_reads_go_to_backups_and_new_streams_reserve_for_after_the_rebuild
     // A new stream on the degraded array reserves as if disk 0 served: its
     // slot there (for after the rebuild) and the backup time its failure
     // reroutes to disk 1, so it is read from the backup now ...
-    let b = r.try_admit(TitleId(0), 1, 1).unwrap();
-    assert_eq!(r.reserved_primary_ns(DiskIndex(0), 1), 100 * MS);
+    let b = r.try_admit(TitleId(0), Round(1), 1).unwrap();
+    assert_eq!(r.reserved_primary_ns(DiskIndex(0), Round(1)), 100 * MS);
     assert_eq!(
-        r.reserved_backup_from_ns(DiskIndex(1), 1, DiskIndex(0)),
+        r.reserved_backup_from_ns(DiskIndex(1), Round(1), DiskIndex(0)),
         100 * MS
     );
-    let (plan, _) = r.plan_round(1);
+    let (plan, _) = r.plan_round(Round(1));
     assert!(
         plan[1]
             .iter()
@@ -205,7 +213,7 @@ fn failed_disk_reads_go_to_backups_and_new_streams_reserve_for_after_the_rebuild
     // ... and from its primary once disk 0 is rebuilt, so that a later
     // failure of disk 1 finds that read reserved on disk 0.
     r.restore_disk(DiskIndex(0));
-    let (plan, _) = r.plan_round(1);
+    let (plan, _) = r.plan_round(Round(1));
     assert!(
         plan[0]
             .iter()
@@ -216,10 +224,10 @@ fn failed_disk_reads_go_to_backups_and_new_streams_reserve_for_after_the_rebuild
     // Both streams read title round 0, primary on disk 0, backup on disk 1.
     let stopped = r.fail_disk(DiskIndex(1));
     assert_eq!(stopped, vec![a.stream, b.stream]);
-    let (_, lost) = r.plan_round(1);
+    let (_, lost) = r.plan_round(Round(1));
     assert_eq!(lost.len(), 1, "stream b reads title round 0 in round 1");
     assert!(matches!(
-        r.try_admit(TitleId(0), 2, 1),
+        r.try_admit(TitleId(0), Round(2), 1),
         Err(Rejection::DataUnavailable { .. })
     ));
 }
@@ -228,15 +236,15 @@ fn failed_disk_reads_go_to_backups_and_new_streams_reserve_for_after_the_rebuild
 fn advance_clears_past_rounds_and_forgets_ended_streams() {
     let mut r = Reservations::new(config(2, Scheme::Mirroring));
     r.add_title(TitleId(0), striped(2, 0, &[100, 100, 100]));
-    r.try_admit(TitleId(0), 0, 1).unwrap();
+    r.try_admit(TitleId(0), Round(0), 1).unwrap();
     assert_eq!(r.active_streams(), 1);
-    r.advance_to(3);
+    r.advance_to(Round(3));
     assert_eq!(r.active_streams(), 1); // still sending its last round
-    r.advance_to(4);
+    r.advance_to(Round(4));
     assert_eq!(r.active_streams(), 0);
     // The ring wraps: round 64 + 0 reuses slot 0, which must be clear.
-    r.advance_to(64);
-    assert_eq!(r.reserved_ns(DiskIndex(0), 64), 0);
+    r.advance_to(Round(64));
+    assert_eq!(r.reserved_ns(DiskIndex(0), Round(64)), 0);
     r.check_invariants();
 }
 
@@ -244,15 +252,17 @@ fn advance_clears_past_rounds_and_forgets_ended_streams() {
 fn a_stream_can_start_mid_title() {
     let mut r = Reservations::new(config(4, Scheme::Minimum));
     r.add_title(TitleId(0), striped(4, 0, &[100, 200, 300, 400, 500]));
-    let a = r.try_admit_from(TitleId(0), 3, 0, 1).unwrap();
+    let a = r
+        .try_admit_from(TitleId(0), PlaybackRound(3), Round(0), 1)
+        .unwrap();
     // Stream round 0 reads playback round 3 (disk 3), round 1 reads round 4 (disk 0).
-    assert_eq!(r.reserved_primary_ns(DiskIndex(3), 0), 400 * MS);
-    assert_eq!(r.reserved_primary_ns(DiskIndex(0), 1), 500 * MS);
-    assert_eq!(r.reserved_primary_ns(DiskIndex(0), 0), 0);
-    let (plan, _) = r.plan_round(1);
-    assert_eq!(plan[0][0].playback_round, 4);
+    assert_eq!(r.reserved_primary_ns(DiskIndex(3), Round(0)), 400 * MS);
+    assert_eq!(r.reserved_primary_ns(DiskIndex(0), Round(1)), 500 * MS);
+    assert_eq!(r.reserved_primary_ns(DiskIndex(0), Round(0)), 0);
+    let (plan, _) = r.plan_round(Round(1));
+    assert_eq!(plan[0][0].playback_round, PlaybackRound(4));
     r.check_invariants();
-    r.advance_to(3);
+    r.advance_to(Round(3));
     assert_eq!(
         r.active_streams(),
         0,
@@ -260,7 +270,7 @@ fn a_stream_can_start_mid_title() {
     );
     assert!(!r.release(a.stream));
     assert!(matches!(
-        r.try_admit_from(TitleId(0), 5, 3, 1),
+        r.try_admit_from(TitleId(0), PlaybackRound(5), Round(3), 1),
         Err(Rejection::PastEnd { .. })
     ));
 }
@@ -281,12 +291,15 @@ fn buffer_capacity_limits_admission() {
     )
     .unwrap();
     r.add_title(TitleId(0), charges);
-    r.try_admit(TitleId(0), 0, 1).unwrap();
+    r.try_admit(TitleId(0), Round(0), 1).unwrap();
     assert!(matches!(
-        r.try_admit(TitleId(0), 0, 1),
+        r.try_admit(TitleId(0), Round(0), 1),
         Err(Rejection::Buffer { .. })
     ));
-    assert_eq!(r.try_admit(TitleId(0), 0, 3).unwrap().start_round, 2);
+    assert_eq!(
+        r.try_admit(TitleId(0), Round(0), 3).unwrap().start_round,
+        Round(2)
+    );
 }
 
 #[test]
@@ -294,49 +307,55 @@ fn a_range_reserves_only_its_rounds() {
     let mut r = Reservations::new(config(4, Scheme::Minimum));
     r.add_title(TitleId(0), striped(4, 0, &[100, 200, 300, 400, 500]));
     // Playback rounds 1 and 2 only (disks 1, 2), from round 0.
-    let a = r.try_admit_range(TitleId(0), 1..3, 0, 1).unwrap();
-    assert_eq!(a.start_round, 0);
-    assert_eq!(r.reserved_primary_ns(DiskIndex(1), 0), 200 * MS);
-    assert_eq!(r.reserved_primary_ns(DiskIndex(2), 1), 300 * MS);
+    let a = r
+        .try_admit_range(TitleId(0), PlaybackRound(1)..PlaybackRound(3), Round(0), 1)
+        .unwrap();
+    assert_eq!(a.start_round, Round(0));
+    assert_eq!(r.reserved_primary_ns(DiskIndex(1), Round(0)), 200 * MS);
+    assert_eq!(r.reserved_primary_ns(DiskIndex(2), Round(1)), 300 * MS);
     assert_eq!(
-        r.reserved_primary_ns(DiskIndex(3), 2),
+        r.reserved_primary_ns(DiskIndex(3), Round(2)),
         0,
         "round 3 is past the range"
     );
-    assert_eq!(r.reserved_primary_ns(DiskIndex(0), 3), 0);
-    let (plan, _) = r.plan_round(2);
+    assert_eq!(r.reserved_primary_ns(DiskIndex(0), Round(3)), 0);
+    let (plan, _) = r.plan_round(Round(2));
     assert!(plan.iter().all(Vec::is_empty), "no read after the range");
     // Its buffer is held one round past its last read (the send round).
-    assert!(r.reserved_buffer_bytes(2) > 0);
-    assert_eq!(r.reserved_buffer_bytes(3), 0);
+    assert!(r.reserved_buffer_bytes(Round(2)) > 0);
+    assert_eq!(r.reserved_buffer_bytes(Round(3)), 0);
     r.check_invariants();
-    r.advance_to(3);
+    r.advance_to(Round(3));
     assert_eq!(r.active_streams(), 0, "two reads and a send round");
     // The whole title from mid-title is the same as an open range.
-    let b = r.try_admit_from(TitleId(0), 3, 3, 1).unwrap();
+    let b = r
+        .try_admit_from(TitleId(0), PlaybackRound(3), Round(3), 1)
+        .unwrap();
     let from = (
-        r.reserved_ns(DiskIndex(3), 3),
-        r.reserved_ns(DiskIndex(0), 4),
-        r.reserved_buffer_bytes(5),
+        r.reserved_ns(DiskIndex(3), Round(3)),
+        r.reserved_ns(DiskIndex(0), Round(4)),
+        r.reserved_buffer_bytes(Round(5)),
     );
     assert_eq!(from.0, 400 * MS);
     r.release(b.stream);
-    let c = r.try_admit_range(TitleId(0), 3..99, 3, 1).unwrap();
+    let c = r
+        .try_admit_range(TitleId(0), PlaybackRound(3)..PlaybackRound(99), Round(3), 1)
+        .unwrap();
     let range = (
-        r.reserved_ns(DiskIndex(3), 3),
-        r.reserved_ns(DiskIndex(0), 4),
-        r.reserved_buffer_bytes(5),
+        r.reserved_ns(DiskIndex(3), Round(3)),
+        r.reserved_ns(DiskIndex(0), Round(4)),
+        r.reserved_buffer_bytes(Round(5)),
     );
     assert_eq!(from, range);
     r.release(c.stream);
-    assert_eq!(r.reserved_ns(DiskIndex(3), 3), 0);
+    assert_eq!(r.reserved_ns(DiskIndex(3), Round(3)), 0);
     r.check_invariants();
     assert!(matches!(
-        r.try_admit_range(TitleId(0), 5..9, 3, 1),
+        r.try_admit_range(TitleId(0), PlaybackRound(5)..PlaybackRound(9), Round(3), 1),
         Err(Rejection::PastEnd { .. })
     ));
     assert!(matches!(
-        r.try_admit_range(TitleId(0), 2..2, 3, 1),
+        r.try_admit_range(TitleId(0), PlaybackRound(2)..PlaybackRound(2), Round(3), 1),
         Err(Rejection::PastEnd { .. })
     ));
 }
@@ -388,7 +407,7 @@ proptest! {
                 Op::Admit { title, lookahead, first, length } => {
                     let now = r.current_round();
                     let first = first.min(costs[title].len() - 1);
-                    let rounds = first..first + length;
+                    let rounds = PlaybackRound(first as u32)..PlaybackRound((first + length) as u32);
                     if let Ok(a) = r.try_admit_range(TitleId(title as u64), rounds, now, lookahead) {
                         admitted.push(a.stream);
                     }
@@ -399,7 +418,7 @@ proptest! {
                         r.release(s);
                     }
                 }
-                Op::Advance { rounds } => r.advance_to(r.current_round() + rounds),
+                Op::Advance { rounds } => r.advance_to(r.current_round().plus(rounds)),
             }
         }
         r.check_invariants();
@@ -407,7 +426,7 @@ proptest! {
             let now = r.current_round();
             for failed in 0..disks {
                 for disk in (0..disks).filter(|&d| d != failed) {
-                    for round in now..now + 30 {
+                    for round in Round::range(now, now.plus(30)) {
                         let load = 100 * MS + r.reserved_primary_ns(DiskIndex(disk), round)
                             + r.reserved_backup_from_ns(DiskIndex(disk), round, DiskIndex(failed));
                         prop_assert!(load <= 1000 * MS);

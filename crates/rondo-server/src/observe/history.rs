@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use rondo_model::units::DiskIndex;
+use rondo_model::units::{DiskIndex, Round};
 use serde::Serialize;
 use tokio::sync::broadcast;
 
@@ -62,7 +62,7 @@ pub struct RebuildSample {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct RoundSample {
     /// The round most recently begun by the round driver.
-    pub round: u64,
+    pub round: Round,
     /// Rounds the sample covers (1 unless the sampler was late).
     pub rounds: u64,
     /// Named `round_ns` in the JSON the dashboard reads.
@@ -141,7 +141,7 @@ pub fn sample(
 ) -> RoundSample {
     let rebuild_plus_one = metrics.rebuild_disk_plus_one.load(Relaxed);
     RoundSample {
-        round: now.rounds.saturating_sub(1),
+        round: Round(now.rounds.saturating_sub(1)),
         rounds: now.rounds.saturating_sub(before.rounds),
         round_duration_ns,
         active_streams,
@@ -334,7 +334,7 @@ mod tests {
         metrics.rebuild_total_bytes.store(100, Relaxed);
         let now = Totals::read(&metrics);
         let s = sample(&metrics, &before, &now, 7, 1_000_000_000);
-        assert_eq!((s.round, s.rounds, s.active_streams), (10, 1, 7));
+        assert_eq!((s.round, s.rounds, s.active_streams), (Round(10), 1, 7));
         assert_eq!((s.admitted, s.rejected_disk_time, s.misses), (2, 4, 1));
         assert_eq!(
             (
@@ -362,14 +362,14 @@ mod tests {
         let history = History::new();
         let mut s = sample(&metrics, &totals, &totals, 0, 1);
         for round in 0..(HISTORY_ROUNDS as u64 + 5) {
-            s.round = round;
+            s.round = Round(round);
             history.push(&s);
         }
         let (recent, receiver) = history.subscribe();
         assert_eq!(recent.len(), HISTORY_ROUNDS);
         assert!(recent[0].contains("\"round\":5,"), "{}", recent[0]);
         let mut receiver = receiver.expect("open");
-        s.round = 999;
+        s.round = Round(999);
         history.push(&s);
         assert!(
             receiver

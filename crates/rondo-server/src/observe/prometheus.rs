@@ -468,7 +468,7 @@ mod tests {
         d1.state.store(2, Relaxed);
         // Disk 0: one round measured over its reservation, the model within.
         metrics.disks[0].record_round(
-            9,
+            rondo_model::units::Round(9),
             Some(10_000_000),
             crate::metrics::GrantedIo::default(),
             5_000_000,

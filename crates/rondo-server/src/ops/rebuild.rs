@@ -30,7 +30,7 @@ use rondo_model::array::{CopyId, RebuildStatus, RoundPlan};
 use rondo_model::health::DiskState;
 use rondo_model::layout::{Extent, Replica};
 use rondo_model::rebuild::CopyTask;
-use rondo_model::units::DiskIndex;
+use rondo_model::units::{DiskIndex, Round};
 use rondo_store::{AlignedBuf, ExtentRecord, Store, checksum};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -42,7 +42,7 @@ use crate::titles::LoadedTitle;
 /// A rebuild in progress: what the array does not track (wall-clock time).
 pub struct Rebuild {
     pub disk: DiskIndex,
-    pub started_round: u64,
+    pub started_round: Round,
     pub started_at: Instant,
 }
 
@@ -60,7 +60,7 @@ pub struct RebuildSummary {
 }
 
 impl Rebuild {
-    pub fn new(disk: DiskIndex, round: u64) -> Rebuild {
+    pub fn new(disk: DiskIndex, round: Round) -> Rebuild {
         Rebuild {
             disk,
             started_round: round,
@@ -248,10 +248,7 @@ fn end_rebuild(shared: &Shared, core: &mut Core, disk: DiskIndex, synced: Result
         restored,
         copies: status.copies_done,
         bytes: status.copied_bytes,
-        rounds: core
-            .array
-            .next_round()
-            .saturating_sub(rebuild.started_round),
+        rounds: core.array.next_round().since(rebuild.started_round),
         seconds,
         rate_bytes_per_s: if seconds > 0.0 {
             status.copied_bytes as f64 / seconds
@@ -291,7 +288,7 @@ fn read_verified(
 /// One copy: the lost extents rebuilt from the other replica, each checked
 /// against the catalog's checksum, then written.
 pub fn copy(store: &Store, task: &CopyTask, title: &LoadedTitle) -> Result<(), String> {
-    let round = task.round as usize;
+    let round = task.round.index();
     let layout = title.layout.round(round);
     let backup_records = title.round_extents(round, Replica::Backup);
     let primary_records = title.round_extents(round, Replica::Primary);
