@@ -12,8 +12,8 @@
 //! next round included. Native: no waiting, the model only orders the reads.
 //! Every extent's CRC32C is checked against the catalog. A request (one
 //! stream's 1–2 extents) is done as soon as its last extent is in: its bytes
-//! go straight to the stream's session inbox ([`DiskBatch::deliver_to`]; no
-//! lock, and never through the driver), then its completion goes to the
+//! go straight to the stream's session piece queue ([`DiskBatch::deliver_to`];
+//! no lock, and never through the driver), then its completion goes to the
 //! driver for the array. The batch's end, the model's busy time and the
 //! measured busy time follow in a [`IoEvent::BatchDone`].
 //!
@@ -52,7 +52,7 @@ use crate::storage::Storage;
 
 use crate::buffers::{BufferPool, PooledBuf};
 use crate::config::DiskTiming;
-use crate::session::{SessionInbox, SessionMsg};
+use crate::session::{Piece, PieceSender};
 
 /// Wall-clock position of rounds: round r starts at `t0 + r·T`.
 #[derive(Copy, Clone, Debug)]
@@ -98,9 +98,9 @@ pub struct DiskBatch {
     /// A replacement device for this disk (`Store::replace_device`): used
     /// from this batch on.
     pub device: Option<Arc<dyn Storage>>,
-    /// Per command, the inbox of the session its read's bytes go to (`None`
+    /// Per command, the piece queue of the session its read's bytes go to (`None`
     /// for other commands, or to drop the bytes: tests).
-    pub deliver_to: Vec<Option<SessionInbox>>,
+    pub deliver_to: Vec<Option<PieceSender>>,
 }
 
 impl DiskBatch {
@@ -121,7 +121,7 @@ impl DiskBatch {
 /// What I/O threads report to the round driver.
 pub enum IoEvent {
     /// One stream read is complete (or failed): its completion for the
-    /// array (its bytes, when read and checked, are in the session's inbox).
+    /// array (its bytes, when read and checked, are in the session's piece queue).
     Read {
         round: Round,
         /// Model time of the read's last extent's completion.
@@ -338,8 +338,8 @@ impl Worker {
                 match failures[c].take() {
                     None => {
                         let data = buffers[c].take();
-                        let inbox = batch.deliver_to.get(c).and_then(Option::as_ref);
-                        self.report(batch.round, at_ns, command, ReadOutcome::Ok, data, inbox);
+                        let queue = batch.deliver_to.get(c).and_then(Option::as_ref);
+                        self.report(batch.round, at_ns, command, ReadOutcome::Ok, data, queue);
                     }
                     Some(failed) => self.report(batch.round, at_ns, command, failed, None, None),
                 }
@@ -358,7 +358,7 @@ impl Worker {
 
     /// Hands a read's bytes to its session, then its completion to the
     /// driver (in that order: the release the completion leads to must find
-    /// the bytes in the inbox).
+    /// the bytes in the piece queue).
     fn report(
         &self,
         round: Round,
@@ -366,7 +366,7 @@ impl Worker {
         command: &DiskCommand,
         outcome: ReadOutcome,
         data: Option<PooledBuf>,
-        inbox: Option<&SessionInbox>,
+        queue: Option<&PieceSender>,
     ) {
         let Purpose::Deliver {
             stream,
@@ -378,9 +378,9 @@ impl Worker {
         else {
             return;
         };
-        if let (Some(data), Some(inbox)) = (data, inbox) {
+        if let (Some(data), Some(queue)) = (data, queue) {
             // A session that has ended drops it (back to the pool).
-            let _ = inbox.send(SessionMsg::Piece {
+            let _ = queue.send(Piece {
                 playback_round,
                 replica,
                 piece,

@@ -16,8 +16,8 @@
 //!    r+1, in playback order), the streams whose client took everything,
 //!    and those stopped because their client stopped reading;
 //! 2. tells each session which of its rounds are released;
-//! 3. sends each disk its batch (with the inboxes of the sessions its reads
-//!    are for), the rebuild's copies to the copier and the ingest grants to
+//! 3. sends each disk its batch (with the piece queues of the sessions its
+//!    reads are for), the rebuild's copies to the copier and the ingest grants to
 //!    the gate.
 //!
 //! Between boundaries it receives the I/O threads' completions and hands
@@ -26,7 +26,7 @@
 //! re-read from the other replica in a coming round's unreserved time (the
 //! array queues it); a disk that fails is recorded in the data directory; a
 //! stream the array stops is ended. Read bytes never pass through here: the
-//! disk threads put them in the sessions' inboxes. The driver decides
+//! disk threads put them in the sessions' piece queues. The driver decides
 //! nothing itself and never waits for a client.
 
 use std::sync::Arc;
@@ -229,7 +229,7 @@ impl Driver {
                 .iter()
                 .map(|c| match c.purpose {
                     Purpose::Deliver { stream, .. } => {
-                        core.streams.get(&stream).map(|s| s.inbox.clone())
+                        core.streams.get(&stream).map(|s| s.pieces.clone())
                     }
                     _ => None,
                 })
@@ -313,7 +313,7 @@ impl Driver {
     }
 
     /// A stream read finished (its bytes, if good, are in its session's
-    /// inbox): the array decides what follows.
+    /// piece queue): the array decides what follows.
     fn on_read(&mut self, completion: Completion) {
         if completion.outcome != ReadOutcome::Ok {
             let metrics = &self.shared.metrics;

@@ -2,15 +2,16 @@
 //! last byte, a disconnect, a stall or an abort.
 //!
 //! A stream's data moves in whole playback rounds, and it does not pass
-//! through the round driver. Each session has an inbox (an unbounded
-//! lock-free channel, bounded in practice by admission and the stall rule).
-//! A disk thread puts every piece it read and checked straight into its
-//! stream's inbox ([`SessionMsg::Piece`]), then tells the driver the read
-//! completed; the driver hands the completion to the array, and when the
-//! array *releases* a playback round (the round is whole and its send round
-//! has come, in playback order) the driver puts a [`SessionMsg::Release`]
-//! into the inbox. The inbox is one FIFO, and the piece was put in before
-//! its completion was reported, so the release always finds its pieces.
+//! through the round driver. A disk thread puts every piece it read and
+//! checked straight into its session's piece queue ([`Piece`]; lock-free,
+//! and it wakes no one), then tells the driver the read completed; the
+//! driver hands the completion to the array, and when the array *releases*
+//! a playback round (the round is whole and its send round has come, in
+//! playback order) the driver puts a [`SessionMsg::Release`] into the
+//! session's inbox, which wakes the body once per round. The piece was
+//! queued before its completion was reported, so the release always finds
+//! its pieces. Both queues are unbounded, and bounded in practice by
+//! admission and the stall rule.
 //! The HTTP body ([`SessionBody`]) holds the pieces until their release,
 //! then assembles the round, trims it to the requested byte range and hands
 //! it to the socket as fast as the client reads, counting the rounds the
@@ -40,16 +41,21 @@ use crate::buffers::PooledBuf;
 use crate::state::{Core, Shared};
 use crate::titles::LoadedTitle;
 
-/// What reaches a session's inbox.
+/// A piece of a stream-round, read and checked by a disk thread.
+pub struct Piece {
+    pub playback_round: PlaybackRound,
+    pub replica: Replica,
+    pub piece: u16,
+    pub data: PooledBuf,
+}
+
+/// Where disk threads put a session's pieces: a lock-free queue that wakes
+/// no one (the release that follows wakes the body once per round).
+pub type PieceSender = crossbeam_channel::Sender<Piece>;
+
+/// What the driver tells a session.
 pub enum SessionMsg {
-    /// A piece of a stream-round, read and checked (from a disk thread).
-    Piece {
-        playback_round: PlaybackRound,
-        replica: Replica,
-        piece: u16,
-        data: PooledBuf,
-    },
-    /// The array released this playback round: send it (from the driver).
+    /// The array released this playback round: send it.
     Release {
         playback_round: PlaybackRound,
         replica: Replica,
@@ -58,13 +64,13 @@ pub enum SessionMsg {
     Abort,
 }
 
-/// A session's inbox, as disk threads and the driver hold it.
-pub type SessionInbox = mpsc::UnboundedSender<SessionMsg>;
-
 /// One admitted stream, as the round driver holds it.
 pub struct StreamState {
     pub title: Arc<LoadedTitle>,
-    pub inbox: SessionInbox,
+    /// The driver's messages to the body.
+    pub inbox: mpsc::UnboundedSender<SessionMsg>,
+    /// Where disk threads put the stream's pieces.
+    pub pieces: PieceSender,
     /// Released rounds the client has taken (counted by the body).
     pub taken_rounds: Arc<AtomicU32>,
     /// The client, for log lines.
@@ -107,6 +113,7 @@ pub async fn admit(
 ) -> Result<Admitted, Option<Rejection>> {
     let title = request.title;
     let (inbox, receiver) = mpsc::unbounded_channel();
+    let (pieces, pieces_rx) = crossbeam_channel::unbounded();
     let taken_rounds = Arc::new(AtomicU32::new(0));
     let (first_byte, length_bytes) = (request.first_byte, request.length_bytes);
     let (job_title, job_taken, peer) = (
@@ -137,6 +144,7 @@ pub async fn admit(
                         StreamState {
                             title: job_title,
                             inbox,
+                            pieces,
                             taken_rounds: job_taken,
                             peer,
                         },
@@ -172,6 +180,7 @@ pub async fn admit(
             prefix: (!request.prefix.is_empty()).then_some(request.prefix),
             title,
             receiver,
+            pieces_rx,
             pieces: BTreeMap::new(),
             skip_bytes: admission.skip_bytes,
             remaining_bytes: admission.length_bytes,
@@ -241,6 +250,7 @@ pub struct SessionBody {
     prefix: Option<Bytes>,
     title: Arc<LoadedTitle>,
     receiver: mpsc::UnboundedReceiver<SessionMsg>,
+    pieces_rx: crossbeam_channel::Receiver<Piece>,
     /// Pieces of rounds not released yet, by playback round.
     pieces: BTreeMap<PlaybackRound, Pieces>,
     /// Bytes of the first round before the requested range.
@@ -255,13 +265,13 @@ pub struct SessionBody {
 impl SessionBody {
     /// Keeps a piece; a piece of the other replica (a re-read after an
     /// error) replaces what came before.
-    fn keep(
-        &mut self,
-        playback_round: PlaybackRound,
-        replica: Replica,
-        piece: u16,
-        data: PooledBuf,
-    ) {
+    fn keep(&mut self, piece: Piece) {
+        let Piece {
+            playback_round,
+            replica,
+            piece,
+            data,
+        } = piece;
         let entry = self.pieces.entry(playback_round).or_insert_with(|| Pieces {
             replica,
             pieces: Vec::new(),
@@ -326,16 +336,15 @@ impl Stream for SessionBody {
                 return Poll::Ready(None);
             }
             match self.receiver.poll_recv(cx) {
-                Poll::Ready(Some(SessionMsg::Piece {
-                    playback_round,
-                    replica,
-                    piece,
-                    data,
-                })) => self.keep(playback_round, replica, piece, data),
                 Poll::Ready(Some(SessionMsg::Release {
                     playback_round,
                     replica,
                 })) => {
+                    // Every piece of the round was queued before its
+                    // completion reached the driver, so before this release.
+                    while let Ok(piece) = self.pieces_rx.try_recv() {
+                        self.keep(piece);
+                    }
                     let Some(data) = self.release(playback_round, replica) else {
                         tracing::error!(
                             stream = self.guard.stream.0,
