@@ -1,6 +1,6 @@
 //! The differential test: one seeded scenario (arrivals with byte ranges and
 //! time starts, a disk failure, read and checksum errors, a rebuild, an
-//! ingest, a client that stops reading) executed by the simulator and by the server's disk threads on
+//! ingest, a client that stops reading, one that disconnects) executed by the simulator and by the server's disk threads on
 //! in-memory storage must give the same decisions: the same admissions, the
 //! same per-round per-disk command lists and the same aborted streams.
 //!
@@ -34,7 +34,7 @@ use rondo_server::io::{DiskBatch, IoEvent, RoundClock, spawn_device};
 use rondo_server::metrics::Metrics;
 use rondo_server::storage::{Fault, FaultyStorage, MemoryStorage, Storage};
 use rondo_sim::faults::{
-    FaultPlan, IngestSpec, ReadErrorKind, ReadErrorSpec, RebuildSpec, StallSpec,
+    DepartureSpec, FaultPlan, IngestSpec, ReadErrorKind, ReadErrorSpec, RebuildSpec, StallSpec,
 };
 use rondo_sim::run::{
     AdmissionLog, BoundKind, FailureSpec, Mode, PlacedTitle, RoundLog, RunLog, SimConfig, SimTitle,
@@ -91,6 +91,10 @@ fn scenario() -> SimConfig {
             title: 0,
             round: Round(10),
         }),
+        departures: vec![DepartureSpec {
+            stream_nth: 8,
+            round: Round(40),
+        }],
         stalls: vec![StallSpec {
             stream_nth: 5,
             round: Round(30),
@@ -108,13 +112,14 @@ fn scenario() -> SimConfig {
 struct Clients {
     /// Stream → (rounds taken, round from which it takes nothing).
     taken: BTreeMap<StreamId, (u32, Option<Round>)>,
-    admitted: u64,
+    /// Streams admitted, in order.
+    admitted: Vec<StreamId>,
 }
 
 impl Clients {
     fn admitted(&mut self, stream: StreamId, stalls: &[StallSpec]) {
-        let nth = self.admitted;
-        self.admitted += 1;
+        let nth = self.admitted.len() as u64;
+        self.admitted.push(stream);
         let from = stalls.iter().find(|s| s.stream_nth == nth).map(|s| s.round);
         self.taken.insert(stream, (0, from));
     }
@@ -269,6 +274,12 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
                 })
                 .collect()
         };
+        for d in faults.departures.iter().filter(|d| d.round == round) {
+            if let Some(&stream) = clients.admitted.get(d.stream_nth as usize) {
+                array.release(stream);
+                clients.taken.remove(&stream);
+            }
+        }
         for f in faults.failures.iter().filter(|f| f.round == round) {
             if let Ok(effects) = array.fail_disk(f.disk, rondo_model::array::FailCause::Operator) {
                 let stopped = aborted_of(&effects);
@@ -486,6 +497,7 @@ fn differential_simulator_and_server_executor_decide_alike() {
     assert_eq!(result.deadline_misses, 0, "{result:?}");
     assert_eq!(result.invariant_checks, config.end_round);
     assert_eq!(result.clients_stalled, 1, "{result:?}");
+    assert_eq!(result.departures, 1, "{result:?}");
     let spans = sim_log
         .admissions
         .iter()

@@ -63,6 +63,15 @@ pub struct StallSpec {
     pub round: Round,
 }
 
+/// The client of the `stream_nth` stream admitted (counted from 0)
+/// disconnects at the start of round `round`: its stream is released.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DepartureSpec {
+    pub stream_nth: u64,
+    pub round: Round,
+}
+
 /// Everything injected into one run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -73,6 +82,8 @@ pub struct FaultPlan {
     pub ingest: Option<IngestSpec>,
     /// Clients that stop taking their data.
     pub stalls: Vec<StallSpec>,
+    /// Clients that disconnect before their stream ends.
+    pub departures: Vec<DepartureSpec>,
     /// Share of arrivals that ask for a byte range of the title (an HTTP
     /// Range: a seeded start and length).
     pub range_fraction: f64,
@@ -87,13 +98,15 @@ impl FaultPlan {
             || self.rebuild.is_some()
             || self.ingest.is_some()
             || !self.stalls.is_empty()
+            || !self.departures.is_empty()
     }
 
     /// A plan drawn from `seed` for a run of `rounds` rounds on `disks`
     /// disks with `titles` titles: one disk failure, a few read and
     /// checksum errors on other disks before and after it, the failed disk
     /// rebuilt some rounds later, an ingest, a client that stops reading,
-    /// and a quarter of the arrivals as ranges or time starts.
+    /// one that disconnects, and a quarter of the arrivals as ranges or time
+    /// starts.
     pub fn seeded(seed: u64, disks: u32, rounds: u64, titles: usize) -> FaultPlan {
         let draw = |salt: u64| mix(seed, salt);
         let failed = (draw(1) % disks as u64) as u32;
@@ -134,6 +147,10 @@ impl FaultPlan {
             stalls: vec![StallSpec {
                 stream_nth: draw(6) % 20,
                 round: Round(draw(7) % (rounds / 2).max(1)),
+            }],
+            departures: vec![DepartureSpec {
+                stream_nth: draw(8) % 20,
+                round: Round(draw(9) % (rounds / 2).max(1)),
             }],
             range_fraction: 0.15,
             time_start_fraction: 0.1,

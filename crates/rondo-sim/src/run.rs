@@ -273,6 +273,10 @@ pub struct SimResult {
     /// stalls).
     #[serde(default)]
     pub clients_stalled: u64,
+    /// Streams released because their client disconnected (the fault
+    /// plan's departures).
+    #[serde(default)]
+    pub departures: u64,
     /// Rounds from the rebuild's start to the disk serving again.
     #[serde(default)]
     pub rebuild_rounds: Option<u64>,
@@ -402,8 +406,9 @@ struct Executor<'a> {
     log: Option<RunLog>,
     /// The simulated clients of admitted streams.
     clients: BTreeMap<StreamId, SimClient>,
-    /// Streams admitted so far (the fault plan's stalls name them by rank).
-    admitted_count: u64,
+    /// Streams admitted so far, in order (the fault plan's stalls and
+    /// departures name them by rank).
+    admitted: Vec<StreamId>,
     /// The round in progress.
     round: Round,
 }
@@ -491,7 +496,7 @@ fn run_placed_inner(
         rebuild_started_round: None,
         log: logged.then(RunLog::default),
         clients: BTreeMap::new(),
-        admitted_count: 0,
+        admitted: Vec::new(),
         round: Round(0),
     };
     let mut arrivals = PoissonArrivals::new(exec.prepared.arrival_rate_per_round, config.seed);
@@ -510,6 +515,11 @@ fn run_placed_inner(
             });
         }
         // Faults at the boundary take effect in the round about to be planned.
+        for d in faults.departures.iter().filter(|d| d.round == round) {
+            if let Some(&stream) = exec.admitted.get(d.stream_nth as usize) {
+                exec.depart(stream);
+            }
+        }
         for f in failures.clone().filter(|f| f.round == round) {
             if let Ok(effects) = exec.prepared.array.fail_disk(f.disk, FailCause::Operator) {
                 exec.on_effects(effects);
@@ -613,8 +623,8 @@ impl Executor<'_> {
         }
         match outcome {
             Ok(a) => {
-                let nth = self.admitted_count;
-                self.admitted_count += 1;
+                let nth = self.admitted.len() as u64;
+                self.admitted.push(a.stream);
                 let stalls_from_round = self
                     .config
                     .faults
@@ -693,6 +703,24 @@ impl Executor<'_> {
         }
         client.taken_rounds += 1;
         self.prepared.array.client_took(stream, client.taken_rounds);
+    }
+
+    /// A client disconnects: its stream is released and stops playing.
+    fn depart(&mut self, stream: StreamId) {
+        let span = self.prepared.array.reservations().stream_span(stream);
+        if !self.prepared.array.release(stream) {
+            return;
+        }
+        self.clients.remove(&stream);
+        self.m.departures += 1;
+        if let Some(span) = span {
+            let from = self.round.max(span.start_round);
+            let end = span.end_read_round();
+            if from < end {
+                self.playing[from.0 as usize] -= 1;
+                self.playing[end.0 as usize] += 1;
+            }
+        }
     }
 
     /// An aborted stream stops playing from the round it was stopped at.
@@ -1123,6 +1151,7 @@ struct Measure {
     recovery_misses: u64,
     streams_aborted: u64,
     clients_stalled: u64,
+    departures: u64,
     rebuild_rounds: Option<u64>,
     ingest_rounds: Option<u64>,
     invariant_checks: u64,
@@ -1197,6 +1226,7 @@ impl Measure {
             recovery_misses: self.recovery_misses,
             streams_aborted: self.streams_aborted,
             clients_stalled: self.clients_stalled,
+            departures: self.departures,
             rebuild_rounds: self.rebuild_rounds,
             ingest_rounds: self.ingest_rounds,
             invariant_checks: self.invariant_checks,
