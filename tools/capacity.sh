@@ -76,7 +76,7 @@ RATE=$(jq '.setup.arrival_rate_per_s' "$OUT/simulate.json")
 say "predicted $(jq -r '.at_load | "\(.mean_active_streams) ± \(.ci_half_width) streams (\(.replications) replications)"' "$OUT/simulate.json"); arrivals $RATE/s"
 
 # 4. The server and the load.
-"$RONDO" serve --data-dir "$DATA" --listen "127.0.0.1:$PORT" --no-samples \
+"$RONDO" serve --data-dir "$DATA" --listen "127.0.0.1:$PORT" --no-samples --connections-per-client-max 0 \
     > "$OUT/serve.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 100); do

@@ -81,7 +81,7 @@ URL="http://127.0.0.1:$PORT"
 NGINX_URL="http://127.0.0.1:$NGINX_PORT"
 start_rondo() {
     "$RONDO" serve --data-dir "$DATA" --listen "127.0.0.1:$PORT" --disks "$DISKS" \
-        --disk-profile "$PROFILE" --no-samples >> "$OUT/serve.log" 2>&1 &
+        --disk-profile "$PROFILE" --no-samples --connections-per-client-max 0 >> "$OUT/serve.log" 2>&1 &
     RONDO_PID=$!
     PIDS+=("$RONDO_PID")
     for _ in $(seq 150); do curl -sf "$URL/api/titles" >/dev/null && return 0; sleep 0.2; done

@@ -70,6 +70,9 @@ fn start_server(data: &Path, stderr: PathBuf) -> RondoServe {
         .args(["--disks", &DISKS.to_string(), "--disk-profile", "nvme-gen4"])
         .args([
             "--no-samples",
+            // Every client is on loopback: one address.
+            "--connections-per-client-max",
+            "0",
             "--stall-grace-s",
             &STALL_GRACE_S.to_string(),
         ])

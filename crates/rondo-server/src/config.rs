@@ -68,7 +68,20 @@ pub struct ServerConfig {
     pub buffer_per_disk_bytes: u64,
     /// Longest title the reservation tables can hold.
     pub max_title_duration: Duration,
+    /// Bounds on client connections (count, header and idle timeouts,
+    /// header size).
+    pub connections: crate::listener::ConnectionLimits,
+    /// Largest request body on every route but the upload.
+    pub request_body_bytes_max: usize,
+    /// Largest upload (`POST /api/admin/titles`); 0: no limit.
+    pub upload_bytes_max: u64,
 }
+
+/// Default largest request body outside uploads: no route but the upload
+/// reads one, and the control routes' JSON is under 1 KiB.
+pub const DEFAULT_REQUEST_BODY_BYTES_MAX: usize = 64 * 1024;
+/// Default largest upload: a 4-hour title at 10 Mbit/s (18 GB), rounded up.
+pub const DEFAULT_UPLOAD_BYTES_MAX: u64 = 32 << 30;
 
 impl Default for ServerConfig {
     fn default() -> ServerConfig {
@@ -80,6 +93,9 @@ impl Default for ServerConfig {
             stall_grace: DEFAULT_STALL_GRACE,
             buffer_per_disk_bytes: DEFAULT_BUFFER_PER_DISK_BYTES,
             max_title_duration: DEFAULT_MAX_TITLE_DURATION,
+            connections: Default::default(),
+            request_body_bytes_max: DEFAULT_REQUEST_BODY_BYTES_MAX,
+            upload_bytes_max: DEFAULT_UPLOAD_BYTES_MAX,
         }
     }
 }

@@ -40,6 +40,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::auth::bearer_matches;
 use crate::ingest::{IngestError, ingest_file_as};
+use crate::listener::ConnectionHandle;
 use crate::session::{StreamRequest, admit};
 use crate::state::Shared;
 use crate::titles::{LoadedTitle, TimeSeek, TimeSeekError, TimeStart, load_title, title_json};
@@ -75,7 +76,54 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .merge(crate::ops::public_routes())
         .merge(crate::observe::public_routes())
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            limit_body,
+        ))
         .with_state(shared)
+}
+
+/// Bounds every request's body: uploads by `upload_bytes_max`, every other
+/// route by `request_body_bytes_max`. A declared length beyond the bound is
+/// refused before a byte is read (413); a chunked body is cut at the bound.
+async fn limit_body(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+    let is_upload = request.method() == Method::POST && request.uri().path() == "/api/admin/titles";
+    let (limit_bytes, flag) = if is_upload {
+        (shared.config.upload_bytes_max, "--upload-bytes-max")
+    } else {
+        (
+            shared.config.request_body_bytes_max as u64,
+            "--request-body-bytes-max",
+        )
+    };
+    if limit_bytes == 0 {
+        return next.run(request).await;
+    }
+    let declared_bytes = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(declared_bytes) = declared_bytes
+        && declared_bytes > limit_bytes
+    {
+        let mut e = ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the request body ({declared_bytes} bytes) exceeds this server's limit of \
+                 {limit_bytes} bytes for {} {} ({flag})",
+                request.method(),
+                request.uri().path()
+            ),
+        );
+        e.headers
+            .push((header::CONNECTION, HeaderValue::from_static("close")));
+        return e.into_response();
+    }
+    let (parts, body) = request.into_parts();
+    let limited = http_body_util::Limited::new(body, limit_bytes as usize);
+    next.run(Request::from_parts(parts, Body::new(limited)))
+        .await
 }
 
 /// An error answer: status and JSON `{"error": message, ...}`.
@@ -135,6 +183,7 @@ async fn api_index() -> axum::Json<Value> {
             {"method": "POST", "path": "/api/admin/titles?name=NAME", "what": "ingest the request body as a title (Authorization: Bearer <token>)"},
             {"method": "DELETE", "path": "/api/admin/titles/{id}", "what": "delete a title (Authorization: Bearer <token>)"},
             {"method": "GET", "path": "/api/disks", "what": "each disk's state and errors, and the rebuild's progress"},
+            {"method": "GET", "path": "/api/admin/disks", "what": "as /api/disks, with each disk's device file (Authorization: Bearer <token>)"},
             {"method": "POST", "path": "/api/admin/disks/{k}/fail", "what": "mark disk k failed (Authorization: Bearer <token>)"},
             {"method": "POST", "path": "/api/admin/disks/{k}/replace", "what": "map a new device {\"path\": ...} to failed disk k (Authorization: Bearer <token>)"},
             {"method": "POST", "path": "/api/admin/disks/{k}/restore", "what": "rebuild disk k from the replicas in unreserved disk time (Authorization: Bearer <token>)"},
@@ -356,7 +405,7 @@ fn select(title: &LoadedTitle, headers: &HeaderMap) -> Result<Selection, ApiErro
 }
 
 /// Seconds a rejected client should wait: the look-ahead's span, at least 1.
-fn retry_after_seconds(shared: &Shared) -> u64 {
+pub fn retry_after_seconds(shared: &Shared) -> u64 {
     let ns = shared.config.lookahead_rounds.max(1) * shared.round_duration_ns();
     ns.div_ceil(NS_PER_S).max(1)
 }
@@ -391,6 +440,7 @@ async fn stream(
     Path(file): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    connection: Option<axum::Extension<ConnectionHandle>>,
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -456,6 +506,7 @@ async fn stream(
             length_bytes: selection.length_bytes,
             prefix: selection.prefix,
             peer: peer.to_string(),
+            connection: connection.map(|c| c.0),
         },
     )
     .await
@@ -519,13 +570,26 @@ async fn require_token(
     let mut e = ApiError::new(
         StatusCode::UNAUTHORIZED,
         format!(
-            "control endpoints need 'Authorization: Bearer <token>'; the token is in {}",
-            crate::auth::token_path(&shared.data_dir).display()
+            "control endpoints need 'Authorization: Bearer <token>'; the token is the file {} \
+             in the server's data directory",
+            crate::auth::TOKEN_FILE
         ),
     );
     e.headers
         .push((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
     e.into_response()
+}
+
+/// Whether a body error is [`limit_body`]'s cut.
+fn is_length_limit(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// Removes the spooled upload whatever happens.
@@ -586,9 +650,19 @@ async fn upload(
     let mut data = body.into_data_stream();
     while let Some(chunk) = data.next().await {
         let chunk = chunk.map_err(|e| {
-            ApiError::bad_request(format!(
-                "the upload ended early after {received_bytes} bytes: {e}"
-            ))
+            if is_length_limit(&e) {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "the upload exceeds this server's limit of {} bytes (--upload-bytes-max)",
+                        shared.config.upload_bytes_max
+                    ),
+                )
+            } else {
+                ApiError::bad_request(format!(
+                    "the upload ended early after {received_bytes} bytes: {e}"
+                ))
+            }
         })?;
         received_bytes += chunk.len() as u64;
         file.write_all(&chunk).await.map_err(write_error)?;

@@ -8,11 +8,11 @@
 //! crate executes them. `docs/server.md` describes the whole.
 //!
 //! ```text
-//! HTTP (tokio, axum) --admission--> Core (Mutex: Reservations, titles, streams)
-//!                                      ^  plan_round / hand-over
-//! round driver (OS thread, Instant deadlines) --DiskBatch--> I/O thread per device
-//!      ^------------------------ IoEvent (reads, batch done) ---------'
-//!      `--> per-session bounded channel --> SessionBody --> socket
+//! listener (connection bounds) --> HTTP (tokio, axum) --job--> round driver (owns Core: the array, sessions)
+//!                                                                |  DiskBatch per disk and round
+//!                                   I/O thread per device <------'
+//!   piece --> session's piece queue      completion --> round driver --> array
+//!   release (SessionMsg) from the driver --> SessionBody --> socket
 //! ```
 
 pub mod auth;
@@ -22,6 +22,7 @@ pub mod gate;
 pub mod http;
 pub mod ingest;
 pub mod io;
+pub mod listener;
 pub mod metrics;
 pub mod observe;
 pub mod ops;
@@ -33,6 +34,7 @@ pub mod storage;
 pub mod titles;
 
 pub use config::{DiskTiming, ServerConfig};
+pub use listener::ConnectionLimits;
 pub use server::{
     RunningServer, SERVER_JSON, ServerError, init_logging, raise_open_files_limit,
     serve_until_signal, shutdown_signal,

@@ -17,6 +17,8 @@ use rondo_model::reservation::Rejection;
 use rondo_model::units::{DiskIndex, Round};
 use serde::Serialize;
 
+use crate::listener::{CloseReason, Refusal};
+
 /// One disk's per-round figures.
 #[derive(Debug)]
 pub struct DiskMetrics {
@@ -219,6 +221,14 @@ pub struct Metrics {
     pub rebuild_disk_plus_one: AtomicU64,
     pub rebuild_done_bytes: AtomicU64,
     pub rebuild_total_bytes: AtomicU64,
+    /// Client connections open now.
+    pub connections_open: AtomicU64,
+    /// Connections answered 503 at accept: beyond the total bound, beyond
+    /// the per-client bound.
+    pub connections_refused_total: AtomicU64,
+    pub connections_refused_per_client: AtomicU64,
+    /// Connections the server closed, by [`CloseReason`] (in `ALL` order).
+    pub connections_closed: [AtomicU64; 3],
 }
 
 impl Metrics {
@@ -249,6 +259,10 @@ impl Metrics {
             rebuild_disk_plus_one: AtomicU64::new(0),
             rebuild_done_bytes: AtomicU64::new(0),
             rebuild_total_bytes: AtomicU64::new(0),
+            connections_open: AtomicU64::new(0),
+            connections_refused_total: AtomicU64::new(0),
+            connections_refused_per_client: AtomicU64::new(0),
+            connections_closed: Default::default(),
         }
     }
 
@@ -261,6 +275,33 @@ impl Metrics {
             _ => &self.rejected_other,
         };
         counter.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a connection answered 503 at accept.
+    pub fn count_connection_refused(&self, refusal: Refusal) {
+        match refusal {
+            Refusal::Total => &self.connections_refused_total,
+            Refusal::PerClient => &self.connections_refused_per_client,
+        }
+        .fetch_add(1, Relaxed);
+    }
+
+    /// Counts a connection the server closed.
+    pub fn count_connection_closed(&self, reason: CloseReason) {
+        let i = CloseReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .expect("every reason is in ALL");
+        self.connections_closed[i].fetch_add(1, Relaxed);
+    }
+
+    /// Connections the server closed for `reason`.
+    pub fn connections_closed(&self, reason: CloseReason) -> u64 {
+        let i = CloseReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .expect("every reason is in ALL");
+        self.connections_closed[i].load(Relaxed)
     }
 
     /// A JSON-friendly copy of every counter.
@@ -289,6 +330,12 @@ impl Metrics {
             buffer_bytes_in_use: g(&self.buffer_bytes_in_use),
             gated_writes: g(&self.gated_writes),
             gated_write_bytes: g(&self.gated_write_bytes),
+            connections_open: g(&self.connections_open),
+            connections_refused: g(&self.connections_refused_total)
+                + g(&self.connections_refused_per_client),
+            connections_closed_header_timeout: self.connections_closed(CloseReason::HeaderTimeout),
+            connections_closed_idle: self.connections_closed(CloseReason::Idle),
+            connections_closed_stream_stopped: self.connections_closed(CloseReason::StreamStopped),
             disks: self
                 .disks
                 .iter()
@@ -346,6 +393,12 @@ pub struct MetricsSnapshot {
     pub buffer_bytes_in_use: u64,
     pub gated_writes: u64,
     pub gated_write_bytes: u64,
+    pub connections_open: u64,
+    /// Connections answered 503 at accept (either bound).
+    pub connections_refused: u64,
+    pub connections_closed_header_timeout: u64,
+    pub connections_closed_idle: u64,
+    pub connections_closed_stream_stopped: u64,
     pub disks: Vec<DiskSnapshot>,
 }
 

@@ -211,25 +211,31 @@ pub fn public_routes() -> Router<Arc<Shared>> {
 /// Routes behind the API token.
 pub fn admin_routes() -> Router<Arc<Shared>> {
     Router::new()
+        .route("/api/admin/disks", get(list_disks_admin))
         .route("/api/admin/disks/{disk}/fail", post(fail))
         .route("/api/admin/disks/{disk}/replace", post(replace))
         .route("/api/admin/disks/{disk}/restore", post(restore))
 }
 
-/// `GET /api/disks`: every disk's state, errors and device, and the rebuild
-/// (run on the round driver, which owns the core).
-pub fn disks_json(shared: &Shared, core: &Core) -> Value {
+/// `GET /api/disks`: every disk's state and errors, and the rebuild (run on
+/// the round driver, which owns the core). With `with_paths` (the admin
+/// route, behind the token) each disk's device file too: a public answer
+/// names no path of the host.
+pub fn disks_json(shared: &Shared, core: &Core, with_paths: bool) -> Value {
     let devices = shared.store.devices();
     let disks: Vec<Value> = DiskIndex::all(shared.array.disk_count)
         .map(|disk| {
             let state = core.array.disk_state(disk);
-            json!({
+            let mut entry = json!({
                 "disk": disk,
                 "state": state_name(state),
                 "serving": core.array.is_serving(disk),
                 "errors": shared.metrics.disks[disk.index()].errors.load(Relaxed),
-                "path": devices[disk.index()].path().display().to_string(),
-            })
+            });
+            if with_paths {
+                entry["path"] = devices[disk.index()].path().display().to_string().into();
+            }
+            entry
         })
         .collect();
     let rebuild = core
@@ -248,7 +254,18 @@ pub fn disks_json(shared: &Shared, core: &Core) -> Value {
 
 async fn list_disks(State(shared): State<Arc<Shared>>) -> Result<axum::Json<Value>, OpsError> {
     shared
-        .with_core(|shared, core| disks_json(shared, core))
+        .with_core(|shared, core| disks_json(shared, core, false))
+        .await
+        .map(axum::Json)
+        .ok_or_else(stopping)
+}
+
+/// `GET /api/admin/disks`: as `/api/disks`, with each disk's device file.
+async fn list_disks_admin(
+    State(shared): State<Arc<Shared>>,
+) -> Result<axum::Json<Value>, OpsError> {
+    shared
+        .with_core(|shared, core| disks_json(shared, core, true))
         .await
         .map(axum::Json)
         .ok_or_else(stopping)

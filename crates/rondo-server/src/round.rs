@@ -170,6 +170,12 @@ impl Driver {
             core.array
                 .client_took(stream, state.taken_rounds.load(Relaxed));
         }
+        // Buffers past the server buffer admission may reserve: stalled
+        // clients lose their grace (the array's rule).
+        let budget_bytes =
+            self.shared.config.buffer_per_disk_bytes * u64::from(self.shared.array.disk_count);
+        core.array
+            .buffers_over_budget(metrics.buffer_bytes_in_use.load(Relaxed) > budget_bytes);
         let plan = core.array.begin_round(round);
         for miss in &plan.missed {
             if !core.streams.contains_key(&miss.stream) {
@@ -187,7 +193,11 @@ impl Driver {
             }
         }
         for a in &plan.aborted {
-            metrics.lost_reads.fetch_add(1, Relaxed);
+            // A plan aborts streams whose data is gone and clients that
+            // stopped reading; only the former lost a read.
+            if matches!(a.reason, AbortReason::DataLost { .. }) {
+                metrics.lost_reads.fetch_add(1, Relaxed);
+            }
             self.aborted(a);
         }
 

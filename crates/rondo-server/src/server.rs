@@ -248,14 +248,19 @@ impl RunningServer {
         // The dashboard's history starts with the server, not with its first viewer.
         crate::observe::start(&shared);
         let (stop_http, stopped) = oneshot::channel::<()>();
-        let app = router(Arc::clone(&shared)).into_make_service_with_connect_info::<SocketAddr>();
-        let http = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
+        let app = router(Arc::clone(&shared));
+        let limits = config.connections.clone();
+        let retry_after_s = crate::http::retry_after_seconds(&shared);
+        let http = tokio::spawn(crate::listener::serve(
+            listener,
+            app,
+            limits,
+            retry_after_s,
+            Arc::clone(&metrics),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
 
         let server_json = data_dir.join(SERVER_JSON);
         ServerInfo {

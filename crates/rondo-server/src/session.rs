@@ -38,6 +38,7 @@ use rondo_model::units::{PlaybackRound, Round, StreamId};
 use tokio::sync::mpsc;
 
 use crate::buffers::PooledBuf;
+use crate::listener::ConnectionHandle;
 use crate::state::{Core, Shared};
 use crate::titles::LoadedTitle;
 
@@ -75,12 +76,18 @@ pub struct StreamState {
     pub taken_rounds: Arc<AtomicU32>,
     /// The client, for log lines.
     pub peer: String,
+    /// The stream's connection.
+    pub connection: Option<ConnectionHandle>,
 }
 
 impl StreamState {
-    /// Tells the body to fail the response.
+    /// Tells the body to fail the response and closes the connection: a
+    /// client that stopped reading would never poll the body again.
     pub fn abort(&self) {
         let _ = self.inbox.send(SessionMsg::Abort);
+        if let Some(connection) = &self.connection {
+            connection.close();
+        }
     }
 }
 
@@ -94,6 +101,8 @@ pub struct StreamRequest {
     /// Bytes sent before the stored ones, from memory (may be empty).
     pub prefix: Bytes,
     pub peer: String,
+    /// The connection it came on (absent when not served by the listener).
+    pub connection: Option<ConnectionHandle>,
 }
 
 /// An admitted stream and the body that delivers it.
@@ -116,10 +125,11 @@ pub async fn admit(
     let (pieces, pieces_rx) = crossbeam_channel::unbounded();
     let taken_rounds = Arc::new(AtomicU32::new(0));
     let (first_byte, length_bytes) = (request.first_byte, request.length_bytes);
-    let (job_title, job_taken, peer) = (
+    let (job_title, job_taken, peer, connection) = (
         Arc::clone(&title),
         Arc::clone(&taken_rounds),
         request.peer.clone(),
+        request.connection.clone(),
     );
     let admission = shared
         .with_core(move |shared, core| {
@@ -147,6 +157,7 @@ pub async fn admit(
                             pieces,
                             taken_rounds: job_taken,
                             peer,
+                            connection,
                         },
                     );
                 }

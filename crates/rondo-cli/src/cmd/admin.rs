@@ -236,7 +236,7 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
         ),
         AdminCommand::Status { target } => (
             target,
-            call(target, reqwest::Method::GET, "/api/disks", None)?,
+            call(target, reqwest::Method::GET, "/api/admin/disks", None)?,
         ),
     };
     if target.json {

@@ -17,8 +17,10 @@ use rondo_model::disk::profile_by_name;
 use rondo_model::units::{NS_PER_MS, STRIDE_BYTES_DEFAULT};
 use rondo_server::config::{
     DEFAULT_CLIENT_BUFFER_ROUNDS, DEFAULT_LISTEN, DEFAULT_LOOKAHEAD_ROUNDS,
+    DEFAULT_REQUEST_BODY_BYTES_MAX, DEFAULT_STALL_GRACE, DEFAULT_UPLOAD_BYTES_MAX,
 };
 use rondo_server::ingest::{Unthrottled, ingest_sample_titles};
+use rondo_server::listener::{self, ConnectionLimits};
 use rondo_server::titles::{DEFAULT_DATA_DIR, default_store_config, open_or_create};
 use rondo_server::{DiskTiming, ServerConfig, init_logging, serve_until_signal};
 use rondo_store::DirectoryFlags;
@@ -55,9 +57,39 @@ pub struct ServeArgs {
     /// Rounds of data a session may hold for its client.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_CLIENT_BUFFER_ROUNDS)]
     pub client_buffer_rounds: u64,
-    /// Seconds a client that stops reading keeps its stream before it is dropped.
-    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    /// Seconds a client that stops reading keeps its stream before it is
+    /// dropped (its reservations released, its connection closed).
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_STALL_GRACE.as_secs_f64())]
     pub stall_grace_s: f64,
+    /// Open connections the server accepts in all; beyond, it answers 503
+    /// with Retry-After and closes. 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = listener::DEFAULT_CONNECTIONS_MAX)]
+    pub connections_max: usize,
+    /// Open connections one client address may hold; beyond, 503 with
+    /// Retry-After. 0: no limit (load tests from one address need it).
+    #[arg(long, value_name = "N", default_value_t = listener::DEFAULT_CONNECTIONS_PER_CLIENT_MAX)]
+    pub connections_per_client_max: usize,
+    /// Seconds a client may take to send a request's headers (slowloris
+    /// bound; also the keep-alive wait for the next request).
+    #[arg(long, value_name = "SECONDS", default_value_t = listener::DEFAULT_HEADER_READ_TIMEOUT.as_secs_f64())]
+    pub header_timeout_s: f64,
+    /// Seconds a connection may go without reading or writing a byte.
+    #[arg(long, value_name = "SECONDS", default_value_t = listener::DEFAULT_IDLE_TIMEOUT.as_secs_f64())]
+    pub idle_timeout_s: f64,
+    /// Largest request head (request line and headers), in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = listener::DEFAULT_HEADER_BYTES_MAX)]
+    pub header_bytes_max: usize,
+    /// Each connection's kernel send buffer in bytes (bounds what a client
+    /// that stops reading absorbs before its stall is seen). 0: the
+    /// kernel's autotuning.
+    #[arg(long, value_name = "BYTES", default_value_t = listener::DEFAULT_SOCKET_SEND_BUFFER_BYTES)]
+    pub socket_send_buffer_bytes: usize,
+    /// Largest request body on every route but the upload, in bytes (413 beyond).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_REQUEST_BODY_BYTES_MAX)]
+    pub request_body_bytes_max: usize,
+    /// Largest upload (POST /api/admin/titles), in bytes (413 beyond). 0: no limit.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_UPLOAD_BYTES_MAX)]
+    pub upload_bytes_max: u64,
     /// Do not ingest the sample titles into a new data directory.
     #[arg(long)]
     pub no_samples: bool,
@@ -77,6 +109,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     if !(args.stall_grace_s.is_finite() && args.stall_grace_s >= 0.0) {
         bail!("--stall-grace-s must be a non-negative number of seconds");
+    }
+    for (flag, seconds) in [
+        ("--header-timeout-s", args.header_timeout_s),
+        ("--idle-timeout-s", args.idle_timeout_s),
+    ] {
+        if !(seconds.is_finite() && seconds > 0.0) {
+            bail!("{flag} must be a positive number of seconds");
+        }
     }
     if args.round_ms == Some(0) {
         bail!("--round-ms must be positive");
@@ -143,6 +183,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         client_buffer_rounds: args.client_buffer_rounds.max(1),
         stall_grace: Duration::from_secs_f64(args.stall_grace_s),
+        connections: ConnectionLimits {
+            connections_max: args.connections_max,
+            connections_per_client_max: args.connections_per_client_max,
+            header_read_timeout: Duration::from_secs_f64(args.header_timeout_s),
+            idle_timeout: Duration::from_secs_f64(args.idle_timeout_s),
+            header_bytes_max: args.header_bytes_max,
+            socket_send_buffer_bytes: args.socket_send_buffer_bytes,
+        },
+        request_body_bytes_max: args.request_body_bytes_max,
+        upload_bytes_max: args.upload_bytes_max,
         ..ServerConfig::default()
     };
     let data_dir = args.data_dir.clone();

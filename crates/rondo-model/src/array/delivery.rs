@@ -95,6 +95,8 @@ pub(super) struct Stalled {
 pub(super) struct Deliveries {
     config: DeliveryConfig,
     clients: BTreeMap<StreamId, Client>,
+    /// The executor's buffers are over budget: stalled clients get no grace.
+    over_budget: bool,
 }
 
 impl Deliveries {
@@ -102,6 +104,7 @@ impl Deliveries {
         Deliveries {
             config,
             clients: BTreeMap::new(),
+            over_budget: false,
         }
     }
 
@@ -174,6 +177,10 @@ impl Deliveries {
         out
     }
 
+    pub fn set_over_budget(&mut self, over: bool) {
+        self.over_budget = over;
+    }
+
     /// The client of `stream` has taken `taken_rounds` released rounds in all.
     pub fn took(&mut self, stream: StreamId, taken_rounds: u32) {
         if let Some(client) = self.clients.get_mut(&stream) {
@@ -194,6 +201,7 @@ impl Deliveries {
         let mut stalled = Vec::new();
         let buffer = self.config.client_buffer_rounds;
         let grace = self.config.stall_grace_rounds;
+        let over_budget = self.over_budget;
         for (&stream, client) in self.clients.iter_mut() {
             release_due(stream, client, round, releases);
             if client.taken == client.total() {
@@ -206,7 +214,7 @@ impl Deliveries {
                 continue;
             }
             let since = *client.stalled_since.get_or_insert(round);
-            if round.since(since) >= grace {
+            if round.since(since) >= grace || over_budget {
                 stalled.push(Stalled {
                     stream,
                     held_rounds: held,

@@ -466,6 +466,15 @@ impl Array {
         self.deliveries.took(stream, taken_rounds);
     }
 
+    /// The executor's buffers are over their budget (or not): while they
+    /// are, a stalled client is stopped at the next round's start without
+    /// waiting for the grace time, so that clients that stop reading cannot
+    /// push the server's memory past its budget for long. Read at the next
+    /// round's start; the simulator, which holds no buffers, never sets it.
+    pub fn buffers_over_budget(&mut self, over: bool) {
+        self.deliveries.set_over_budget(over);
+    }
+
     /// Whether the array knows `stream` (reading or delivering).
     pub fn has_stream(&self, stream: StreamId) -> bool {
         self.deliveries.contains(stream) || self.reservations.stream_span(stream).is_some()
@@ -567,7 +576,8 @@ impl Array {
         }
         // 2. Clients: rounds whose send round has come are released; a
         // client that took everything is done, one stalled past the grace
-        // time is stopped before its next reads are planned.
+        // time (or stalled at all while buffers are over budget) is stopped
+        // before its next reads are planned.
         let (finished, stalled) = self.deliveries.begin_round(round, &mut plan.releases);
         for stream in finished {
             self.counters.streams_finished += 1;

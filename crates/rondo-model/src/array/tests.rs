@@ -306,6 +306,47 @@ fn a_client_that_takes_every_round_finishes_and_one_that_stops_is_stopped_after_
 }
 
 #[test]
+fn buffers_over_budget_stop_a_stalled_client_without_its_grace_and_leave_readers_alone() {
+    let mut a = array(4, Scheme::Minimum, &[100 * KIB; 12]);
+    let buffer = a.config.delivery.client_buffer_rounds;
+    assert!(
+        a.config.delivery.stall_grace_rounds > 2,
+        "the grace must matter"
+    );
+    let reader = a.admit(&whole(0)).unwrap().stream;
+    let staller = a.admit(&whole(0)).unwrap().stream;
+    let mut taken = BTreeMap::new();
+    let mut stopped = None;
+    for round in 0..20u64 {
+        // The executor's buffers are over budget from round 2 on.
+        a.buffers_over_budget(round >= 2);
+        let plan = a.begin_round(Round(round));
+        for r in &plan.releases {
+            let t = taken.entry(r.stream).or_insert(0u32);
+            if r.stream == reader {
+                *t += 1;
+            }
+        }
+        assert!(
+            plan.aborted.iter().all(|x| x.stream != reader),
+            "a reader is never stopped for the budget"
+        );
+        if stopped.is_none() && plan.aborted.iter().any(|x| x.stream == staller) {
+            stopped = Some(round);
+        }
+        complete_all(&mut a, &plan);
+        for (&s, &t) in &taken {
+            a.client_took(s, t);
+        }
+        a.check_invariants();
+    }
+    // Stalled from the round its (buffer + 1)-th untaken round is released
+    // (round buffer + 1), and stopped in that same round.
+    assert_eq!(stopped, Some(buffer + 1));
+    assert_eq!(a.counters().clients_stalled, 1);
+}
+
+#[test]
 fn a_failed_read_is_read_again_from_the_backup_in_unreserved_time_and_a_second_failure_stops_the_stream()
  {
     let mut a = array(4, Scheme::Minimum, &[100 * KIB; 6]);

@@ -160,6 +160,39 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         w.sample("rondo_streams_ended_total", &[("how", how)], g(counter));
     }
     w.single(
+        "rondo_connections_open",
+        "gauge",
+        "Client connections open now.",
+        g(&metrics.connections_open),
+    );
+    w.family(
+        "rondo_connections_refused_total",
+        "counter",
+        "Connections answered 503 at accept, by the bound they exceeded: total, per_client.",
+    );
+    for (bound, counter) in [
+        ("total", &metrics.connections_refused_total),
+        ("per_client", &metrics.connections_refused_per_client),
+    ] {
+        w.sample(
+            "rondo_connections_refused_total",
+            &[("bound", bound)],
+            g(counter),
+        );
+    }
+    w.family(
+        "rondo_connections_closed_total",
+        "counter",
+        "Connections the server closed, by reason: header_timeout (request headers too slow), idle (no byte moved for the idle timeout), stream_stopped (its stream was stopped: the client stopped reading, or its data is gone).",
+    );
+    for reason in crate::listener::CloseReason::ALL {
+        w.sample(
+            "rondo_connections_closed_total",
+            &[("reason", reason.label())],
+            metrics.connections_closed(reason) as f64,
+        );
+    }
+    w.single(
         "rondo_buffer_in_use_bytes",
         "gauge",
         "Bytes of read buffers currently held by streams.",

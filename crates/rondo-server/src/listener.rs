@@ -1,0 +1,506 @@
+//! Connections: accepting them, bounding them and closing them.
+//!
+//! This module owns the HTTP/1.1 connections between the listening socket
+//! and the router, and every bound a public server puts on them: how many
+//! connections are open in all and per client address (beyond either, a
+//! short `503` with `Retry-After` and the connection closed, never an
+//! accepted connection left waiting), how long a client may take to send
+//! its request headers (slowloris), how long a connection may make no
+//! progress at all, reading or writing (an idle keep-alive, a stalled
+//! upload, a client that stopped reading), and how large request headers
+//! may be. Each request carries its connection's [`ConnectionHandle`], so a
+//! session the array stops (a client that stopped reading, a stream whose
+//! data is gone) closes its connection at once: a response body that hyper
+//! no longer polls (the socket is full) could not end it otherwise.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use crate::metrics::Metrics;
+
+/// The bounds on connections. Defaults are for a public server (see
+/// docs/assumptions.md for where each comes from).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConnectionLimits {
+    /// Open connections in all; 0: no limit.
+    pub connections_max: usize,
+    /// Open connections from one client address; 0: no limit.
+    pub connections_per_client_max: usize,
+    /// Time to send a request's headers, from the request's first byte (or
+    /// from the connection's start).
+    pub header_read_timeout: Duration,
+    /// Time a connection may go without reading or writing a byte.
+    pub idle_timeout: Duration,
+    /// Largest request head (request line and headers), in bytes.
+    pub header_bytes_max: usize,
+    /// Each connection's kernel send buffer (`SO_SNDBUF`; the kernel
+    /// doubles it); 0: the kernel's autotuning. Bounded, so that what a
+    /// client that stops reading can absorb into socket buffers is small
+    /// and the session sees the stall within a few rounds; autotuning grows
+    /// it to megabytes, which hides a short title entirely.
+    pub socket_send_buffer_bytes: usize,
+}
+
+/// Default bound on open connections: nginx's default `worker_connections`
+/// (512) times the 8 workers of a small host.
+pub const DEFAULT_CONNECTIONS_MAX: usize = 4096;
+/// Default bound per client address: a household behind one NAT address
+/// with a few players, each with a few connections, stays far below it.
+pub const DEFAULT_CONNECTIONS_PER_CLIENT_MAX: usize = 64;
+/// Default header timeout: Apache's `RequestReadTimeout header=20`;
+/// nginx's `client_header_timeout` is 60 s.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(20);
+/// Default idle timeout: nginx's `keepalive_timeout` is 75 s, its
+/// `send_timeout` and `client_body_timeout` 60 s.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default send buffer: 128 KiB (256 KiB as the kernel counts it), about
+/// 4.5 rounds of a 450 kbit/s stream with 1 s rounds; at 100 ms RTT it
+/// still carries 20 Mbit/s per connection.
+pub const DEFAULT_SOCKET_SEND_BUFFER_BYTES: usize = 128 * 1024;
+/// Default largest request head: nginx's `large_client_header_buffers`
+/// (4 × 8 KiB) rounded up.
+pub const DEFAULT_HEADER_BYTES_MAX: usize = 64 * 1024;
+
+impl Default for ConnectionLimits {
+    fn default() -> ConnectionLimits {
+        ConnectionLimits {
+            connections_max: DEFAULT_CONNECTIONS_MAX,
+            connections_per_client_max: DEFAULT_CONNECTIONS_PER_CLIENT_MAX,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            header_bytes_max: DEFAULT_HEADER_BYTES_MAX,
+            socket_send_buffer_bytes: DEFAULT_SOCKET_SEND_BUFFER_BYTES,
+        }
+    }
+}
+
+/// Why a connection was closed by the server (a label of
+/// `rondo_connections_closed_total`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CloseReason {
+    /// The request headers did not arrive within the header timeout.
+    HeaderTimeout,
+    /// Nothing read or written for the idle timeout.
+    Idle,
+    /// Its stream was stopped (the client stopped reading, or its data is
+    /// gone): closed by its session.
+    StreamStopped,
+}
+
+impl CloseReason {
+    pub const ALL: [CloseReason; 3] = [
+        CloseReason::HeaderTimeout,
+        CloseReason::Idle,
+        CloseReason::StreamStopped,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            CloseReason::HeaderTimeout => "header_timeout",
+            CloseReason::Idle => "idle",
+            CloseReason::StreamStopped => "stream_stopped",
+        }
+    }
+}
+
+/// A connection, as the requests on it see it: lets a session close it.
+#[derive(Clone, Debug)]
+pub struct ConnectionHandle {
+    close: CancellationToken,
+}
+
+impl ConnectionHandle {
+    /// Closes the connection now, whatever it is doing.
+    pub fn close(&self) {
+        self.close.cancel();
+    }
+}
+
+/// Open connections, in all and per client address. Taken on accept only,
+/// never on the data path.
+#[derive(Default)]
+struct Open {
+    total: usize,
+    per_client: BTreeMap<IpAddr, usize>,
+}
+
+/// A place among the open connections, given back on drop.
+struct Slot {
+    open: Arc<Mutex<Open>>,
+    client: IpAddr,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().expect("connections lock");
+        open.total -= 1;
+        if let Some(n) = open.per_client.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                open.per_client.remove(&self.client);
+            }
+        }
+        self.metrics.connections_open.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Which bound an accepted connection exceeds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    Total,
+    PerClient,
+}
+
+impl Refusal {
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Total => "total",
+            Refusal::PerClient => "per_client",
+        }
+    }
+}
+
+fn take_slot(
+    open: &Arc<Mutex<Open>>,
+    limits: &ConnectionLimits,
+    client: IpAddr,
+    metrics: &Arc<Metrics>,
+) -> Result<Slot, Refusal> {
+    let mut guard = open.lock().expect("connections lock");
+    if limits.connections_max > 0 && guard.total >= limits.connections_max {
+        return Err(Refusal::Total);
+    }
+    let from_client = guard.per_client.get(&client).copied().unwrap_or(0);
+    if limits.connections_per_client_max > 0 && from_client >= limits.connections_per_client_max {
+        return Err(Refusal::PerClient);
+    }
+    guard.total += 1;
+    *guard.per_client.entry(client).or_insert(0) += 1;
+    metrics.connections_open.fetch_add(1, Relaxed);
+    Ok(Slot {
+        open: Arc::clone(open),
+        client,
+        metrics: Arc::clone(metrics),
+    })
+}
+
+/// Milliseconds since `epoch`: the coarse clock of connection activity.
+fn millis_since(epoch: Instant) -> u64 {
+    epoch.elapsed().as_millis() as u64
+}
+
+/// A socket that records when it last moved a byte.
+struct Tracked {
+    inner: TcpStream,
+    epoch: Instant,
+    last_activity_ms: Arc<AtomicU64>,
+}
+
+impl Tracked {
+    fn touch(&self) {
+        self.last_activity_ms
+            .store(millis_since(self.epoch), Relaxed);
+    }
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(poll, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.touch();
+        }
+        poll
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(poll, Poll::Ready(Ok(n)) if n > 0) {
+            self.touch();
+        }
+        poll
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(poll, Poll::Ready(Ok(n)) if n > 0) {
+            self.touch();
+        }
+        poll
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The answer to a connection beyond a bound: a JSON 503 that says which
+/// bound and when to try again, then the connection closes.
+fn refusal_response(refusal: Refusal, limits: &ConnectionLimits, retry_after_s: u64) -> Vec<u8> {
+    let detail = match refusal {
+        Refusal::Total => format!(
+            "the server holds its maximum of {} connections",
+            limits.connections_max
+        ),
+        Refusal::PerClient => format!(
+            "your address holds the maximum of {} connections per client",
+            limits.connections_per_client_max
+        ),
+    };
+    let body = serde_json::json!({
+        "error": format!("too many connections: {detail}; try again later"),
+        "reason": format!("connections_{}", refusal.label()),
+        "retry_after_seconds": retry_after_s,
+    })
+    .to_string();
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         retry-after: {retry_after_s}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Refusals being answered at once: beyond this many, a refused connection
+/// is closed without an answer (answering must not itself be unbounded).
+const REFUSALS_IN_FLIGHT_MAX: u64 = 256;
+/// Time a refused connection gets to send its request and take the 503.
+const REFUSAL_TIME: Duration = Duration::from_secs(1);
+
+/// Answers a refused connection: reads what the client sent (closing with
+/// unread data would reset the connection and lose the answer), writes the
+/// 503 and closes, all within [`REFUSAL_TIME`].
+async fn refuse(mut socket: TcpStream, answer: Vec<u8>) {
+    use tokio::io::AsyncReadExt;
+    let _ = tokio::time::timeout(REFUSAL_TIME, async {
+        let mut scratch = [0u8; 4096];
+        // Whatever has arrived of the request, without waiting for all of it.
+        let _ = tokio::time::timeout(Duration::from_millis(50), socket.read(&mut scratch)).await;
+        socket.write_all(&answer).await?;
+        socket.shutdown().await?;
+        // Drain until the client closes, so the answer is not reset away.
+        while socket.read(&mut scratch).await? > 0 {}
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
+}
+
+/// Serves `router` on `listener` under `limits` until `stop` resolves;
+/// then stops accepting, asks every connection to finish its response and
+/// returns when all are closed.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnectionLimits,
+    retry_after_s: u64,
+    metrics: Arc<Metrics>,
+    stop: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let open = Arc::new(Mutex::new(Open::default()));
+    let refusing = Arc::new(AtomicU64::new(0));
+    // Every connection holds a clone; when all are gone, shutdown is done.
+    let (all_closed_tx, mut all_closed_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let shutdown = CancellationToken::new();
+    tokio::pin!(stop);
+    loop {
+        let (socket, peer) = tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors or memory: wait a moment rather
+                    // than spin (the bound on connections should prevent it).
+                    tracing::warn!("accepting a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let slot = match take_slot(&open, &limits, peer.ip(), &metrics) {
+            Ok(slot) => slot,
+            Err(refusal) => {
+                metrics.count_connection_refused(refusal);
+                if refusing.load(Relaxed) < REFUSALS_IN_FLIGHT_MAX {
+                    refusing.fetch_add(1, Relaxed);
+                    let refusing = Arc::clone(&refusing);
+                    let answer = refusal_response(refusal, &limits, retry_after_s);
+                    tokio::spawn(async move {
+                        refuse(socket, answer).await;
+                        refusing.fetch_sub(1, Relaxed);
+                    });
+                }
+                continue;
+            }
+        };
+        let _ = socket.set_nodelay(true);
+        if limits.socket_send_buffer_bytes > 0 {
+            set_send_buffer(&socket, limits.socket_send_buffer_bytes);
+        }
+        tokio::spawn(connection(
+            socket,
+            peer,
+            slot,
+            router.clone(),
+            limits.clone(),
+            Arc::clone(&metrics),
+            shutdown.child_token(),
+            all_closed_tx.clone(),
+        ));
+    }
+    drop(listener);
+    shutdown.cancel();
+    drop(all_closed_tx);
+    // Resolves when the last connection task drops its sender.
+    let _ = all_closed_rx.recv().await;
+    Ok(())
+}
+
+/// Serves one connection until it ends, the server shuts down, a bound is
+/// exceeded or a session closes it.
+#[allow(clippy::too_many_arguments)]
+async fn connection(
+    socket: TcpStream,
+    peer: SocketAddr,
+    _slot: Slot,
+    router: Router,
+    limits: ConnectionLimits,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    _all_closed: tokio::sync::mpsc::Sender<()>,
+) {
+    let epoch = Instant::now();
+    let last_activity_ms = Arc::new(AtomicU64::new(0));
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
+    let io = TokioIo::new(Tracked {
+        inner: socket,
+        epoch,
+        last_activity_ms: Arc::clone(&last_activity_ms),
+    });
+    let handle = ConnectionHandle {
+        close: CancellationToken::new(),
+    };
+    let request_handle = handle.clone();
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+        request.extensions_mut().insert(ConnectInfo(peer));
+        request.extensions_mut().insert(request_handle.clone());
+        router.clone().oneshot(request.map(axum::body::Body::new))
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.header_bytes_max.max(8192));
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    let idle_ms = limits.idle_timeout.as_millis() as u64;
+    // Checked a few times per idle timeout: a connection closes within
+    // 1.25 idle timeouts of its last byte.
+    let mut idle_check =
+        tokio::time::interval((limits.idle_timeout / 4).max(Duration::from_millis(10)));
+    idle_check.tick().await;
+    let mut shutting_down = false;
+    let closed = loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                break match result {
+                    Err(e) if e.is_timeout() => Some(CloseReason::HeaderTimeout),
+                    _ => None,
+                };
+            }
+            _ = handle.close.cancelled() => break Some(CloseReason::StreamStopped),
+            _ = shutdown.cancelled(), if !shutting_down => {
+                shutting_down = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = idle_check.tick() => {
+                let idle_for_ms = millis_since(epoch).saturating_sub(last_activity_ms.load(Relaxed));
+                if idle_for_ms >= idle_ms {
+                    break Some(CloseReason::Idle);
+                }
+            }
+        }
+    };
+    if let Some(reason) = closed {
+        // Closed by the server: reset rather than linger, so the kernel
+        // drops what a client that does not read left in the socket's
+        // buffers at once, and the client learns it at once.
+        reset_on_close(fd);
+        metrics.count_connection_closed(reason);
+        tracing::debug!(peer = %peer, reason = reason.label(), "connection closed by the server");
+    }
+    // The connection (a local) closes its socket before the slot (a
+    // parameter) is given back.
+}
+
+/// Sets `SO_SNDBUF` (which also turns the kernel's autotuning off).
+fn set_send_buffer(socket: &TcpStream, bytes: usize) {
+    let value = bytes.min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: the socket is open; `value` is a valid int option of the size given.
+    unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(socket),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+/// Sets `SO_LINGER` to zero on `fd` (still open: the connection that owns it
+/// is dropped after this), so that closing it sends a reset.
+fn reset_on_close(fd: std::os::fd::RawFd) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: fd is the open socket of the connection being closed, and
+    // `linger` is a valid SO_LINGER value of the size given.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
