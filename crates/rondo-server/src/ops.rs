@@ -80,6 +80,45 @@ pub fn publish_state(shared: &Shared, disk: DiskIndex, state: DiskState) {
         .store(state_code(state), Relaxed);
 }
 
+/// Copies the array's per-extent fault counts into the metrics.
+pub fn publish_extent_counts(shared: &Shared, core: &Core) {
+    let c = core.array.counters();
+    let m = &shared.metrics;
+    m.extents_bad.store(c.extents_bad, Relaxed);
+    m.extents_repaired.store(c.extents_repaired, Relaxed);
+    m.rounds_lost.store(c.rounds_lost, Relaxed);
+}
+
+/// Logs a per-extent fault effect: a bad extent (repaired in the
+/// background), its repair, a round with no good replica.
+pub fn log_extent_effect(effect: &Effect) {
+    match effect {
+        Effect::ExtentBad { extent, disk } => tracing::warn!(
+            disk = disk.0,
+            title = extent.title.0,
+            playback_round = extent.playback_round.0,
+            replica = ?extent.replica,
+            piece = extent.piece,
+            "bad extent (checksum): served from the other replica, repair queued; a fault of \
+             this extent, not of the disk"
+        ),
+        Effect::ExtentRepaired { extent } => tracing::info!(
+            title = extent.title.0,
+            playback_round = extent.playback_round.0,
+            replica = ?extent.replica,
+            piece = extent.piece,
+            "bad extent repaired from its replica and verified"
+        ),
+        Effect::RoundLost(lost) => tracing::error!(
+            title = lost.title.0,
+            playback_round = lost.playback_round.0,
+            "round has no good replica: streams of this title stop there; the disks and other \
+             titles serve on"
+        ),
+        _ => {}
+    }
+}
+
 /// Records `disk` failed in the data directory, so a restart keeps it
 /// failed. The failure itself does not wait for the record: if it cannot be
 /// written the disk still fails now, and the error is logged.
@@ -154,6 +193,9 @@ pub fn apply_ops_effects(shared: &Shared, core: &mut Core, effects: Vec<Effect>)
             Effect::Aborted(a) => {
                 stopped.push(a.stream);
                 end_aborted(shared, core, &a);
+            }
+            Effect::ExtentBad { .. } | Effect::ExtentRepaired { .. } | Effect::RoundLost(_) => {
+                log_extent_effect(&effect)
             }
             Effect::Ready(_) | Effect::Released(_) | Effect::ReReadQueued { .. } => {}
         }

@@ -572,8 +572,12 @@ fn corrupt(dir: &Path, disk: DiskIndex, device_offset_bytes: u64, bytes: usize) 
     file.sync_all().unwrap();
 }
 
+/// The two-corruption scenario: 100 bytes corrupted in one extent
+/// on each of two disks, the title played three times by anonymous
+/// clients. Each bad extent is a fault of that extent: served from the
+/// replica, repaired in the background, and no disk fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn corrupt_extents_are_served_from_the_replica_and_fail_the_disk() {
+async fn two_corrupt_extents_on_two_disks_are_repaired_and_no_disk_fails() {
     let _serial = SERIAL.lock().await;
     init_logs();
     let tmp = tempfile::tempdir().unwrap();
@@ -581,50 +585,56 @@ async fn corrupt_extents_are_served_from_the_replica_and_fail_the_disk() {
     let media = make_media(tmp.path(), "clip", MediaKind::Ts, 6);
     let store = create_store_with_scheme(&dir, Scheme::Minimum);
     let record = ingest(&store, &media, "clip");
+    let other = ingest(&store, &media, "other");
     let expected = stored_stream(&store, &record);
-    // Three rounds whose primary is on the same disk, from round 1 on.
+    let expected_other = stored_stream(&store, &other);
+    // Rounds 1 and 2 have their primaries on two different disks.
     let title = store.load_title(record.id).unwrap();
     let rounds = title.layout.rounds();
-    let disk = rounds[1].primary_disk.0;
-    let victims: Vec<u64> = rounds
-        .iter()
-        .skip(1)
-        .filter(|r| r.primary_disk.0 == disk && !r.primary.is_empty())
-        .map(|r| r.primary.as_slice()[0].device_offset_bytes)
-        .collect();
-    assert!(!victims.is_empty());
+    let (a, b) = (&rounds[1], &rounds[2]);
+    assert_ne!(a.primary_disk, b.primary_disk);
+    assert!(!a.primary.is_empty() && !b.primary.is_empty());
+    corrupt(&dir, a.primary_disk, a.primary.as_slice()[0].device_offset_bytes, 100);
+    corrupt(&dir, b.primary_disk, b.primary.as_slice()[0].device_offset_bytes, 100);
     let server = start(store, test_config()).await;
     let url = server.url();
     let http = reqwest::Client::new();
-    let stream_url = format!("{url}/stream/{}.ts", record.id.0);
-    let fetch = || async {
-        let (status, _, body, _) = get_timed(&http, &stream_url, None).await;
-        assert_eq!(status, 200);
-        body
+    let fetch = |id: u64| {
+        let http = http.clone();
+        let url = format!("{url}/stream/{id}.ts");
+        async move {
+            let (status, _, body, _) = get_timed(&http, &url, None).await;
+            assert_eq!(status, 200);
+            body
+        }
     };
-
-    // One corrupt extent: the stream is whole (the backup served the
-    // round), the error is counted and the disk is suspect.
-    corrupt(&dir, DiskIndex(disk), victims[0], 100);
-    assert!(fetch().await == expected, "the stream is byte-identical");
+    // Three plays, the first two at once (both may read the bad extents).
+    let (p1, p2) = tokio::join!(fetch(record.id.0), fetch(record.id.0));
+    assert!(p1 == expected && p2 == expected, "byte-identical");
+    assert!(fetch(record.id.0).await == expected);
+    assert!(fetch(other.id.0).await == expected_other);
+    let repaired = eventually(Duration::from_secs(10), || {
+        server.metrics().extents_repaired == 2
+    })
+    .await;
     let metrics = server.metrics();
-    assert_eq!(metrics.read_errors, 1, "{metrics:?}");
+    assert!(repaired, "{metrics:?}");
+    assert_eq!(metrics.extents_bad, 2, "each bad extent counted once: {metrics:?}");
+    assert!(metrics.read_errors >= 2, "{metrics:?}");
     assert_eq!(metrics.streams_aborted, 0);
+    assert_eq!(metrics.rounds_lost, 0);
     let disks = get_json(&http, &format!("{url}/api/disks")).await;
-    assert_eq!(disks["disks"][disk as usize]["state"], "suspect", "{disks}");
-    assert_eq!(disks["disks"][disk as usize]["errors"], 1);
-
-    // Two more streams read the same bad extent: three errors within the
-    // health window fail the disk; every stream is still whole.
-    let (a, b) = tokio::join!(fetch(), fetch());
-    assert!(a == expected && b == expected);
-    let disks = get_json(&http, &format!("{url}/api/disks")).await;
-    assert_eq!(disks["disks"][disk as usize]["state"], "failed", "{disks}");
-    assert_eq!(disks["disks"][disk as usize]["serving"], false);
-    assert_eq!(server.metrics().read_errors, 3);
-    // Failed: its reads are planned on the backups, no more errors.
-    assert!(fetch().await == expected);
-    assert_eq!(server.metrics().read_errors, 3);
-    assert_eq!(server.metrics().stream_round_misses, 0);
+    for d in disks["disks"].as_array().unwrap() {
+        assert_eq!(d["serving"], true, "no disk failed: {disks}");
+    }
+    // Repaired on the device: plays read the primaries without an error.
+    let errors = server.metrics().read_errors;
+    assert!(fetch(record.id.0).await == expected);
+    assert_eq!(server.metrics().read_errors, errors, "the extents are good again");
+    let prometheus = rondo_testkit::http::get_text(&http, &format!("{url}/metrics")).await;
+    assert!(prometheus.contains("rondo_extents_repaired_total 2"), "{prometheus}");
     server.shutdown().await;
+    // Nothing to hand-edit: no failed disk recorded, every checksum good.
+    let report = rondo_store::fsck(&dir);
+    assert!(report.passed() && report.failed_disks.is_empty(), "{report}");
 }
