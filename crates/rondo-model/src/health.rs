@@ -266,10 +266,16 @@ mod tests {
         for (x, r) in [(1, 0), (2, 10), (3, 20)] {
             h.record_bad_extent(DiskIndex(0), extent(x), Round(r));
         }
-        assert_eq!(h.record_bad_extent(DiskIndex(0), extent(4), Round(150)), None);
+        assert_eq!(
+            h.record_bad_extent(DiskIndex(0), extent(4), Round(150)),
+            None
+        );
         assert_eq!(h.recent_bad_extents(DiskIndex(0)), 1, "the others aged out");
         for x in 5..7 {
-            assert_eq!(h.record_bad_extent(DiskIndex(0), extent(x), Round(151)), None);
+            assert_eq!(
+                h.record_bad_extent(DiskIndex(0), extent(x), Round(151)),
+                None
+            );
         }
         assert_eq!(
             h.record_bad_extent(DiskIndex(0), extent(7), Round(152)),

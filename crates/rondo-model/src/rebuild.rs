@@ -64,7 +64,13 @@ pub fn rebuild_tasks<'a>(
             }
             for (entry, b) in r.backups.iter().enumerate() {
                 if b.disk == disk {
-                    tasks.extend(copy_task(title, layout, round, Replica::Backup, entry as u16));
+                    tasks.extend(copy_task(
+                        title,
+                        layout,
+                        round,
+                        Replica::Backup,
+                        entry as u16,
+                    ));
                 }
             }
         }

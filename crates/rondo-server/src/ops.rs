@@ -135,6 +135,28 @@ pub fn record_failed(shared: &Shared, disk: DiskIndex, reason: &str) {
     }
 }
 
+/// At start: disks whose device is missing or blank fail before any stream
+/// is admitted, recorded in `disk-state.toml` (so they stay failed until
+/// rebuilt, whatever the next start finds), and the server serves from the
+/// other replicas.
+pub fn fail_unavailable_disks(shared: &Shared, core: &mut Core) {
+    for (disk, reason) in shared.store.unavailable_disks() {
+        record_failed(
+            shared,
+            disk,
+            &format!("{}: {reason}", FailCause::DeviceMissing),
+        );
+        let _ = core.array.fail_disk(disk, FailCause::DeviceMissing);
+        publish_state(shared, disk, DiskState::Failed);
+        tracing::error!(
+            disk = disk.0,
+            "disk {disk} has no usable device ({reason}): starting degraded with it failed; \
+             its data is served from the other replicas. Map a new device with `rondo admin \
+             replace-disk {disk} PATH`, then `rondo admin restore-disk {disk}`"
+        );
+    }
+}
+
 /// At start: the disks recorded failed (before a restart) fail again before
 /// any stream is admitted, so no stream is planned on them.
 pub fn fail_recorded_disks(
@@ -143,6 +165,9 @@ pub fn fail_recorded_disks(
 ) -> Result<(), rondo_store::StoreError> {
     let states = shared.store.disk_states()?;
     for disk in states.failed_disks() {
+        if !core.array.is_serving(disk) {
+            continue;
+        }
         let reason = &states.failed[&disk.to_string()].reason;
         if let Ok(effects) = core.array.fail_disk(disk, FailCause::Recorded) {
             debug_assert!(
@@ -280,9 +305,17 @@ pub fn disks_json(shared: &Shared, core: &Core) -> Value {
         .as_ref()
         .zip(core.array.rebuild_status())
         .map(|(r, status)| r.json(&status));
+    let lost: Vec<Value> = core
+        .array
+        .lost_rounds()
+        .iter()
+        .map(|l| json!({ "title": l.title.0, "playback_round": l.playback_round }))
+        .collect();
     json!({
         "round": core.array.next_round().minus(1),
         "disks": disks,
+        "bad_extents_pending_repair": core.array.bad_extents(),
+        "rounds_lost": lost,
         "rebuild": rebuild,
         "last_rebuild": core.ops.last_rebuild,
     })
@@ -376,11 +409,34 @@ async fn replace(
     let device = device?;
     let path = device.path().display().to_string();
     tracing::info!(disk = disk.0, path = %path, "disk replaced by a new device (restore rebuilds it)");
+    // Accepted either way (a block device lives outside any directory), but
+    // said plainly: the data directory no longer holds the whole array.
+    let warning = outside_data_dir(&shared.data_dir, device.path()).then(|| {
+        let text = format!(
+            "{path} is outside the data directory {}: backing up, moving or deleting the \
+             directory will not include this disk's device",
+            shared.data_dir.display()
+        );
+        tracing::warn!(disk = disk.0, "{text}");
+        text
+    });
     Ok(axum::Json(json!({
         "disk": disk,
         "state": "failed",
         "path": path,
+        "outside_data_dir": warning.is_some(),
+        "warning": warning,
     })))
+}
+
+/// Whether `path` lies outside `data_dir` (after resolving `..` and links
+/// where the paths exist).
+pub fn outside_data_dir(data_dir: &std::path::Path, path: &std::path::Path) -> bool {
+    let resolve =
+        |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let dir = resolve(data_dir);
+    let path = resolve(&data_dir.join(path));
+    !path.starts_with(&dir)
 }
 
 /// Starts rebuilding `disk` (which must be failed) from the other replicas:
@@ -403,11 +459,23 @@ pub fn start_rebuild(shared: &Shared, core: &mut Core, disk: DiskIndex) -> Resul
         total_bytes = started.total_bytes,
         "rebuild started: copies run in disk time admitted streams left unreserved"
     );
+    let warning = (started.lost_copies > 0).then(|| {
+        let text = format!(
+            "{} of the disk's extents have no good replica to copy from (another disk is failed \
+             too, or both copies were bad): those rounds are lost and streams reaching them \
+             stop; everything else is rebuilt",
+            started.lost_copies
+        );
+        tracing::error!(disk = disk.0, "{text}");
+        text
+    });
     Ok(json!({
         "disk": disk,
         "state": "rebuilding",
         "copies": started.copies,
         "total_bytes": started.total_bytes,
+        "lost_copies": started.lost_copies,
+        "warning": warning,
     }))
 }
 

@@ -374,9 +374,9 @@ impl Driver {
                     );
                 }
                 Effect::Aborted(a) => self.aborted(&a),
-                Effect::ExtentBad { .. }
-                | Effect::ExtentRepaired { .. }
-                | Effect::RoundLost(_) => crate::ops::log_extent_effect(&effect),
+                Effect::ExtentBad { .. } | Effect::ExtentRepaired { .. } | Effect::RoundLost(_) => {
+                    crate::ops::log_extent_effect(&effect)
+                }
             }
         }
     }

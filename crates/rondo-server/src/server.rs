@@ -209,7 +209,9 @@ impl RunningServer {
             token,
             base_url: base_url.clone(),
         });
-        // Disks failed before a restart stay failed (disk-state.toml).
+        // Disks without a usable device start failed; disks failed before
+        // a restart stay failed (disk-state.toml).
+        crate::ops::fail_unavailable_disks(&shared, &mut core);
         crate::ops::fail_recorded_disks(&shared, &mut core).map_err(|e| ServerError::Io {
             context: "reading the failed disks".into(),
             source: std::io::Error::other(e.to_string()),

@@ -28,7 +28,10 @@ use std::time::{Duration, Instant};
 
 use rondo_model::array::{Array, Completion, DiskCommand, Effect, Purpose, ReadOutcome};
 use rondo_model::disk::{self, Disk};
+use rondo_model::health::ExtentKey;
+use rondo_model::layout::Replica;
 use rondo_model::layout::{ReplicaPlacement, TitleLayout};
+use rondo_model::rebuild::{CopyFailure, CopyTask};
 use rondo_model::reservation::Scheme;
 use rondo_model::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 use rondo_server::buffers::BufferPool;
@@ -36,12 +39,9 @@ use rondo_server::config::DiskTiming;
 use rondo_server::io::{DiskBatch, IoEvent, RoundClock, spawn_device};
 use rondo_server::metrics::Metrics;
 use rondo_server::storage::{Fault, FaultyStorage, MemoryStorage, Storage};
-use rondo_model::health::ExtentKey;
-use rondo_model::layout::Replica;
-use rondo_model::rebuild::{CopyFailure, CopyTask};
 use rondo_sim::faults::{
-    BadExtentSpec, DepartureSpec, FaultPlan, IngestSpec, ReadErrorKind, ReadErrorSpec,
-    RebuildSpec, StallSpec,
+    BadExtentSpec, DepartureSpec, FaultPlan, IngestSpec, ReadErrorKind, ReadErrorSpec, RebuildSpec,
+    StallSpec,
 };
 use rondo_sim::run::{
     AdmissionLog, BoundKind, FailureSpec, Mode, PlacedTitle, RoundLog, RunLog, SimConfig, SimTitle,
@@ -250,7 +250,9 @@ fn corrupt_extent(
     let x = extents.as_slice()[0];
     let mut original = vec![0u8; x.length_bytes.min(100) as usize];
     let storage = storages[disk.index()].inner();
-    storage.read_at(x.device_offset_bytes, &mut original).unwrap();
+    storage
+        .read_at(x.device_offset_bytes, &mut original)
+        .unwrap();
     let flipped: Vec<u8> = original.iter().map(|b| b ^ 0x5a).collect();
     storage.write_at(x.device_offset_bytes, &flipped);
     corrupted.insert(key, (disk.index(), x.device_offset_bytes, original));
@@ -270,13 +272,14 @@ fn copy_extent(
         piece,
     };
     let bad_source = match task.target {
-        Replica::Primary => {
-            (0..task.read_from.len() as u16).any(|p| corrupted.contains_key(&key(Replica::Backup, p)))
-        }
+        Replica::Primary => (0..task.read_from.len() as u16)
+            .any(|p| corrupted.contains_key(&key(Replica::Backup, p))),
         Replica::Backup => corrupted.contains_key(&key(Replica::Primary, 0)),
     };
     if bad_source {
-        return Err(CopyFailure::SourceBad("the source fails its checksum".into()));
+        return Err(CopyFailure::SourceBad(
+            "the source fails its checksum".into(),
+        ));
     }
     if let Some((disk, offset, original)) = corrupted.remove(&key(task.target, task.backup_entry)) {
         storages[disk].inner().write_at(offset, &original);

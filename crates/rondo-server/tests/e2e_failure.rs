@@ -490,6 +490,14 @@ async fn a_failed_disk_stays_failed_across_a_restart_until_rebuilt() {
     )
     .await;
     assert_eq!(status, 200, "{answer}");
+    // Outside the data directory: accepted, and said so.
+    assert_eq!(answer["outside_data_dir"], true, "{answer}");
+    assert!(
+        answer["warning"]
+            .as_str()
+            .is_some_and(|w| w.contains("outside the data directory")),
+        "{answer}"
+    );
     server.shutdown().await;
 
     let report = rondo_store::fsck(&dir);
@@ -554,6 +562,134 @@ async fn a_failed_disk_stays_failed_across_a_restart_until_rebuilt() {
     server.shutdown().await;
 }
 
+/// Plays every title twice at once; asserts each play is whole with no
+/// stall and no deadline miss.
+async fn play_all(server: &rondo_server::RunningServer, titles: &[rondo_store::TitleRecord]) {
+    let http = reqwest::Client::new();
+    let url = server.url();
+    let mut tasks = Vec::new();
+    for i in 0..titles.len() * 2 {
+        let title = &titles[i % titles.len()];
+        tasks.push(tokio::spawn(play(
+            http.clone(),
+            format!("{url}/stream/{}.ts", title.id.0),
+            title.client_bytes.clone(),
+        )));
+    }
+    for task in tasks {
+        let r = task.await.unwrap();
+        assert_eq!(r.status, 200, "{r:?}");
+        assert!(!r.broken && r.received_bytes == r.expected_bytes, "{r:?}");
+        assert_eq!(r.stalls, 0, "{r:?}");
+    }
+    assert_eq!(server.metrics().stream_round_misses, 0);
+}
+
+/// Waits until disk `disk` is healthy again after a restore.
+async fn wait_restored(http: &reqwest::Client, url: &str, disk: usize) {
+    let started = Instant::now();
+    loop {
+        let disks = get_json(http, &format!("{url}/api/disks")).await;
+        if disks["disks"][disk]["state"] == "healthy" {
+            assert_eq!(disks["last_rebuild"]["restored"], true, "{disks}");
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(90), "{disks}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The dead-disk start: one device deleted, `serve` starts
+/// degraded with that disk failed (recorded), plays every title from the
+/// replicas without a stall, and a replace + restore brings the disk back,
+/// also across a restart in the middle of the rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_starts_degraded_without_a_device_and_replace_restore_bring_it_back() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let media = make_long_media(tmp.path());
+    let store = build_store(&dir, &media, Scheme::Minimum, 3);
+    let titles = store.titles().unwrap();
+    drop(store);
+    std::fs::remove_file(dir.join("disk-1.dev")).unwrap();
+
+    let server = start(Store::open(&dir).unwrap(), test_config()).await;
+    let (url, token) = (server.url(), server.token().to_string());
+    let http = reqwest::Client::new();
+    let disks = get_json(&http, &format!("{url}/api/disks")).await;
+    assert_eq!(disks["disks"][1]["state"], "failed", "{disks}");
+    let states = std::fs::read_to_string(dir.join("disk-state.toml")).unwrap();
+    assert!(
+        states.contains("[failed.1]") && states.contains("missing"),
+        "{states}"
+    );
+    play_all(&server, &titles).await;
+    assert_eq!(
+        server.metrics().disks[1].reads,
+        0,
+        "the missing disk is not read"
+    );
+    assert_eq!(server.metrics().read_errors, 0);
+
+    // A new device at the same path (inside the data directory), then the
+    // rebuild, stopped in its middle.
+    let admin = |path: String, body: Option<serde_json::Value>| {
+        let http = http.clone();
+        let url = format!("{url}/api/admin/disks/{path}");
+        let token = token.clone();
+        async move { admin_post(&http, &url, Some(&token), body).await }
+    };
+    let body = serde_json::json!({ "path": "disk-1.dev" });
+    let (status, answer) = admin("1/replace".into(), Some(body)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["outside_data_dir"], false, "{answer}");
+    let (status, answer) = admin("1/restore".into(), None).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["lost_copies"], 0, "{answer}");
+    let disks = get_json(&http, &format!("{url}/api/disks")).await;
+    assert_eq!(
+        disks["disks"][1]["state"], "rebuilding",
+        "mid-rebuild: {disks}"
+    );
+    server.shutdown().await;
+    let report = rondo_store::fsck(&dir);
+    assert_eq!(report.failed_disks, vec![DiskIndex(1)], "{report}");
+
+    // After the restart the disk is failed still (its device half rebuilt),
+    // the titles play, and a restore completes.
+    let server = start(Store::open(&dir).unwrap(), test_config()).await;
+    let (url, token) = (server.url(), server.token().to_string());
+    let disks = get_json(&http, &format!("{url}/api/disks")).await;
+    assert_eq!(disks["disks"][1]["state"], "failed", "{disks}");
+    play_all(&server, &titles).await;
+    let (status, answer) = admin_post(
+        &http,
+        &format!("{url}/api/admin/disks/1/restore"),
+        Some(&token),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    wait_restored(&http, &url, 1).await;
+    let reads_before = server.metrics().disks[1].reads;
+    play_all(&server, &titles).await;
+    assert!(
+        server.metrics().disks[1].reads > reads_before,
+        "disk 1 serves again"
+    );
+    server.shutdown().await;
+    let report = rondo_store::fsck(&dir);
+    assert!(
+        report.passed() && report.failed_disks.is_empty(),
+        "{report}"
+    );
+    let store = Store::open(&dir).unwrap();
+    assert!(store.unavailable_disks().is_empty());
+    assert!(assert_replicas_agree_on(&store, &titles, DiskIndex(1)) > 0);
+}
+
 /// Flips `bytes` bytes at `device_offset_bytes` of disk `disk`'s stride area.
 fn corrupt(dir: &Path, disk: DiskIndex, device_offset_bytes: u64, bytes: usize) {
     use std::os::unix::fs::FileExt;
@@ -594,8 +730,18 @@ async fn two_corrupt_extents_on_two_disks_are_repaired_and_no_disk_fails() {
     let (a, b) = (&rounds[1], &rounds[2]);
     assert_ne!(a.primary_disk, b.primary_disk);
     assert!(!a.primary.is_empty() && !b.primary.is_empty());
-    corrupt(&dir, a.primary_disk, a.primary.as_slice()[0].device_offset_bytes, 100);
-    corrupt(&dir, b.primary_disk, b.primary.as_slice()[0].device_offset_bytes, 100);
+    corrupt(
+        &dir,
+        a.primary_disk,
+        a.primary.as_slice()[0].device_offset_bytes,
+        100,
+    );
+    corrupt(
+        &dir,
+        b.primary_disk,
+        b.primary.as_slice()[0].device_offset_bytes,
+        100,
+    );
     let server = start(store, test_config()).await;
     let url = server.url();
     let http = reqwest::Client::new();
@@ -619,7 +765,10 @@ async fn two_corrupt_extents_on_two_disks_are_repaired_and_no_disk_fails() {
     .await;
     let metrics = server.metrics();
     assert!(repaired, "{metrics:?}");
-    assert_eq!(metrics.extents_bad, 2, "each bad extent counted once: {metrics:?}");
+    assert_eq!(
+        metrics.extents_bad, 2,
+        "each bad extent counted once: {metrics:?}"
+    );
     assert!(metrics.read_errors >= 2, "{metrics:?}");
     assert_eq!(metrics.streams_aborted, 0);
     assert_eq!(metrics.rounds_lost, 0);
@@ -630,11 +779,21 @@ async fn two_corrupt_extents_on_two_disks_are_repaired_and_no_disk_fails() {
     // Repaired on the device: plays read the primaries without an error.
     let errors = server.metrics().read_errors;
     assert!(fetch(record.id.0).await == expected);
-    assert_eq!(server.metrics().read_errors, errors, "the extents are good again");
+    assert_eq!(
+        server.metrics().read_errors,
+        errors,
+        "the extents are good again"
+    );
     let prometheus = rondo_testkit::http::get_text(&http, &format!("{url}/metrics")).await;
-    assert!(prometheus.contains("rondo_extents_repaired_total 2"), "{prometheus}");
+    assert!(
+        prometheus.contains("rondo_extents_repaired_total 2"),
+        "{prometheus}"
+    );
     server.shutdown().await;
     // Nothing to hand-edit: no failed disk recorded, every checksum good.
     let report = rondo_store::fsck(&dir);
-    assert!(report.passed() && report.failed_disks.is_empty(), "{report}");
+    assert!(
+        report.passed() && report.failed_disks.is_empty(),
+        "{report}"
+    );
 }

@@ -30,11 +30,11 @@ use rondo_model::array::{
 };
 use rondo_model::disk::{self, Disk, DiskError, DiskProfile, PaperBound, RondoBound};
 use rondo_model::health::{ExtentKey, HealthPolicy};
-use rondo_model::rebuild::{CopyFailure, CopyTask};
 use rondo_model::layout::{
-    self, ArrayAllocator, BackupParams, FragmentSequence, LayoutError, LayoutParams,
-    Replica, ReplicaPlacement, RoundRobinCounter, TitleLayout, TitlePlan,
+    self, ArrayAllocator, BackupParams, FragmentSequence, LayoutError, LayoutParams, Replica,
+    ReplicaPlacement, RoundRobinCounter, TitleLayout, TitlePlan,
 };
+use rondo_model::rebuild::{CopyFailure, CopyTask};
 use rondo_model::reservation::{Bound, ReservationConfig, Reservations, Scheme, TitleCharges};
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{

@@ -328,7 +328,10 @@ fn bad_extents_on_two_disks_are_repaired_and_no_disk_fails() {
     assert!(r.read_errors >= 2, "{r:?}");
     assert_eq!(r.extents_bad, 2, "{r:?}");
     assert_eq!(r.extents_repaired, 2, "{r:?}");
-    assert_eq!((r.rounds_lost, r.disks_failed, r.streams_aborted), (0, 0, 0));
+    assert_eq!(
+        (r.rounds_lost, r.disks_failed, r.streams_aborted),
+        (0, 0, 0)
+    );
     assert_eq!(r.deadline_misses, 0, "repairs use unreserved time only");
 }
 
@@ -347,5 +350,8 @@ fn a_round_with_both_replicas_bad_is_lost_and_only_its_streams_stop() {
     assert_eq!(r.rounds_lost, 1, "{r:?}");
     assert_eq!(r.disks_failed, 0, "{r:?}");
     assert!(r.streams_aborted >= 1, "{r:?}");
-    assert!(r.admitted > r.streams_aborted * 3, "the other streams play: {r:?}");
+    assert!(
+        r.admitted > r.streams_aborted * 3,
+        "the other streams play: {r:?}"
+    );
 }

@@ -572,15 +572,34 @@ impl Store {
     fn open_locked(dir: &Path, lock: File, io_mode: IoMode) -> Result<Store> {
         let config = ArrayConfig::load(dir)?;
         let mut devices = Vec::with_capacity(config.devices.len());
+        let mut first_error = None;
         for k in 0..config.devices.len() {
             let path = config.device_path(dir, k);
             let header = expected_header(&config, k);
-            devices.push(Arc::new(Device::open(
-                &path,
-                DiskIndex(k as u32),
-                &header,
-                io_mode,
-            )?));
+            let disk = DiskIndex(k as u32);
+            match Device::open(&path, disk, &header, io_mode) {
+                Ok(device) => devices.push(Arc::new(device)),
+                // Missing or blank: the disk is dead, not misconfigured. The
+                // store opens without it (the server starts with it failed);
+                // a foreign or reordered device is still refused, since
+                // rebuilding over it would destroy what it holds.
+                Err(e) if device_is_missing_or_blank(&e) => {
+                    devices.push(Arc::new(Device::unavailable(
+                        &path,
+                        disk,
+                        &header,
+                        e.to_string(),
+                    )));
+                    first_error.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(e) = first_error
+            && devices.iter().all(|d| d.unavailable_reason().is_some())
+        {
+            // Nothing to serve from: most likely the wrong directory.
+            return Err(e);
         }
         let buffered: Vec<String> = devices
             .iter()
@@ -743,6 +762,15 @@ impl Store {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())[k] = Arc::clone(&device);
         Ok(device)
+    }
+
+    /// Disks whose device was missing or blank when the store opened (and
+    /// has not been replaced since), with why.
+    pub fn unavailable_disks(&self) -> Vec<(DiskIndex, String)> {
+        self.devices()
+            .iter()
+            .filter_map(|d| d.unavailable_reason().map(|r| (d.disk(), r.to_string())))
+            .collect()
     }
 
     /// The array's failed disks, as last recorded (`disk-state.toml`).
@@ -1446,5 +1474,20 @@ impl Drop for TitleWriter {
                 self.record.name
             );
         }
+    }
+}
+
+/// Whether opening a device failed because it is absent or holds no rondo
+/// header at all (a dead or blank disk), as opposed to another array's or
+/// another disk's device.
+fn device_is_missing_or_blank(e: &StoreError) -> bool {
+    use crate::device::HeaderMismatch;
+    match e {
+        StoreError::DeviceUnusable { reason, .. } => reason.starts_with("cannot open"),
+        StoreError::DeviceHeader { problem, .. } => matches!(
+            problem,
+            HeaderMismatch::NotARondoDevice | HeaderMismatch::TooSmall { .. }
+        ),
+        _ => false,
     }
 }

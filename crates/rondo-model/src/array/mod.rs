@@ -883,16 +883,14 @@ impl Array {
             let task = copy.task;
             for (source, &ns) in task.read_from.iter().zip(&copy.read_charges_ns) {
                 charged[source.disk.index()] += ns;
-                plan.disks[source.disk.index()]
-                    .commands
-                    .push(copy_command(
-                        source.disk,
-                        round,
-                        Op::Read,
-                        Purpose::RebuildRead { copy: id },
-                        &source.extents,
-                        ns,
-                    ));
+                plan.disks[source.disk.index()].commands.push(copy_command(
+                    source.disk,
+                    round,
+                    Op::Read,
+                    Purpose::RebuildRead { copy: id },
+                    &source.extents,
+                    ns,
+                ));
             }
             let target = task.write_to.disk;
             charged[target.index()] += copy.write_charge_ns;

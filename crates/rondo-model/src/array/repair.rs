@@ -94,7 +94,9 @@ impl Repairs {
             return Marked::Known;
         }
         let other_bad = self.bad.keys().any(|k| {
-            k.title == key.title && k.playback_round == key.playback_round && k.replica != key.replica
+            k.title == key.title
+                && k.playback_round == key.playback_round
+                && k.replica != key.replica
         });
         let task = copy_task(
             key.title,
@@ -156,14 +158,7 @@ impl Repairs {
         self.queue
             .retain(|(_, t)| !reservations.is_failed(t.write_to.disk));
         let mut tasks: VecDeque<CopyTask> = self.queue.iter().map(|(_, t)| t.clone()).collect();
-        let (run, lost) = fit_copies(
-            &mut tasks,
-            reservations,
-            round,
-            used_ns,
-            read_ns,
-            write_ns,
-        );
+        let (run, lost) = fit_copies(&mut tasks, reservations, round, used_ns, read_ns, write_ns);
         // `fit_copies` takes from the front, in order: the first
         // `run + lost` queued repairs are the ones it took.
         let taken: Vec<(ExtentKey, CopyTask)> =

@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::rebuild::CopyFailure;
 use crate::disk::PaperBound;
 use crate::layout::{ArrayAllocator, BackupParams, LayoutParams, ReplicaPlacement, TitlePlan};
+use crate::rebuild::CopyFailure;
 use crate::reservation::Scheme;
 use crate::schedule::Schedule;
 use crate::units::{DiskIndex, NS_PER_S};
@@ -568,10 +568,7 @@ impl Corrupt {
     /// A copy's outcome: its source must be good; then the target is.
     fn copy(&mut self, task: &crate::rebuild::CopyTask) -> Result<(), CopyFailure> {
         let (source, pieces): (Replica, Vec<u16>) = match task.target {
-            Replica::Primary => (
-                Replica::Backup,
-                (0..task.read_from.len() as u16).collect(),
-            ),
+            Replica::Primary => (Replica::Backup, (0..task.read_from.len() as u16).collect()),
             Replica::Backup => (Replica::Primary, vec![0]),
         };
         for piece in pieces {
@@ -694,7 +691,11 @@ fn the_same_bad_extent_read_by_many_streams_counts_once() {
     assert!(a.counters().read_errors >= 2, "{:?}", a.counters());
     assert_eq!(a.counters().extents_bad, 1);
     assert_eq!(a.counters().extents_repaired, 1);
-    assert!(!effects.iter().any(|e| matches!(e, Effect::DiskFailed { .. })));
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::DiskFailed { .. }))
+    );
 }
 
 #[test]
@@ -768,7 +769,10 @@ fn a_round_with_no_good_replica_stops_only_the_streams_that_reach_it() {
             playback_round: PlaybackRound(4)
         }]
     );
-    assert!(!a.has_stream(other.stream), "the other title played to its end");
+    assert!(
+        !a.has_stream(other.stream),
+        "the other title played to its end"
+    );
     assert_eq!(a.counters().streams_finished, 1);
     // A later stream of the title stops at the lost round without reading it.
     let again = a.admit(&whole(0)).unwrap();
@@ -778,7 +782,11 @@ fn a_round_with_no_good_replica_stops_only_the_streams_that_reach_it() {
         |e| matches!(e, Effect::Aborted(x) if x.stream == again.stream
             && matches!(x.reason, AbortReason::NoGoodReplica { .. }))
     ));
-    assert_eq!(a.counters().read_errors, errors, "the lost round is not read");
+    assert_eq!(
+        a.counters().read_errors,
+        errors,
+        "the lost round is not read"
+    );
     for d in DiskIndex::all(4) {
         assert!(a.is_serving(d));
     }

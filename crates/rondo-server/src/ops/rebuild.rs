@@ -198,17 +198,21 @@ pub fn spawn_copier(
                     Ok(CopierJob::Repairs { tasks }) => {
                         for (id, task, title) in tasks {
                             let target = task.write_to.disk;
-                            let result = copy(&shared.store, &task, &title).and_then(|()| {
-                                // Durable before the extent counts as good.
-                                shared.store.device(target).sync().map_err(|e| {
-                                    CopyFailure::Io {
-                                        disk: target,
-                                        detail: e.to_string(),
-                                    }
-                                })
-                            });
+                            let result =
+                                copy(&shared.store, &task, &title).and_then(|()| {
+                                    // Durable before the extent counts as good.
+                                    shared.store.device(target).sync().map_err(|e| {
+                                        CopyFailure::Io {
+                                            disk: target,
+                                            detail: e.to_string(),
+                                        }
+                                    })
+                                });
                             if let Err(e) = &result {
-                                tracing::error!(disk = target.0, "repair of a bad extent failed: {e}");
+                                tracing::error!(
+                                    disk = target.0,
+                                    "repair of a bad extent failed: {e}"
+                                );
                             }
                             shared.on_core(move |shared, core| {
                                 let effects = core.array.copy_done(id, result);
@@ -421,14 +425,12 @@ pub fn copy(store: &Store, task: &CopyTask, title: &LoadedTitle) -> Result<(), C
                 x.device_offset_bytes
             ))));
         }
-        device
-            .write_at(x.device_offset_bytes, &buf)
-            .map_err(|e| {
-                context(CopyFailure::Io {
-                    disk: task.write_to.disk,
-                    detail: e.to_string(),
-                })
-            })?;
+        device.write_at(x.device_offset_bytes, &buf).map_err(|e| {
+            context(CopyFailure::Io {
+                disk: task.write_to.disk,
+                detail: e.to_string(),
+            })
+        })?;
         at += len;
     }
     Ok(())
