@@ -70,6 +70,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/titles/{id}", get(one_title))
         .route("/api/titles/{id}/schedule", get(schedule))
         .route("/api/metrics", get(metrics))
+        .route(crate::ingest::handoff::SERVER_ID_PATH, get(server_id))
         .route("/stream/{file}", get(stream))
         .merge(admin)
         .merge(crate::ops::public_routes())
@@ -688,4 +689,16 @@ async fn delete_title(
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     tracing::info!(id = id.0, "title deleted");
     Ok(axum::Json(json!({ "deleted": id.0 })))
+}
+
+/// `GET /api/server-id`: which server this is (the data directory's array
+/// id and this start's instance id), for `rondo ingest` to check before it
+/// sends the token.
+async fn server_id(
+    State(shared): State<Arc<Shared>>,
+) -> axum::Json<crate::ingest::handoff::ServerId> {
+    axum::Json(crate::ingest::handoff::ServerId {
+        array_id: shared.array.array_id.to_string(),
+        instance_id: shared.instance_id.clone(),
+    })
 }

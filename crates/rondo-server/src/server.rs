@@ -207,6 +207,8 @@ impl RunningServer {
             copier: copier_tx,
             shutting_down: AtomicBool::new(false),
             token,
+            instance_id: crate::auth::new_instance_id()
+                .map_err(io_error("drawing the server's instance id"))?,
             base_url: base_url.clone(),
         });
         // Disks without a usable device start failed; disks failed before
@@ -263,6 +265,8 @@ impl RunningServer {
         ServerInfo {
             url: base_url.clone(),
             pid: std::process::id(),
+            array_id: array.array_id.to_string(),
+            instance_id: shared.instance_id.clone(),
         }
         .write(&data_dir)
         .map_err(io_error(format!("writing {}", server_json.display())))?;
