@@ -210,6 +210,33 @@ fn fsck_passes_a_good_directory_and_fails_a_flipped_byte() {
     let output = run(&["fsck", "--data-dir", text(&data)]);
     assert_ok(&output, "fsck");
     assert!(String::from_utf8_lossy(&output.stdout).contains(": passed"));
+    assert_eq!(
+        stdout_json(&run(&["fsck", "--data-dir", text(&data), "--json"]))["status"],
+        "passed"
+    );
+
+    // Degraded: two disks recorded failed (the rest of the directory is
+    // sound): its own exit status, and data with no working replica listed.
+    std::fs::write(
+        data.join("disk-state.toml"),
+        "[failed.0]\nreason = \"x\"\nsince_unix_s = 1\n[failed.1]\nreason = \"x\"\nsince_unix_s = 1\n",
+    )
+    .unwrap();
+    let output = run(&["fsck", "--data-dir", text(&data), "--json"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let report = stdout_json(&output);
+    assert_eq!(report["status"], "degraded", "{report}");
+    assert_eq!(report["failed_disks"], serde_json::json!([0, 1]));
+    assert!(
+        report["lost_rounds"]
+            .as_array()
+            .is_some_and(|l| !l.is_empty()),
+        "{report}"
+    );
+    let output = run(&["fsck", "--data-dir", text(&data)]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("DEGRADED"));
+    std::fs::remove_file(data.join("disk-state.toml")).unwrap();
 
     // Flip one byte inside round 1's primary extent.
     let store = Store::open(&data).unwrap();
