@@ -527,6 +527,30 @@ impl Device {
             })
     }
 
+    /// Gives `length_bytes` at `device_offset_bytes` of the stride area back
+    /// to the filesystem (a hole in a sparse device file; reads then see
+    /// zeros). Best effort: a block device, or a filesystem without hole
+    /// punching, keeps the space; that is not an error.
+    pub fn punch_hole(&self, device_offset_bytes: u64, length_bytes: u64) {
+        use std::os::fd::AsRawFd;
+        let Some(file) = self.file.as_ref() else {
+            return;
+        };
+        if !file.metadata().is_ok_and(|m| m.file_type().is_file()) {
+            return;
+        }
+        // SAFETY: fallocate only reads its integer arguments; the
+        // descriptor is open for the lifetime of `file`.
+        unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                (self.stride_area_offset_bytes + device_offset_bytes) as libc::off_t,
+                length_bytes as libc::off_t,
+            );
+        }
+    }
+
     /// Makes every completed write durable (fdatasync).
     pub fn sync(&self) -> Result<(), DeviceError> {
         self.file()?.sync_data().map_err(|source| DeviceError::Io {

@@ -219,6 +219,10 @@ pub struct LayoutInputs {
 struct State {
     conn: Connection,
     allocator: ArrayAllocator,
+    /// Titles abandoned while the catalog could not be written (a full
+    /// filesystem): their rows are deleted and strides freed at the next
+    /// catalog change that succeeds, not only at the next open.
+    pending_abandons: Vec<(TitleId, TitleStrides)>,
 }
 
 struct Inner {
@@ -650,7 +654,11 @@ impl Store {
                 dir: dir.to_path_buf(),
                 config,
                 devices: RwLock::new(devices),
-                state: Mutex::new(State { conn, allocator }),
+                state: Mutex::new(State {
+                    conn,
+                    allocator,
+                    pending_abandons: Vec::new(),
+                }),
                 recovered,
                 _lock: lock,
             }),
@@ -897,6 +905,10 @@ impl Store {
 
         let mut guard = self.state();
         let state = &mut *guard;
+        // Space an earlier failed ingest could not give back yet.
+        if !state.pending_abandons.is_empty() {
+            let _ = retry_abandons(state);
+        }
         let tx = state
             .conn
             .transaction()
@@ -1202,25 +1214,45 @@ impl Store {
 
     /// Removes a `writing` title and frees its strides (a writer that gave up).
     fn abandon(&self, id: TitleId, strides: &TitleStrides) -> Result<()> {
+        // The bytes written go back to the filesystem at once (an ingest
+        // that failed on a full filesystem must not keep it full); nothing
+        // reads a title being written.
+        let stride_bytes = self.inner.config.stride_bytes;
+        let devices = self.devices();
+        for (disk, _, stride) in strides.iter() {
+            devices[disk.index()].punch_hole(stride * stride_bytes, stride_bytes);
+        }
         let mut guard = self.state();
         let state = &mut *guard;
-        let tx = state
-            .conn
-            .transaction()
-            .map_err(|e| StoreError::catalog("abandoning a title", e))?;
-        let removed = tx
-            .execute(
+        state.pending_abandons.push((id, strides.clone()));
+        retry_abandons(state)
+    }
+}
+
+/// Deletes the pending abandoned titles' rows and frees their strides, in
+/// order; those whose deletion fails (the catalog cannot be written) stay
+/// pending for the next try.
+fn retry_abandons(state: &mut State) -> Result<()> {
+    let pending = std::mem::take(&mut state.pending_abandons);
+    let mut first_error = None;
+    for (id, strides) in pending {
+        let deleted = state.conn.transaction().and_then(|tx| {
+            let removed = tx.execute(
                 "DELETE FROM titles WHERE id = ?1 AND state = 'writing'",
                 [id.0 as i64],
-            )
-            .map_err(|e| StoreError::catalog("abandoning a title", e))?;
-        tx.commit()
-            .map_err(|e| StoreError::catalog("abandoning a title", e))?;
-        if removed == 1 {
-            state.allocator.release(strides)?;
+            )?;
+            tx.commit().map(|()| removed)
+        });
+        match deleted {
+            Ok(1) => state.allocator.release(&strides)?,
+            Ok(_) => {}
+            Err(e) => {
+                first_error.get_or_insert(StoreError::catalog("abandoning a title", e));
+                state.pending_abandons.push((id, strides));
+            }
         }
-        Ok(())
     }
+    first_error.map_or(Ok(()), Err)
 }
 
 fn next_title_id_in(conn: &Connection) -> rusqlite::Result<u64> {
