@@ -210,6 +210,33 @@ fn fsck_passes_a_good_directory_and_fails_a_flipped_byte() {
     let output = run(&["fsck", "--data-dir", text(&data)]);
     assert_ok(&output, "fsck");
     assert!(String::from_utf8_lossy(&output.stdout).contains(": passed"));
+    assert_eq!(
+        stdout_json(&run(&["fsck", "--data-dir", text(&data), "--json"]))["status"],
+        "passed"
+    );
+
+    // Degraded: two disks recorded failed (the rest of the directory is
+    // sound): its own exit status, and data with no working replica listed.
+    std::fs::write(
+        data.join("disk-state.toml"),
+        "[failed.0]\nreason = \"x\"\nsince_unix_s = 1\n[failed.1]\nreason = \"x\"\nsince_unix_s = 1\n",
+    )
+    .unwrap();
+    let output = run(&["fsck", "--data-dir", text(&data), "--json"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let report = stdout_json(&output);
+    assert_eq!(report["status"], "degraded", "{report}");
+    assert_eq!(report["failed_disks"], serde_json::json!([0, 1]));
+    assert!(
+        report["lost_rounds"]
+            .as_array()
+            .is_some_and(|l| !l.is_empty()),
+        "{report}"
+    );
+    let output = run(&["fsck", "--data-dir", text(&data)]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("DEGRADED"));
+    std::fs::remove_file(data.join("disk-state.toml")).unwrap();
 
     // Flip one byte inside round 1's primary extent.
     let store = Store::open(&data).unwrap();
@@ -290,9 +317,7 @@ fn serve_once(listener: &TcpListener, status: &str, body: &str) -> Received {
     };
     let len: usize = received
         .header("content-length")
-        .expect("the upload has a Content-Length")
-        .parse()
-        .unwrap();
+        .map_or(0, |l| l.parse().unwrap());
     received.body = vec![0; len];
     reader.read_exact(&mut received.body).unwrap();
     let mut stream = stream;
@@ -304,6 +329,13 @@ fn serve_once(listener: &TcpListener, status: &str, body: &str) -> Received {
     )
     .unwrap();
     received
+}
+
+/// Answers `rondo ingest`'s identity question (it carries no token).
+fn answer_identity(listener: &TcpListener, identity: &str) {
+    let asked = serve_once(listener, "200 OK", identity);
+    assert_eq!(asked.request_line, "GET /api/server-id HTTP/1.1");
+    assert_eq!(asked.header("authorization"), None, "no token to ask");
 }
 
 #[test]
@@ -325,12 +357,21 @@ fn a_directory_owned_by_a_server_gets_the_file_uploaded() {
 
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
+    let array_id = rondo_store::ArrayConfig::load(&data)
+        .unwrap()
+        .array_id
+        .to_string();
     ServerInfo {
         url: url.clone(),
         pid: std::process::id(),
+        array_id: array_id.clone(),
+        instance_id: "start-1".into(),
     }
     .write(&data)
     .unwrap();
+    // The server answers who it is first (no credentials), then the upload.
+    let identity = serde_json::json!({"array_id": array_id, "instance_id": "start-1"}).to_string();
+
     std::fs::write(data.join(TOKEN_FILE), "s3cret-token\n").unwrap();
     assert!(data.join(SERVER_INFO_FILE).exists());
 
@@ -338,7 +379,11 @@ fn a_directory_owned_by_a_server_gets_the_file_uploaded() {
     let server = {
         let listener = listener.try_clone().unwrap();
         let body = title.to_string();
-        std::thread::spawn(move || serve_once(&listener, "201 Created", &body))
+        let identity = identity.clone();
+        std::thread::spawn(move || {
+            answer_identity(&listener, &identity);
+            serve_once(&listener, "201 Created", &body)
+        })
     };
     let output = run(&[
         "ingest",
@@ -372,7 +417,9 @@ fn a_directory_owned_by_a_server_gets_the_file_uploaded() {
     // the server's message and a non-zero exit.
     let server = {
         let listener = listener.try_clone().unwrap();
+        let identity = identity.clone();
         std::thread::spawn(move || {
+            answer_identity(&listener, &identity);
             serve_once(
                 &listener,
                 "409 Conflict",
@@ -394,6 +441,89 @@ fn a_directory_owned_by_a_server_gets_the_file_uploaded() {
     );
     // Nothing was written locally while the server owned the directory.
     assert!(store.titles().unwrap().is_empty());
+}
+
+/// A stale `server.json` (its server crashed) points at a port another
+/// listener holds now: it is asked who it is, cannot answer this
+/// directory's ids, and never receives the token.
+#[test]
+fn a_stale_server_json_pointing_at_a_foreign_listener_sends_no_token() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("data");
+    create_store(&data, 17);
+    let clip = small_mp4(dir.path(), "clip.mp4");
+    let array_id = rondo_store::ArrayConfig::load(&data)
+        .unwrap()
+        .array_id
+        .to_string();
+    let _store = Store::open(&data).unwrap();
+    std::fs::write(data.join(TOKEN_FILE), "s3cret-token\n").unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    ServerInfo {
+        url: format!("http://{}", listener.local_addr().unwrap()),
+        pid: 999_999,
+        array_id: array_id.clone(),
+        instance_id: "crashed-start".into(),
+    }
+    .write(&data)
+    .unwrap();
+    // Two foreign listeners: one that answers anything with a page (and
+    // would take any upload), one that is another rondo (another start).
+    let foreign_answers = [
+        (
+            "200 OK",
+            "<html>hello</html>".to_string(),
+            "does not answer",
+        ),
+        (
+            "200 OK",
+            serde_json::json!({"array_id": array_id, "instance_id": "another-start"}).to_string(),
+            "another start",
+        ),
+    ];
+    for (status, body, said) in foreign_answers {
+        let foreign = {
+            let listener = listener.try_clone().unwrap();
+            std::thread::spawn(move || {
+                // Everything it receives before the client gives up.
+                let mut seen = vec![serve_once(&listener, status, &body)];
+                listener.set_nonblocking(true).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                while let Ok((stream, _)) = listener.accept() {
+                    let mut text = String::new();
+                    let _ = BufReader::new(stream).read_line(&mut text);
+                    seen.push(Received {
+                        request_line: text,
+                        headers: Vec::new(),
+                        body: Vec::new(),
+                    });
+                }
+                listener.set_nonblocking(false).unwrap();
+                seen
+            })
+        };
+        let output = run(&["ingest", "--data-dir", text(&data), text(&clip)]);
+        let seen = foreign.join().unwrap();
+        assert!(!output.status.success());
+        let err = stderr(&output);
+        assert!(
+            err.contains("not this directory's server") && err.contains("No token was sent"),
+            "{err}"
+        );
+        assert!(err.contains(said), "{err}");
+        assert_eq!(
+            seen.len(),
+            1,
+            "only the identity question: {:?}",
+            seen.len()
+        );
+        assert_eq!(seen[0].request_line, "GET /api/server-id HTTP/1.1");
+        assert!(
+            seen.iter().all(|r| r.header("authorization").is_none()
+                && !String::from_utf8_lossy(&r.body).contains("s3cret")),
+            "the token never left"
+        );
+    }
 }
 
 /// Bytes allocated on the array's devices (sparse files).

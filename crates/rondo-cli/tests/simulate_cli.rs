@@ -90,6 +90,56 @@ fn simulated_disk_mode_with_a_failure_reports_zero_misses_under_minimum() {
 }
 
 #[test]
+fn simulate_shows_what_bad_extents_do() {
+    // Two bad extents on two disks (repaired), and one round with both
+    // replicas bad (lost: only the streams reaching it stop).
+    let out = rondo()
+        .args([
+            "simulate",
+            "--disks",
+            "4",
+            "--mode",
+            "simulated-disk",
+            "--warmup-rounds",
+            "50",
+            "--end-round",
+            "400",
+            "--bad-extent",
+            "0:1:primary",
+            "--bad-extent",
+            "0:2:primary",
+            "--bad-extent",
+            "1:5:primary",
+            "--bad-extent",
+            "1:5:backup@0",
+            "--replications",
+            "1",
+            "--max-replications",
+            "1",
+            "--no-capacity",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &v["at_load"];
+    assert_eq!(p["extents_repaired"], 2, "{p}");
+    assert_eq!(p["rounds_lost"], 1, "{p}");
+    assert_eq!(p["disks_failed"], 0, "{p}");
+    assert_eq!(p["deadline_misses"], 0, "{p}");
+    assert!(p["streams_aborted"].as_u64().unwrap() >= 1, "{p}");
+    assert_fails_with(
+        rondo().args(["simulate", "--bad-extent", "0:1:middle"]),
+        "neither primary nor backup",
+    );
+}
+
+#[test]
 fn simulate_refuses_bad_arguments_clearly() {
     assert_fails_with(
         rondo().args(["simulate", "--scheme", "raid5"]),

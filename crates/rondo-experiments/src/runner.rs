@@ -64,6 +64,16 @@ pub struct PointResult {
     pub recovery_misses: u64,
     #[serde(default)]
     pub streams_aborted: u64,
+    /// Bad extents (summed): found, repaired from the replica, rounds left
+    /// with no good replica; disks not serving at a run's end.
+    #[serde(default)]
+    pub extents_bad: u64,
+    #[serde(default)]
+    pub extents_repaired: u64,
+    #[serde(default)]
+    pub rounds_lost: u64,
+    #[serde(default)]
+    pub disks_failed: u64,
     /// Mean over the replications where it finished: rounds from a
     /// rebuild's start to the disk serving again, and from an ingest's start
     /// to its last round granted.
@@ -250,6 +260,10 @@ fn summarise(point: &Point, runs: &[SimResult], metric: &str) -> Result<PointRes
         read_errors: runs.iter().map(|r| r.read_errors).sum(),
         recovery_misses: runs.iter().map(|r| r.recovery_misses).sum(),
         streams_aborted: runs.iter().map(|r| r.streams_aborted).sum(),
+        extents_bad: runs.iter().map(|r| r.extents_bad).sum(),
+        extents_repaired: runs.iter().map(|r| r.extents_repaired).sum(),
+        rounds_lost: runs.iter().map(|r| r.rounds_lost).sum(),
+        disks_failed: runs.iter().map(|r| r.disks_failed).sum(),
         mean_rebuild_rounds: mean_of_some(runs.iter().map(|r| r.rebuild_rounds)),
         mean_ingest_rounds: mean_of_some(runs.iter().map(|r| r.ingest_rounds)),
     })

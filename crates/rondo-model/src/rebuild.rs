@@ -8,8 +8,10 @@
 //! ([`rebuild_tasks`]) and which of them run in a round
 //! ([`RebuildQueue::next_round`]): a copy runs only where its reads fit in the
 //! source disks' unreserved time and its writes in the rebuilt disk's, so
-//! admitted streams never lose disk time to the rebuild. The server performs
-//! the copies; the simulator can time them.
+//! admitted streams never lose disk time to the rebuild. The same copies
+//! repair single bad extents ([`copy_task`], [`fit_copies`]): the array
+//! queues one per extent whose checksum failed. The server performs the
+//! copies; the simulator can time them.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -56,57 +58,112 @@ pub fn rebuild_tasks<'a>(
     let mut tasks = Vec::new();
     for (title, layout) in titles {
         for (round, r) in layout.rounds().iter().enumerate() {
-            let pairs = |x: &crate::layout::Extents| -> Vec<(u64, u64)> {
-                x.as_slice()
-                    .iter()
-                    .map(|e| (e.first_sector(), e.sector_count()))
-                    .collect()
-            };
-            if r.primary_disk == disk && !r.primary.is_empty() && !r.backups.is_empty() {
-                tasks.push(CopyTask {
-                    title,
-                    round: PlaybackRound(round as u32),
-                    target: Replica::Primary,
-                    backup_entry: 0,
-                    read_from: r
-                        .backups
-                        .iter()
-                        .map(|b| DiskExtents {
-                            disk: b.disk,
-                            extents: pairs(&b.extents),
-                        })
-                        .collect(),
-                    fragments: Vec::new(),
-                    write_to: DiskExtents {
-                        disk,
-                        extents: pairs(&r.primary),
-                    },
-                    bytes: r.primary.bytes(),
-                });
+            let round = PlaybackRound(round as u32);
+            if r.primary_disk == disk {
+                tasks.extend(copy_task(title, layout, round, Replica::Primary, 0));
             }
             for (entry, b) in r.backups.iter().enumerate() {
                 if b.disk == disk {
-                    tasks.push(CopyTask {
+                    tasks.extend(copy_task(
                         title,
-                        round: PlaybackRound(round as u32),
-                        target: Replica::Backup,
-                        backup_entry: entry as u16,
-                        read_from: vec![DiskExtents {
-                            disk: r.primary_disk,
-                            extents: pairs(&r.primary),
-                        }],
-                        fragments: b.fragments.clone(),
-                        write_to: DiskExtents {
-                            disk,
-                            extents: pairs(&b.extents),
-                        },
-                        bytes: b.extents.bytes(),
-                    });
+                        layout,
+                        round,
+                        Replica::Backup,
+                        entry as u16,
+                    ));
                 }
             }
         }
     }
     tasks
+}
+
+/// The copy that rewrites one replica extent of `round` from the other
+/// replica: the round's primary (from its backup pieces) or its backup
+/// piece `backup_entry` (cut from the primary). `None` when there is
+/// nothing to copy (an empty primary, or no backup stored). A rebuild is
+/// every such copy of one disk; a repair is one of them.
+pub fn copy_task(
+    title: TitleId,
+    layout: &TitleLayout,
+    round: PlaybackRound,
+    target: Replica,
+    backup_entry: u16,
+) -> Option<CopyTask> {
+    let r = layout.rounds().get(round.index())?;
+    let pairs = |x: &crate::layout::Extents| -> Vec<(u64, u64)> {
+        x.as_slice()
+            .iter()
+            .map(|e| (e.first_sector(), e.sector_count()))
+            .collect()
+    };
+    match target {
+        Replica::Primary => {
+            if r.primary.is_empty() || r.backups.is_empty() {
+                return None;
+            }
+            Some(CopyTask {
+                title,
+                round,
+                target: Replica::Primary,
+                backup_entry: 0,
+                read_from: r
+                    .backups
+                    .iter()
+                    .map(|b| DiskExtents {
+                        disk: b.disk,
+                        extents: pairs(&b.extents),
+                    })
+                    .collect(),
+                fragments: Vec::new(),
+                write_to: DiskExtents {
+                    disk: r.primary_disk,
+                    extents: pairs(&r.primary),
+                },
+                bytes: r.primary.bytes(),
+            })
+        }
+        Replica::Backup => {
+            let b = r.backups.get(backup_entry as usize)?;
+            Some(CopyTask {
+                title,
+                round,
+                target: Replica::Backup,
+                backup_entry,
+                read_from: vec![DiskExtents {
+                    disk: r.primary_disk,
+                    extents: pairs(&r.primary),
+                }],
+                fragments: b.fragments.clone(),
+                write_to: DiskExtents {
+                    disk: b.disk,
+                    extents: pairs(&b.extents),
+                },
+                bytes: b.extents.bytes(),
+            })
+        }
+    }
+}
+
+/// Why a copy (of a rebuild or a repair) could not be moved.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum CopyFailure {
+    /// The source replica's bytes fail their checksum: the extent has no
+    /// good replica (a fault of the data, not of a device).
+    SourceBad(String),
+    /// A device reported an error reading the source or writing the target.
+    Io { disk: DiskIndex, detail: String },
+    /// Anything else (the title is gone, the executor stopped).
+    Other(String),
+}
+
+impl std::fmt::Display for CopyFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CopyFailure::SourceBad(e) | CopyFailure::Other(e) => f.write_str(e),
+            CopyFailure::Io { disk, detail } => write!(f, "I/O error on disk {disk}: {detail}"),
+        }
+    }
 }
 
 /// A copy granted a round, with what it was charged: each source read (in
@@ -164,15 +221,7 @@ impl RebuildQueue {
         }
     }
 
-    /// The copies to run in `round`: in order, as many as fit, each charged
-    /// `read_ns(disk, extents)` on every source disk and `write_ns(extents)`
-    /// on the rebuilt disk against the time admitted streams left unreserved
-    /// (`Reservations::unreserved_ns`) less `used_ns[disk]` already granted
-    /// to others (re-reads after errors). Stops at the first copy that does
-    /// not fit, so copies complete in order. A copy whose source disk has
-    /// failed too cannot run; it is returned in the second list (data lost).
-    /// Each copy that runs comes with its charges, so the caller need not
-    /// compute them again.
+    /// The copies to run in `round` ([`fit_copies`]), counted as handed out.
     pub fn next_round(
         &mut self,
         reservations: &Reservations,
@@ -181,48 +230,74 @@ impl RebuildQueue {
         read_ns: impl Fn(DiskIndex, &[(u64, u64)]) -> u64,
         write_ns: impl Fn(&[(u64, u64)]) -> u64,
     ) -> (Vec<ChargedCopy>, Vec<CopyTask>) {
-        let disks = reservations.config().disks as usize;
-        let mut left = reservations.write_credits_ns(round, used_ns);
-        let mut run = Vec::new();
-        let mut lost = Vec::new();
-        while let Some(task) = self.pending.front() {
-            if task
-                .read_from
-                .iter()
-                .any(|s| reservations.is_failed(s.disk))
-            {
-                let task = self.pending.pop_front().expect("front exists");
-                self.done_bytes += task.bytes;
-                lost.push(task);
-                continue;
-            }
-            let mut need = vec![0u64; disks];
-            let read_charges_ns: Vec<u64> = task
-                .read_from
-                .iter()
-                .map(|s| read_ns(s.disk, &s.extents))
-                .collect();
-            for (s, ns) in task.read_from.iter().zip(&read_charges_ns) {
-                need[s.disk.index()] += ns;
-            }
-            let write_charge_ns = write_ns(&task.write_to.extents);
-            need[self.disk.index()] += write_charge_ns;
-            if need.iter().zip(&left).any(|(n, l)| n > l) {
-                break;
-            }
-            for (l, n) in left.iter_mut().zip(&need) {
-                *l -= n;
-            }
-            let task = self.pending.pop_front().expect("front exists");
-            self.done_bytes += task.bytes;
-            run.push(ChargedCopy {
-                task,
-                read_charges_ns,
-                write_charge_ns,
-            });
-        }
+        let (run, lost) = fit_copies(
+            &mut self.pending,
+            reservations,
+            round,
+            used_ns,
+            read_ns,
+            write_ns,
+        );
+        self.done_bytes += run.iter().map(|c| c.task.bytes).sum::<u64>();
+        self.done_bytes += lost.iter().map(|t| t.bytes).sum::<u64>();
         (run, lost)
     }
+}
+
+/// The copies of `pending` to run in `round`: in order, as many as fit, each
+/// charged `read_ns(disk, extents)` on every source disk and
+/// `write_ns(extents)` on its target disk against the time admitted streams
+/// left unreserved (`Reservations::write_credits_ns`) less `used_ns[disk]`
+/// already granted to others (re-reads after errors, earlier copies). Stops
+/// at the first copy that does not fit, so copies complete in order. A copy
+/// whose source disk has failed cannot run; it is returned in the second
+/// list (no working replica to copy from). Each copy that runs comes with
+/// its charges, so the caller need not compute them again.
+pub fn fit_copies(
+    pending: &mut VecDeque<CopyTask>,
+    reservations: &Reservations,
+    round: Round,
+    used_ns: &[u64],
+    read_ns: impl Fn(DiskIndex, &[(u64, u64)]) -> u64,
+    write_ns: impl Fn(&[(u64, u64)]) -> u64,
+) -> (Vec<ChargedCopy>, Vec<CopyTask>) {
+    let disks = reservations.config().disks as usize;
+    let mut left = reservations.write_credits_ns(round, used_ns);
+    let mut run = Vec::new();
+    let mut lost = Vec::new();
+    while let Some(task) = pending.front() {
+        if task
+            .read_from
+            .iter()
+            .any(|s| reservations.is_failed(s.disk))
+        {
+            lost.push(pending.pop_front().expect("front exists"));
+            continue;
+        }
+        let mut need = vec![0u64; disks];
+        let read_charges_ns: Vec<u64> = task
+            .read_from
+            .iter()
+            .map(|s| read_ns(s.disk, &s.extents))
+            .collect();
+        for (s, ns) in task.read_from.iter().zip(&read_charges_ns) {
+            need[s.disk.index()] += ns;
+        }
+        let write_charge_ns = write_ns(&task.write_to.extents);
+        need[task.write_to.disk.index()] += write_charge_ns;
+        if need.iter().zip(&left).any(|(n, l)| n > l) {
+            break;
+        }
+        for (l, n) in left.iter_mut().zip(&need) {
+            *l -= n;
+        }
+        run.push(ChargedCopy {
+            task: pending.pop_front().expect("front exists"),
+            read_charges_ns,
+            write_charge_ns,
+        });
+    }
+    (run, lost)
 }
 
 #[cfg(test)]

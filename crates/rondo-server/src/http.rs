@@ -71,6 +71,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/titles/{id}", get(one_title))
         .route("/api/titles/{id}/schedule", get(schedule))
         .route("/api/metrics", get(metrics))
+        .route(crate::ingest::handoff::SERVER_ID_PATH, get(server_id))
         .route("/stream/{file}", get(stream))
         .merge(admin)
         .merge(crate::ops::public_routes())
@@ -372,28 +373,25 @@ fn select(title: &LoadedTitle, headers: &HeaderMap) -> Result<Selection, ApiErro
     let Ok(range) = range.to_str() else {
         return Ok(full);
     };
-    // A Range header that does not parse is ignored (RFC 9110 §14.2).
-    let Ok(parsed) = http_range_header::parse_range_header(range) else {
-        return Ok(full);
-    };
-    match parsed.validate(size) {
-        Ok(ranges) if ranges.len() == 1 => {
-            let (first, last) = (*ranges[0].start(), *ranges[0].end());
-            Ok(Selection {
-                status: StatusCode::PARTIAL_CONTENT,
-                first_byte: first,
-                length_bytes: last - first + 1,
-                content_range: Some(format!("bytes {first}-{last}/{size}")),
-                prefix: Bytes::new(),
-                start_time_ns: None,
-            })
-        }
-        // Several ranges: served whole, as RFC 9110 allows.
-        Ok(_) => Ok(full),
-        Err(_) => {
+    match resolve_range(range, size) {
+        // A Range header that does not parse is ignored (RFC 9110 §14.2),
+        // and several disjoint ranges are served whole, as RFC 9110 allows.
+        RangeChoice::Whole => Ok(full),
+        RangeChoice::One { first, last } => Ok(Selection {
+            status: StatusCode::PARTIAL_CONTENT,
+            first_byte: first,
+            length_bytes: last - first + 1,
+            content_range: Some(format!("bytes {first}-{last}/{size}")),
+            prefix: Bytes::new(),
+            start_time_ns: None,
+        }),
+        RangeChoice::Unsatisfiable => {
             let mut e = ApiError::new(
                 StatusCode::RANGE_NOT_SATISFIABLE,
-                format!("range {range:?} lies outside the title's {size} bytes"),
+                format!(
+                    "no range of {range:?} overlaps the title's {size} bytes (bytes 0 to {})",
+                    size.saturating_sub(1)
+                ),
             );
             e.headers.push((
                 header::CONTENT_RANGE,
@@ -401,6 +399,73 @@ fn select(title: &LoadedTitle, headers: &HeaderMap) -> Result<Selection, ApiErro
             ));
             Err(e)
         }
+    }
+}
+
+/// What a `Range` header asks of a title of `size` bytes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum RangeChoice {
+    /// Send the whole title (200): no usable header, or disjoint ranges.
+    Whole,
+    /// Send bytes `first..=last` (206).
+    One { first: u64, last: u64 },
+    /// 416: no range overlaps the title.
+    Unsatisfiable,
+}
+
+/// Resolves a `Range` header per RFC 9110 §14.1.2: `a-b` is cut at the
+/// title's end, `a-` runs to it, `-n` is the last n bytes (the whole title
+/// when n is larger); ranges that lie past the end are dropped, and the rest
+/// are merged where they overlap or touch. One range left is served (206);
+/// several disjoint ones are served whole (200, no multipart); none is 416.
+/// A header that does not parse is ignored.
+fn resolve_range(header: &str, size: u64) -> RangeChoice {
+    let Some(specs) = header.trim().strip_prefix("bytes=") else {
+        return RangeChoice::Whole;
+    };
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for spec in specs.split(',') {
+        let spec = spec.trim();
+        let Some((a, b)) = spec.split_once('-') else {
+            return RangeChoice::Whole;
+        };
+        let number = |t: &str| t.trim().parse::<u64>().ok();
+        let range = match (a.trim().is_empty(), b.trim().is_empty()) {
+            // `-n`: the last n bytes.
+            (true, false) => match number(b) {
+                Some(0) => None,
+                Some(n) => (size > 0).then(|| (size - n.min(size), size - 1)),
+                None => return RangeChoice::Whole,
+            },
+            (false, true) => match number(a) {
+                Some(first) => (first < size).then(|| (first, size - 1)),
+                None => return RangeChoice::Whole,
+            },
+            (false, false) => match (number(a), number(b)) {
+                (Some(first), Some(last)) if first <= last => {
+                    (first < size).then(|| (first, last.min(size - 1)))
+                }
+                _ => return RangeChoice::Whole,
+            },
+            (true, true) => return RangeChoice::Whole,
+        };
+        ranges.extend(range);
+    }
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (first, last) in ranges {
+        match merged.last_mut() {
+            Some(m) if first <= m.1.saturating_add(1) => m.1 = m.1.max(last),
+            _ => merged.push((first, last)),
+        }
+    }
+    match merged.as_slice() {
+        [] => RangeChoice::Unsatisfiable,
+        [(first, last)] => RangeChoice::One {
+            first: *first,
+            last: *last,
+        },
+        _ => RangeChoice::Whole,
     }
 }
 
@@ -762,4 +827,51 @@ async fn delete_title(
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     tracing::info!(id = id.0, "title deleted");
     Ok(axum::Json(json!({ "deleted": id.0 })))
+}
+
+/// `GET /api/server-id`: which server this is (the data directory's array
+/// id and this start's instance id), for `rondo ingest` to check before it
+/// sends the token.
+async fn server_id(
+    State(shared): State<Arc<Shared>>,
+) -> axum::Json<crate::ingest::handoff::ServerId> {
+    axum::Json(crate::ingest::handoff::ServerId {
+        array_id: shared.array.array_id.to_string(),
+        instance_id: shared.instance_id.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{RangeChoice, resolve_range};
+
+    #[test]
+    fn ranges_resolve_as_rfc_9110_says() {
+        let one = |first, last| RangeChoice::One { first, last };
+        assert_eq!(resolve_range("bytes=0-99", 1000), one(0, 99));
+        assert_eq!(resolve_range("bytes=900-", 1000), one(900, 999));
+        assert_eq!(resolve_range("bytes=900-5000", 1000), one(900, 999));
+        assert_eq!(resolve_range("bytes=-100", 1000), one(900, 999));
+        // A suffix longer than the title is the whole title (206).
+        assert_eq!(resolve_range("bytes=-5000", 1000), one(0, 999));
+        // Overlapping or touching ranges merge into one.
+        assert_eq!(resolve_range("bytes=0-499,200-999", 1000), one(0, 999));
+        assert_eq!(resolve_range("bytes=0-99, 100-199", 1000), one(0, 199));
+        assert_eq!(
+            resolve_range("bytes=500-600,0-10,5-20", 1000),
+            RangeChoice::Whole
+        );
+        // A range past the end is dropped; none left is unsatisfiable.
+        assert_eq!(resolve_range("bytes=0-9,2000-3000", 1000), one(0, 9));
+        assert_eq!(
+            resolve_range("bytes=1000-", 1000),
+            RangeChoice::Unsatisfiable
+        );
+        assert_eq!(resolve_range("bytes=-0", 1000), RangeChoice::Unsatisfiable);
+        assert_eq!(resolve_range("bytes=-10", 0), RangeChoice::Unsatisfiable);
+        // Not understood: ignored.
+        assert_eq!(resolve_range("bytes=9-1", 1000), RangeChoice::Whole);
+        assert_eq!(resolve_range("items=0-1", 1000), RangeChoice::Whole);
+        assert_eq!(resolve_range("bytes=a-b", 1000), RangeChoice::Whole);
+    }
 }

@@ -200,6 +200,12 @@ pub struct Metrics {
     pub read_errors: AtomicU64,
     /// Re-reads of the other replica after an error (in unreserved time).
     pub rereads: AtomicU64,
+    /// Replica extents found bad (checksum), each once until repaired;
+    /// bad extents rewritten from their replica; rounds with no good
+    /// replica. The array's counts, copied by the round driver.
+    pub extents_bad: AtomicU64,
+    pub extents_repaired: AtomicU64,
+    pub rounds_lost: AtomicU64,
     /// Stream-rounds recovered after an error that were late (apart from
     /// `stream_round_misses`, which counts planned reads only).
     pub recovery_misses: AtomicU64,
@@ -246,6 +252,9 @@ impl Metrics {
             lost_reads: AtomicU64::new(0),
             read_errors: AtomicU64::new(0),
             rereads: AtomicU64::new(0),
+            extents_bad: AtomicU64::new(0),
+            extents_repaired: AtomicU64::new(0),
+            rounds_lost: AtomicU64::new(0),
             recovery_misses: AtomicU64::new(0),
             bytes_sent: AtomicU64::new(0),
             streams_completed: AtomicU64::new(0),
@@ -321,6 +330,9 @@ impl Metrics {
             lost_reads: g(&self.lost_reads),
             read_errors: g(&self.read_errors),
             rereads: g(&self.rereads),
+            extents_bad: g(&self.extents_bad),
+            extents_repaired: g(&self.extents_repaired),
+            rounds_lost: g(&self.rounds_lost),
             recovery_misses: g(&self.recovery_misses),
             bytes_sent: g(&self.bytes_sent),
             streams_completed: g(&self.streams_completed),
@@ -384,6 +396,9 @@ pub struct MetricsSnapshot {
     pub lost_reads: u64,
     pub read_errors: u64,
     pub rereads: u64,
+    pub extents_bad: u64,
+    pub extents_repaired: u64,
+    pub rounds_lost: u64,
     pub recovery_misses: u64,
     pub bytes_sent: u64,
     pub streams_completed: u64,

@@ -80,6 +80,45 @@ pub fn publish_state(shared: &Shared, disk: DiskIndex, state: DiskState) {
         .store(state_code(state), Relaxed);
 }
 
+/// Copies the array's per-extent fault counts into the metrics.
+pub fn publish_extent_counts(shared: &Shared, core: &Core) {
+    let c = core.array.counters();
+    let m = &shared.metrics;
+    m.extents_bad.store(c.extents_bad, Relaxed);
+    m.extents_repaired.store(c.extents_repaired, Relaxed);
+    m.rounds_lost.store(c.rounds_lost, Relaxed);
+}
+
+/// Logs a per-extent fault effect: a bad extent (repaired in the
+/// background), its repair, a round with no good replica.
+pub fn log_extent_effect(effect: &Effect) {
+    match effect {
+        Effect::ExtentBad { extent, disk } => tracing::warn!(
+            disk = disk.0,
+            title = extent.title.0,
+            playback_round = extent.playback_round.0,
+            replica = ?extent.replica,
+            piece = extent.piece,
+            "bad extent (checksum): served from the other replica, repair queued; a fault of \
+             this extent, not of the disk"
+        ),
+        Effect::ExtentRepaired { extent } => tracing::info!(
+            title = extent.title.0,
+            playback_round = extent.playback_round.0,
+            replica = ?extent.replica,
+            piece = extent.piece,
+            "bad extent repaired from its replica and verified"
+        ),
+        Effect::RoundLost(lost) => tracing::error!(
+            title = lost.title.0,
+            playback_round = lost.playback_round.0,
+            "round has no good replica: streams of this title stop there; the disks and other \
+             titles serve on"
+        ),
+        _ => {}
+    }
+}
+
 /// Records `disk` failed in the data directory, so a restart keeps it
 /// failed. The failure itself does not wait for the record: if it cannot be
 /// written the disk still fails now, and the error is logged.
@@ -96,6 +135,28 @@ pub fn record_failed(shared: &Shared, disk: DiskIndex, reason: &str) {
     }
 }
 
+/// At start: disks whose device is missing or blank fail before any stream
+/// is admitted, recorded in `disk-state.toml` (so they stay failed until
+/// rebuilt, whatever the next start finds), and the server serves from the
+/// other replicas.
+pub fn fail_unavailable_disks(shared: &Shared, core: &mut Core) {
+    for (disk, reason) in shared.store.unavailable_disks() {
+        record_failed(
+            shared,
+            disk,
+            &format!("{}: {reason}", FailCause::DeviceMissing),
+        );
+        let _ = core.array.fail_disk(disk, FailCause::DeviceMissing);
+        publish_state(shared, disk, DiskState::Failed);
+        tracing::error!(
+            disk = disk.0,
+            "disk {disk} has no usable device ({reason}): starting degraded with it failed; \
+             its data is served from the other replicas. Map a new device with `rondo admin \
+             replace-disk {disk} PATH`, then `rondo admin restore-disk {disk}`"
+        );
+    }
+}
+
 /// At start: the disks recorded failed (before a restart) fail again before
 /// any stream is admitted, so no stream is planned on them.
 pub fn fail_recorded_disks(
@@ -104,6 +165,9 @@ pub fn fail_recorded_disks(
 ) -> Result<(), rondo_store::StoreError> {
     let states = shared.store.disk_states()?;
     for disk in states.failed_disks() {
+        if !core.array.is_serving(disk) {
+            continue;
+        }
         let reason = &states.failed[&disk.to_string()].reason;
         if let Ok(effects) = core.array.fail_disk(disk, FailCause::Recorded) {
             debug_assert!(
@@ -154,6 +218,9 @@ pub fn apply_ops_effects(shared: &Shared, core: &mut Core, effects: Vec<Effect>)
             Effect::Aborted(a) => {
                 stopped.push(a.stream);
                 end_aborted(shared, core, &a);
+            }
+            Effect::ExtentBad { .. } | Effect::ExtentRepaired { .. } | Effect::RoundLost(_) => {
+                log_extent_effect(&effect)
             }
             Effect::Ready(_) | Effect::Released(_) | Effect::ReReadQueued { .. } => {}
         }
@@ -244,9 +311,17 @@ pub fn disks_json(shared: &Shared, core: &Core, with_paths: bool) -> Value {
         .as_ref()
         .zip(core.array.rebuild_status())
         .map(|(r, status)| r.json(&status));
+    let lost: Vec<Value> = core
+        .array
+        .lost_rounds()
+        .iter()
+        .map(|l| json!({ "title": l.title.0, "playback_round": l.playback_round }))
+        .collect();
     json!({
         "round": core.array.next_round().minus(1),
         "disks": disks,
+        "bad_extents_pending_repair": core.array.bad_extents(),
+        "rounds_lost": lost,
         "rebuild": rebuild,
         "last_rebuild": core.ops.last_rebuild,
     })
@@ -351,11 +426,34 @@ async fn replace(
     let device = device?;
     let path = device.path().display().to_string();
     tracing::info!(disk = disk.0, path = %path, "disk replaced by a new device (restore rebuilds it)");
+    // Accepted either way (a block device lives outside any directory), but
+    // said plainly: the data directory no longer holds the whole array.
+    let warning = outside_data_dir(&shared.data_dir, device.path()).then(|| {
+        let text = format!(
+            "{path} is outside the data directory {}: backing up, moving or deleting the \
+             directory will not include this disk's device",
+            shared.data_dir.display()
+        );
+        tracing::warn!(disk = disk.0, "{text}");
+        text
+    });
     Ok(axum::Json(json!({
         "disk": disk,
         "state": "failed",
         "path": path,
+        "outside_data_dir": warning.is_some(),
+        "warning": warning,
     })))
+}
+
+/// Whether `path` lies outside `data_dir` (after resolving `..` and links
+/// where the paths exist).
+pub fn outside_data_dir(data_dir: &std::path::Path, path: &std::path::Path) -> bool {
+    let resolve =
+        |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let dir = resolve(data_dir);
+    let path = resolve(&data_dir.join(path));
+    !path.starts_with(&dir)
 }
 
 /// Starts rebuilding `disk` (which must be failed) from the other replicas:
@@ -378,11 +476,23 @@ pub fn start_rebuild(shared: &Shared, core: &mut Core, disk: DiskIndex) -> Resul
         total_bytes = started.total_bytes,
         "rebuild started: copies run in disk time admitted streams left unreserved"
     );
+    let warning = (started.lost_copies > 0).then(|| {
+        let text = format!(
+            "{} of the disk's extents have no good replica to copy from (another disk is failed \
+             too, or both copies were bad): those rounds are lost and streams reaching them \
+             stop; everything else is rebuilt",
+            started.lost_copies
+        );
+        tracing::error!(disk = disk.0, "{text}");
+        text
+    });
     Ok(json!({
         "disk": disk,
         "state": "rebuilding",
         "copies": started.copies,
         "total_bytes": started.total_bytes,
+        "lost_copies": started.lost_copies,
+        "warning": warning,
     }))
 }
 

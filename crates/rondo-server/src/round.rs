@@ -123,11 +123,13 @@ impl Driver {
         }
     }
 
-    /// Publishes what others read without asking: the sessions held.
+    /// Publishes what others read without asking: the sessions held and
+    /// the array's per-extent fault counts.
     fn publish(&self) {
         self.shared
             .active_streams
             .store(self.core.streams.len(), Relaxed);
+        crate::ops::publish_extent_counts(&self.shared, &self.core);
     }
 
     fn stop(&mut self) {
@@ -382,6 +384,9 @@ impl Driver {
                     );
                 }
                 Effect::Aborted(a) => self.aborted(&a),
+                Effect::ExtentBad { .. } | Effect::ExtentRepaired { .. } | Effect::RoundLost(_) => {
+                    crate::ops::log_extent_effect(&effect)
+                }
             }
         }
     }

@@ -207,9 +207,13 @@ impl RunningServer {
             copier: copier_tx,
             shutting_down: AtomicBool::new(false),
             token,
+            instance_id: crate::auth::new_instance_id()
+                .map_err(io_error("drawing the server's instance id"))?,
             base_url: base_url.clone(),
         });
-        // Disks failed before a restart stay failed (disk-state.toml).
+        // Disks without a usable device start failed; disks failed before
+        // a restart stay failed (disk-state.toml).
+        crate::ops::fail_unavailable_disks(&shared, &mut core);
         crate::ops::fail_recorded_disks(&shared, &mut core).map_err(|e| ServerError::Io {
             context: "reading the failed disks".into(),
             source: std::io::Error::other(e.to_string()),
@@ -266,6 +270,8 @@ impl RunningServer {
         ServerInfo {
             url: base_url.clone(),
             pid: std::process::id(),
+            array_id: array.array_id.to_string(),
+            instance_id: shared.instance_id.clone(),
         }
         .write(&data_dir)
         .map_err(io_error(format!("writing {}", server_json.display())))?;

@@ -61,6 +61,9 @@ pub struct Shared {
     pub shutting_down: AtomicBool,
     /// The API token (control endpoints).
     pub token: String,
+    /// Random per start, written into `server.json` and answered at
+    /// `/api/server-id` (see `ingest::handoff`).
+    pub instance_id: String,
     /// `http://` and the address the server listens on, for absolute URLs
     /// when a request has no Host header.
     pub base_url: String,

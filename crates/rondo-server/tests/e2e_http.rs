@@ -154,7 +154,35 @@ async fn head_and_ranges(client: reqwest::Client, title: Arc<Title>) {
     let (status, _, body, _) = get_timed(&client, &title.url, Some("bytes=-1000")).await;
     assert_eq!(status, StatusCode::PARTIAL_CONTENT);
     assert!(body == title.stored[size as usize - 1000..]);
-    // Outside the title: 416 with the size.
+    // A suffix longer than the title: the whole title, as a 206.
+    let (status, headers, body, _) =
+        get_timed(&client, &title.url, Some(&format!("bytes=-{}", size * 3))).await;
+    assert_eq!(status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(
+        headers[CONTENT_RANGE].to_str().unwrap(),
+        format!("bytes 0-{}/{size}", size - 1)
+    );
+    assert!(body == title.stored);
+    // Overlapping ranges: merged into one.
+    let (status, headers, body, _) =
+        get_timed(&client, &title.url, Some("bytes=0-999,500-1999")).await;
+    assert_eq!(status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(
+        headers[CONTENT_RANGE].to_str().unwrap(),
+        format!("bytes 0-1999/{size}")
+    );
+    assert!(body == title.stored[..2000]);
+    // Outside the title: 416 with the size, and a message that says so.
+    let r = client
+        .get(&title.url)
+        .header("Range", format!("bytes={size}-,{}-", size + 10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+    let message = r.text().await.unwrap();
+    assert!(message.contains("no range of"), "{message}");
+    assert!(message.contains(&format!("{size} bytes")), "{message}");
     let r = client
         .get(&title.url)
         .header("Range", format!("bytes={size}-"))

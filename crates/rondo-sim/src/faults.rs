@@ -1,13 +1,16 @@
 //! Fault plans: what goes wrong, and when, in one simulation run.
 //!
 //! A plan lists disk failures at round boundaries, read errors and checksum
-//! errors on chosen stream reads, a rebuild of a failed disk, an ingest under
-//! load, and the share of arrivals that are byte-range requests or time
-//! starts. The simulator injects them into the array exactly where the
+//! errors on chosen stream reads, bad extents (replica extents whose bytes
+//! stay bad until a repair rewrites them: one per disk is repaired, both
+//! replicas of a round make it lost), a rebuild of a failed disk, an ingest
+//! under load, and the share of arrivals that are byte-range requests or
+//! time starts. The simulator injects them into the array exactly where the
 //! server's executors would report them (a failed read is a completion with
 //! an error outcome), so the array's reactions are the server's.
 //! [`FaultPlan::seeded`] draws a plan from a seed for the seeded scenarios.
 
+use rondo_model::layout::Replica;
 use rondo_model::units::{DiskIndex, Round};
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +35,23 @@ pub struct ReadErrorSpec {
     pub disk: DiskIndex,
     pub nth: u32,
     pub kind: ReadErrorKind,
+}
+
+/// From round `round` on, replica `replica` (`piece`: 0 for a primary, the
+/// backup entry for a backup piece) of playback round `playback_round` of
+/// title `title` (index into the run's titles) holds bad bytes: every read
+/// of it fails its checksum until a repair or a rebuild rewrites it, and a
+/// copy from it fails.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BadExtentSpec {
+    pub title: usize,
+    pub playback_round: u32,
+    pub replica: Replica,
+    #[serde(default)]
+    pub piece: u16,
+    #[serde(default)]
+    pub round: Round,
 }
 
 /// At `round`, failed disk `disk` is replaced and rebuilt from the other
@@ -78,6 +98,8 @@ pub struct DepartureSpec {
 pub struct FaultPlan {
     pub failures: Vec<FailureSpec>,
     pub read_errors: Vec<ReadErrorSpec>,
+    /// Extents whose bytes are bad (silent corruption).
+    pub bad_extents: Vec<BadExtentSpec>,
     pub rebuild: Option<RebuildSpec>,
     pub ingest: Option<IngestSpec>,
     /// Clients that stop taking their data.
@@ -95,6 +117,7 @@ impl FaultPlan {
     /// Whether the plan needs disks that execute reads.
     pub fn needs_simulated_disks(&self) -> bool {
         !self.read_errors.is_empty()
+            || !self.bad_extents.is_empty()
             || self.rebuild.is_some()
             || self.ingest.is_some()
             || !self.stalls.is_empty()
@@ -136,6 +159,7 @@ impl FaultPlan {
                 round: fail_round,
             }],
             read_errors,
+            bad_extents: Vec::new(),
             rebuild: Some(RebuildSpec {
                 disk: DiskIndex(failed),
                 round: fail_round.plus(1 + draw(3) % 50),

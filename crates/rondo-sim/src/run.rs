@@ -16,7 +16,7 @@
 //! the server's own loader and runs them through [`run_placed`], so the
 //! simulated array has the very layout and charges the server admits with.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use rand::{RngExt, SeedableRng};
@@ -29,11 +29,12 @@ use rondo_model::array::{
     Effect, ExtentChecksums, FailCause, Purpose, ReadOutcome, RoundPlan, Span, rondo_write_bound,
 };
 use rondo_model::disk::{self, Disk, DiskError, DiskProfile, PaperBound, RondoBound};
-use rondo_model::health::HealthPolicy;
+use rondo_model::health::{ExtentKey, HealthPolicy};
 use rondo_model::layout::{
-    self, ArrayAllocator, BackupParams, FragmentSequence, LayoutError, LayoutParams,
+    self, ArrayAllocator, BackupParams, FragmentSequence, LayoutError, LayoutParams, Replica,
     ReplicaPlacement, RoundRobinCounter, TitleLayout, TitlePlan,
 };
+use rondo_model::rebuild::{CopyFailure, CopyTask};
 use rondo_model::reservation::{Bound, ReservationConfig, Reservations, Scheme, TitleCharges};
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{
@@ -277,6 +278,17 @@ pub struct SimResult {
     /// plan's departures).
     #[serde(default)]
     pub departures: u64,
+    /// Replica extents found bad (checksum), bad extents repaired from
+    /// their replica, and rounds left with no good replica.
+    #[serde(default)]
+    pub extents_bad: u64,
+    #[serde(default)]
+    pub extents_repaired: u64,
+    #[serde(default)]
+    pub rounds_lost: u64,
+    /// Disks not serving at the run's end.
+    #[serde(default)]
+    pub disks_failed: u64,
     /// Rounds from the rebuild's start to the disk serving again.
     #[serde(default)]
     pub rebuild_rounds: Option<u64>,
@@ -411,6 +423,9 @@ struct Executor<'a> {
     admitted: Vec<StreamId>,
     /// The round in progress.
     round: Round,
+    /// Replica extents whose bytes are bad now (the fault plan's bad
+    /// extents, until a repair or a rebuild rewrites them).
+    corrupt: BTreeSet<ExtentKey>,
 }
 
 /// A simulated client: it takes every round the array releases at once,
@@ -498,6 +513,7 @@ fn run_placed_inner(
         clients: BTreeMap::new(),
         admitted: Vec::new(),
         round: Round(0),
+        corrupt: BTreeSet::new(),
     };
     let mut arrivals = PoissonArrivals::new(exec.prepared.arrival_rate_per_round, config.seed);
     let mut choice = match config.zipf_exponent {
@@ -515,6 +531,14 @@ fn run_placed_inner(
             });
         }
         // Faults at the boundary take effect in the round about to be planned.
+        for b in faults.bad_extents.iter().filter(|b| b.round == round) {
+            exec.corrupt.insert(ExtentKey {
+                title: TitleId(b.title as u64),
+                playback_round: PlaybackRound(b.playback_round),
+                replica: b.replica,
+                piece: b.piece,
+            });
+        }
         for d in faults.departures.iter().filter(|d| d.round == round) {
             if let Some(&stream) = exec.admitted.get(d.stream_nth as usize) {
                 exec.depart(stream);
@@ -590,6 +614,12 @@ fn run_placed_inner(
     exec.m.rereads = counters.rereads;
     exec.m.streams_aborted = counters.streams_aborted;
     exec.m.clients_stalled = counters.clients_stalled;
+    exec.m.extents_bad = counters.extents_bad;
+    exec.m.extents_repaired = counters.extents_repaired;
+    exec.m.rounds_lost = counters.rounds_lost;
+    exec.m.disks_failed = DiskIndex::all(config.disks)
+        .filter(|&d| !exec.prepared.array.is_serving(d))
+        .count() as u64;
     let result = exec
         .m
         .finish(&exec.prepared, active_sum, rounds_measured, config.mode);
@@ -688,7 +718,10 @@ impl Executor<'_> {
                 Effect::Ready(_)
                 | Effect::ReReadQueued { .. }
                 | Effect::DiskState { .. }
-                | Effect::DiskFailed { .. } => {}
+                | Effect::DiskFailed { .. }
+                | Effect::ExtentBad { .. }
+                | Effect::ExtentRepaired { .. }
+                | Effect::RoundLost(_) => {}
             }
         }
     }
@@ -778,7 +811,7 @@ impl Executor<'_> {
                     ..
                 } = c.purpose
                 {
-                    let outcome = self.injected(round, disk_plan.disk, nth_read);
+                    let outcome = self.outcome(round, disk_plan.disk, nth_read, &c.purpose);
                     nth_read += 1;
                     reads.push((
                         own,
@@ -817,9 +850,12 @@ impl Executor<'_> {
             self.m.busy_fraction_sum += busy_sum as f64 / (working as f64 * t as f64);
             self.m.busy_rounds += 1;
         }
-        // The rebuild's copies move their bytes within the round.
-        for copy in &plan.copies {
-            self.prepared.array.copy_done(copy.id, Ok(()));
+        // The rebuild's copies and the repairs move their bytes within the
+        // round (a copy from a bad extent fails, as the copier's check would).
+        for copy in plan.repairs.iter().chain(&plan.copies) {
+            let result = self.copy(&copy.task);
+            let effects = self.prepared.array.copy_done(copy.id, result);
+            self.on_effects(effects);
         }
         if let Some(disk) = plan.rebuild_handed_out
             && self.prepared.array.finish_rebuild(disk, true).is_some()
@@ -845,6 +881,53 @@ impl Executor<'_> {
             }
         }
         self.report_until(round_end_ns)
+    }
+
+    /// A copy's outcome: every source extent must be good; then the
+    /// target is (rewritten).
+    fn copy(&mut self, task: &CopyTask) -> Result<(), CopyFailure> {
+        let key = |replica, piece| ExtentKey {
+            title: task.title,
+            playback_round: task.round,
+            replica,
+            piece,
+        };
+        let sources: Vec<ExtentKey> = match task.target {
+            Replica::Primary => (0..task.read_from.len() as u16)
+                .map(|p| key(Replica::Backup, p))
+                .collect(),
+            Replica::Backup => vec![key(Replica::Primary, 0)],
+        };
+        if sources.iter().any(|k| self.corrupt.contains(k)) {
+            return Err(CopyFailure::SourceBad(
+                "the source replica fails its checksum".into(),
+            ));
+        }
+        self.corrupt.remove(&key(task.target, task.backup_entry));
+        Ok(())
+    }
+
+    /// The outcome the fault plan gives a stream read: a bad extent's
+    /// checksum fails, else the `nth` stream read of `disk` in `round` may
+    /// be an injected error.
+    fn outcome(&self, round: Round, disk: DiskIndex, nth: u32, purpose: &Purpose) -> ReadOutcome {
+        if let Purpose::Deliver {
+            title,
+            playback_round,
+            replica,
+            piece,
+            ..
+        } = *purpose
+            && self.corrupt.contains(&ExtentKey {
+                title,
+                playback_round,
+                replica,
+                piece,
+            })
+        {
+            return ReadOutcome::BadChecksum("bad extent (fault plan)".into());
+        }
+        self.injected(round, disk, nth)
     }
 
     /// The outcome the fault plan gives the `nth` stream read of `disk` in `round`.
@@ -1152,6 +1235,10 @@ struct Measure {
     streams_aborted: u64,
     clients_stalled: u64,
     departures: u64,
+    extents_bad: u64,
+    extents_repaired: u64,
+    rounds_lost: u64,
+    disks_failed: u64,
     rebuild_rounds: Option<u64>,
     ingest_rounds: Option<u64>,
     invariant_checks: u64,
@@ -1227,6 +1314,10 @@ impl Measure {
             streams_aborted: self.streams_aborted,
             clients_stalled: self.clients_stalled,
             departures: self.departures,
+            extents_bad: self.extents_bad,
+            extents_repaired: self.extents_repaired,
+            rounds_lost: self.rounds_lost,
+            disks_failed: self.disks_failed,
             rebuild_rounds: self.rebuild_rounds,
             ingest_rounds: self.ingest_rounds,
             invariant_checks: self.invariant_checks,

@@ -297,3 +297,61 @@ fn placed_titles_run_as_the_run_places_them_and_zipf_follows_the_seed() {
     );
     assert_eq!(a.deadline_misses, 0);
 }
+
+/// A loaded simulated-disk run with the given bad extents (title 0).
+fn bad_extent_run(bad: Vec<rondo_sim::faults::BadExtentSpec>) -> SimResult {
+    let mut c = SimConfig::seed000(4, Scheme::Minimum, ReplicaPlacement::Deterministic);
+    c.bound = BoundKind::Rondo;
+    c.mode = Mode::SimulatedDisk;
+    c.load = 0.9;
+    c.warmup_rounds = 0;
+    c.end_round = 200;
+    c.seed = 3;
+    c.check_invariants = true;
+    c.faults.bad_extents = bad;
+    run(&c, &titles(40)).unwrap()
+}
+
+#[test]
+fn bad_extents_on_two_disks_are_repaired_and_no_disk_fails() {
+    use rondo_model::layout::Replica;
+    use rondo_sim::faults::BadExtentSpec;
+    // Rounds 1 and 2 of title 0: consecutive rounds, so two disks.
+    let spec = |playback_round| BadExtentSpec {
+        title: 0,
+        playback_round,
+        replica: Replica::Primary,
+        piece: 0,
+        round: Round(0),
+    };
+    let r = bad_extent_run(vec![spec(1), spec(2)]);
+    assert!(r.read_errors >= 2, "{r:?}");
+    assert_eq!(r.extents_bad, 2, "{r:?}");
+    assert_eq!(r.extents_repaired, 2, "{r:?}");
+    assert_eq!(
+        (r.rounds_lost, r.disks_failed, r.streams_aborted),
+        (0, 0, 0)
+    );
+    assert_eq!(r.deadline_misses, 0, "repairs use unreserved time only");
+}
+
+#[test]
+fn a_round_with_both_replicas_bad_is_lost_and_only_its_streams_stop() {
+    use rondo_model::layout::Replica;
+    use rondo_sim::faults::BadExtentSpec;
+    let spec = |replica| BadExtentSpec {
+        title: 0,
+        playback_round: 5,
+        replica,
+        piece: 0,
+        round: Round(0),
+    };
+    let r = bad_extent_run(vec![spec(Replica::Primary), spec(Replica::Backup)]);
+    assert_eq!(r.rounds_lost, 1, "{r:?}");
+    assert_eq!(r.disks_failed, 0, "{r:?}");
+    assert!(r.streams_aborted >= 1, "{r:?}");
+    assert!(
+        r.admitted > r.streams_aborted * 3,
+        "the other streams play: {r:?}"
+    );
+}

@@ -150,6 +150,16 @@ pub enum DeviceError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "disk {} ({}) has no usable device ({reason}): it is failed until `rondo admin \
+         replace-disk` maps a new one and `restore-disk` rebuilds it",
+        .disk.0, .path.display()
+    )]
+    Unavailable {
+        disk: DiskIndex,
+        path: PathBuf,
+        reason: String,
+    },
 }
 
 /// Bytes of the encoded header that carry data (the rest of its 4096-byte
@@ -293,7 +303,10 @@ impl DeviceHeader {
 pub struct Device {
     disk: DiskIndex,
     path: PathBuf,
-    file: File,
+    /// `None` for a device that was missing or blank when the store opened
+    /// (`Device::unavailable`): every access fails.
+    file: Option<File>,
+    unavailable: Option<String>,
     io_mode: IoMode,
     stride_area_offset_bytes: u64,
     capacity_bytes: u64,
@@ -374,10 +387,45 @@ impl Device {
         Ok(Device {
             disk,
             path: path.to_path_buf(),
-            file,
+            file: Some(file),
+            unavailable: None,
             io_mode,
             stride_area_offset_bytes: header.stride_area_offset_bytes,
             capacity_bytes: header.capacity_bytes,
+        })
+    }
+
+    /// A stand-in for disk `disk`'s device at `path`, missing or blank
+    /// (`reason`): it has the expected geometry, and every read, write and
+    /// sync fails with [`DeviceError::Unavailable`]. The store opens with it
+    /// so the server can start with that disk failed.
+    pub fn unavailable(
+        path: &Path,
+        disk: DiskIndex,
+        expected: &DeviceHeader,
+        reason: String,
+    ) -> Device {
+        Device {
+            disk,
+            path: path.to_path_buf(),
+            file: None,
+            unavailable: Some(reason),
+            io_mode: IoMode::Direct,
+            stride_area_offset_bytes: expected.stride_area_offset_bytes,
+            capacity_bytes: expected.capacity_bytes,
+        }
+    }
+
+    /// Why the device is unusable, if it is (missing or blank at open).
+    pub fn unavailable_reason(&self) -> Option<&str> {
+        self.unavailable.as_deref()
+    }
+
+    fn file(&self) -> Result<&File, DeviceError> {
+        self.file.as_ref().ok_or_else(|| DeviceError::Unavailable {
+            disk: self.disk,
+            path: self.path.clone(),
+            reason: self.unavailable.clone().unwrap_or_default(),
         })
     }
 
@@ -451,7 +499,7 @@ impl Device {
     /// [`AlignedBuf`], or sub-slices of one at aligned positions).
     pub fn read_at(&self, device_offset_bytes: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
         self.check(device_offset_bytes, buf)?;
-        self.file
+        self.file()?
             .read_exact_at(buf, self.stride_area_offset_bytes + device_offset_bytes)
             .map_err(|source| DeviceError::Io {
                 disk: self.disk,
@@ -467,7 +515,7 @@ impl Device {
     /// alignment rules as [`Device::read_at`]. Durable only after [`Device::sync`].
     pub fn write_at(&self, device_offset_bytes: u64, buf: &[u8]) -> Result<(), DeviceError> {
         self.check(device_offset_bytes, buf)?;
-        self.file
+        self.file()?
             .write_all_at(buf, self.stride_area_offset_bytes + device_offset_bytes)
             .map_err(|source| DeviceError::Io {
                 disk: self.disk,
@@ -479,9 +527,33 @@ impl Device {
             })
     }
 
+    /// Gives `length_bytes` at `device_offset_bytes` of the stride area back
+    /// to the filesystem (a hole in a sparse device file; reads then see
+    /// zeros). Best effort: a block device, or a filesystem without hole
+    /// punching, keeps the space; that is not an error.
+    pub fn punch_hole(&self, device_offset_bytes: u64, length_bytes: u64) {
+        use std::os::fd::AsRawFd;
+        let Some(file) = self.file.as_ref() else {
+            return;
+        };
+        if !file.metadata().is_ok_and(|m| m.file_type().is_file()) {
+            return;
+        }
+        // SAFETY: fallocate only reads its integer arguments; the
+        // descriptor is open for the lifetime of `file`.
+        unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                (self.stride_area_offset_bytes + device_offset_bytes) as libc::off_t,
+                length_bytes as libc::off_t,
+            );
+        }
+    }
+
     /// Makes every completed write durable (fdatasync).
     pub fn sync(&self) -> Result<(), DeviceError> {
-        self.file.sync_data().map_err(|source| DeviceError::Io {
+        self.file()?.sync_data().map_err(|source| DeviceError::Io {
             disk: self.disk,
             path: self.path.clone(),
             op: "sync",

@@ -9,6 +9,12 @@
 //! device. Titles left `writing` by a crash are listed as orphans: they are
 //! expected after a crash and are removed by the next open, so they do not
 //! fail the check.
+//!
+//! A directory with no problem can still be *degraded*: disks recorded
+//! failed (their data has one copy left), or rounds of titles with no
+//! working replica (both copies on failed disks or failing their
+//! checksums). [`FsckReport::status`] says which: passed, degraded or
+//! failed; `rondo fsck` exits 0, 2 and 1 for them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -76,12 +82,48 @@ pub struct FsckReport {
     pub failed_disks: Vec<DiskIndex>,
     /// Extents on those disks, not checked.
     pub extents_skipped: u64,
+    /// Rounds of titles with no working replica: every copy is on a failed
+    /// disk, unreadable or fails its checksum.
+    pub lost_rounds: Vec<LostData>,
+}
+
+/// A round of a title with no working replica.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LostData {
+    pub title: u64,
+    pub name: String,
+    pub round: u32,
+}
+
+/// fsck's verdict.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsckStatus {
+    /// No problem, every disk serving, every round with a working replica.
+    Passed,
+    /// No problem in the directory's structure, but disks are failed or
+    /// some rounds have no working replica.
+    Degraded,
+    /// Problems found.
+    Failed,
 }
 
 impl FsckReport {
     /// Whether no problem was found (orphans alone pass).
     pub fn passed(&self) -> bool {
         self.problems.is_empty()
+    }
+
+    /// Passed, degraded (failed disks, or data with no working replica) or
+    /// failed (problems).
+    pub fn status(&self) -> FsckStatus {
+        if !self.problems.is_empty() {
+            FsckStatus::Failed
+        } else if !self.failed_disks.is_empty() || !self.lost_rounds.is_empty() {
+            FsckStatus::Degraded
+        } else {
+            FsckStatus::Passed
+        }
     }
 
     /// The problems of one kind.
@@ -114,10 +156,14 @@ impl fmt::Display for ProblemKind {
 
 impl fmt::Display for FsckReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let verdict = if self.passed() {
-            "passed".to_string()
-        } else {
-            format!("FAILED with {} problem(s)", self.problems.len())
+        let verdict = match self.status() {
+            FsckStatus::Passed => "passed".to_string(),
+            FsckStatus::Degraded => format!(
+                "DEGRADED: {} failed disk(s), {} round(s) with no working replica",
+                self.failed_disks.len(),
+                self.lost_rounds.len()
+            ),
+            FsckStatus::Failed => format!("FAILED with {} problem(s)", self.problems.len()),
         };
         writeln!(f, "fsck {}: {verdict}", self.dir.display())?;
         writeln!(
@@ -138,6 +184,14 @@ impl fmt::Display for FsckReport {
                 f,
                 "  {} extent(s) on failed disks not checked",
                 self.extents_skipped
+            )?;
+        }
+        for lost in &self.lost_rounds {
+            writeln!(
+                f,
+                "  title {} {:?} round {} has no working replica (both copies on failed disks, \
+                 unreadable or failing their checksums): streams of it stop there",
+                lost.title, lost.name, lost.round
             )?;
         }
         for orphan in &self.orphans {
@@ -493,7 +547,18 @@ fn check_catalog(
         }
 
         let stride_bytes = config.stride_bytes;
+        // Per round and replica: whether some extent of it is not good
+        // (failed disk, unreadable, bad checksum); a round is lost when
+        // every replica it has is.
+        let mut not_good: BTreeMap<u32, [Option<bool>; 2]> = BTreeMap::new();
+        let side = |r: Replica| usize::from(r == Replica::Backup);
         for extent in &extents {
+            not_good.entry(extent.round).or_default()[side(extent.replica)].get_or_insert(false);
+        }
+        for extent in &extents {
+            let mark_bad = |not_good: &mut BTreeMap<u32, [Option<bool>; 2]>| {
+                not_good.entry(extent.round).or_default()[side(extent.replica)] = Some(true);
+            };
             let key = (extent.round, extent.replica, extent.piece);
             let at = format!(
                 "{label} round {} {} piece {} (disk {}, device offset {}, {} bytes)",
@@ -550,17 +615,20 @@ fn check_catalog(
                 if report.failed_disks.contains(&extent.disk) {
                     report.extents_skipped += 1;
                 }
+                mark_bad(&mut not_good);
                 continue;
             };
             let bytes = &mut buf[..extent.length_bytes as usize];
             if let Err(e) = device.read_at(extent.device_offset_bytes, bytes) {
                 report.problem(ProblemKind::Device, format!("{at}: {e}"));
+                mark_bad(&mut not_good);
                 continue;
             }
             report.extents_checked += 1;
             report.bytes_checked += extent.length_bytes;
             let found = crate::checksum(bytes);
             if found != extent.crc32c {
+                mark_bad(&mut not_good);
                 report.problem(
                     ProblemKind::Checksum,
                     format!(
@@ -569,6 +637,15 @@ fn check_catalog(
                         extent.crc32c
                     ),
                 );
+            }
+        }
+        for (round, replicas) in not_good {
+            if replicas.iter().flatten().all(|&bad| bad) {
+                report.lost_rounds.push(LostData {
+                    title: record.id.0,
+                    name: record.name.clone(),
+                    round,
+                });
             }
         }
         for ((round, replica, piece), (disk, offset, length)) in expected {

@@ -38,7 +38,7 @@ pub use config::{
 pub use device::{AlignedBuf, Device, DeviceError, DeviceHeader, HeaderMismatch, IoMode};
 pub use disk_state::{DISK_STATE_FILE, DiskStates, FailedDisk};
 pub use error::{Result, StoreError};
-pub use fsck::{FsckProblem, FsckReport, Orphan, ProblemKind, fsck};
+pub use fsck::{FsckProblem, FsckReport, FsckStatus, LostData, Orphan, ProblemKind, fsck};
 pub use store::{
     LOCK_FILE, LayoutInputs, MAX_TITLE_NAME_BYTES, Store, StoredTitle, TitleMeta, TitleRecord,
     TitleWriter, checksum, validate_title_name, verify_extent,

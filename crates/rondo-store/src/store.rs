@@ -219,6 +219,10 @@ pub struct LayoutInputs {
 struct State {
     conn: Connection,
     allocator: ArrayAllocator,
+    /// Titles abandoned while the catalog could not be written (a full
+    /// filesystem): their rows are deleted and strides freed at the next
+    /// catalog change that succeeds, not only at the next open.
+    pending_abandons: Vec<(TitleId, TitleStrides)>,
 }
 
 struct Inner {
@@ -572,15 +576,34 @@ impl Store {
     fn open_locked(dir: &Path, lock: File, io_mode: IoMode) -> Result<Store> {
         let config = ArrayConfig::load(dir)?;
         let mut devices = Vec::with_capacity(config.devices.len());
+        let mut first_error = None;
         for k in 0..config.devices.len() {
             let path = config.device_path(dir, k);
             let header = expected_header(&config, k);
-            devices.push(Arc::new(Device::open(
-                &path,
-                DiskIndex(k as u32),
-                &header,
-                io_mode,
-            )?));
+            let disk = DiskIndex(k as u32);
+            match Device::open(&path, disk, &header, io_mode) {
+                Ok(device) => devices.push(Arc::new(device)),
+                // Missing or blank: the disk is dead, not misconfigured. The
+                // store opens without it (the server starts with it failed);
+                // a foreign or reordered device is still refused, since
+                // rebuilding over it would destroy what it holds.
+                Err(e) if device_is_missing_or_blank(&e) => {
+                    devices.push(Arc::new(Device::unavailable(
+                        &path,
+                        disk,
+                        &header,
+                        e.to_string(),
+                    )));
+                    first_error.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(e) = first_error
+            && devices.iter().all(|d| d.unavailable_reason().is_some())
+        {
+            // Nothing to serve from: most likely the wrong directory.
+            return Err(e);
         }
         let buffered: Vec<String> = devices
             .iter()
@@ -631,7 +654,11 @@ impl Store {
                 dir: dir.to_path_buf(),
                 config,
                 devices: RwLock::new(devices),
-                state: Mutex::new(State { conn, allocator }),
+                state: Mutex::new(State {
+                    conn,
+                    allocator,
+                    pending_abandons: Vec::new(),
+                }),
                 recovered,
                 _lock: lock,
             }),
@@ -743,6 +770,15 @@ impl Store {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())[k] = Arc::clone(&device);
         Ok(device)
+    }
+
+    /// Disks whose device was missing or blank when the store opened (and
+    /// has not been replaced since), with why.
+    pub fn unavailable_disks(&self) -> Vec<(DiskIndex, String)> {
+        self.devices()
+            .iter()
+            .filter_map(|d| d.unavailable_reason().map(|r| (d.disk(), r.to_string())))
+            .collect()
     }
 
     /// The array's failed disks, as last recorded (`disk-state.toml`).
@@ -869,6 +905,10 @@ impl Store {
 
         let mut guard = self.state();
         let state = &mut *guard;
+        // Space an earlier failed ingest could not give back yet.
+        if !state.pending_abandons.is_empty() {
+            let _ = retry_abandons(state);
+        }
         let tx = state
             .conn
             .transaction()
@@ -1174,25 +1214,45 @@ impl Store {
 
     /// Removes a `writing` title and frees its strides (a writer that gave up).
     fn abandon(&self, id: TitleId, strides: &TitleStrides) -> Result<()> {
+        // The bytes written go back to the filesystem at once (an ingest
+        // that failed on a full filesystem must not keep it full); nothing
+        // reads a title being written.
+        let stride_bytes = self.inner.config.stride_bytes;
+        let devices = self.devices();
+        for (disk, _, stride) in strides.iter() {
+            devices[disk.index()].punch_hole(stride * stride_bytes, stride_bytes);
+        }
         let mut guard = self.state();
         let state = &mut *guard;
-        let tx = state
-            .conn
-            .transaction()
-            .map_err(|e| StoreError::catalog("abandoning a title", e))?;
-        let removed = tx
-            .execute(
+        state.pending_abandons.push((id, strides.clone()));
+        retry_abandons(state)
+    }
+}
+
+/// Deletes the pending abandoned titles' rows and frees their strides, in
+/// order; those whose deletion fails (the catalog cannot be written) stay
+/// pending for the next try.
+fn retry_abandons(state: &mut State) -> Result<()> {
+    let pending = std::mem::take(&mut state.pending_abandons);
+    let mut first_error = None;
+    for (id, strides) in pending {
+        let deleted = state.conn.transaction().and_then(|tx| {
+            let removed = tx.execute(
                 "DELETE FROM titles WHERE id = ?1 AND state = 'writing'",
                 [id.0 as i64],
-            )
-            .map_err(|e| StoreError::catalog("abandoning a title", e))?;
-        tx.commit()
-            .map_err(|e| StoreError::catalog("abandoning a title", e))?;
-        if removed == 1 {
-            state.allocator.release(strides)?;
+            )?;
+            tx.commit().map(|()| removed)
+        });
+        match deleted {
+            Ok(1) => state.allocator.release(&strides)?,
+            Ok(_) => {}
+            Err(e) => {
+                first_error.get_or_insert(StoreError::catalog("abandoning a title", e));
+                state.pending_abandons.push((id, strides));
+            }
         }
-        Ok(())
     }
+    first_error.map_or(Ok(()), Err)
 }
 
 fn next_title_id_in(conn: &Connection) -> rusqlite::Result<u64> {
@@ -1446,5 +1506,20 @@ impl Drop for TitleWriter {
                 self.record.name
             );
         }
+    }
+}
+
+/// Whether opening a device failed because it is absent or holds no rondo
+/// header at all (a dead or blank disk), as opposed to another array's or
+/// another disk's device.
+fn device_is_missing_or_blank(e: &StoreError) -> bool {
+    use crate::device::HeaderMismatch;
+    match e {
+        StoreError::DeviceUnusable { reason, .. } => reason.starts_with("cannot open"),
+        StoreError::DeviceHeader { problem, .. } => matches!(
+            problem,
+            HeaderMismatch::NotARondoDevice | HeaderMismatch::TooSmall { .. }
+        ),
+        _ => false,
     }
 }

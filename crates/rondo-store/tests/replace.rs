@@ -117,6 +117,7 @@ fn a_failed_disk_stays_failed_across_opens_and_fsck_skips_its_device() {
     store_title(&store, "t", 7, 9);
     let clean = store.fsck();
     assert!(clean.passed() && clean.failed_disks.is_empty(), "{clean}");
+    assert_eq!(clean.status(), rondo_store::FsckStatus::Passed);
 
     // Failed, then replaced by an empty device not yet rebuilt.
     store
@@ -127,6 +128,12 @@ fn a_failed_disk_stays_failed_across_opens_and_fsck_skips_its_device() {
         .unwrap();
     let report = store.fsck();
     assert!(report.passed(), "{report}");
+    assert_eq!(report.status(), rondo_store::FsckStatus::Degraded);
+    assert!(report.to_string().contains("DEGRADED"), "{report}");
+    assert!(
+        report.lost_rounds.is_empty(),
+        "one failed disk loses nothing"
+    );
     assert_eq!(report.failed_disks, vec![DiskIndex(2)]);
     assert!(report.extents_skipped > 0, "{report}");
     assert!(report.to_string().contains("disk 2 is failed"), "{report}");
@@ -157,6 +164,25 @@ fn a_failed_disk_stays_failed_across_opens_and_fsck_skips_its_device() {
         report
             .problems_of(ProblemKind::Checksum)
             .all(|p| p.message.contains("disk 2")),
+        "{report}"
+    );
+}
+
+#[test]
+fn fsck_reports_data_with_no_working_replica_as_degraded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let store = Store::create(&dir, small_config(44, 40)).unwrap();
+    store_title(&store, "t", 7, 9);
+    // Two failed disks: rounds with both copies on them have none left.
+    store.record_disk_failed(DiskIndex(0), "x", 1).unwrap();
+    store.record_disk_failed(DiskIndex(1), "x", 1).unwrap();
+    let report = store.fsck();
+    assert!(report.passed(), "no structural problem: {report}");
+    assert_eq!(report.status(), rondo_store::FsckStatus::Degraded);
+    assert!(!report.lost_rounds.is_empty(), "{report}");
+    assert!(
+        report.to_string().contains("has no working replica"),
         "{report}"
     );
 }

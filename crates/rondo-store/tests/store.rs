@@ -149,17 +149,40 @@ fn reordered_or_foreign_devices_are_refused() {
         "{message}"
     );
 
-    // A device that is not a rondo device at all.
+    // A blank device (no rondo header at all): a dead disk, not a foreign
+    // one. The store opens with that disk unavailable (a server starts with
+    // it failed), and every access to it says why.
     std::fs::write(a.join("disk-2.dev"), vec![0u8; 8192]).unwrap();
-    let err = Store::open(&a).unwrap_err();
-    assert!(err.to_string().contains("not a rondo device"), "{err}");
-    // A missing device.
-    std::fs::remove_file(a.join("disk-2.dev")).unwrap();
-    let err = Store::open(&a).unwrap_err();
+    let store = Store::open(&a).unwrap();
+    let unavailable = store.unavailable_disks();
+    assert_eq!(unavailable.len(), 1, "{unavailable:?}");
+    assert_eq!(unavailable[0].0, DiskIndex(2));
     assert!(
-        err.to_string().contains("disk-2.dev") && err.to_string().contains("cannot open"),
+        unavailable[0].1.contains("not a rondo device"),
+        "{unavailable:?}"
+    );
+    let mut buf = rondo_store::AlignedBuf::zeroed(4096);
+    let err = store.device(DiskIndex(2)).read_at(0, &mut buf).unwrap_err();
+    assert!(
+        err.to_string().contains("no usable device") && err.to_string().contains("disk-2.dev"),
         "{err}"
     );
+    drop(store);
+    // A missing device: the same.
+    std::fs::remove_file(a.join("disk-2.dev")).unwrap();
+    let store = Store::open(&a).unwrap();
+    let unavailable = store.unavailable_disks();
+    assert!(
+        unavailable.len() == 1 && unavailable[0].1.contains("cannot open"),
+        "{unavailable:?}"
+    );
+    drop(store);
+    // Every device missing: nothing to serve from (the wrong directory?).
+    for k in 0..4 {
+        let _ = std::fs::remove_file(a.join(format!("disk-{k}.dev")));
+    }
+    let err = Store::open(&a).unwrap_err();
+    assert!(err.to_string().contains("cannot open"), "{err}");
 }
 
 #[test]
@@ -423,12 +446,32 @@ fn a_dropped_writer_leaves_nothing_behind() {
     // The name is free again.
     store_title(&store, "abandoned", 4, 4);
 
-    // An explicit abort does the same.
+    // An explicit abort does the same, and gives the bytes written back to
+    // the filesystem at once (holes in the sparse devices): an ingest that
+    // failed on a full filesystem does not keep it full until a restart.
+    let allocated_bytes = || -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        store
+            .devices()
+            .iter()
+            .map(|d| std::fs::metadata(d.path()).unwrap().blocks() * 512)
+            .sum()
+    };
     let free_before = store.free_strides();
+    let allocated_before = allocated_bytes();
     let writer = begin_and_write(&store, "aborted", 5, 6, 2);
+    let allocated_writing = allocated_bytes();
+    assert!(allocated_writing > allocated_before);
     writer.abort().unwrap();
     assert_eq!(store.free_strides(), free_before);
     assert_eq!(store.titles().unwrap().len(), 2);
+    // A few KiB of slack: the filesystem may keep an extent-tree block.
+    assert!(
+        allocated_bytes() <= allocated_before + 16 * 1024,
+        "{allocated_before} bytes allocated before, {allocated_writing} while writing, {} after",
+        allocated_bytes()
+    );
+    assert!(store.fsck().passed());
 }
 
 #[test]

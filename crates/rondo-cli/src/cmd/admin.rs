@@ -262,5 +262,10 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
         ),
         AdminCommand::Status { .. } => print_status(&answer),
     }
+    // Replacing outside the data directory, or rebuilding with data that
+    // has no good replica: said on stderr, apart from the result.
+    if let Some(warning) = answer["warning"].as_str() {
+        eprintln!("warning: {warning}");
+    }
     Ok(())
 }

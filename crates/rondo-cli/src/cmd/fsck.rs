@@ -1,14 +1,20 @@
 //! `rondo fsck`: checks a data directory (catalog against devices, every
 //! extent's checksum) without changing it, prints the store's readable
-//! report (or `--json`), and exits non-zero when anything is wrong. Titles
-//! left half-written by a crash are listed but do not fail the check: the
-//! next open removes them.
+//! report (or `--json`, with `"status"`: `passed`, `degraded` or `failed`),
+//! and exits 0 when it passed, 2 when it is degraded (failed disks, or
+//! rounds with no working replica: it serves, with less or no redundancy)
+//! and 1 when anything is wrong. Titles left half-written by a crash are
+//! listed but do not fail the check: the next open removes them.
 
 use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::Args;
 use rondo_server::titles::DEFAULT_DATA_DIR;
+use rondo_store::FsckStatus;
+
+/// `rondo fsck`'s exit status for a degraded directory (1 is for problems).
+pub const DEGRADED_EXIT: i32 = 2;
 
 #[derive(Args, Debug)]
 pub struct FsckArgs {
@@ -22,17 +28,30 @@ pub struct FsckArgs {
 
 pub fn run(args: FsckArgs) -> anyhow::Result<()> {
     let report = rondo_store::fsck(&args.data_dir);
+    let status = report.status();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let mut value = serde_json::to_value(&report)?;
+        value["status"] = serde_json::to_value(status)?;
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print!("{report}");
     }
-    if !report.passed() {
-        bail!(
+    match status {
+        FsckStatus::Passed => Ok(()),
+        FsckStatus::Failed => bail!(
             "fsck found {} problem(s) in {}",
             report.problems.len(),
             args.data_dir.display()
-        );
+        ),
+        FsckStatus::Degraded => {
+            eprintln!(
+                "fsck: {} is degraded ({} failed disk(s), {} round(s) with no working replica); \
+                 exit status {DEGRADED_EXIT}",
+                args.data_dir.display(),
+                report.failed_disks.len(),
+                report.lost_rounds.len()
+            );
+            std::process::exit(DEGRADED_EXIT);
+        }
     }
-    Ok(())
 }

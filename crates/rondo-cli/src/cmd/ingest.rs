@@ -157,6 +157,12 @@ impl Read for ProgressReader {
 fn upload_to_server(args: &IngestArgs) -> anyhow::Result<Vec<Outcome>> {
     let dir = &args.data_dir;
     let server = ServerInfo::read(dir)?;
+    let client = reqwest::blocking::Client::builder()
+        // The server answers once the title is stored, however long it takes.
+        .timeout(None)
+        .build()
+        .context("building the HTTP client")?;
+    verify_server(&client, &server, dir)?;
     let token = read_token(dir)?;
     if !args.json {
         eprintln!(
@@ -166,11 +172,6 @@ fn upload_to_server(args: &IngestArgs) -> anyhow::Result<Vec<Outcome>> {
             server.pid
         );
     }
-    let client = reqwest::blocking::Client::builder()
-        // The server answers once the title is stored, however long it takes.
-        .timeout(None)
-        .build()
-        .context("building the HTTP client")?;
     Ok(args
         .files
         .iter()
@@ -179,6 +180,28 @@ fn upload_to_server(args: &IngestArgs) -> anyhow::Result<Vec<Outcome>> {
             result: upload_one(&client, &server, &token, file, args),
         })
         .collect())
+}
+
+/// Asks the listener `server.json` names who it is, without credentials;
+/// the token is read and sent only if it is this directory's server.
+fn verify_server(
+    client: &reqwest::blocking::Client,
+    server: &ServerInfo,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    let array_id = rondo_store::ArrayConfig::load(dir)
+        .with_context(|| format!("reading {}'s rondo.toml", dir.display()))?
+        .array_id
+        .to_string();
+    let answer = client
+        .get(server.server_id_url())
+        .timeout(std::time::Duration::from_secs(10))
+        .send()
+        .and_then(|r| r.error_for_status())
+        .and_then(|r| r.text())
+        .map_err(|e| format!("asking it who it is failed: {e}"));
+    server.verify(dir, &array_id, answer)?;
+    Ok(())
 }
 
 fn upload_one(

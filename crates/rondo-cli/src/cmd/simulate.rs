@@ -31,7 +31,7 @@ use rondo_model::disk::profile_by_name;
 use rondo_model::layout::{ReplicaPlacement, RoundRobinCounter};
 use rondo_model::reservation::{Bound, Scheme};
 use rondo_model::units::{DiskIndex, NS_PER_MS, NS_PER_S, Round};
-use rondo_sim::faults::{IngestSpec, RebuildSpec};
+use rondo_sim::faults::{BadExtentSpec, IngestSpec, RebuildSpec};
 use rondo_sim::run::{BoundKind, FailureSpec, Mode, PlacedTitle, SimConfig, SimTitle};
 use rondo_store::{DirectoryFlags, Store};
 
@@ -139,6 +139,13 @@ pub struct SimulateArgs {
     /// answers how long an ingest takes and what it costs in streams.
     #[arg(long)]
     ingest_round: Option<u64>,
+    /// A bad extent (silent corruption), repeatable:
+    /// `TITLE:ROUND:primary|backup[@FROM_ROUND]`: that replica of playback
+    /// round ROUND of title TITLE (numbered from 0) fails its checksum from
+    /// FROM_ROUND (0) until repaired (simulated-disk mode). Both replicas of
+    /// one round make it lost.
+    #[arg(long, value_name = "SPEC", value_parser = parse_bad_extent)]
+    bad_extent: Vec<BadExtentSpec>,
     /// Which title (numbered from 0) `--ingest-round` copies.
     #[arg(long, default_value_t = 0, requires = "ingest_round")]
     ingest_title: usize,
@@ -328,14 +335,15 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 disk,
                 round: Round(round),
             });
+    config.faults.bad_extents = args.bad_extent.clone();
     config.faults.ingest = args.ingest_round.map(|round| IngestSpec {
         title: args.ingest_title,
         round: Round(round),
     });
     if config.faults.needs_simulated_disks() && config.mode != Mode::SimulatedDisk {
         anyhow::bail!(
-            "--rebuild-round and --ingest-round need disks that execute their I/O: add \
-             --mode simulated-disk"
+            "--rebuild-round, --ingest-round and --bad-extent need disks that execute their \
+             I/O: add --mode simulated-disk"
         );
     }
     let setup = setup_of(&args, &config, &titles)?;
@@ -491,6 +499,15 @@ fn print_report(report: &Report) {
             v.map(|x| format!("{x:.1} rounds"))
                 .unwrap_or_else(|| "did not finish".into())
         };
+        table.add_row(row("bad extents found / repaired", &|r| {
+            format!("{} / {}", r.extents_bad, r.extents_repaired)
+        }));
+        table.add_row(row("rounds with no good replica", &|r| {
+            r.rounds_lost.to_string()
+        }));
+        table.add_row(row("disks failed at the end", &|r| {
+            r.disks_failed.to_string()
+        }));
         table.add_row(row("rebuild took", &|r| rounds(r.mean_rebuild_rounds)));
         table.add_row(row("ingest took", &|r| rounds(r.mean_ingest_rounds)));
     }
@@ -601,5 +618,39 @@ fn setup_of(args: &SimulateArgs, config: &SimConfig, titles: &Titles) -> anyhow:
                     / (s.rounds().max(1) as f64 * round_s),
             })
             .collect(),
+    })
+}
+
+/// Parses `TITLE:ROUND:primary|backup[@FROM_ROUND]` (`--bad-extent`).
+fn parse_bad_extent(text: &str) -> Result<BadExtentSpec, String> {
+    let (spec, from) = match text.split_once('@') {
+        Some((spec, from)) => (
+            spec,
+            from.parse::<u64>()
+                .map_err(|_| format!("{from:?} after @ is not a round number"))?,
+        ),
+        None => (text, 0),
+    };
+    let parts: Vec<&str> = spec.split(':').collect();
+    let [title, round, replica] = parts.as_slice() else {
+        return Err(format!(
+            "{text:?}: expected TITLE:ROUND:primary|backup[@FROM_ROUND], e.g. 0:5:primary"
+        ));
+    };
+    let number = |t: &str, what: &str| {
+        t.parse::<u64>()
+            .map_err(|_| format!("{text:?}: {t:?} is not a {what} number"))
+    };
+    let replica = match *replica {
+        "primary" => rondo_model::layout::Replica::Primary,
+        "backup" => rondo_model::layout::Replica::Backup,
+        other => return Err(format!("{text:?}: {other:?} is neither primary nor backup")),
+    };
+    Ok(BadExtentSpec {
+        title: number(title, "title")? as usize,
+        playback_round: number(round, "round")? as u32,
+        replica,
+        piece: 0,
+        round: Round(from),
     })
 }

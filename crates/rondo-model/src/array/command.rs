@@ -155,6 +155,12 @@ pub enum AbortReason {
         playback_round: PlaybackRound,
         detail: String,
     },
+    /// A round the stream needs has no good replica: both copies failed
+    /// their checksums (a fault of that data; the disks serve on).
+    NoGoodReplica {
+        title: TitleId,
+        playback_round: PlaybackRound,
+    },
     /// The client took no data for the grace time while holding more than
     /// its buffer.
     ClientStalled {
@@ -180,6 +186,16 @@ impl std::fmt::Display for AbortReason {
                 f,
                 "reading playback round {playback_round} failed and no other working replica \
                  holds it: {detail}"
+            ),
+            AbortReason::NoGoodReplica {
+                title,
+                playback_round,
+            } => write!(
+                f,
+                "title {} playback round {playback_round} has no good replica (both copies fail \
+                 their checksums): this stream stops there; the disks, the title's other rounds \
+                 and every other title still serve",
+                title.0
             ),
             AbortReason::ClientStalled {
                 held_rounds,
@@ -239,8 +255,16 @@ pub struct RoundPlan {
     /// Rebuild copies to move this round (their disk time is in the
     /// batches as `RebuildRead` / `RebuildWrite` commands).
     pub copies: Vec<Copy>,
-    /// Rebuild copies that cannot run: their source has failed too.
+    /// Rebuild copies that cannot run: their source has failed too (their
+    /// rounds are in `rounds_lost`).
     pub copies_lost: Vec<crate::rebuild::CopyTask>,
+    /// Repairs of bad extents to move this round, like the rebuild's copies
+    /// (their disk time is in the batches as `RebuildRead` /
+    /// `RebuildWrite` commands); report each with `Array::copy_done`.
+    pub repairs: Vec<Copy>,
+    /// Rounds found with no good replica while planning (a repair's or a
+    /// rebuild copy's source disk failed).
+    pub rounds_lost: Vec<crate::array::LostRound>,
     /// Every copy has been handed out: once they are done, sync the rebuilt
     /// device and call `Array::finish_rebuild`.
     pub rebuild_handed_out: Option<DiskIndex>,
@@ -274,8 +298,12 @@ pub struct Completion {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FailCause {
     Operator,
-    /// Read errors passed the health threshold.
+    /// I/O errors passed the health threshold.
     Errors,
+    /// Bad checksums on many distinct extents passed the health threshold.
+    BadExtents,
+    /// Its device was missing or blank when the server started.
+    DeviceMissing,
     /// Recorded failed before a restart.
     Recorded,
 }
@@ -284,7 +312,11 @@ impl std::fmt::Display for FailCause {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             FailCause::Operator => "an operator failed it",
-            FailCause::Errors => "read errors passed the health threshold",
+            FailCause::Errors => "I/O errors passed the health threshold",
+            FailCause::BadExtents => {
+                "bad checksums on many distinct extents passed the health threshold"
+            }
+            FailCause::DeviceMissing => "its device was missing or blank at start",
             FailCause::Recorded => "recorded failed before this start",
         })
     }
@@ -312,4 +344,15 @@ pub enum Effect {
     DiskFailed { disk: DiskIndex, cause: FailCause },
     /// A stream was stopped and released.
     Aborted(Aborted),
+    /// A replica extent failed its checksum (newly): a repair from the
+    /// other replica is queued.
+    ExtentBad {
+        extent: crate::health::ExtentKey,
+        disk: DiskIndex,
+    },
+    /// A bad extent was rewritten from its replica and verified.
+    ExtentRepaired { extent: crate::health::ExtentKey },
+    /// A round has no good replica left (both copies bad, or the other's
+    /// disk failed): streams that reach it stop.
+    RoundLost(crate::array::LostRound),
 }

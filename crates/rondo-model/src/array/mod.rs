@@ -24,6 +24,7 @@
 pub mod command;
 pub mod delivery;
 pub mod policy;
+pub mod repair;
 mod titles;
 pub mod writes;
 
@@ -38,9 +39,9 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::disk::{DiskError, DiskProfile, Op, RondoBound};
-use crate::health::{ArrayHealth, DiskState, HealthPolicy};
+use crate::health::{ArrayHealth, DiskState, ExtentKey, HealthPolicy};
 use crate::layout::{Replica, TitleLayout};
-use crate::rebuild::{RebuildProgress, RebuildQueue, rebuild_tasks};
+use crate::rebuild::{CopyFailure, RebuildProgress, RebuildQueue, rebuild_tasks};
 use crate::reservation::{
     Admission, Bound, PlannedRead, Rejection, ReservationConfig, Reservations, replica_after_error,
 };
@@ -52,6 +53,7 @@ pub use command::{
 };
 pub use delivery::{DeliveryConfig, Release};
 pub use policy::{OneReadPerStream, RetrievalPolicy};
+pub use repair::{LostRound, Marked, Repairs};
 pub use titles::{ArrayTitle, ExtentChecksums, RoundIndex, RoundPosition};
 pub use writes::{WRITE_LOOKAHEAD_ROUNDS, WriteQueue};
 
@@ -143,11 +145,6 @@ pub enum OpsError {
     Replacing { disk: DiskIndex, what: &'static str },
     #[error("disk {disk} is being rebuilt; one rebuild at a time")]
     RebuildRunning { disk: DiskIndex },
-    #[error(
-        "disk {other} has failed too: data whose replicas were on disks {disk} and {other} \
-         cannot be rebuilt; replace and rebuild disks one at a time while the others serve"
-    )]
-    SecondFailure { disk: DiskIndex, other: DiskIndex },
 }
 
 /// The name of a disk state, as the API and logs spell it.
@@ -167,6 +164,10 @@ pub struct RebuildStarted {
     pub copies: usize,
     pub total_bytes: u64,
     pub round: Round,
+    /// Copies with no good replica to copy from (the other replica's disk
+    /// is failed too, or the round is already lost): their rounds are
+    /// lost, the rest of the disk is rebuilt and serves.
+    pub lost_copies: usize,
 }
 
 /// A rebuild in progress, as the array tracks it.
@@ -174,10 +175,13 @@ pub struct RebuildStarted {
 struct RebuildState {
     queue: RebuildQueue,
     started_round: Round,
-    /// Copies handed out and not reported done.
-    outstanding: BTreeMap<CopyId, u64>,
+    /// Copies handed out and not reported done: their bytes and round.
+    outstanding: BTreeMap<CopyId, (u64, LostRound)>,
     copies_done: u64,
     copied_bytes: u64,
+    /// Copies with no good source (their rounds are lost, the disk is not
+    /// kept failed for them).
+    lost_copies: u64,
     failures: Vec<String>,
     /// Every copy has been handed out.
     handed_out: bool,
@@ -193,6 +197,9 @@ pub struct RebuildStatus {
     /// Bytes the executor reported written and verified.
     pub copied_bytes: u64,
     pub copies_outstanding: usize,
+    /// Copies whose round has no good replica (lost; not a failure of
+    /// the rebuilt disk).
+    pub lost_copies: u64,
     pub failures: Vec<String>,
 }
 
@@ -232,6 +239,13 @@ pub struct ArrayCounters {
     pub streams_finished: u64,
     /// Planned reads with no working replica.
     pub lost_reads: u64,
+    /// Replica extents found bad (a checksum error; each extent once until
+    /// repaired).
+    pub extents_bad: u64,
+    /// Bad extents rewritten from their replica.
+    pub extents_repaired: u64,
+    /// Rounds found with no good replica.
+    pub rounds_lost: u64,
 }
 
 /// The array state machine.
@@ -244,6 +258,8 @@ pub struct Array {
     policy: Box<dyn RetrievalPolicy>,
     inflight: BTreeMap<(StreamId, PlaybackRound), Inflight>,
     rebuild: Option<RebuildState>,
+    /// Bad extents, their repairs, rounds with no good replica.
+    repairs: Repairs,
     replacing: Vec<bool>,
     writes: WriteQueue,
     /// When each stream's rounds go to its client.
@@ -275,6 +291,7 @@ impl Array {
             policy,
             inflight: BTreeMap::new(),
             rebuild: None,
+            repairs: Repairs::default(),
             replacing: vec![false; disks as usize],
             writes: WriteQueue::default(),
             deliveries: delivery::Deliveries::new(config.delivery),
@@ -340,6 +357,7 @@ impl Array {
             return false;
         }
         self.titles.remove(&title);
+        self.repairs.forget_title(title);
         true
     }
 
@@ -609,10 +627,35 @@ impl Array {
                 plan.aborted.push(a);
             }
         }
+        // Streams reaching a round with no good replica stop there; their
+        // reads this round are not made.
+        let mut no_good: Vec<(StreamId, TitleId, PlaybackRound)> = planned
+            .iter()
+            .flatten()
+            .filter(|r| self.repairs.is_lost(r.title, r.playback_round))
+            .map(|r| (r.stream, r.title, r.playback_round))
+            .collect();
+        no_good.sort_unstable();
+        no_good.dedup_by_key(|x| x.0);
+        let stopped: Vec<StreamId> = no_good.iter().map(|x| x.0).collect();
+        for (stream, title, playback_round) in no_good {
+            if let Some(a) = self.abort(
+                stream,
+                AbortReason::NoGoodReplica {
+                    title,
+                    playback_round,
+                },
+            ) {
+                plan.aborted.push(a);
+            }
+        }
         let fixed_ns = self.config.reservation.round_fixed_ns;
         let scheduler = self.policy.scheduler();
-        for (disk, reads) in planned.into_iter().enumerate() {
+        for (disk, mut reads) in planned.into_iter().enumerate() {
             let disk = DiskIndex(disk as u32);
+            if !stopped.is_empty() {
+                reads.retain(|r| stopped.binary_search(&r.stream).is_err());
+            }
             let reads = self.policy.disk_reads(disk, round, reads);
             let serving = !self.reservations.is_failed(disk);
             let mut commands = Vec::with_capacity(reads.len());
@@ -631,8 +674,12 @@ impl Array {
             });
         }
         // 5. Unreserved time goes to re-reads after errors first, then to
-        // the rebuild, then to ingest writes.
+        // repairs of bad extents, then to the rebuild, then to ingest writes.
         let mut used_ns = self.plan_rereads(round, &mut plan);
+        let repair_charged = self.plan_repairs(round, &used_ns, &mut plan);
+        for (u, r) in used_ns.iter_mut().zip(&repair_charged) {
+            *u += r;
+        }
         let rebuild_charged = self.plan_rebuild(round, &used_ns, &mut plan);
         for (u, r) in used_ns.iter_mut().zip(&rebuild_charged) {
             *u += r;
@@ -768,23 +815,9 @@ impl Array {
             |_, extents| read_bound.extents_ns(extents),
             |extents| write_bound.extents_ns(extents),
         );
-        let to_command =
-            |disk: DiskIndex, op: Op, purpose: Purpose, extents: &[(u64, u64)], ns| DiskCommand {
-                disk,
-                round,
-                op,
-                purpose,
-                extents: extents
-                    .iter()
-                    .filter(|&&(_, sectors)| sectors > 0)
-                    .map(|&(lbn, sectors)| command::CommandExtent {
-                        device_offset_bytes: lbn * crate::units::SECTOR_BYTES,
-                        length_bytes: sectors * crate::units::SECTOR_BYTES,
-                        crc32c: None,
-                    })
-                    .collect(),
-                charge_ns: ns,
-            };
+        let to_command = |disk, op, purpose, extents: &[(u64, u64)], ns| {
+            copy_command(disk, round, op, purpose, extents, ns)
+        };
         for copy in run {
             let task = copy.task;
             let id = CopyId(self.next_copy);
@@ -811,19 +844,76 @@ impl Array {
                 ns,
             );
             plan.disks[target.index()].commands.push(c);
-            rebuild.outstanding.insert(id, task.bytes);
+            let round_of = LostRound {
+                title: task.title,
+                playback_round: task.round,
+            };
+            rebuild.outstanding.insert(id, (task.bytes, round_of));
             plan.copies.push(Copy { id, task });
         }
         for task in lost {
-            rebuild.failures.push(format!(
-                "title {} round {} {:?}: no working replica to copy from",
-                task.title.0, task.round, task.target
-            ));
+            // No working replica to copy from: that round is lost, the rest
+            // of the disk is rebuilt.
+            rebuild.lost_copies += 1;
+            if self.repairs.mark_lost(task.title, task.round) {
+                self.counters.rounds_lost += 1;
+                plan.rounds_lost.push(LostRound {
+                    title: task.title,
+                    playback_round: task.round,
+                });
+            }
             plan.copies_lost.push(task);
         }
         if rebuild.queue.is_done() {
             rebuild.handed_out = true;
             plan.rebuild_handed_out = Some(rebuild.queue.disk());
+        }
+        charged
+    }
+
+    /// The repairs of bad extents that fit `round`'s unreserved time after
+    /// `used_ns`; returns the time charged per disk.
+    fn plan_repairs(&mut self, round: Round, used_ns: &[u64], plan: &mut RoundPlan) -> Vec<u64> {
+        let disks = self.disk_count() as usize;
+        let mut charged = vec![0u64; disks];
+        let read_bound = &self.config.read_bound;
+        let write_bound = &self.config.write_bound;
+        let (run, lost) = self.repairs.plan(
+            &self.reservations,
+            round,
+            used_ns,
+            |_, extents| read_bound.extents_ns(extents),
+            |extents| write_bound.extents_ns(extents),
+        );
+        self.counters.rounds_lost += lost.len() as u64;
+        plan.rounds_lost.extend(lost);
+        for (key, copy) in run {
+            let id = CopyId(self.next_copy);
+            self.next_copy += 1;
+            let task = copy.task;
+            for (source, &ns) in task.read_from.iter().zip(&copy.read_charges_ns) {
+                charged[source.disk.index()] += ns;
+                plan.disks[source.disk.index()].commands.push(copy_command(
+                    source.disk,
+                    round,
+                    Op::Read,
+                    Purpose::RebuildRead { copy: id },
+                    &source.extents,
+                    ns,
+                ));
+            }
+            let target = task.write_to.disk;
+            charged[target.index()] += copy.write_charge_ns;
+            plan.disks[target.index()].commands.push(copy_command(
+                target,
+                round,
+                Op::Write,
+                Purpose::RebuildWrite { copy: id },
+                &task.write_to.extents,
+                copy.write_charge_ns,
+            ));
+            self.repairs.handed_out(id, key);
+            plan.repairs.push(Copy { id, task });
         }
         charged
     }
@@ -887,25 +977,54 @@ impl Array {
         self.counters.read_errors += 1;
         let mut effects = Vec::new();
         let disk = completion.disk;
-        let was = self.health.state(disk);
+        let playback_round = completion.playback_round;
+        let title = self
+            .reservations
+            .stream_span(completion.stream)
+            .map(|span| span.title);
         // Errors are dated by the round in progress.
-        let now = self.health.record_error(disk, self.next_round.minus(1));
-        if let Some(state) = now {
+        let now = self.next_round.minus(1);
+        let was = self.health.state(disk);
+        // An I/O error is the device's; a bad checksum is the extent's (it
+        // is repaired, and the disk's health hears of it as one extent).
+        let (changed, cause) = match (&completion.outcome, title) {
+            (ReadOutcome::BadChecksum(_), Some(title)) => {
+                let key = ExtentKey {
+                    title,
+                    playback_round,
+                    replica: completion.replica,
+                    piece: completion.piece,
+                };
+                effects.extend(self.extent_bad(key, disk));
+                (
+                    self.health.record_bad_extent(disk, key, now),
+                    FailCause::BadExtents,
+                )
+            }
+            _ => (self.health.record_error(disk, now), FailCause::Errors),
+        };
+        if let Some(state) = changed {
             effects.push(Effect::DiskState { disk, state });
             if state == DiskState::Failed && was != DiskState::Failed {
-                effects.extend(self.fail_serving_disk(disk, FailCause::Errors));
+                effects.extend(self.fail_serving_disk(disk, cause));
             }
         }
-        let key = (completion.stream, completion.playback_round);
+        let key = (completion.stream, playback_round);
         let Some(f) = self.inflight.remove(&key) else {
             return effects;
         };
-        let playback_round = completion.playback_round;
-        let stop = |detail: String| AbortReason::ReadFailed {
-            playback_round,
-            detail,
+        let lost = title.is_some_and(|t| self.repairs.is_lost(t, playback_round));
+        let stop = |detail: String| match title {
+            Some(title) if lost => AbortReason::NoGoodReplica {
+                title,
+                playback_round,
+            },
+            _ => AbortReason::ReadFailed {
+                playback_round,
+                detail,
+            },
         };
-        if f.recovery {
+        if f.recovery || lost {
             effects.extend(
                 self.abort(
                     completion.stream,
@@ -958,6 +1077,36 @@ impl Array {
             replica,
         });
         effects
+    }
+
+    /// `key` on `disk` failed its checksum: marked bad with a repair
+    /// queued, or its round lost when the other replica is bad too.
+    fn extent_bad(&mut self, key: ExtentKey, disk: DiskIndex) -> Vec<Effect> {
+        let Some(layout) = self
+            .titles
+            .get(&key.title)
+            .and_then(|t| t.layout.as_ref().map(Arc::clone))
+        else {
+            return Vec::new();
+        };
+        match self.repairs.mark_bad(key, disk, &layout) {
+            Marked::Known => Vec::new(),
+            Marked::Queued => {
+                self.counters.extents_bad += 1;
+                vec![Effect::ExtentBad { extent: key, disk }]
+            }
+            Marked::Lost => {
+                self.counters.extents_bad += 1;
+                self.counters.rounds_lost += 1;
+                vec![
+                    Effect::ExtentBad { extent: key, disk },
+                    Effect::RoundLost(LostRound {
+                        title: key.title,
+                        playback_round: key.playback_round,
+                    }),
+                ]
+            }
+        }
     }
 
     /// The queued re-reads that fit this round's unreserved time, in the
@@ -1081,6 +1230,8 @@ impl Array {
 
     fn fail_serving_disk(&mut self, disk: DiskIndex, cause: FailCause) -> Vec<Effect> {
         self.health.fail(disk);
+        // Its bad extents are rewritten by its rebuild.
+        self.repairs.forget_disk(disk);
         let mut effects = vec![Effect::DiskFailed { disk, cause }];
         let lost = self.reservations.fail_disk_from(disk, self.next_round);
         for stream in lost {
@@ -1132,8 +1283,11 @@ impl Array {
         self.replacing[disk.index()] = false;
     }
 
-    /// Starts rebuilding failed disk `disk` from the other replicas: one
-    /// rebuild at a time, and only while every other disk serves.
+    /// Starts rebuilding failed disk `disk` from the other replicas, one
+    /// rebuild at a time. Another failed disk does not prevent it: copies
+    /// whose only source is there (or whose round is already lost) have no
+    /// good replica; their rounds are reported lost and the rest of the disk
+    /// is rebuilt, so an operator can always bring a disk back.
     pub fn start_rebuild(&mut self, disk: DiskIndex) -> Result<RebuildStarted, OpsError> {
         self.check_disk(disk)?;
         let state = self.health.state(disk);
@@ -1155,17 +1309,23 @@ impl Array {
                 disk: r.queue.disk(),
             });
         }
-        if let Some(other) =
-            DiskIndex::all(self.disk_count()).find(|&d| d != disk && !self.is_serving(d))
-        {
-            return Err(OpsError::SecondFailure { disk, other });
-        }
-        let tasks = rebuild_tasks(
+        let mut tasks = rebuild_tasks(
             disk,
             self.titles
                 .values()
                 .filter_map(|t| t.layout.as_deref().map(|l| (t.id, l))),
         );
+        let before = tasks.len();
+        tasks.retain(|t| !self.repairs.is_lost(t.title, t.round));
+        let already_lost = before - tasks.len();
+        let no_source = tasks
+            .iter()
+            .filter(|t| {
+                t.read_from
+                    .iter()
+                    .any(|s| s.disk != disk && !self.is_serving(s.disk))
+            })
+            .count();
         let copies = tasks.len();
         let queue = RebuildQueue::new(disk, tasks);
         let total_bytes = queue.progress().total_bytes;
@@ -1176,6 +1336,7 @@ impl Array {
             outstanding: BTreeMap::new(),
             copies_done: 0,
             copied_bytes: 0,
+            lost_copies: already_lost as u64,
             failures: Vec::new(),
             handed_out: false,
         });
@@ -1184,22 +1345,99 @@ impl Array {
             copies,
             total_bytes,
             round: self.next_round,
+            lost_copies: already_lost + no_source,
         })
     }
 
-    /// A rebuild copy was moved (`Ok(bytes)`) or could not be (`Err`).
-    pub fn copy_done(&mut self, copy: CopyId, result: Result<(), String>) {
+    /// A copy (a rebuild's or a repair's) was moved (`Ok`) or could not be
+    /// (`Err`). Returns what follows: a repaired extent, a round with no
+    /// good replica, or (an I/O error) the disk's health changing.
+    pub fn copy_done(&mut self, copy: CopyId, result: Result<(), CopyFailure>) -> Vec<Effect> {
+        if let Some(key) = self.repairs.done(copy) {
+            return self.repair_done(key, result);
+        }
         let Some(r) = self.rebuild.as_mut() else {
-            return;
+            return Vec::new();
         };
-        let Some(bytes) = r.outstanding.remove(&copy) else {
-            return;
+        let Some((bytes, round_of)) = r.outstanding.remove(&copy) else {
+            return Vec::new();
         };
         r.copies_done += 1;
         match result {
-            Ok(()) => r.copied_bytes += bytes,
-            Err(e) => r.failures.push(e),
+            Ok(()) => {
+                r.copied_bytes += bytes;
+                Vec::new()
+            }
+            Err(CopyFailure::SourceBad(_)) => {
+                // The round has no good replica: lost, not a failure of the
+                // rebuilt disk.
+                r.lost_copies += 1;
+                self.round_lost(round_of)
+            }
+            Err(e) => {
+                r.failures.push(e.to_string());
+                Vec::new()
+            }
         }
+    }
+
+    fn round_lost(&mut self, lost: LostRound) -> Vec<Effect> {
+        if self.repairs.mark_lost(lost.title, lost.playback_round) {
+            self.counters.rounds_lost += 1;
+            vec![Effect::RoundLost(lost)]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn repair_done(&mut self, key: ExtentKey, result: Result<(), CopyFailure>) -> Vec<Effect> {
+        match result {
+            Ok(()) => {
+                if self.repairs.repaired(&key) {
+                    self.counters.extents_repaired += 1;
+                    vec![Effect::ExtentRepaired { extent: key }]
+                } else {
+                    Vec::new()
+                }
+            }
+            Err(CopyFailure::SourceBad(_)) => self.round_lost(LostRound {
+                title: key.title,
+                playback_round: key.playback_round,
+            }),
+            Err(CopyFailure::Io { disk, .. }) => {
+                // Evidence about the device; the repair is tried again.
+                let mut effects = Vec::new();
+                let was = self.health.state(disk);
+                if let Some(state) = self.health.record_error(disk, self.next_round.minus(1)) {
+                    effects.push(Effect::DiskState { disk, state });
+                    if state == DiskState::Failed && was != DiskState::Failed {
+                        effects.extend(self.fail_serving_disk(disk, FailCause::Errors));
+                    }
+                }
+                if let Some(layout) = self
+                    .titles
+                    .get(&key.title)
+                    .and_then(|t| t.layout.as_ref().map(Arc::clone))
+                {
+                    self.repairs.retry(key, &layout);
+                }
+                effects
+            }
+            Err(CopyFailure::Other(_)) => {
+                self.repairs.repaired(&key);
+                Vec::new()
+            }
+        }
+    }
+
+    /// Bad extents not repaired yet.
+    pub fn bad_extents(&self) -> usize {
+        self.repairs.bad_count()
+    }
+
+    /// Rounds with no good replica, in title and round order.
+    pub fn lost_rounds(&self) -> Vec<LostRound> {
+        self.repairs.lost().collect()
     }
 
     /// The rebuilt device is synced: the disk serves again when every copy
@@ -1228,6 +1466,7 @@ impl Array {
             copies_done: r.copies_done,
             copied_bytes: r.copied_bytes,
             copies_outstanding: r.outstanding.len(),
+            lost_copies: r.lost_copies,
             failures: r.failures.clone(),
         })
     }
@@ -1291,6 +1530,7 @@ impl Array {
             );
             assert!(f.read_round < self.next_round, "in flight before its round");
         }
+        self.repairs.check_invariants();
         if let Some(r) = &self.rebuild {
             assert_eq!(
                 self.health.state(r.queue.disk()),
@@ -1306,5 +1546,32 @@ impl Array {
                 );
             }
         }
+    }
+}
+
+/// A rebuild or repair copy's read or write on `disk` in `round`.
+fn copy_command(
+    disk: DiskIndex,
+    round: Round,
+    op: Op,
+    purpose: Purpose,
+    extents: &[(u64, u64)],
+    charge_ns: u64,
+) -> DiskCommand {
+    DiskCommand {
+        disk,
+        round,
+        op,
+        purpose,
+        extents: extents
+            .iter()
+            .filter(|&&(_, sectors)| sectors > 0)
+            .map(|&(lbn, sectors)| command::CommandExtent {
+                device_offset_bytes: lbn * crate::units::SECTOR_BYTES,
+                length_bytes: sectors * crate::units::SECTOR_BYTES,
+                crc32c: None,
+            })
+            .collect(),
+        charge_ns,
     }
 }

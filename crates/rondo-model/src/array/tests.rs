@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::disk::PaperBound;
 use crate::layout::{ArrayAllocator, BackupParams, LayoutParams, ReplicaPlacement, TitlePlan};
+use crate::rebuild::CopyFailure;
 use crate::reservation::Scheme;
 use crate::schedule::Schedule;
 use crate::units::{DiskIndex, NS_PER_S};
@@ -28,6 +29,7 @@ fn config(disks: u32, scheme: Scheme) -> ArrayConfig {
         health: HealthPolicy {
             errors_to_fail: 3,
             window_rounds: 10,
+            ..HealthPolicy::default()
         },
         read_bound: bound.clone(),
         write_bound: bound,
@@ -562,20 +564,296 @@ fn operator_actions_name_what_is_wrong() {
         })
     );
     a.fail_disk(DiskIndex(1), FailCause::Operator).unwrap();
-    a.fail_disk(DiskIndex(3), FailCause::Operator).unwrap();
+    a.start_rebuild(DiskIndex(1)).unwrap();
     assert_eq!(
         a.start_rebuild(DiskIndex(1)),
-        Err(OpsError::SecondFailure {
+        Err(OpsError::WrongState {
             disk: DiskIndex(1),
-            other: DiskIndex(3)
+            state: "rebuilding",
+            what: "only a failed disk is rebuilt"
         })
     );
-    assert!(
-        OpsError::SecondFailure {
-            disk: DiskIndex(1),
-            other: DiskIndex(3)
+}
+
+/// Replica extents whose bytes are bad, as an executor's storage holds
+/// them: reads of them fail their checksum until a repair rewrites them.
+#[derive(Default)]
+struct Corrupt(std::collections::BTreeSet<ExtentKey>);
+
+impl Corrupt {
+    fn outcome(&self, a: &Array, c: &DiskCommand) -> ReadOutcome {
+        let Purpose::Deliver {
+            title,
+            playback_round,
+            replica,
+            piece,
+            ..
+        } = c.purpose
+        else {
+            return ReadOutcome::Ok;
+        };
+        let _ = a;
+        let key = ExtentKey {
+            title,
+            playback_round,
+            replica,
+            piece,
+        };
+        if self.0.contains(&key) {
+            ReadOutcome::BadChecksum("crc mismatch".into())
+        } else {
+            ReadOutcome::Ok
         }
-        .to_string()
-        .contains("one at a time")
+    }
+
+    /// A copy's outcome: its source must be good; then the target is.
+    fn copy(&mut self, task: &crate::rebuild::CopyTask) -> Result<(), CopyFailure> {
+        let (source, pieces): (Replica, Vec<u16>) = match task.target {
+            Replica::Primary => (Replica::Backup, (0..task.read_from.len() as u16).collect()),
+            Replica::Backup => (Replica::Primary, vec![0]),
+        };
+        for piece in pieces {
+            let key = ExtentKey {
+                title: task.title,
+                playback_round: task.round,
+                replica: source,
+                piece,
+            };
+            if self.0.contains(&key) {
+                return Err(CopyFailure::SourceBad("source crc mismatch".into()));
+            }
+        }
+        self.0.remove(&ExtentKey {
+            title: task.title,
+            playback_round: task.round,
+            replica: task.target,
+            piece: task.backup_entry,
+        });
+        Ok(())
+    }
+}
+
+/// Runs rounds `from..to`: every read completes with what `corrupt` holds,
+/// every repair and rebuild copy is moved; returns every effect and the
+/// plans' aborted streams (as effects).
+fn run_rounds(a: &mut Array, corrupt: &mut Corrupt, from: u64, to: u64) -> Vec<Effect> {
+    let mut effects = Vec::new();
+    // Clients take every round as it is released.
+    let mut taken: BTreeMap<StreamId, u32> = BTreeMap::new();
+    let mut take = |a: &mut Array, stream: StreamId| {
+        let n = taken.entry(stream).or_insert(0);
+        *n += 1;
+        a.client_took(stream, *n);
+    };
+    for round in from..to {
+        let plan = a.begin_round(Round(round));
+        effects.extend(plan.aborted.iter().cloned().map(Effect::Aborted));
+        effects.extend(plan.rounds_lost.iter().copied().map(Effect::RoundLost));
+        for r in &plan.releases {
+            take(a, r.stream);
+        }
+        for c in deliveries(&plan) {
+            let mut done = ok(c);
+            done.outcome = corrupt.outcome(a, c);
+            for e in a.complete(&done) {
+                if let Effect::Released(r) = &e {
+                    take(a, r.stream);
+                }
+                effects.push(e);
+            }
+        }
+        for copy in plan.repairs.iter().chain(&plan.copies) {
+            let result = corrupt.copy(&copy.task);
+            effects.extend(a.copy_done(copy.id, result));
+        }
+        if let Some(disk) = plan.rebuild_handed_out {
+            a.finish_rebuild(disk, true);
+        }
+        a.check_invariants();
+    }
+    effects
+}
+
+fn primary_key(title: u64, round: u32) -> ExtentKey {
+    ExtentKey {
+        title: TitleId(title),
+        playback_round: PlaybackRound(round),
+        replica: Replica::Primary,
+        piece: 0,
+    }
+}
+
+#[test]
+fn two_bad_extents_on_two_disks_are_repaired_and_no_disk_fails() {
+    let mut a = array(4, Scheme::Minimum, &[100 * KIB; 12]);
+    let layout = Arc::clone(a.title(TitleId(0)).unwrap().layout.as_ref().unwrap());
+    let (d1, d2) = (layout.round(1).primary_disk, layout.round(2).primary_disk);
+    assert_ne!(d1, d2, "the two bad extents are on two disks");
+    let mut corrupt = Corrupt::default();
+    corrupt.0.insert(primary_key(0, 1));
+    corrupt.0.insert(primary_key(0, 2));
+    // Three plays, one after another (the three plays).
+    let mut effects = Vec::new();
+    let mut round = 0;
+    for _ in 0..3 {
+        a.admit(&whole(0)).unwrap();
+        effects.extend(run_rounds(&mut a, &mut corrupt, round, round + 14));
+        round += 14;
+    }
+    assert!(corrupt.0.is_empty(), "both extents rewritten");
+    assert_eq!(a.counters().extents_bad, 2, "{effects:?}");
+    assert_eq!(a.counters().extents_repaired, 2);
+    assert_eq!(a.bad_extents(), 0);
+    assert!(a.lost_rounds().is_empty());
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::DiskFailed { .. } | Effect::Aborted(_))),
+        "{effects:?}"
     );
+    for d in DiskIndex::all(4) {
+        assert!(a.is_serving(d), "disk {d} serves");
+    }
+    assert_eq!(a.disk_state(d1), DiskState::Suspect);
+    assert_eq!(a.counters().streams_finished, 3, "every play completed");
+}
+
+#[test]
+fn the_same_bad_extent_read_by_many_streams_counts_once() {
+    let mut a = array(4, Scheme::Minimum, &[100 * KIB; 12]);
+    let mut corrupt = Corrupt::default();
+    corrupt.0.insert(primary_key(0, 3));
+    // Ten streams started together all read the bad extent before its
+    // repair runs.
+    for _ in 0..10 {
+        a.admit(&whole(0)).unwrap();
+    }
+    let effects = run_rounds(&mut a, &mut corrupt, 0, 20);
+    assert!(a.counters().read_errors >= 2, "{:?}", a.counters());
+    assert_eq!(a.counters().extents_bad, 1);
+    assert_eq!(a.counters().extents_repaired, 1);
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::DiskFailed { .. }))
+    );
+}
+
+#[test]
+fn many_distinct_bad_extents_fail_the_disk() {
+    let mut c = config(4, Scheme::Minimum);
+    c.health.bad_extents_to_fail = 3;
+    let mut a = Array::new(c);
+    let mut allocator = ArrayAllocator::uniform(4, 1000);
+    a.add_title(title(0, 4, 0, &[100 * KIB; 16], &mut allocator));
+    let layout = Arc::clone(a.title(TitleId(0)).unwrap().layout.as_ref().unwrap());
+    let disk = layout.round(0).primary_disk;
+    let mut corrupt = Corrupt::default();
+    for r in 0..16 {
+        if layout.round(r).primary_disk == disk {
+            corrupt.0.insert(primary_key(0, r as u32));
+        }
+    }
+    assert!(corrupt.0.len() >= 3);
+    a.admit(&whole(0)).unwrap();
+    let effects = run_rounds(&mut a, &mut corrupt, 0, 20);
+    assert!(
+        effects.contains(&Effect::DiskFailed {
+            disk,
+            cause: FailCause::BadExtents
+        }),
+        "{effects:?}"
+    );
+    assert!(!a.is_serving(disk));
+}
+
+#[test]
+fn a_round_with_no_good_replica_stops_only_the_streams_that_reach_it() {
+    let mut a = array(4, Scheme::Minimum, &[100 * KIB; 12]);
+    let mut allocator = ArrayAllocator::uniform(4, 1000);
+    for d in 0..4 {
+        for s in 0..100 {
+            allocator.mark_allocated(DiskIndex(d), s).unwrap();
+        }
+    }
+    a.add_title(title(1, 4, 1, &[100 * KIB; 12], &mut allocator));
+    let mut corrupt = Corrupt::default();
+    corrupt.0.insert(primary_key(0, 4));
+    corrupt.0.insert(ExtentKey {
+        replica: Replica::Backup,
+        ..primary_key(0, 4)
+    });
+    let first = a.admit(&whole(0)).unwrap();
+    let other = a.admit(&whole(1)).unwrap();
+    let effects = run_rounds(&mut a, &mut corrupt, 0, 14);
+    let stopped: Vec<&Aborted> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Aborted(x) => Some(x),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stopped.len(), 1, "{effects:?}");
+    assert_eq!(stopped[0].stream, first.stream);
+    assert_eq!(
+        stopped[0].reason,
+        AbortReason::NoGoodReplica {
+            title: TitleId(0),
+            playback_round: PlaybackRound(4)
+        }
+    );
+    assert!(stopped[0].reason.to_string().contains("no good replica"));
+    assert_eq!(
+        a.lost_rounds(),
+        vec![LostRound {
+            title: TitleId(0),
+            playback_round: PlaybackRound(4)
+        }]
+    );
+    assert!(
+        !a.has_stream(other.stream),
+        "the other title played to its end"
+    );
+    assert_eq!(a.counters().streams_finished, 1);
+    // A later stream of the title stops at the lost round without reading it.
+    let again = a.admit(&whole(0)).unwrap();
+    let errors = a.counters().read_errors;
+    let effects = run_rounds(&mut a, &mut corrupt, 14, 28);
+    assert!(effects.iter().any(
+        |e| matches!(e, Effect::Aborted(x) if x.stream == again.stream
+            && matches!(x.reason, AbortReason::NoGoodReplica { .. }))
+    ));
+    assert_eq!(
+        a.counters().read_errors,
+        errors,
+        "the lost round is not read"
+    );
+    for d in DiskIndex::all(4) {
+        assert!(a.is_serving(d));
+    }
+}
+
+#[test]
+fn a_disk_is_rebuilt_while_another_is_failed_and_the_rest_comes_back() {
+    let mut a = array(4, Scheme::Minimum, &[100 * KIB; 16]);
+    a.fail_disk(DiskIndex(1), FailCause::Operator).unwrap();
+    a.fail_disk(DiskIndex(3), FailCause::Operator).unwrap();
+    let started = a.start_rebuild(DiskIndex(1)).unwrap();
+    assert!(
+        started.lost_copies > 0 && started.lost_copies < started.copies,
+        "{started:?}"
+    );
+    let mut corrupt = Corrupt::default();
+    run_rounds(&mut a, &mut corrupt, 0, 10);
+    assert_eq!(a.disk_state(DiskIndex(1)), DiskState::Healthy);
+    let lost = a.lost_rounds();
+    assert_eq!(lost.len(), started.lost_copies, "{lost:?}");
+    // Then the other: its copies from disk 1's lost rounds are lost too.
+    let second = a.start_rebuild(DiskIndex(3)).unwrap();
+    run_rounds(&mut a, &mut corrupt, 10, 20);
+    assert_eq!(a.disk_state(DiskIndex(3)), DiskState::Healthy);
+    assert_eq!(second.lost_copies, lost.len());
+    // Rounds not lost play.
+    a.admit(&whole(0)).unwrap();
+    run_rounds(&mut a, &mut corrupt, 20, 40);
 }

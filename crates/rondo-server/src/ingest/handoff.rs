@@ -10,6 +10,15 @@
 //! `Content-Type: application/octet-stream` and the file as the body; the
 //! server ingests it through its write gate and answers with the title's JSON
 //! ([`crate::titles::title_json`]) or an error `{"error": "..."}`.
+//!
+//! `server.json` may be stale (a server killed before it could remove it),
+//! and whatever listens on its port now must not receive the token. So
+//! before sending it, `rondo ingest` asks the listener who it is, without
+//! credentials: `GET {url}/api/server-id` must answer this directory's array
+//! id (from `rondo.toml`) and the instance id the server wrote into
+//! `server.json` at its start (fresh random bytes each start, so a listener
+//! of another directory, another start or another program cannot answer
+//! it). Neither id is a credential: they only say which server this is.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,6 +32,8 @@ pub const SERVER_INFO_FILE: &str = "server.json";
 pub const TOKEN_FILE: &str = "token";
 /// Path of the upload endpoint under the server's base URL.
 pub const UPLOAD_PATH: &str = "/api/admin/titles";
+/// Path of the unauthenticated identity endpoint.
+pub const SERVER_ID_PATH: &str = "/api/server-id";
 
 /// What `server.json` holds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +41,19 @@ pub struct ServerInfo {
     /// Base URL of the server, e.g. `http://127.0.0.1:8080`.
     pub url: String,
     pub pid: u32,
+    /// The array id of the data directory it serves (`rondo.toml`).
+    #[serde(default)]
+    pub array_id: String,
+    /// Random per start: what only this start's listener answers.
+    #[serde(default)]
+    pub instance_id: String,
+}
+
+/// What `GET /api/server-id` answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerId {
+    pub array_id: String,
+    pub instance_id: String,
 }
 
 /// Why a running server could not be found.
@@ -43,6 +67,18 @@ pub enum HandoffError {
     NoServer { dir: PathBuf },
     #[error("{}: {reason}", .path.display())]
     Unreadable { path: PathBuf, reason: String },
+    #[error(
+        "{SERVER_INFO_FILE} in {} points at {url}, but the listener there is not this \
+         directory's server ({reason}); {SERVER_INFO_FILE} may be stale from a crash. No token \
+         was sent. Start `rondo serve` on the directory, or remove {SERVER_INFO_FILE} if no \
+         server owns it",
+        .dir.display()
+    )]
+    NotThisServer {
+        dir: PathBuf,
+        url: String,
+        reason: String,
+    },
 }
 
 impl ServerInfo {
@@ -81,6 +117,47 @@ impl ServerInfo {
         )?;
         file.sync_all()?;
         std::fs::rename(&tmp, &path)
+    }
+
+    /// The identity endpoint's URL.
+    pub fn server_id_url(&self) -> String {
+        format!("{}{SERVER_ID_PATH}", self.url.trim_end_matches('/'))
+    }
+
+    /// Checks what the listener answered at [`SERVER_ID_PATH`] (`answer`:
+    /// its body, or why there was none) against this description and the
+    /// directory's array id; `Ok` only when both ids match.
+    pub fn verify(
+        &self,
+        dir: &Path,
+        array_id: &str,
+        answer: Result<String, String>,
+    ) -> Result<(), HandoffError> {
+        let not = |reason: String| HandoffError::NotThisServer {
+            dir: dir.to_path_buf(),
+            url: self.url.clone(),
+            reason,
+        };
+        if self.instance_id.is_empty() {
+            return Err(not(format!(
+                "{SERVER_INFO_FILE} has no instance id (written by an older rondo)"
+            )));
+        }
+        let body = answer.map_err(not)?;
+        let id: ServerId = serde_json::from_str(&body)
+            .map_err(|_| not(format!("it does not answer {SERVER_ID_PATH}")))?;
+        if id.array_id != array_id {
+            return Err(not(format!(
+                "it serves array {}, this directory is array {array_id}",
+                id.array_id
+            )));
+        }
+        if id.instance_id != self.instance_id {
+            return Err(not(
+                "it is another start than the one that wrote the file".into()
+            ));
+        }
+        Ok(())
     }
 
     /// The upload endpoint's URL.
@@ -122,13 +199,16 @@ mod tests {
         let info = ServerInfo {
             url: "http://127.0.0.1:8080/".into(),
             pid: 1234,
+            array_id: "a1".into(),
+            instance_id: "i1".into(),
         };
         info.write(dir.path()).unwrap();
         let text = std::fs::read_to_string(dir.path().join(SERVER_INFO_FILE)).unwrap();
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
             value,
-            serde_json::json!({"url": "http://127.0.0.1:8080/", "pid": 1234})
+            serde_json::json!({"url": "http://127.0.0.1:8080/", "pid": 1234, "array_id": "a1",
+                "instance_id": "i1"})
         );
         assert_eq!(ServerInfo::read(dir.path()).unwrap(), info);
         assert_eq!(info.upload_url(), "http://127.0.0.1:8080/api/admin/titles");
@@ -147,5 +227,38 @@ mod tests {
         );
         std::fs::write(dir.path().join(TOKEN_FILE), "s3cret\n").unwrap();
         assert_eq!(read_token(dir.path()).unwrap(), "s3cret");
+    }
+
+    #[test]
+    fn only_the_listener_that_knows_both_ids_is_this_directorys_server() {
+        let dir = Path::new("/data");
+        let info = ServerInfo {
+            url: "http://127.0.0.1:8080".into(),
+            pid: 1,
+            array_id: "a1".into(),
+            instance_id: "i1".into(),
+        };
+        let answer = |a: &str, i: &str| {
+            Ok(serde_json::to_string(&ServerId {
+                array_id: a.into(),
+                instance_id: i.into(),
+            })
+            .unwrap())
+        };
+        assert!(info.verify(dir, "a1", answer("a1", "i1")).is_ok());
+        let refused = |r: Result<(), HandoffError>| r.unwrap_err().to_string();
+        assert!(refused(info.verify(dir, "a1", answer("a2", "i1"))).contains("serves array a2"));
+        assert!(refused(info.verify(dir, "a1", answer("a1", "i0"))).contains("another start"));
+        let e = refused(info.verify(dir, "a1", Ok("<html>hello</html>".into())));
+        assert!(e.contains("No token was sent"), "{e}");
+        assert!(
+            refused(info.verify(dir, "a1", Err("connection refused".into())))
+                .contains("connection refused")
+        );
+        let old = ServerInfo {
+            instance_id: String::new(),
+            ..info
+        };
+        assert!(refused(old.verify(dir, "a1", answer("a1", ""))).contains("no instance id"));
     }
 }

@@ -135,6 +135,24 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         g(&metrics.rereads),
     );
     w.single(
+        "rondo_extents_bad_total",
+        "counter",
+        "Replica extents that failed their checksum (each once until repaired).",
+        g(&metrics.extents_bad),
+    );
+    w.single(
+        "rondo_extents_repaired_total",
+        "counter",
+        "Bad extents rewritten from their replica in unreserved disk time.",
+        g(&metrics.extents_repaired),
+    );
+    w.single(
+        "rondo_rounds_lost_total",
+        "counter",
+        "Title rounds found with no good replica (streams reaching them stop).",
+        g(&metrics.rounds_lost),
+    );
+    w.single(
         "rondo_recovery_misses_total",
         "counter",
         "Stream-rounds recovered after a read error that were late (planned reads' misses are rondo_deadline_misses_total).",

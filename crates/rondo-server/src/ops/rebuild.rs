@@ -1,4 +1,5 @@
-//! The rebuild of a replaced disk, round by round.
+//! The rebuild of a replaced disk, round by round, and the repairs of
+//! single bad extents.
 //!
 //! Each round the array's plan (`Array::begin_round`) lists the copies whose
 //! source reads (charged with the array's read bound) and target writes
@@ -19,6 +20,12 @@
 //! and the round's busy time includes them; the copier moves the bytes (a
 //! copy's write needs reads on other disks of the same round, so no single
 //! disk's service order can hold the whole copy).
+//!
+//! A repair of a bad extent (an extent whose checksum failed) is the same
+//! copy for one extent: the array plans it in unreserved time
+//! (`RoundPlan::repairs`), the copier reads the other replica, verifies it,
+//! writes the extent, syncs its device and reports it (a source that fails
+//! its checksum too means the round has no good replica).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -29,7 +36,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rondo_model::array::{CopyId, RebuildStatus, RoundPlan};
 use rondo_model::health::DiskState;
 use rondo_model::layout::{Extent, Replica};
-use rondo_model::rebuild::CopyTask;
+use rondo_model::rebuild::{CopyFailure, CopyTask};
 use rondo_model::units::{DiskIndex, Round};
 use rondo_store::{AlignedBuf, ExtentRecord, Store, checksum};
 use serde::Serialize;
@@ -105,12 +112,35 @@ pub enum CopierJob {
     },
     /// Every copy has been handed over: sync the device and end the rebuild.
     Finish { disk: DiskIndex },
+    /// Repairs of bad extents, with the titles they belong to.
+    Repairs {
+        tasks: Vec<(CopyId, CopyTask, Arc<LoadedTitle>)>,
+    },
 }
 
 /// The round driver's part: the plan's copies go to the copier; copies lost
 /// (their source failed too) are logged; once every copy is handed out the
 /// copier is told to finish.
 pub fn hand_out(shared: &Shared, core: &mut Core, plan: &RoundPlan) {
+    for lost in &plan.rounds_lost {
+        super::log_extent_effect(&rondo_model::array::Effect::RoundLost(*lost));
+    }
+    let mut repairs = Vec::with_capacity(plan.repairs.len());
+    for copy in &plan.repairs {
+        match shared.title(copy.task.title) {
+            Some(title) => repairs.push((copy.id, copy.task.clone(), title)),
+            None => {
+                let effects = core.array.copy_done(
+                    copy.id,
+                    Err(CopyFailure::Other("the title was deleted".into())),
+                );
+                super::apply_ops_effects(shared, core, effects);
+            }
+        }
+    }
+    if !repairs.is_empty() {
+        let _ = shared.copier.send(CopierJob::Repairs { tasks: repairs });
+    }
     for task in &plan.copies_lost {
         tracing::error!(
             disk = task.write_to.disk.0,
@@ -129,7 +159,9 @@ pub fn hand_out(shared: &Shared, core: &mut Core, plan: &RoundPlan) {
         match shared.title(copy.task.title) {
             Some(title) => tasks.push((copy.id, copy.task.clone(), title)),
             // A title deleted since the rebuild started needs no copy.
-            None => core.array.copy_done(copy.id, Ok(())),
+            None => {
+                core.array.copy_done(copy.id, Ok(()));
+            }
         }
     }
     if !tasks.is_empty() {
@@ -163,6 +195,32 @@ pub fn spawn_copier(
                         }
                     }
                     Ok(CopierJob::Finish { disk }) => finish(&shared, disk),
+                    Ok(CopierJob::Repairs { tasks }) => {
+                        for (id, task, title) in tasks {
+                            let target = task.write_to.disk;
+                            let result =
+                                copy(&shared.store, &task, &title).and_then(|()| {
+                                    // Durable before the extent counts as good.
+                                    shared.store.device(target).sync().map_err(|e| {
+                                        CopyFailure::Io {
+                                            disk: target,
+                                            detail: e.to_string(),
+                                        }
+                                    })
+                                });
+                            if let Err(e) = &result {
+                                tracing::error!(
+                                    disk = target.0,
+                                    "repair of a bad extent failed: {e}"
+                                );
+                            }
+                            shared.on_core(move |shared, core| {
+                                let effects = core.array.copy_done(id, result);
+                                super::apply_ops_effects(shared, core, effects);
+                                super::publish_extent_counts(shared, core);
+                            });
+                        }
+                    }
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => return,
                 }
@@ -170,7 +228,7 @@ pub fn spawn_copier(
         })
 }
 
-fn copy_done(shared: &Shared, disk: DiskIndex, id: CopyId, result: Result<(), String>) {
+fn copy_done(shared: &Shared, disk: DiskIndex, id: CopyId, result: Result<(), CopyFailure>) {
     if let Err(message) = &result {
         tracing::error!(disk = disk.0, "rebuild copy failed: {message}");
     }
@@ -178,8 +236,9 @@ fn copy_done(shared: &Shared, disk: DiskIndex, id: CopyId, result: Result<(), St
 }
 
 /// The array learns that a copy was moved (or not).
-fn record_copy(shared: &Shared, core: &mut Core, id: CopyId, result: Result<(), String>) {
-    core.array.copy_done(id, result);
+fn record_copy(shared: &Shared, core: &mut Core, id: CopyId, result: Result<(), CopyFailure>) {
+    let effects = core.array.copy_done(id, result);
+    super::apply_ops_effects(shared, core, effects);
     if let Some(status) = core.array.rebuild_status() {
         shared
             .metrics
@@ -266,19 +325,22 @@ fn read_verified(
     disk: DiskIndex,
     extents: &[Extent],
     records: &[ExtentRecord],
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, CopyFailure> {
     let device = store.device(disk);
     let mut out = Vec::new();
     for (x, r) in extents.iter().zip(records) {
         let mut buf = AlignedBuf::zeroed(x.length_bytes as usize);
         device
             .read_at(x.device_offset_bytes, &mut buf)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| CopyFailure::Io {
+                disk,
+                detail: e.to_string(),
+            })?;
         if checksum(&buf) != r.crc32c {
-            return Err(format!(
+            return Err(CopyFailure::SourceBad(format!(
                 "disk {} offset {}: the source replica fails its checksum",
                 disk.0, x.device_offset_bytes
-            ));
+            )));
         }
         out.extend_from_slice(&buf);
     }
@@ -287,17 +349,19 @@ fn read_verified(
 
 /// One copy: the lost extents rebuilt from the other replica, each checked
 /// against the catalog's checksum, then written.
-pub fn copy(store: &Store, task: &CopyTask, title: &LoadedTitle) -> Result<(), String> {
+pub fn copy(store: &Store, task: &CopyTask, title: &LoadedTitle) -> Result<(), CopyFailure> {
     let round = task.round.index();
     let layout = title.layout.round(round);
     let backup_records = title.round_extents(round, Replica::Backup);
     let primary_records = title.round_extents(round, Replica::Primary);
-    let context = |e: String| {
-        format!(
-            "title {} round {round} {:?}: {e}",
-            title.id().0,
-            task.target
-        )
+    let what = format!("title {} round {round} {:?}", title.id().0, task.target);
+    let context = |e: CopyFailure| match e {
+        CopyFailure::SourceBad(m) => CopyFailure::SourceBad(format!("{what}: {m}")),
+        CopyFailure::Io { disk, detail } => CopyFailure::Io {
+            disk,
+            detail: format!("{what}: {detail}"),
+        },
+        CopyFailure::Other(m) => CopyFailure::Other(format!("{what}: {m}")),
     };
     let (data, extents, records) = match task.target {
         Replica::Primary => {
@@ -356,14 +420,17 @@ pub fn copy(store: &Store, task: &CopyTask, title: &LoadedTitle) -> Result<(), S
         let mut buf = AlignedBuf::zeroed(len);
         buf.copy_from_slice(&data[at..at + len]);
         if checksum(&buf) != r.crc32c {
-            return Err(context(format!(
+            return Err(context(CopyFailure::SourceBad(format!(
                 "the rebuilt extent at offset {} does not match the catalog's checksum",
                 x.device_offset_bytes
-            )));
+            ))));
         }
-        device
-            .write_at(x.device_offset_bytes, &buf)
-            .map_err(|e| context(e.to_string()))?;
+        device.write_at(x.device_offset_bytes, &buf).map_err(|e| {
+            context(CopyFailure::Io {
+                disk: task.write_to.disk,
+                detail: e.to_string(),
+            })
+        })?;
         at += len;
     }
     Ok(())
