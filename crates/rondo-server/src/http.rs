@@ -843,7 +843,7 @@ async fn server_id(
 
 #[cfg(test)]
 mod tests {
-    use super::{RangeChoice, resolve_range};
+    use super::{RangeChoice, parse_time, resolve_range};
 
     #[test]
     fn ranges_resolve_as_rfc_9110_says() {
@@ -873,5 +873,53 @@ mod tests {
         assert_eq!(resolve_range("bytes=9-1", 1000), RangeChoice::Whole);
         assert_eq!(resolve_range("items=0-1", 1000), RangeChoice::Whole);
         assert_eq!(resolve_range("bytes=a-b", 1000), RangeChoice::Whole);
+    }
+
+    #[test]
+    fn fuzz_range_headers_and_time_seeks() {
+        let corpus: Vec<Vec<u8>> = [
+            "bytes=0-99",
+            "bytes=-500",
+            "bytes=100-",
+            "bytes=0-0,5-9,3-6",
+            "bytes= 1 - 2 , -3",
+            "bytes=18446744073709551615-",
+            "t=12.5",
+            "1e308",
+            "-0",
+            "NaN",
+        ]
+        .iter()
+        // A first byte (the size) before each header.
+        .map(|s| [b"x".as_slice(), s.as_bytes()].concat())
+        .collect();
+        let regressions =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz-regressions/range");
+        rondo_testkit::fuzz::fuzz(
+            "range",
+            "cargo test -p rondo-server --lib fuzz_range_headers_and_time_seeks",
+            corpus,
+            &regressions,
+            256,
+            |input| {
+                // The first byte picks the title's size, the rest is the header.
+                let size = match input.first() {
+                    Some(b) => u64::from(*b) * 37,
+                    None => 0,
+                };
+                let header = String::from_utf8_lossy(input.get(1..).unwrap_or_default());
+                match resolve_range(&header, size) {
+                    RangeChoice::One { first, last } => {
+                        assert!(
+                            first <= last && last < size,
+                            "{header:?} of {size}: {first}-{last}"
+                        )
+                    }
+                    RangeChoice::Whole | RangeChoice::Unsatisfiable => {}
+                }
+                // Any text: a time in ns or a clear error, never a panic.
+                let _ = parse_time(&String::from_utf8_lossy(input));
+            },
+        );
     }
 }

@@ -7,7 +7,9 @@
 //!   started and waited for, killed on drop; a subcommand's JSON output.
 //! - [`http`]: the small HTTP requests the end-to-end tests make again and
 //!   again.
+//! - [`fuzz`]: a seeded mutation fuzzer for parsers, run as tests.
 
+pub mod fuzz;
 pub mod http;
 pub mod media;
 pub mod process;
