@@ -302,8 +302,10 @@ fn refusal_response(refusal: Refusal, limits: &ConnectionLimits, retry_after_s: 
 /// Refusals being answered at once: beyond this many, a refused connection
 /// is closed without an answer (answering must not itself be unbounded).
 const REFUSALS_IN_FLIGHT_MAX: u64 = 256;
-/// Time a refused connection gets to send its request and take the 503.
-const REFUSAL_TIME: Duration = Duration::from_secs(1);
+/// Time a refused connection gets to send its request and take the 503
+/// (a busy server's refusal task may start late; cut short, the close
+/// would reset the connection and lose the answer).
+const REFUSAL_TIME: Duration = Duration::from_secs(5);
 
 /// Answers a refused connection: reads what the client sent (closing with
 /// unread data would reset the connection and lose the answer), writes the
@@ -313,7 +315,7 @@ async fn refuse(mut socket: TcpStream, answer: Vec<u8>) {
     let _ = tokio::time::timeout(REFUSAL_TIME, async {
         let mut scratch = [0u8; 4096];
         // Whatever has arrived of the request, without waiting for all of it.
-        let _ = tokio::time::timeout(Duration::from_millis(50), socket.read(&mut scratch)).await;
+        let _ = tokio::time::timeout(Duration::from_millis(200), socket.read(&mut scratch)).await;
         socket.write_all(&answer).await?;
         socket.shutdown().await?;
         // Drain until the client closes, so the answer is not reset away.
@@ -321,6 +323,24 @@ async fn refuse(mut socket: TcpStream, answer: Vec<u8>) {
         Ok::<_, std::io::Error>(())
     })
     .await;
+}
+
+/// Accept queue of the listening socket: tokio's default (1024) overflows
+/// when a thousand clients connect at once, and an overflowed SYN waits a
+/// second for its retransmission; the kernel caps it at `somaxconn`
+/// (4096 by default since Linux 5.4).
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds the listening socket (`SO_REUSEADDR`, a deep accept queue).
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Serves `router` on `listener` under `limits` until `stop` resolves;

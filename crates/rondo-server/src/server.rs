@@ -166,8 +166,7 @@ impl RunningServer {
             loaded.insert(title.id(), Arc::new(title));
         }
 
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
+        let listener = crate::listener::bind(config.listen)
             .map_err(io_error(format!("listening on {}", config.listen)))?;
         let local_addr = listener
             .local_addr()

@@ -95,8 +95,9 @@ async fn slowloris(
     byte_every: Duration,
     give_up: Duration,
 ) -> Option<Duration> {
-    let started = Instant::now();
     let mut socket = connect_from(from, to, None).await.ok()?;
+    // From the connection's start: the header timeout runs from there.
+    let started = Instant::now();
     if socket
         .write_all(b"GET /api/titles HTTP/1.1\r\nHost: slow\r\n")
         .await
