@@ -91,7 +91,9 @@ impl Default for ConnectionLimits {
 
 /// Why a connection was closed by the server (a label of
 /// `rondo_connections_closed_total`).
+/// Its discriminant indexes `Metrics::connections_closed`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(usize)]
 pub enum CloseReason {
     /// The request headers did not arrive within the header timeout.
     HeaderTimeout,
