@@ -7,7 +7,9 @@
 //! admission: a stream holds at most the round it reads and the round it
 //! sends, and the buffer admission reserves per round never exceeds the
 //! configured server buffer. What the pool keeps for reuse is capped at that
-//! same capacity. Buffers come in power-of-two size classes (64 KiB and up)
+//! same capacity, and the round driver trims it every round to what streams
+//! hold now, so that memory goes back to the system when streams leave (the
+//! buffers are mappings of their own, see `rondo_store::AlignedBuf`). Buffers come in power-of-two size classes (64 KiB and up)
 //! so that rounds of different sizes reuse each other's buffers. Taking a
 //! buffer never blocks: an I/O thread must not wait for a slow client. No
 //! lock is taken either: each class's free list is a lock-free queue and the
@@ -15,7 +17,7 @@
 //! thread to the socket and back.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
@@ -33,9 +35,9 @@ const MIN_CLASS_BYTES: usize = 1 << MIN_CLASS_LOG2;
 struct PoolInner {
     /// Free buffers of each size class, smallest first.
     free: Vec<(Sender<AlignedBuf>, Receiver<AlignedBuf>)>,
-    /// Bytes kept free for reuse now, and at most.
-    kept_bytes: AtomicUsize,
-    keep_bytes: usize,
+    /// Bytes kept free for reuse at most (what is kept now is
+    /// `metrics.buffer_bytes_free`).
+    keep_bytes: u64,
     metrics: Arc<Metrics>,
 }
 
@@ -59,8 +61,7 @@ impl BufferPool {
                 free: (MIN_CLASS_LOG2..=MAX_CLASS_LOG2)
                     .map(|_| crossbeam_channel::unbounded())
                     .collect(),
-                kept_bytes: AtomicUsize::new(0),
-                keep_bytes: usize::try_from(keep_bytes).unwrap_or(usize::MAX),
+                keep_bytes,
                 metrics,
             }),
         }
@@ -73,7 +74,10 @@ impl BufferPool {
         let reused = class_index(class)
             .and_then(|i| self.inner.free[i].1.try_recv().ok())
             .inspect(|_| {
-                self.inner.kept_bytes.fetch_sub(class, Relaxed);
+                self.inner
+                    .metrics
+                    .buffer_bytes_free
+                    .fetch_sub(class as u64, Relaxed);
             });
         let buf = reused.unwrap_or_else(|| AlignedBuf::zeroed(class));
         self.inner
@@ -87,9 +91,24 @@ impl BufferPool {
         }
     }
 
+    /// Drops free buffers, largest first, until at most `keep_free_bytes`
+    /// are kept for reuse. A buffer taken or returned meanwhile is simply
+    /// counted as usual.
+    pub fn trim(&self, keep_free_bytes: u64) {
+        let kept = &self.inner.metrics.buffer_bytes_free;
+        for (i, (_, free)) in self.inner.free.iter().enumerate().rev() {
+            let class = (MIN_CLASS_BYTES as u64) << i;
+            while kept.load(Relaxed) > keep_free_bytes {
+                let Ok(buf) = free.try_recv() else { break };
+                kept.fetch_sub(class, Relaxed);
+                drop(buf);
+            }
+        }
+    }
+
     /// Bytes kept free for reuse.
-    pub fn free_bytes(&self) -> usize {
-        self.inner.kept_bytes.load(Relaxed)
+    pub fn free_bytes(&self) -> u64 {
+        self.inner.metrics.buffer_bytes_free.load(Relaxed)
     }
 }
 
@@ -141,9 +160,10 @@ impl Drop for PooledBuf {
             return;
         };
         // Reserve room in the cap first; give it back if there is none.
-        let kept = self.pool.kept_bytes.fetch_add(class, Relaxed) + class;
-        if kept > self.pool.keep_bytes {
-            self.pool.kept_bytes.fetch_sub(class, Relaxed);
+        let class = class as u64;
+        let kept = &self.pool.metrics.buffer_bytes_free;
+        if kept.fetch_add(class, Relaxed) + class > self.pool.keep_bytes {
+            kept.fetch_sub(class, Relaxed);
             return;
         }
         let _ = self.pool.free[i].0.send(buf);
@@ -177,5 +197,31 @@ mod tests {
         let big = pool.take(2 << 20);
         drop(big);
         assert_eq!(pool.free_bytes(), 128 * 1024);
+    }
+
+    #[test]
+    fn trim_drops_free_buffers_largest_first_down_to_the_target() {
+        let metrics = Arc::new(Metrics::new(1));
+        let pool = BufferPool::new(64 << 20, Arc::clone(&metrics));
+        let taken: Vec<_> = [64 << 10, 64 << 10, 256 << 10, 1 << 20]
+            .into_iter()
+            .map(|len| pool.take(len))
+            .collect();
+        let held = pool.take(64 << 10);
+        drop(taken);
+        assert_eq!(pool.free_bytes(), (128 << 10) + (256 << 10) + (1 << 20));
+        pool.trim(300 << 10);
+        // The 1 MiB buffer went first, then the 256 KiB one.
+        assert_eq!(pool.free_bytes(), 128 << 10);
+        assert_eq!(metrics.buffer_bytes_in_use.load(Relaxed), 64 << 10);
+        pool.trim(0);
+        assert_eq!(pool.free_bytes(), 0);
+        drop(held);
+        assert_eq!(
+            pool.free_bytes(),
+            64 << 10,
+            "returned buffers are kept again"
+        );
+        assert_eq!(metrics.buffer_bytes_in_use.load(Relaxed), 0);
     }
 }

@@ -219,6 +219,8 @@ pub struct Metrics {
     pub streams_aborted: AtomicU64,
     /// Bytes of read buffers currently held (pool in use).
     pub buffer_bytes_in_use: AtomicU64,
+    /// Bytes of read buffers the pool keeps free for reuse.
+    pub buffer_bytes_free: AtomicU64,
     /// Rounds the ingest write gate let through, and their bytes.
     pub gated_writes: AtomicU64,
     pub gated_write_bytes: AtomicU64,
@@ -262,6 +264,7 @@ impl Metrics {
             streams_dropped_stalled: AtomicU64::new(0),
             streams_aborted: AtomicU64::new(0),
             buffer_bytes_in_use: AtomicU64::new(0),
+            buffer_bytes_free: AtomicU64::new(0),
             gated_writes: AtomicU64::new(0),
             gated_write_bytes: AtomicU64::new(0),
             disks: (0..disks).map(|_| DiskMetrics::default()).collect(),
@@ -332,6 +335,7 @@ impl Metrics {
             streams_dropped_stalled: g(&self.streams_dropped_stalled),
             streams_aborted: g(&self.streams_aborted),
             buffer_bytes_in_use: g(&self.buffer_bytes_in_use),
+            buffer_bytes_free: g(&self.buffer_bytes_free),
             gated_writes: g(&self.gated_writes),
             gated_write_bytes: g(&self.gated_write_bytes),
             connections_open: g(&self.connections_open),
@@ -398,6 +402,7 @@ pub struct MetricsSnapshot {
     pub streams_dropped_stalled: u64,
     pub streams_aborted: u64,
     pub buffer_bytes_in_use: u64,
+    pub buffer_bytes_free: u64,
     pub gated_writes: u64,
     pub gated_write_bytes: u64,
     pub connections_open: u64,

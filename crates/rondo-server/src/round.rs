@@ -176,8 +176,11 @@ impl Driver {
         // clients lose their grace (the array's rule).
         let budget_bytes =
             self.shared.config.buffer_per_disk_bytes * u64::from(self.shared.array.disk_count);
-        core.array
-            .buffers_over_budget(metrics.buffer_bytes_in_use.load(Relaxed) > budget_bytes);
+        let in_use_bytes = metrics.buffer_bytes_in_use.load(Relaxed);
+        core.array.buffers_over_budget(in_use_bytes > budget_bytes);
+        // Keep free no more than streams use now: enough to reuse at a
+        // steady load, and memory goes back to the system when they leave.
+        shared.pool.trim(in_use_bytes);
         let plan = core.array.begin_round(round);
         for miss in &plan.missed {
             if !core.streams.contains_key(&miss.stream) {

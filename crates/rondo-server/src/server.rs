@@ -203,6 +203,7 @@ impl RunningServer {
             active_streams: AtomicUsize::new(0),
             jobs: jobs_tx,
             gate,
+            pool: pool.clone(),
             copier: copier_tx,
             shutting_down: AtomicBool::new(false),
             token,

@@ -21,6 +21,7 @@ use rondo_model::reservation::Bound;
 use rondo_model::units::{StreamId, TitleId};
 use rondo_store::{ArrayConfig, Store};
 
+use crate::buffers::BufferPool;
 use crate::config::ServerConfig;
 use crate::gate::DiskTimeGate;
 use crate::io::RoundClock;
@@ -55,6 +56,8 @@ pub struct Shared {
     /// Jobs for the round driver, which owns the core.
     pub jobs: crossbeam_channel::Sender<CoreJob>,
     pub gate: Arc<DiskTimeGate>,
+    /// The read buffers (the driver trims what it keeps free every round).
+    pub pool: BufferPool,
     /// Feeds the rebuild's copies to the copier thread.
     pub copier: crossbeam_channel::Sender<crate::ops::CopierJob>,
     /// Set at shutdown: no new admissions, the driver drops every stream.

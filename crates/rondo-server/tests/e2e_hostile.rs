@@ -425,15 +425,41 @@ async fn slowloris_non_readers_and_a_connection_burst_leave_real_streams_on_time
         "{m:?}"
     );
     assert!(m.connections_refused >= 1, "{m:?}");
+    // Once they have all gone, the buffers go back to the system: none
+    // held, none kept free (the driver trims every round), and resident
+    // memory back near where it started.
     let settled = eventually(Duration::from_secs(5), || {
         let m = server.metrics();
-        m.active_streams == 0 && m.connections_open == 0
+        m.active_streams == 0
+            && m.connections_open == 0
+            && m.buffer_bytes_in_use == 0
+            && m.buffer_bytes_free == 0
     })
     .await;
     assert!(
         settled,
-        "connections or streams left open: {:?}",
+        "connections, streams or buffers left over: {:?}",
         server.metrics()
+    );
+    let rss_after = status_bytes("VmRSS:");
+    let rise_peak = peak_rss.load(Relaxed).saturating_sub(rss_before);
+    let rise_after = rss_after.saturating_sub(rss_before);
+    eprintln!(
+        "memory returned: RSS {} MiB before, {} MiB peak, {} MiB after the clients left",
+        rss_before >> 20,
+        peak_rss.load(Relaxed) >> 20,
+        rss_after >> 20
+    );
+    // Allowance: the test's own clients (1000s of tasks, reqwest's pools)
+    // and the allocator's arenas keep some; the buffers must not.
+    let allowance_bytes = (rise_peak / 4).max(48 << 20);
+    assert!(
+        rise_after <= allowance_bytes,
+        "resident memory {} MiB above its start after the clients left (peak {} MiB above; \
+         allowance {} MiB)",
+        rise_after >> 20,
+        rise_peak >> 20,
+        allowance_bytes >> 20
     );
     Arc::into_inner(server).unwrap().shutdown().await;
 }

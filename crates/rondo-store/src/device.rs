@@ -27,11 +27,26 @@ use crate::config::{ArrayId, FORMAT_VERSION, IO_ALIGN_BYTES};
 /// A zero-initialised byte buffer whose start is aligned to
 /// [`IO_ALIGN_BYTES`], as O_DIRECT requires. Sub-slices starting at multiples
 /// of 4096 bytes are aligned too.
+///
+/// Buffers of [`MAPPED_MIN_BYTES`] and more are anonymous mappings of their
+/// own, so that dropping one returns its memory to the system at once: the
+/// heap allocator keeps freed large blocks in its arenas (glibc raises its
+/// mmap threshold after the first free), and a server whose clients came and
+/// went would keep its peak resident memory for ever. The kernel hands out
+/// mapped pages zeroed, and only the pages touched become resident.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
-    layout: Layout,
+    /// Bytes allocated (whole pages, at least one).
+    size: usize,
+    mapped: bool,
 }
+
+/// Buffers this large or larger get their own mapping (see [`AlignedBuf`]).
+/// Assumption: 64 KiB, the smallest read-buffer class; below it the heap's
+/// reuse is cheaper than a system call per buffer and a few pages kept are
+/// harmless.
+pub const MAPPED_MIN_BYTES: usize = 64 * 1024;
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
 unsafe impl Send for AlignedBuf {}
@@ -44,12 +59,46 @@ impl AlignedBuf {
         // Allocate whole 4096-byte pages (at least one, as a zero-size
         // allocation is not allowed).
         let size = len.max(1).next_multiple_of(IO_ALIGN_BYTES as usize);
-        let layout = Layout::from_size_align(size, IO_ALIGN_BYTES as usize)
-            .expect("buffer size fits the address space");
+        if size >= MAPPED_MIN_BYTES {
+            // SAFETY: an anonymous private mapping of `size` bytes; no
+            // file, no fixed address.
+            let raw = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    size,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if raw != libc::MAP_FAILED {
+                let ptr = NonNull::new(raw.cast::<u8>()).expect("mmap never maps page 0");
+                return AlignedBuf {
+                    ptr,
+                    len,
+                    size,
+                    mapped: true,
+                };
+            }
+            // Out of address space or a mapping limit: let the heap try
+            // (and report the failure the usual way if it cannot).
+        }
+        let layout = Self::heap_layout(size);
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, len, layout }
+        AlignedBuf {
+            ptr,
+            len,
+            size,
+            mapped: false,
+        }
+    }
+
+    fn heap_layout(size: usize) -> Layout {
+        Layout::from_size_align(size, IO_ALIGN_BYTES as usize)
+            .expect("buffer size fits the address space")
     }
 
     /// Length in bytes.
@@ -64,8 +113,14 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` with this layout.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        if self.mapped {
+            // SAFETY: mapped in `zeroed` with this size; nothing refers to
+            // it any more.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.size) };
+        } else {
+            // SAFETY: allocated in `zeroed` with this layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), Self::heap_layout(self.size)) }
+        }
     }
 }
 
@@ -582,7 +637,15 @@ mod tests {
 
     #[test]
     fn aligned_buffers_are_aligned_and_zeroed() {
-        for len in [0, 1, 4096, 5000, 1 << 20] {
+        for len in [
+            0,
+            1,
+            4096,
+            5000,
+            MAPPED_MIN_BYTES - 1,
+            MAPPED_MIN_BYTES,
+            1 << 20,
+        ] {
             let buf = AlignedBuf::zeroed(len);
             assert_eq!(buf.len(), len);
             assert_eq!(buf.as_ptr() as usize % 4096, 0);

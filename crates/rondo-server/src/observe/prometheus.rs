@@ -217,6 +217,12 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         g(&metrics.buffer_bytes_in_use),
     );
     w.single(
+        "rondo_buffer_free_bytes",
+        "gauge",
+        "Bytes of read buffers kept free for reuse (trimmed every round to what streams hold).",
+        g(&metrics.buffer_bytes_free),
+    );
+    w.single(
         "rondo_gated_writes_total",
         "counter",
         "Ingest rounds the write gate let through.",
