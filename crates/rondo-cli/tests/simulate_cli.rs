@@ -111,7 +111,7 @@ fn simulate_shows_what_bad_extents_do() {
             "--bad-extent",
             "1:5:primary",
             "--bad-extent",
-            "1:5:backup@0",
+            "1:5:backup:0@0",
             "--replications",
             "1",
             "--max-replications",
@@ -136,6 +136,10 @@ fn simulate_shows_what_bad_extents_do() {
     assert_fails_with(
         rondo().args(["simulate", "--bad-extent", "0:1:middle"]),
         "neither primary nor backup",
+    );
+    assert_fails_with(
+        rondo().args(["simulate", "--bad-extent", "0:1:primary:1"]),
+        "only a backup has pieces",
     );
 }
 

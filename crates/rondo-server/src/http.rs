@@ -222,9 +222,18 @@ fn stream_path(title: &LoadedTitle) -> String {
 }
 
 /// A title as `GET /api/titles` lists it.
-fn title_entry(title: &LoadedTitle, base: &str) -> Value {
+fn title_entry(shared: &Shared, title: &LoadedTitle, base: &str) -> Value {
     let record = &title.record;
     let id = record.id.0;
+    // Rounds with no good replica: streams are refused from there on.
+    let lost_rounds: Vec<u32> = shared
+        .lost_rounds()
+        .get(&record.id)
+        .map(|rounds| rounds.iter().map(|r| r.0).collect())
+        .unwrap_or_default();
+    let playable_bytes = lost_rounds.first().map_or(record.size_bytes, |&r| {
+        title.round_byte_range(r as usize).start
+    });
     json!({
         "id": id,
         "name": record.name,
@@ -238,6 +247,8 @@ fn title_entry(title: &LoadedTitle, base: &str) -> Value {
         "rounds": title.rounds(),
         "round_duration_seconds": record.round_duration_ns as f64 / NS_PER_S as f64,
         "source_file_name": record.source_file_name,
+        "lost_rounds": lost_rounds,
+        "playable_bytes": playable_bytes,
     })
 }
 
@@ -246,7 +257,7 @@ async fn list_titles(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> a
     let titles: Vec<Value> = shared
         .titles()
         .iter()
-        .map(|t| title_entry(t, &base))
+        .map(|t| title_entry(&shared, t, &base))
         .collect();
     axum::Json(Value::Array(titles))
 }
@@ -276,6 +287,7 @@ async fn one_title(
 ) -> Result<axum::Json<Value>, ApiError> {
     let title = find_title(&shared, parse_id(&id)?)?;
     Ok(axum::Json(title_entry(
+        &shared,
         &title,
         &base_url(&shared, &headers),
     )))
@@ -481,6 +493,7 @@ fn rejection_kind(rejection: &Rejection) -> &'static str {
         Rejection::Buffer { .. } => "buffer",
         Rejection::Network { .. } => "network",
         Rejection::DataUnavailable { .. } => "data_unavailable",
+        Rejection::DataLost { .. } => "data_lost",
         Rejection::TooLong { .. } => "too_long",
         Rejection::UnknownTitle(_) => "unknown_title",
         Rejection::PastEnd { .. } => "past_end",
@@ -576,6 +589,31 @@ async fn stream(
     )
     .await
     .map_err(|rejection| match rejection {
+        Some(Rejection::DataLost { round }) => {
+            // Waiting does not bring the data back: no Retry-After, and
+            // the client is told how much of the title still plays.
+            let playable_bytes = title.round_byte_range(round.0 as usize).start;
+            tracing::warn!(
+                title = title.id().0,
+                peer = %peer,
+                playback_round = round.0,
+                "stream refused: the title's round {round} has no good replica"
+            );
+            ApiError {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                body: json!({
+                    "error": format!(
+                        "title {} cannot be played through: {}",
+                        title.id().0,
+                        Rejection::DataLost { round }
+                    ),
+                    "reason": "data_lost",
+                    "playback_round": round.0,
+                    "playable_bytes": playable_bytes,
+                }),
+                headers: Vec::new(),
+            }
+        }
         Some(rejection) => {
             tracing::info!(
                 title = title.id().0,
@@ -778,7 +816,7 @@ async fn upload(
         "title ingested and admitted for streaming"
     );
     let mut body = title_json(&title.record);
-    let entry = title_entry(&title, &base_url(&shared, &headers));
+    let entry = title_entry(&shared, &title, &base_url(&shared, &headers));
     body["stream_url"] = entry["stream_url"].clone();
     body["duration_seconds"] = entry["duration_seconds"].clone();
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())

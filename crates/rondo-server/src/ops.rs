@@ -33,7 +33,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use rondo_model::array::{Aborted, Effect, FailCause, OpsError as ArrayOpsError, state_name};
+use rondo_model::array::{
+    Aborted, Effect, ExtentFaults, FailCause, OpsError as ArrayOpsError, state_name,
+};
 use rondo_model::health::DiskState;
 use rondo_model::units::{DiskIndex, StreamId};
 use serde::Deserialize;
@@ -183,6 +185,52 @@ pub fn fail_recorded_disks(
         );
     }
     Ok(())
+}
+
+/// At start, after the failed disks: the bad extents and lost rounds saved
+/// before a restart go back to the array (repairs queued again, streams
+/// into a lost round refused), and are logged.
+pub fn restore_extent_faults(
+    shared: &Shared,
+    core: &mut Core,
+) -> Result<(), rondo_store::StoreError> {
+    let kept = shared.store.extent_faults()?;
+    let restored = core.array.restore_extent_faults(&kept);
+    if restored > 0 {
+        tracing::warn!(
+            bad_extents = core.array.bad_extents(),
+            lost_rounds = core.array.lost_rounds().len(),
+            "extent faults kept from before this start: bad extents are repaired from their \
+             replicas in unreserved disk time; streams that need a lost round are refused"
+        );
+    }
+    publish_extent_counts(shared, core);
+    Ok(())
+}
+
+/// The thread that saves the array's extent faults (`extent-faults.toml`)
+/// whenever the round driver sends them, so that the driver never waits
+/// for an fsync. Only the latest of several queued snapshots is written. It
+/// ends when the driver drops its sender.
+pub fn spawn_fault_saver(
+    store: rondo_store::Store,
+    faults: crossbeam_channel::Receiver<ExtentFaults>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("rondo-faults".into())
+        .spawn(move || {
+            while let Ok(mut latest) = faults.recv() {
+                while let Ok(newer) = faults.try_recv() {
+                    latest = newer;
+                }
+                if let Err(e) = store.save_extent_faults(&latest) {
+                    tracing::error!(
+                        "cannot save the extent faults ({e}); after a restart, bad extents wait \
+                         for a reader to find them again"
+                    );
+                }
+            }
+        })
 }
 
 /// Ends the session of a stream the array stopped: its response fails, and

@@ -29,15 +29,17 @@
 //! disk threads put them in the sessions' piece queues. The driver decides
 //! nothing itself and never waits for a client.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::{
-    AbortReason, Aborted, Completion, Effect, Purpose, ReadOutcome, Release, RoundPlan, state_name,
+    AbortReason, Aborted, Completion, Effect, ExtentFaults, Purpose, ReadOutcome, Release,
+    RoundPlan, state_name,
 };
-use rondo_model::units::Round;
+use rondo_model::units::{PlaybackRound, Round, TitleId};
 
 use crate::gate::GateRequest;
 use crate::io::{DiskBatch, IoEvent};
@@ -54,6 +56,10 @@ pub struct Driver {
     events: Receiver<IoEvent>,
     /// Jobs from HTTP handlers, sessions and the copier, run on the core.
     jobs: Receiver<CoreJob>,
+    /// The array's extent faults go to the thread that saves them, when
+    /// they change (`extent_faults_signature`).
+    faults: Sender<ExtentFaults>,
+    faults_signature: Option<[u64; 5]>,
 }
 
 /// How often the driver looks at the shutdown flag while waiting.
@@ -66,6 +72,7 @@ impl Driver {
         disks: Vec<Sender<DiskBatch>>,
         events: Receiver<IoEvent>,
         jobs: Receiver<CoreJob>,
+        faults: Sender<ExtentFaults>,
     ) -> Driver {
         Driver {
             shared,
@@ -73,6 +80,28 @@ impl Driver {
             disks,
             events,
             jobs,
+            faults,
+            faults_signature: None,
+        }
+    }
+
+    /// Sends the array's bad extents and lost rounds to be saved if they
+    /// changed since the last time.
+    fn save_extent_faults(&mut self) {
+        let signature = self.core.array.extent_faults_signature();
+        if self.faults_signature != Some(signature) {
+            self.faults_signature = Some(signature);
+            let faults = self.core.array.extent_faults();
+            let mut lost: BTreeMap<TitleId, Vec<PlaybackRound>> = BTreeMap::new();
+            for l in &faults.lost {
+                lost.entry(l.title).or_default().push(l.playback_round);
+            }
+            *self
+                .shared
+                .lost_rounds
+                .write()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = lost;
+            let _ = self.faults.send(faults);
         }
     }
 
@@ -124,12 +153,14 @@ impl Driver {
     }
 
     /// Publishes what others read without asking: the sessions held and
-    /// the array's per-extent fault counts.
-    fn publish(&self) {
+    /// the array's per-extent faults (their counts, each title's lost
+    /// rounds; saved when they change).
+    fn publish(&mut self) {
         self.shared
             .active_streams
             .store(self.core.streams.len(), Relaxed);
         crate::ops::publish_extent_counts(&self.shared, &self.core);
+        self.save_extent_faults();
     }
 
     fn stop(&mut self) {

@@ -203,6 +203,7 @@ impl RunningServer {
             active_streams: AtomicUsize::new(0),
             jobs: jobs_tx,
             gate,
+            lost_rounds: Default::default(),
             pool: pool.clone(),
             copier: copier_tx,
             shutting_down: AtomicBool::new(false),
@@ -216,6 +217,12 @@ impl RunningServer {
         crate::ops::fail_unavailable_disks(&shared, &mut core);
         crate::ops::fail_recorded_disks(&shared, &mut core).map_err(|e| ServerError::Io {
             context: "reading the failed disks".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        // Bad extents and lost rounds known before a restart
+        // (extent-faults.toml): repairs queued again, lost rounds refused.
+        crate::ops::restore_extent_faults(&shared, &mut core).map_err(|e| ServerError::Io {
+            context: "reading the known extent faults".into(),
             source: std::io::Error::other(e.to_string()),
         })?;
 
@@ -241,9 +248,21 @@ impl RunningServer {
             spawn_copier("rondo-copier", Arc::clone(&shared), copier_rx)
                 .map_err(io_error("starting the rebuild's copier thread"))?,
         );
+        let (faults_tx, faults_rx) = crossbeam_channel::unbounded();
+        devices.push(
+            crate::ops::spawn_fault_saver(store.clone(), faults_rx)
+                .map_err(io_error("starting the extent-fault saver thread"))?,
+        );
         drop(events_tx);
         // The driver owns the core from here on; everyone else sends it jobs.
-        let driver = Driver::new(Arc::clone(&shared), core, batch_senders, events_rx, jobs_rx);
+        let driver = Driver::new(
+            Arc::clone(&shared),
+            core,
+            batch_senders,
+            events_rx,
+            jobs_rx,
+            faults_tx,
+        );
         let driver = std::thread::Builder::new()
             .name("rondo-rounds".into())
             .spawn(move || driver.run())

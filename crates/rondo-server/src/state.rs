@@ -18,7 +18,7 @@ use std::sync::{Arc, RwLock};
 
 use rondo_model::array::Array;
 use rondo_model::reservation::Bound;
-use rondo_model::units::{StreamId, TitleId};
+use rondo_model::units::{PlaybackRound, StreamId, TitleId};
 use rondo_store::{ArrayConfig, Store};
 
 use crate::buffers::BufferPool;
@@ -56,6 +56,9 @@ pub struct Shared {
     /// Jobs for the round driver, which owns the core.
     pub jobs: crossbeam_channel::Sender<CoreJob>,
     pub gate: Arc<DiskTimeGate>,
+    /// Each damaged title's rounds with no good replica (published by the
+    /// driver when the array's extent faults change).
+    pub lost_rounds: RwLock<BTreeMap<TitleId, Vec<PlaybackRound>>>,
     /// The read buffers (the driver trims what it keeps free every round).
     pub pool: BufferPool,
     /// Feeds the rebuild's copies to the copier thread.
@@ -73,6 +76,15 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Each damaged title's lost rounds.
+    pub fn lost_rounds(
+        &self,
+    ) -> std::sync::RwLockReadGuard<'_, BTreeMap<TitleId, Vec<PlaybackRound>>> {
+        self.lost_rounds
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     pub fn round_duration_ns(&self) -> u64 {
         self.clock.round_duration_ns
     }

@@ -813,3 +813,140 @@ async fn two_corrupt_extents_on_two_disks_are_repaired_and_no_disk_fails() {
         "{report}"
     );
 }
+
+/// Reads `url` (with `range`), tolerating a body the server breaks off:
+/// status, the JSON error body for a refusal, and the bytes received.
+async fn get_tolerant(
+    http: &reqwest::Client,
+    url: &str,
+    range: Option<&str>,
+) -> (u16, Vec<u8>, bool) {
+    let mut request = http.get(url);
+    if let Some(range) = range {
+        request = request.header(reqwest::header::RANGE, range);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let mut body = Vec::new();
+    let mut broken = false;
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(chunk) => body.extend_from_slice(&chunk),
+            Err(_) => {
+                broken = true;
+                break;
+            }
+        }
+    }
+    (status, body, broken)
+}
+
+/// Both replicas of one round corrupt: that round is lost, and only that
+/// title's streams that reach it are affected. The stream playing it stops
+/// there; later requests that would reach it are refused at once with a
+/// clear error that says how much still plays (and a range before it
+/// plays); the other title and every disk serve on; and the loss is kept
+/// across a restart (`extent-faults.toml`), so the next server refuses
+/// without reading the bad extents again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_with_both_replicas_corrupt_fails_only_that_title_from_there_and_is_kept_across_a_restart()
+ {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let media = make_media(tmp.path(), "clip", MediaKind::Ts, 6);
+    let store = create_store_with_scheme(&dir, Scheme::Minimum);
+    let record = ingest(&store, &media, "clip");
+    let other = ingest(&store, &media, "other");
+    let expected = stored_stream(&store, &record);
+    let expected_other = stored_stream(&store, &other);
+    let title = store.load_title(record.id).unwrap();
+    let lost_round = 2;
+    let round = &title.layout.rounds()[lost_round];
+    assert!(!round.primary.is_empty() && !round.backups.is_empty());
+    for e in round.primary.as_slice() {
+        corrupt(&dir, round.primary_disk, e.device_offset_bytes, 100);
+    }
+    for piece in &round.backups {
+        for e in piece.extents.as_slice() {
+            corrupt(&dir, piece.disk, e.device_offset_bytes, 100);
+        }
+    }
+    let lost_start: u64 = record.client_bytes[..lost_round].iter().sum();
+    drop(title);
+
+    let server = start(store, test_config()).await;
+    let url = server.url();
+    let http = reqwest::Client::new();
+    let stream_url = format!("{url}/stream/{}.ts", record.id.0);
+    // The first play finds the loss: it stops at the lost round, with the
+    // bytes before it intact.
+    let (status, body, broken) = get_tolerant(&http, &stream_url, None).await;
+    assert_eq!(status, 200);
+    assert!(broken, "the stream stops at the lost round");
+    assert!(body.len() as u64 <= lost_start, "{} bytes", body.len());
+    assert_eq!(body[..], expected[..body.len()]);
+    let metrics = server.metrics();
+    assert_eq!(metrics.rounds_lost, 1, "{metrics:?}");
+    assert_eq!(metrics.stream_round_misses, 0, "{metrics:?}");
+
+    // Then: refused at once, saying which round and how much plays.
+    let (status, body, _) = get_tolerant(&http, &stream_url, None).await;
+    assert_eq!(status, 500);
+    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["reason"], "data_lost", "{answer}");
+    assert_eq!(answer["playback_round"], lost_round, "{answer}");
+    assert_eq!(answer["playable_bytes"], lost_start, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("no good replica"),
+        "{answer}"
+    );
+    // A range that ends before the lost round plays, byte-identical.
+    let range = format!("bytes=0-{}", lost_start - 1);
+    let (status, body, broken) = get_tolerant(&http, &stream_url, Some(&range)).await;
+    assert_eq!((status, broken), (206, false));
+    assert!(body == expected[..lost_start as usize]);
+    // The other title plays whole; every disk serves.
+    let (status, body, broken) =
+        get_tolerant(&http, &format!("{url}/stream/{}.ts", other.id.0), None).await;
+    assert_eq!((status, broken), (200, false));
+    assert!(body == expected_other);
+    let disks = get_json(&http, &format!("{url}/api/disks")).await;
+    for d in disks["disks"].as_array().unwrap() {
+        assert_eq!(d["serving"], true, "no disk failed: {disks}");
+    }
+    let listed = get_json(&http, &format!("{url}/api/titles/{}", record.id.0)).await;
+    assert_eq!(
+        listed["lost_rounds"],
+        serde_json::json!([lost_round]),
+        "{listed}"
+    );
+    assert_eq!(listed["playable_bytes"], lost_start, "{listed}");
+    let listed = get_json(&http, &format!("{url}/api/titles/{}", other.id.0)).await;
+    assert_eq!(listed["lost_rounds"], serde_json::json!([]), "{listed}");
+    server.shutdown().await;
+
+    // Kept across the restart: refused before any read.
+    let kept = std::fs::read_to_string(dir.join(rondo_store::EXTENT_FAULTS_FILE)).unwrap();
+    assert!(kept.contains("[[lost]]"), "{kept}");
+    let server = start(Store::open(&dir).unwrap(), test_config()).await;
+    let url = server.url();
+    let (status, body, _) =
+        get_tolerant(&http, &format!("{url}/stream/{}.ts", record.id.0), None).await;
+    assert_eq!(status, 500, "{}", String::from_utf8_lossy(&body));
+    let metrics = server.metrics();
+    assert_eq!(metrics.read_errors, 0, "not read again: {metrics:?}");
+    assert_eq!(metrics.rounds_lost, 1, "{metrics:?}");
+    let listed = get_json(&http, &format!("{url}/api/titles/{}", record.id.0)).await;
+    assert_eq!(
+        listed["lost_rounds"],
+        serde_json::json!([lost_round]),
+        "{listed}"
+    );
+    server.shutdown().await;
+}

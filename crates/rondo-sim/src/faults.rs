@@ -128,8 +128,13 @@ impl FaultPlan {
     /// disks with `titles` titles: one disk failure, a few read and
     /// checksum errors on other disks before and after it, the failed disk
     /// rebuilt some rounds later, an ingest, a client that stops reading,
-    /// one that disconnects, and a quarter of the arrivals as ranges or time
-    /// starts.
+    /// one that disconnects, a quarter of the arrivals as ranges or time
+    /// starts, and silent corruption: two bad extents (a primary and a
+    /// backup's first piece, each repairable from its replica) and, in one
+    /// plan of four, a round with both replicas bad (lost: only the
+    /// streams that reach it stop, and later ones are refused). Bad extents
+    /// fall in a title's first 16 rounds (assumption: every scenario title
+    /// is longer; one past a title's end never matches).
     pub fn seeded(seed: u64, disks: u32, rounds: u64, titles: usize) -> FaultPlan {
         let draw = |salt: u64| mix(seed, salt);
         let failed = (draw(1) % disks as u64) as u32;
@@ -153,13 +158,30 @@ impl FaultPlan {
                 },
             });
         }
+        let title_of = |salt: u64| (draw(salt) % titles.max(1) as u64) as usize;
+        let bad_at = |salt: u64, replica: Replica| BadExtentSpec {
+            title: title_of(salt),
+            playback_round: (draw(salt + 1) % 16) as u32,
+            replica,
+            piece: 0,
+            round: Round(draw(salt + 2) % rounds.max(1)),
+        };
+        let mut bad_extents = vec![bad_at(50, Replica::Primary), bad_at(60, Replica::Backup)];
+        if draw(70).is_multiple_of(4) {
+            let primary = bad_at(80, Replica::Primary);
+            bad_extents.push(primary);
+            bad_extents.push(BadExtentSpec {
+                replica: Replica::Backup,
+                ..primary
+            });
+        }
         FaultPlan {
             failures: vec![FailureSpec {
                 disk: DiskIndex(failed),
                 round: fail_round,
             }],
             read_errors,
-            bad_extents: Vec::new(),
+            bad_extents,
             rebuild: Some(RebuildSpec {
                 disk: DiskIndex(failed),
                 round: fail_round.plus(1 + draw(3) % 50),

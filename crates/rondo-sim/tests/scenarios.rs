@@ -147,11 +147,12 @@ fn minimum_in_rondo_mode_survives_any_single_failure_with_data_in_the_inner_zone
 #[test]
 fn minimum_in_rondo_mode_survives_seeded_fault_plans_with_its_invariants_checked_every_round() {
     let mut stalled = 0;
+    let (mut repaired, mut lost) = (0, 0);
     for seed in seeds(4, 1000) {
         let (c, r) = fault_scenario(seed, Scheme::Minimum);
         let hint = replay_hint("minimum_in_rondo_mode_survives_seeded", seed);
         eprintln!(
-            "seed {seed}: D = {}, {} admitted, {} read errors, {} re-reads ({} late), {} aborted ({} stalled clients), rebuild {:?} rounds, ingest {:?} rounds",
+            "seed {seed}: D = {}, {} admitted, {} read errors, {} re-reads ({} late), {} aborted ({} stalled clients), {} bad extents ({} repaired), {} rounds lost, rebuild {:?} rounds, ingest {:?} rounds",
             c.disks,
             r.admitted,
             r.read_errors,
@@ -159,6 +160,9 @@ fn minimum_in_rondo_mode_survives_seeded_fault_plans_with_its_invariants_checked
             r.recovery_misses,
             r.streams_aborted,
             r.clients_stalled,
+            r.extents_bad,
+            r.extents_repaired,
+            r.rounds_lost,
             r.rebuild_rounds,
             r.ingest_rounds
         );
@@ -202,8 +206,14 @@ fn minimum_in_rondo_mode_survives_seeded_fault_plans_with_its_invariants_checked
             r.clients_stalled
         );
         stalled += r.clients_stalled;
+        repaired += r.extents_repaired;
+        lost += r.rounds_lost;
     }
     assert!(stalled > 0, "no seeded client stall took effect");
+    // The seeded silent corruption took effect: bad extents repaired, and
+    // rounds lost (both replicas bad) without a miss above.
+    assert!(repaired > 0, "no seeded bad extent was repaired");
+    assert!(lost > 0, "no seeded round was lost");
 }
 
 #[test]

@@ -14,13 +14,12 @@
 //! the caller passes the time of the failure.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Write;
 use std::path::Path;
 
 use rondo_model::units::DiskIndex;
 use serde::{Deserialize, Serialize};
 
+use crate::atomic::write_atomically;
 use crate::error::{Result, StoreError};
 
 /// The file, in the data directory.
@@ -92,21 +91,12 @@ impl DiskStates {
 
     /// Writes the list atomically.
     pub fn save(&self, dir: &Path) -> Result<()> {
-        let path = dir.join(DISK_STATE_FILE);
-        let tmp_path = dir.join(format!("{DISK_STATE_FILE}.tmp"));
         let text = format!(
             "# Failed disks of this array, kept across restarts; written by rondo.\n\
              # A disk leaves this list when its rebuild completes (rondo admin restore-disk).\n{}",
             toml::to_string(self).expect("disk states serialise")
         );
-        let write = || -> std::io::Result<()> {
-            let mut file = File::create(&tmp_path)?;
-            file.write_all(text.as_bytes())?;
-            file.sync_all()?;
-            std::fs::rename(&tmp_path, &path)?;
-            File::open(dir)?.sync_all()
-        };
-        write().map_err(|e| StoreError::io(format!("writing {}", path.display()), e))
+        write_atomically(dir, DISK_STATE_FILE, text.as_bytes())
     }
 }
 

@@ -31,6 +31,7 @@ use crate::catalog::{self, CATALOG_FILE, SCHEMA_VERSION};
 use crate::config::{ArrayConfig, CONFIG_FILE, IO_ALIGN_BYTES};
 use crate::device::{AlignedBuf, Device, IoMode};
 use crate::disk_state::{DISK_STATE_FILE, DiskStates};
+use crate::extent_faults::ExtentFaultRecords;
 use crate::store::{TitleRecord, expected_header, lock_dir};
 
 /// What part of the directory a problem is in.
@@ -245,6 +246,11 @@ pub fn fsck(dir: impl AsRef<Path>) -> FsckReport {
     match DiskStates::load(dir, config.disk_count) {
         Ok(states) => report.failed_disks = states.failed_disks(),
         Err(e) => report.problem(ProblemKind::Config, e.to_string()),
+    }
+    // The server's record of bad extents and lost rounds must load (the
+    // rounds it lists are found again below, by their checksums).
+    if let Err(e) = ExtentFaultRecords::load(dir, config.disk_count) {
+        report.problem(ProblemKind::Config, e.to_string());
     }
     let mut devices = Vec::with_capacity(config.devices.len());
     for k in 0..config.devices.len() {

@@ -18,11 +18,13 @@
 //! fsck(dir) -> FsckReport
 //! ```
 
+mod atomic;
 mod catalog;
 mod config;
 mod device;
 mod disk_state;
 mod error;
+mod extent_faults;
 mod fsck;
 mod store;
 pub mod titles;
@@ -38,6 +40,7 @@ pub use config::{
 pub use device::{AlignedBuf, Device, DeviceError, DeviceHeader, HeaderMismatch, IoMode};
 pub use disk_state::{DISK_STATE_FILE, DiskStates, FailedDisk};
 pub use error::{Result, StoreError};
+pub use extent_faults::{EXTENT_FAULTS_FILE, ExtentFaultRecords};
 pub use fsck::{FsckProblem, FsckReport, FsckStatus, LostData, Orphan, ProblemKind, fsck};
 pub use store::{
     LOCK_FILE, LayoutInputs, MAX_TITLE_NAME_BYTES, Store, StoredTitle, TitleMeta, TitleRecord,

@@ -21,6 +21,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+use rondo_model::array::ExtentFaults;
 use rondo_model::layout::{
     ArrayAllocator, LayoutError, LayoutParams, Replica, TitleLayout, TitlePlan, TitleStrides,
     derive_title_seed, round_robin_start_disk,
@@ -34,6 +35,7 @@ use crate::config::{ArrayConfig, ArrayId, CONFIG_FILE, FORMAT_VERSION, StoreConf
 use crate::device::{AlignedBuf, Device, DeviceHeader, HeaderMismatch, IoMode, device_size_bytes};
 use crate::disk_state::{DiskStates, FailedDisk};
 use crate::error::{Result, StoreError};
+use crate::extent_faults::ExtentFaultRecords;
 
 /// The lock file that makes one process the owner of a data directory.
 pub const LOCK_FILE: &str = "rondo.lock";
@@ -303,12 +305,6 @@ pub(crate) fn expected_header(config: &ArrayConfig, k: usize) -> DeviceHeader {
     }
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| StoreError::io(format!("syncing directory {}", dir.display()), e))
-}
-
 /// How a device path will be made ready, decided before anything is changed.
 enum DevicePrep {
     /// Absent: create a sparse file.
@@ -473,16 +469,7 @@ fn create_in(dir: &Path, array: &ArrayConfig, changed: &mut Vec<Changed>) -> Res
 /// Writes `dir/rondo.toml` atomically: temp file, fsync, rename, fsync of
 /// the directory.
 fn write_config_file(dir: &Path, array: &ArrayConfig) -> Result<()> {
-    let config_path = dir.join(CONFIG_FILE);
-    let tmp_path = dir.join(format!("{CONFIG_FILE}.tmp"));
-    let write_config = || -> std::io::Result<()> {
-        let mut file = File::create(&tmp_path)?;
-        file.write_all(array.to_toml().as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&tmp_path, &config_path)
-    };
-    write_config().map_err(|e| StoreError::io(format!("writing {}", config_path.display()), e))?;
-    sync_dir(dir)
+    crate::atomic::write_atomically(dir, CONFIG_FILE, array.to_toml().as_bytes())
 }
 
 /// Undoes device preparation outside a directory (a failed replacement).
@@ -807,6 +794,18 @@ impl Store {
             },
         );
         states.save(&self.inner.dir)
+    }
+
+    /// The bad extents and lost rounds last saved (`extent-faults.toml`).
+    pub fn extent_faults(&self) -> Result<ExtentFaults> {
+        ExtentFaultRecords::load(&self.inner.dir, self.inner.config.disk_count)
+            .map(|r| r.to_faults())
+    }
+
+    /// Saves the array's bad extents and lost rounds, replacing what was
+    /// saved. Callers serialise saves (the server has one thread for them).
+    pub fn save_extent_faults(&self, faults: &ExtentFaults) -> Result<()> {
+        ExtentFaultRecords::from_faults(faults).save(&self.inner.dir)
     }
 
     /// Records that `disk` serves again (its rebuild completed).

@@ -186,3 +186,42 @@ fn fsck_reports_data_with_no_working_replica_as_degraded() {
         "{report}"
     );
 }
+
+#[test]
+fn extent_faults_are_kept_across_opens_and_a_damaged_record_fails_fsck_by_name() {
+    use rondo_model::array::{ExtentFaults, LostRound};
+    use rondo_model::units::{PlaybackRound, TitleId};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let store = Store::create(&dir, small_config(44, 40)).unwrap();
+    store_title(&store, "t", 7, 9);
+    assert_eq!(store.extent_faults().unwrap(), ExtentFaults::default());
+    let faults = ExtentFaults {
+        bad: Vec::new(),
+        lost: vec![LostRound {
+            title: TitleId(0),
+            playback_round: PlaybackRound(3),
+        }],
+    };
+    store.save_extent_faults(&faults).unwrap();
+    drop(store);
+    let store = Store::open(&dir).unwrap();
+    assert_eq!(store.extent_faults().unwrap(), faults);
+    // The record is the server's; fsck finds its own lost rounds from the
+    // checksums (none here) and only checks that the record loads.
+    assert!(store.fsck().passed());
+    drop(store);
+    std::fs::write(
+        dir.join(rondo_store::EXTENT_FAULTS_FILE),
+        "[[bad]]\nnot = 1\n",
+    )
+    .unwrap();
+    let report = fsck(&dir);
+    assert!(!report.passed(), "{report}");
+    assert!(
+        report
+            .problems_of(ProblemKind::Config)
+            .any(|p| p.message.contains(rondo_store::EXTENT_FAULTS_FILE)),
+        "{report}"
+    );
+}

@@ -140,8 +140,9 @@ pub struct SimulateArgs {
     #[arg(long)]
     ingest_round: Option<u64>,
     /// A bad extent (silent corruption), repeatable:
-    /// `TITLE:ROUND:primary|backup[@FROM_ROUND]`: that replica of playback
-    /// round ROUND of title TITLE (numbered from 0) fails its checksum from
+    /// `TITLE:ROUND:primary|backup[:PIECE][@FROM_ROUND]`: that replica of
+    /// playback round ROUND of title TITLE (numbered from 0; PIECE, from 0,
+    /// picks one piece of a declustered backup) fails its checksum from
     /// FROM_ROUND (0) until repaired (simulated-disk mode). Both replicas of
     /// one round make it lost.
     #[arg(long, value_name = "SPEC", value_parser = parse_bad_extent)]
@@ -632,10 +633,15 @@ fn parse_bad_extent(text: &str) -> Result<BadExtentSpec, String> {
         None => (text, 0),
     };
     let parts: Vec<&str> = spec.split(':').collect();
-    let [title, round, replica] = parts.as_slice() else {
-        return Err(format!(
-            "{text:?}: expected TITLE:ROUND:primary|backup[@FROM_ROUND], e.g. 0:5:primary"
-        ));
+    let (title, round, replica, piece) = match parts.as_slice() {
+        [title, round, replica] => (title, round, replica, None),
+        [title, round, replica, piece] => (title, round, replica, Some(piece)),
+        _ => {
+            return Err(format!(
+                "{text:?}: expected TITLE:ROUND:primary|backup[:PIECE][@FROM_ROUND], e.g. \
+                 0:5:primary or 0:5:backup:1"
+            ));
+        }
     };
     let number = |t: &str, what: &str| {
         t.parse::<u64>()
@@ -646,11 +652,21 @@ fn parse_bad_extent(text: &str) -> Result<BadExtentSpec, String> {
         "backup" => rondo_model::layout::Replica::Backup,
         other => return Err(format!("{text:?}: {other:?} is neither primary nor backup")),
     };
+    let piece = match piece {
+        None => 0,
+        Some(_) if replica == rondo_model::layout::Replica::Primary => {
+            return Err(format!(
+                "{text:?}: a primary is one extent; only a backup has pieces (backup:PIECE)"
+            ));
+        }
+        Some(p) => u16::try_from(number(p, "piece")?)
+            .map_err(|_| format!("{text:?}: piece {p} is past any backup's pieces"))?,
+    };
     Ok(BadExtentSpec {
         title: number(title, "title")? as usize,
         playback_round: number(round, "round")? as u32,
         replica,
-        piece: 0,
+        piece,
         round: Round(from),
     })
 }

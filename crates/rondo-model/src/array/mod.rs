@@ -53,7 +53,7 @@ pub use command::{
 };
 pub use delivery::{DeliveryConfig, Release};
 pub use policy::{OneReadPerStream, RetrievalPolicy};
-pub use repair::{LostRound, Marked, Repairs};
+pub use repair::{ExtentFaults, LostRound, Marked, Repairs};
 pub use titles::{ArrayTitle, ExtentChecksums, RoundIndex, RoundPosition};
 pub use writes::{WRITE_LOOKAHEAD_ROUNDS, WriteQueue};
 
@@ -436,6 +436,14 @@ impl Array {
             };
         let first_playback_round = PlaybackRound(playback_rounds.start as u32);
         let end_playback_round = PlaybackRound(playback_rounds.end as u32);
+        // A stream that would reach a round with no good replica is
+        // refused now, rather than admitted and stopped there.
+        if let Some(round) = self
+            .repairs
+            .first_lost_in(request.title, first_playback_round..end_playback_round)
+        {
+            return Err(Rejection::DataLost { round });
+        }
         let earliest_round = self.next_round;
         let Admission {
             stream,
@@ -1438,6 +1446,66 @@ impl Array {
     /// Rounds with no good replica, in title and round order.
     pub fn lost_rounds(&self) -> Vec<LostRound> {
         self.repairs.lost().collect()
+    }
+
+    /// Changes whenever [`Array::extent_faults`] does (counts of what is
+    /// bad and lost now, and of every mark and repair so far), so that an
+    /// executor can look every round without building the lists.
+    pub fn extent_faults_signature(&self) -> [u64; 5] {
+        [
+            self.repairs.bad_count() as u64,
+            self.repairs.lost_count() as u64,
+            self.counters.extents_bad,
+            self.counters.extents_repaired,
+            self.counters.rounds_lost,
+        ]
+    }
+
+    /// The bad extents and lost rounds, for the executor to keep across
+    /// restarts (it saves them when they change).
+    pub fn extent_faults(&self) -> ExtentFaults {
+        self.repairs.faults()
+    }
+
+    /// At start, before any stream is admitted: the faults kept from before
+    /// a restart. Lost rounds are lost again; bad extents are marked bad and
+    /// their repairs queued (as when first read), except those of titles no
+    /// longer stored or on disks that do not serve (a rebuild rewrites
+    /// those). Returns how many entries took effect.
+    pub fn restore_extent_faults(&mut self, faults: &ExtentFaults) -> usize {
+        let mut restored = 0;
+        for lost in &faults.lost {
+            if self.titles.contains_key(&lost.title)
+                && self.repairs.mark_lost(lost.title, lost.playback_round)
+            {
+                self.counters.rounds_lost += 1;
+                restored += 1;
+            }
+        }
+        for &(key, disk) in &faults.bad {
+            let Some(layout) = self
+                .titles
+                .get(&key.title)
+                .and_then(|t| t.layout.as_ref().map(Arc::clone))
+            else {
+                continue;
+            };
+            if self.reservations.is_failed(disk) {
+                continue;
+            }
+            match self.repairs.mark_bad(key, disk, &layout) {
+                Marked::Queued => {
+                    self.counters.extents_bad += 1;
+                    restored += 1;
+                }
+                Marked::Lost => {
+                    self.counters.rounds_lost += 1;
+                    restored += 1;
+                }
+                Marked::Known => {}
+            }
+        }
+        restored
     }
 
     /// The rebuilt device is synced: the disk serves again when every copy

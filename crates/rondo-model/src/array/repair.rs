@@ -11,8 +11,12 @@
 //! the mark. When the other replica of a bad extent is bad too (or its disk
 //! has failed), the round has no good replica: it is *lost*, and only the
 //! streams that reach it stop (`AbortReason::NoGoodReplica`); the disks and
-//! every other round keep serving. Lost rounds are kept until their title
-//! is removed; they are not kept across restarts (reads find them again).
+//! every other round keep serving, and a new stream that needs a lost round
+//! is refused (`Rejection::DataLost`). Lost rounds are kept until their
+//! title is removed. The executor keeps both sets across restarts: it saves
+//! [`ExtentFaults`] when they change and gives them back at start
+//! ([`super::Array::restore_extent_faults`]), so a restart neither forgets a
+//! pending repair nor admits a stream into a round it knows is lost.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -52,6 +56,15 @@ pub struct LostRound {
     pub playback_round: PlaybackRound,
 }
 
+/// The fault state an executor keeps across restarts: the bad extents
+/// waiting for their repair (with the disk each is on) and the lost rounds,
+/// each in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ExtentFaults {
+    pub bad: Vec<(ExtentKey, DiskIndex)>,
+    pub lost: Vec<LostRound>,
+}
+
 /// The array's per-extent fault state.
 #[derive(Clone, Debug, Default)]
 pub struct Repairs {
@@ -76,9 +89,38 @@ impl Repairs {
         self.lost.iter().copied()
     }
 
+    /// The first lost round of `title` in `rounds`, if any.
+    pub fn first_lost_in(
+        &self,
+        title: TitleId,
+        rounds: std::ops::Range<PlaybackRound>,
+    ) -> Option<PlaybackRound> {
+        let at = |playback_round| LostRound {
+            title,
+            playback_round,
+        };
+        self.lost
+            .range(at(rounds.start)..at(rounds.end))
+            .next()
+            .map(|l| l.playback_round)
+    }
+
+    /// What an executor keeps across restarts.
+    pub fn faults(&self) -> ExtentFaults {
+        ExtentFaults {
+            bad: self.bad.iter().map(|(k, b)| (*k, b.disk)).collect(),
+            lost: self.lost.iter().copied().collect(),
+        }
+    }
+
     /// Bad extents not repaired yet.
     pub fn bad_count(&self) -> usize {
         self.bad.len()
+    }
+
+    /// Rounds with no good replica.
+    pub fn lost_count(&self) -> usize {
+        self.lost.len()
     }
 
     pub fn is_bad(&self, key: &ExtentKey) -> bool {

@@ -815,14 +815,34 @@ fn a_round_with_no_good_replica_stops_only_the_streams_that_reach_it() {
         "the other title played to its end"
     );
     assert_eq!(a.counters().streams_finished, 1);
-    // A later stream of the title stops at the lost round without reading it.
-    let again = a.admit(&whole(0)).unwrap();
+    // A later stream that would reach the lost round is refused, saying
+    // which round; one that ends before it plays, without reading it.
+    let refused = a.admit(&whole(0)).unwrap_err();
+    assert_eq!(
+        refused,
+        Rejection::DataLost {
+            round: PlaybackRound(4)
+        }
+    );
+    assert!(refused.to_string().contains("no good replica"), "{refused}");
+    let lost_start_byte = a.title(TitleId(0)).unwrap().index.round_byte_range(4).start;
+    let before = a
+        .admit(&AdmitRequest {
+            title: TitleId(0),
+            span: Span::Bytes {
+                first_byte: 0,
+                length_bytes: lost_start_byte,
+            },
+        })
+        .unwrap();
+    assert_eq!(before.end_playback_round, PlaybackRound(4));
     let errors = a.counters().read_errors;
     let effects = run_rounds(&mut a, &mut corrupt, 14, 28);
-    assert!(effects.iter().any(
-        |e| matches!(e, Effect::Aborted(x) if x.stream == again.stream
-            && matches!(x.reason, AbortReason::NoGoodReplica { .. }))
-    ));
+    assert!(
+        !effects.iter().any(|e| matches!(e, Effect::Aborted(_))),
+        "{effects:?}"
+    );
+    assert!(!a.has_stream(before.stream), "it played to its end");
     assert_eq!(
         a.counters().read_errors,
         errors,
@@ -831,6 +851,63 @@ fn a_round_with_no_good_replica_stops_only_the_streams_that_reach_it() {
     for d in DiskIndex::all(4) {
         assert!(a.is_serving(d));
     }
+}
+
+#[test]
+fn extent_faults_kept_across_a_restart_come_back_as_they_were() {
+    // Before the restart: one bad extent waiting for its repair, one lost
+    // round (both replicas bad).
+    let mut a = array(4, Scheme::Minimum, &[100 * KIB; 12]);
+    let mut corrupt = Corrupt::default();
+    corrupt.0.insert(primary_key(0, 7));
+    corrupt.0.insert(ExtentKey {
+        replica: Replica::Backup,
+        ..primary_key(0, 7)
+    });
+    a.admit(&whole(0)).unwrap();
+    run_rounds(&mut a, &mut corrupt, 0, 14);
+    let layout = Arc::clone(a.title(TitleId(0)).unwrap().layout.as_ref().unwrap());
+    let bad_disk = layout.round(2).primary_disk;
+    assert!(a.extent_bad(primary_key(0, 2), bad_disk).len() == 1);
+    let kept = a.extent_faults();
+    assert_eq!(kept.bad, vec![(primary_key(0, 2), bad_disk)]);
+    assert_eq!(
+        kept.lost,
+        vec![LostRound {
+            title: TitleId(0),
+            playback_round: PlaybackRound(7)
+        }]
+    );
+
+    // After it: the same array, nothing read yet, the kept faults given back.
+    let mut b = array(4, Scheme::Minimum, &[100 * KIB; 12]);
+    assert_eq!(b.restore_extent_faults(&kept), 2);
+    assert_eq!(b.extent_faults(), kept);
+    assert_eq!(
+        b.admit(&whole(0)).unwrap_err(),
+        Rejection::DataLost {
+            round: PlaybackRound(7)
+        },
+        "no stream is admitted into the round known lost"
+    );
+    // The pending repair runs with no read of the bad extent needed.
+    let mut corrupt = Corrupt::default();
+    corrupt.0.insert(primary_key(0, 2));
+    run_rounds(&mut b, &mut corrupt, 0, 5);
+    assert!(corrupt.0.is_empty(), "the kept bad extent was rewritten");
+    assert_eq!(b.bad_extents(), 0);
+    // Faults of a title no longer stored, or on a failed disk, are dropped.
+    let mut c = array(4, Scheme::Minimum, &[100 * KIB; 12]);
+    c.fail_disk(bad_disk, FailCause::Operator).unwrap();
+    let foreign = ExtentFaults {
+        bad: vec![(primary_key(0, 2), bad_disk), (primary_key(9, 1), bad_disk)],
+        lost: vec![LostRound {
+            title: TitleId(9),
+            playback_round: PlaybackRound(1),
+        }],
+    };
+    assert_eq!(c.restore_extent_faults(&foreign), 0);
+    assert_eq!(c.extent_faults(), ExtentFaults::default());
 }
 
 #[test]
@@ -853,7 +930,26 @@ fn a_disk_is_rebuilt_while_another_is_failed_and_the_rest_comes_back() {
     run_rounds(&mut a, &mut corrupt, 10, 20);
     assert_eq!(a.disk_state(DiskIndex(3)), DiskState::Healthy);
     assert_eq!(second.lost_copies, lost.len());
-    // Rounds not lost play.
-    a.admit(&whole(0)).unwrap();
+    // Rounds not lost play; a stream that would reach a lost one is refused.
+    assert!(matches!(
+        a.admit(&whole(0)),
+        Err(Rejection::DataLost { round }) if round == lost[0].playback_round
+    ));
+    let lost_start_byte = a
+        .title(TitleId(0))
+        .unwrap()
+        .index
+        .round_byte_range(lost[0].playback_round.0 as usize)
+        .start;
+    if lost_start_byte > 0 {
+        a.admit(&AdmitRequest {
+            title: TitleId(0),
+            span: Span::Bytes {
+                first_byte: 0,
+                length_bytes: lost_start_byte,
+            },
+        })
+        .unwrap();
+    }
     run_rounds(&mut a, &mut corrupt, 20, 40);
 }

@@ -163,6 +163,11 @@ pub enum Rejection {
     Network { lookahead_rounds: u64, round: Round },
     #[error("round {round} of the title has no replica on a working disk")]
     DataUnavailable { round: PlaybackRound },
+    #[error(
+        "round {round} of the title has no good replica (every copy failed its checksum): \
+         the title plays up to that round; re-ingest it to play it whole"
+    )]
+    DataLost { round: PlaybackRound },
     #[error("title is {rounds} stream rounds long; the reservation horizon is {horizon_rounds}")]
     TooLong { rounds: u64, horizon_rounds: u64 },
     #[error("unknown title {0:?}")]
