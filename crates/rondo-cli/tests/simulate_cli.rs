@@ -431,3 +431,58 @@ fn simulate_data_dir_runs_the_stored_titles_on_the_directory_array() {
         "cannot be used with",
     );
 }
+
+#[test]
+fn simulate_runs_the_segments_layout_and_refuses_contradicting_layout_flags() {
+    let run = |layout: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            "--disks",
+            "4",
+            "--warmup-rounds",
+            "200",
+            "--end-round",
+            "800",
+            "--replications",
+            "1",
+            "--max-replications",
+            "1",
+            "--no-capacity",
+            "--json",
+        ];
+        args.extend_from_slice(layout);
+        let out = rondo().args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["at_load"].clone()
+    };
+    let grain = run(&[]);
+    let segments = run(&["--layout", "segments", "--segment-rounds", "8"]);
+    for p in [&grain, &segments] {
+        assert_eq!(p["deadline_misses"], 0, "{p}");
+        assert!(p["mean_active_streams"].as_f64().unwrap() > 5.0, "{p}");
+    }
+    // Another layout admits differently (streams stay on a disk for a run).
+    assert_ne!(
+        grain["mean_active_streams"],
+        segments["mean_active_streams"]
+    );
+    assert_fails_with(
+        rondo().args([
+            "simulate",
+            "--layout",
+            "variable-grain",
+            "--segment-rounds",
+            "4",
+        ]),
+        "--segment-rounds 4 is for the segments layout",
+    );
+    assert_fails_with(
+        rondo().args(["simulate", "--segment-rounds", "1"]),
+        "--segment-rounds",
+    );
+}

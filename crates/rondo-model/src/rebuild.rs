@@ -318,6 +318,7 @@ mod tests {
                 fragment_sequence: Default::default(),
                 round_robin_counter: Default::default(),
             }),
+            segment_rounds: 1,
         };
         let plan = TitlePlan::new(rounds, &params, DiskIndex(0), 1).unwrap();
         ArrayAllocator::uniform(disks, 100).place(&plan).unwrap()

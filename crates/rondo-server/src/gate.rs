@@ -190,6 +190,7 @@ mod tests {
                 fragment_sequence: Default::default(),
                 round_robin_counter: Default::default(),
             }),
+            segment_rounds: 1,
         };
         let plan = TitlePlan::new(&vec![1 << 20; rounds], &params, DiskIndex(0), 1).unwrap();
         ArrayAllocator::uniform(4, 100).place(&plan).unwrap()

@@ -950,3 +950,50 @@ async fn a_round_with_both_replicas_corrupt_fails_only_that_title_from_there_and
     );
     server.shutdown().await;
 }
+
+/// A `segments` data directory (runs of 3 rounds contiguous on one disk)
+/// serves its titles whole and on schedule, and through a disk failure under
+/// `minimum` with no stall and no deadline miss: admission, the backups
+/// and failure handling are the same code as for variable-grain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segments_directory_plays_whole_and_through_a_disk_failure() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let media = make_media(tmp.path(), "clip", MediaKind::Ts, 8);
+    let config = rondo_store::StoreConfig {
+        round_duration_ns: TEST_ROUND_DURATION_NS,
+        segment_rounds: 3,
+        ..rondo_server::titles::default_store_config()
+    };
+    let store = Store::create(&dir, config).unwrap();
+    let record = ingest(&store, &media, "clip");
+    let title = store.load_title(record.id).unwrap();
+    let disks: Vec<u32> = title
+        .layout
+        .rounds()
+        .iter()
+        .map(|r| r.primary_disk.0)
+        .collect();
+    assert_eq!(disks[0], disks[1], "{disks:?}");
+    assert_eq!(disks[1], disks[2], "{disks:?}");
+    assert_ne!(disks[2], disks[3], "{disks:?}");
+    let failed = disks[0];
+    drop(title);
+    let titles = store.titles().unwrap();
+    let server = start(store, test_config()).await;
+    play_all(&server, &titles).await;
+    let http = reqwest::Client::new();
+    let (status, answer) = admin_post(
+        &http,
+        &format!("{}/api/admin/disks/{failed}/fail", server.url()),
+        Some(server.token()),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    play_all(&server, &titles).await;
+    assert_eq!(server.metrics().stream_round_misses, 0);
+    server.shutdown().await;
+}

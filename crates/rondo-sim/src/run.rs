@@ -99,6 +99,9 @@ pub struct SimConfig {
     pub round_duration_ns: u64,
     pub stride_bytes: u64,
     pub block_bytes: u64,
+    /// Rounds per run on one disk: 1 is `variable-grain`, more `segments`
+    /// (`LayoutParams::segment_rounds`).
+    pub segment_rounds: u32,
     /// ρ: arrivals at ρ·μ per round (seed 000 §6.2).
     pub load: f64,
     /// R_disk in μ = D·R_disk·T/S_tot (equation 1); seed 000 uses Table 2's
@@ -152,6 +155,7 @@ impl SimConfig {
             round_duration_ns: ROUND_DURATION_NS_DEFAULT,
             stride_bytes: STRIDE_BYTES_DEFAULT,
             block_bytes: BLOCK_BYTES_DEFAULT,
+            segment_rounds: 1,
             load: 0.8,
             // Seed 000 Table 2: 11.3 MB/s inner-zone sustained rate.
             mu_rate_bytes_per_s: 11.3e6,
@@ -976,6 +980,7 @@ fn layout_params(config: &SimConfig) -> LayoutParams {
             fragment_sequence: config.fragment_sequence,
             round_robin_counter: config.round_robin_counter,
         }),
+        segment_rounds: config.segment_rounds,
     }
 }
 

@@ -121,6 +121,9 @@ pub struct StoreConfig {
     pub backup_block_bytes: Option<u64>,
     /// Deterministic placement's round-robin counter (docs/layout.md).
     pub round_robin_counter: RoundRobinCounter,
+    /// Rounds per run on one disk: 1 is `variable-grain` (the default), more
+    /// is `segments` (`LayoutParams::segment_rounds`).
+    pub segment_rounds: u32,
     /// Size of each device's stride area (the caller takes it from the disk
     /// profile or a configured size).
     pub capacity_bytes: u64,
@@ -147,6 +150,7 @@ impl StoreConfig {
             placement: ReplicaPlacement::Deterministic,
             backup_block_bytes: None,
             round_robin_counter: RoundRobinCounter::PerTitle,
+            segment_rounds: 1,
             capacity_bytes,
             device_paths: None,
         }
@@ -182,10 +186,23 @@ pub struct ArrayConfig {
     /// all laid out per disk (the serde default).
     #[serde(default)]
     pub round_robin_counter: RoundRobinCounter,
+    /// Rounds per run on one disk (`LayoutParams::segment_rounds`); absent
+    /// (1, `variable-grain`) in directories created before the `segments`
+    /// layout existed, and not written for them.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub segment_rounds: u32,
     /// Where the stride area starts on every device.
     pub header_region_bytes: u64,
     /// In disk order: entry k is disk k.
     pub devices: Vec<DeviceEntry>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 /// Runtime flags that may restate what a data directory fixes; `None` = not
@@ -208,6 +225,8 @@ pub struct DirectoryFlags {
     pub placement: Option<ReplicaPlacement>,
     /// `--backup-block-bytes`
     pub backup_block_bytes: Option<u64>,
+    /// `--segment-rounds` (1 for `--layout variable-grain`)
+    pub segment_rounds: Option<u32>,
 }
 
 fn placement_name(placement: ReplicaPlacement) -> &'static str {
@@ -242,6 +261,7 @@ impl ArrayConfig {
             placement: config.placement,
             backup_block_bytes: config.backup_block_bytes,
             round_robin_counter: config.round_robin_counter,
+            segment_rounds: config.segment_rounds,
             header_region_bytes: HEADER_REGION_BYTES,
             devices,
         }
@@ -261,6 +281,7 @@ impl ArrayConfig {
                 fragment_sequence: Default::default(),
                 round_robin_counter: self.round_robin_counter,
             }),
+            segment_rounds: self.segment_rounds,
         }
     }
 
@@ -471,6 +492,19 @@ impl ArrayConfig {
                 None => "no backup declustering (no B_d)".into(),
             };
             return Err(conflict("--backup-block-bytes", b.to_string(), dir_value));
+        }
+        if let Some(n) = flags.segment_rounds
+            && n != self.segment_rounds
+        {
+            let layout = |n: u32| match n {
+                1 => "the variable-grain layout".to_string(),
+                n => format!("the segments layout ({n} rounds per segment)"),
+            };
+            return Err(conflict(
+                "--layout/--segment-rounds",
+                layout(n),
+                layout(self.segment_rounds),
+            ));
         }
         Ok(())
     }

@@ -342,6 +342,39 @@ fn titles_read_back_byte_for_byte_random_declustered() {
 }
 
 #[test]
+fn titles_read_back_byte_for_byte_in_segments() {
+    let mut config = small_config(54, 64);
+    config.segment_rounds = 4;
+    write_and_read_back(config.clone());
+    // The layout is fixed in rondo.toml and a contradicting flag is refused.
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::create(tmp.path(), config).unwrap();
+    drop(store);
+    let text = std::fs::read_to_string(tmp.path().join(rondo_store::CONFIG_FILE)).unwrap();
+    assert!(text.contains("segment_rounds = 4"), "{text}");
+    let store = Store::open(tmp.path()).unwrap();
+    assert_eq!(store.layout_params().segment_rounds, 4);
+    let err = store
+        .config()
+        .check_flags(&DirectoryFlags {
+            segment_rounds: Some(1),
+            ..DirectoryFlags::default()
+        })
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("segments layout (4 rounds per segment)"),
+        "{err}"
+    );
+    // A variable-grain directory does not write the field (older readers
+    // and older directories agree).
+    let tmp = tempfile::tempdir().unwrap();
+    drop(Store::create(tmp.path(), small_config(55, 16)).unwrap());
+    let text = std::fs::read_to_string(tmp.path().join(rondo_store::CONFIG_FILE)).unwrap();
+    assert!(!text.contains("segment_rounds"), "{text}");
+}
+
+#[test]
 fn titles_read_back_byte_for_byte_without_backups() {
     let mut config = small_config(53, 64);
     config.scheme = rondo_model::reservation::Scheme::None;

@@ -6,6 +6,7 @@ pub mod disk;
 pub mod experiment;
 pub mod fsck;
 pub mod ingest;
+pub mod layout_args;
 pub mod load;
 pub mod serve;
 pub mod simulate;

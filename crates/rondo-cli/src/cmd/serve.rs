@@ -25,6 +25,8 @@ use rondo_server::titles::{DEFAULT_DATA_DIR, default_store_config, open_or_creat
 use rondo_server::{DiskTiming, ServerConfig, init_logging, serve_until_signal};
 use rondo_store::DirectoryFlags;
 
+use crate::cmd::layout_args::{LayoutArgs, layout_name};
+
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// The data directory; created when absent (with the sample titles).
@@ -93,6 +95,8 @@ pub struct ServeArgs {
     /// Do not ingest the sample titles into a new data directory.
     #[arg(long)]
     pub no_samples: bool,
+    #[command(flatten)]
+    pub layout: LayoutArgs,
 }
 
 fn now_unix_ns() -> u64 {
@@ -134,17 +138,22 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(ms) = args.round_ms {
         create.round_duration_ns = ms * NS_PER_MS;
     }
+    let segment_rounds = args.layout.segment_rounds()?;
+    if let Some(n) = segment_rounds {
+        create.segment_rounds = n;
+    }
     let (store, created) = open_or_create(&args.data_dir, create)
         .with_context(|| format!("cannot open data directory {}", args.data_dir.display()))?;
     let config = store.config().clone();
     if created {
         eprintln!(
-            "created data directory {} ({} disks, {}, {} ms rounds, {} reservation)",
+            "created data directory {} ({} disks, {}, {} ms rounds, {} reservation, {} layout)",
             args.data_dir.display(),
             config.disk_count,
             config.disk_profile,
             config.round_duration_ns / NS_PER_MS,
-            config.scheme
+            config.scheme,
+            layout_name(config.segment_rounds)
         );
     } else {
         if let Some(name) = &args.disk_profile
@@ -160,6 +169,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .check_flags(&DirectoryFlags {
                 disk_count: args.disks,
                 round_duration_ns: args.round_ms.map(|ms| ms * NS_PER_MS),
+                segment_rounds,
                 ..DirectoryFlags::default()
             })
             .map_err(|e| anyhow::anyhow!("{}: {e}", args.data_dir.display()))?;

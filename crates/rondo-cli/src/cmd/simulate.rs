@@ -78,6 +78,8 @@ pub struct SimulateArgs {
     /// Decluster backups into fragments of this many bytes (B_d).
     #[arg(long)]
     backup_block_bytes: Option<u64>,
+    #[command(flatten)]
+    layout: crate::cmd::layout_args::LayoutArgs,
     /// Round bound: `paper` (seed 000 §2.3, Table 2) or `rondo` (a true upper
     /// bound of the detailed disk model, used by `rondo serve`).
     #[arg(long, value_enum, default_value_t = BoundArg::Rondo)]
@@ -288,6 +290,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 .clone()
                 .unwrap_or_else(|| DEFAULT_PROFILE.to_string());
             config.backup_block_bytes = args.backup_block_bytes;
+            config.segment_rounds = args.layout.segment_rounds()?.unwrap_or(1);
             config.round_robin_counter = match args.round_robin_counter {
                 Some(CounterArg::PerDisk) => RoundRobinCounter::PerDisk,
                 Some(CounterArg::PerTitle) | None => RoundRobinCounter::PerTitle,
@@ -538,6 +541,7 @@ fn load_data_dir(
         scheme: args.scheme,
         placement: args.placement.map(placement_of),
         backup_block_bytes: args.backup_block_bytes,
+        segment_rounds: args.layout.segment_rounds()?,
         ..DirectoryFlags::default()
     })?;
     let bound = rondo_store::titles::rondo_bound(&array)
@@ -565,6 +569,7 @@ fn load_data_dir(
     let mut config = SimConfig::seed000(array.disk_count, array.scheme, array.placement);
     config.profile = array.disk_profile.clone();
     config.backup_block_bytes = array.backup_block_bytes;
+    config.segment_rounds = array.segment_rounds;
     config.round_robin_counter = array.round_robin_counter;
     config.bound = BoundKind::Rondo;
     config.round_duration_ns = array.round_duration_ns;

@@ -56,6 +56,7 @@ fn title(
             fragment_sequence: Default::default(),
             round_robin_counter: Default::default(),
         }),
+        segment_rounds: 1,
     };
     let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(start), 1).unwrap();
     let layout = allocator.place(&plan).unwrap();

@@ -123,14 +123,69 @@ pub struct LayoutParams {
     pub block_bytes: u64,
     /// `None` stores the primary only (reservation scheme `none`).
     pub backup: Option<BackupParams>,
+    /// Rounds per run: a title's rounds are cut into runs of this many
+    /// consecutive rounds, each run packed contiguously on one disk and the
+    /// runs round-robin over the disks. 1 is seed 000's `variable-grain`
+    /// striping (round i on disk (start + i) mod D); more is the
+    /// `segments` layout of seeds 003 and 004, where the next rounds of a
+    /// stream lie next to each other on one disk (prefetching, combined
+    /// reads). A run's backup keeps one placement for the whole run, so it
+    /// is contiguous on its backup disk(s) too.
+    #[serde(default = "one_round_per_segment")]
+    pub segment_rounds: u32,
+}
+
+fn one_round_per_segment() -> u32 {
+    1
+}
+
+/// Rounds per run of a new `segments` directory or simulation when none is
+/// given. Assumption: seed 003 places "contiguous video portions
+/// (containing tens of blocks, for example)" per disk; 32 one-round blocks
+/// is such a portion, and 32 s of a title per disk keeps a stream on one
+/// disk long enough for GPMP's epochs (k ≤ 20 in its Figure 5) to fit
+/// inside a run most of the time.
+pub const DEFAULT_SEGMENT_ROUNDS: u32 = 32;
+
+/// The two layouts (DESIGN.md's vocabulary), by `segment_rounds`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LayoutKind {
+    /// Seed 000: round i on disk (start + i) mod D (`segment_rounds` = 1).
+    VariableGrain,
+    /// Seeds 003 and 004: runs of `segment_rounds` > 1 consecutive rounds
+    /// contiguous on one disk.
+    Segments,
+}
+
+impl LayoutKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LayoutKind::VariableGrain => "variable-grain",
+            LayoutKind::Segments => "segments",
+        }
+    }
 }
 
 impl LayoutParams {
+    /// Which layout `segment_rounds` makes.
+    pub fn kind(&self) -> LayoutKind {
+        if self.segment_rounds > 1 {
+            LayoutKind::Segments
+        } else {
+            LayoutKind::VariableGrain
+        }
+    }
+
     /// Checks the relations the layout relies on: blocks are whole sectors,
-    /// strides and B_d are whole blocks, and a backup has a disk to go to.
+    /// strides and B_d are whole blocks, runs have a round, and a backup has
+    /// a disk to go to.
     pub fn validate(&self) -> Result<(), LayoutError> {
         if self.disk_count == 0 {
             return Err(LayoutError::NoDisks);
+        }
+        if self.segment_rounds == 0 {
+            return Err(LayoutError::EmptySegments);
         }
         if self.block_bytes == 0 || !self.block_bytes.is_multiple_of(SECTOR_BYTES) {
             return Err(LayoutError::BlockNotSectors {
@@ -172,6 +227,8 @@ impl LayoutParams {
 pub enum LayoutError {
     #[error("the array needs at least one disk")]
     NoDisks,
+    #[error("a segment holds at least one round (segment_rounds = 0)")]
+    EmptySegments,
     #[error("a backup replica needs at least two disks")]
     BackupNeedsTwoDisks,
     #[error("block size {block_bytes} bytes is not a positive multiple of the 512-byte sector")]

@@ -118,7 +118,8 @@ impl TitlePlan {
         self.primary.len()
     }
 
-    /// The primary request of round `round`: disk (start + round) mod D.
+    /// The primary request of round `round`: disk (start + ⌊round /
+    /// segment_rounds⌋) mod D.
     #[inline]
     pub fn primary(&self, round: usize) -> DiskRead {
         self.primary[round]
@@ -213,6 +214,9 @@ struct Builder {
     fragment_counter: Vec<u64>,
     primary_used_bytes: Vec<u64>,
     backup_used_bytes: Vec<u64>,
+    /// The placement state the current run started with (`segments`): its
+    /// disk's round-robin counter and the random state.
+    run_start: (u64, SplitMix64),
     /// Random placement: a partial Fisher–Yates permutation of the offsets
     /// 0..D−1, restored to the identity after each pass.
     candidates: Vec<u32>,
@@ -254,6 +258,7 @@ impl Builder {
             fragment_counter: vec![0; d],
             primary_used_bytes: vec![0; d],
             backup_used_bytes: vec![0; d],
+            run_start: (0, SplitMix64::new(seed)),
             candidates: (0..others as u32).collect(),
             touched: Vec::new(),
             fragment_offset: Vec::new(),
@@ -268,7 +273,16 @@ impl Builder {
     fn add_round(&mut self, round: usize, bytes: u64) {
         let p = &self.plan.params;
         let d = u64::from(p.disk_count);
-        let disk = DiskIndex(((u64::from(self.plan.start_disk.0) + round as u64) % d) as u32);
+        let run = round as u64 / u64::from(p.segment_rounds);
+        let disk = DiskIndex(((u64::from(self.plan.start_disk.0) + run) % d) as u32);
+        // A segment starts on a stride boundary, so that on a disk whose
+        // free strides are adjacent it is one contiguous run of strides.
+        let run_start =
+            p.segment_rounds > 1 && (round as u64).is_multiple_of(u64::from(p.segment_rounds));
+        if run_start {
+            let used = &mut self.primary_used_bytes[disk.index()];
+            *used = used.next_multiple_of(p.stride_bytes);
+        }
         let offset = self.primary_used_bytes[disk.index()];
         self.primary_used_bytes[disk.index()] += bytes;
         self.plan.primary.push(DiskRead {
@@ -282,9 +296,26 @@ impl Builder {
             // An empty round still takes one (empty) fragment slot, so that a
             // B_d at least as large as every round places exactly as no B_d.
             let fragments = bytes.div_ceil(fragment_bytes).max(1) as usize;
+            // A run keeps its first round's placement: every round of it
+            // starts from the counter and random state the run started
+            // with, so fragment q of each round goes to the same disk and
+            // the run's backup is contiguous there (no effect when runs are
+            // one round long).
+            if p.segment_rounds > 1 {
+                let slot = match backup.round_robin_counter {
+                    RoundRobinCounter::PerDisk => disk.index(),
+                    RoundRobinCounter::PerTitle => 0,
+                };
+                if (round as u64).is_multiple_of(u64::from(p.segment_rounds)) {
+                    self.run_start = (self.fragment_counter[slot], self.rng.clone());
+                } else {
+                    self.fragment_counter[slot] = self.run_start.0;
+                    self.rng = self.run_start.1.clone();
+                }
+            }
             self.assign_fragments(disk, fragments, backup);
             if bytes > 0 {
-                self.emit_backups(disk, bytes, fragment_bytes);
+                self.emit_backups(disk, bytes, fragment_bytes, run_start);
             }
         }
         self.plan.backup_start.push(self.plan.backup.len());
@@ -354,7 +385,7 @@ impl Builder {
     /// Groups the round's fragments by disk (one request per disk, in order
     /// of first fragment, fragments in increasing order) and packs each
     /// request after the title's earlier backups on that disk.
-    fn emit_backups(&mut self, disk: DiskIndex, bytes: u64, fragment_bytes: u64) {
+    fn emit_backups(&mut self, disk: DiskIndex, bytes: u64, fragment_bytes: u64, run_start: bool) {
         let d = self.plan.params.disk_count;
         self.entry_disks.clear();
         self.fragment_entry.clear();
@@ -395,8 +426,12 @@ impl Builder {
                     bytes.min((u64::from(q) + 1) * fragment_bytes) - u64::from(q) * fragment_bytes
                 })
                 .sum();
-            let offset = self.backup_used_bytes[target as usize];
-            self.backup_used_bytes[target as usize] += request_bytes;
+            let used = &mut self.backup_used_bytes[target as usize];
+            if run_start {
+                *used = used.next_multiple_of(stride_bytes);
+            }
+            let offset = *used;
+            *used += request_bytes;
             self.plan.backup.push(DiskRead {
                 disk: DiskIndex(target),
                 extent_count: extent_count(offset, request_bytes, stride_bytes),

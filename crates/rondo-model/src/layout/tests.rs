@@ -19,6 +19,7 @@ fn params(disk_count: u32, backup: Option<BackupParams>) -> LayoutParams {
         stride_bytes: S,
         block_bytes: 16 * K,
         backup,
+        segment_rounds: 1,
     }
 }
 
@@ -155,6 +156,77 @@ fn worked_example_deterministic_whole_backups() {
         .map(|e| (e.first_sector(), e.sector_count()))
         .collect();
     assert_eq!(lbns, vec![(96, 32), (256, 64)]);
+}
+
+#[test]
+fn worked_example_segments_are_contiguous_runs_round_robin_over_the_disks() {
+    // Runs of 3 rounds (seed 003's disk partitioning), D = 4, 64 KiB
+    // strides, whole backups, per-title counter: run j on disk (1 + j) mod
+    // 4, its backup on (primary + 1 + j mod 3) mod 4 for all its rounds.
+    let sizes = [48, 32, 16, 64, 48, 48, 32, 16, 32, 0, 64, 48, 16, 16].map(|s| s * K);
+    let mut p = params(4, deterministic(None));
+    p.segment_rounds = 3;
+    p.backup.as_mut().unwrap().round_robin_counter = RoundRobinCounter::PerTitle;
+    assert_eq!(p.kind(), LayoutKind::Segments);
+    let plan = TitlePlan::new(&sizes, &p, DiskIndex(1), 0).unwrap();
+    let runs: Vec<u32> = (0..sizes.len()).map(|i| plan.primary(i).disk.0).collect();
+    assert_eq!(runs, [1, 1, 1, 2, 2, 2, 3, 3, 3, 0, 0, 0, 1, 1]);
+    let backup_disks: Vec<Vec<u32>> = (0..sizes.len())
+        .map(|i| plan.backups(i).iter().map(|b| b.disk.0).collect())
+        .collect();
+    let want: [&[u32]; 14] = [
+        &[2],
+        &[2],
+        &[2],
+        &[0],
+        &[0],
+        &[0],
+        &[2],
+        &[2],
+        &[2],
+        &[],
+        &[1],
+        &[1],
+        &[3],
+        &[3],
+    ];
+    assert_eq!(backup_disks, want);
+    // On a fresh array each run is one contiguous byte range on its disk,
+    // for the primary and for the backup: round i + 1 of a run starts where
+    // round i ends.
+    let mut array = ArrayAllocator::uniform(4, 16);
+    let layout = array.place(&plan).unwrap();
+    let r = layout.rounds();
+    let end = |e: &Extents| e.as_slice().last().map(|x| x.device_end_bytes());
+    let start = |e: &Extents| e.as_slice().first().map(|x| x.device_offset_bytes);
+    for i in 1..sizes.len() {
+        if i % 3 == 0 {
+            // A run starts on a stride boundary.
+            if let Some(at) = start(&r[i].primary) {
+                assert_eq!(at % S, 0, "round {i}");
+            }
+            continue;
+        }
+        if sizes[i] == 0 || sizes[i - 1] == 0 {
+            continue;
+        }
+        assert_eq!(start(&r[i].primary), end(&r[i - 1].primary), "round {i}");
+        assert_eq!(
+            start(&r[i].backups[0].extents),
+            end(&r[i - 1].backups[0].extents),
+            "backup of round {i}"
+        );
+    }
+    // Variable-grain is the one-round run.
+    p.segment_rounds = 1;
+    assert_eq!(p.kind(), LayoutKind::VariableGrain);
+    let one = TitlePlan::new(&sizes, &p, DiskIndex(1), 0).unwrap();
+    assert_eq!(one.primary(1).disk, DiskIndex(2));
+    p.segment_rounds = 0;
+    assert_eq!(
+        TitlePlan::new(&sizes, &p, DiskIndex(1), 0).unwrap_err(),
+        LayoutError::EmptySegments
+    );
 }
 
 #[test]
@@ -597,12 +669,20 @@ fn layout_params() -> impl Strategy<Value = LayoutParams> {
                 },
             })),
     ];
-    (1u32..=7, 1u64..=8, backup).prop_map(|(d, stride_blocks, backup)| LayoutParams {
-        disk_count: if backup.is_some() { d + 1 } else { d },
-        stride_bytes: stride_blocks * 512,
-        block_bytes: 512,
+    // Segment runs of 1 (variable-grain) and of 2 to 4 rounds.
+    (
+        1u32..=7,
+        1u64..=8,
         backup,
-    })
+        prop_oneof![Just(1u32), 2u32..=4],
+    )
+        .prop_map(|(d, stride_blocks, backup, segment_rounds)| LayoutParams {
+            disk_count: if backup.is_some() { d + 1 } else { d },
+            stride_bytes: stride_blocks * 512,
+            block_bytes: 512,
+            backup,
+            segment_rounds,
+        })
 }
 
 /// Some titles over one parameter set: (sizes, start disk, seed) each.
@@ -639,9 +719,27 @@ fn check_plan(plan: &TitlePlan, sizes: &[u64], start: u32) -> Result<(), TestCas
     // Deterministic rule, simulated independently: a fragment counter per
     // disk, or one for the title in slot 0.
     let mut counter = vec![0u64; d as usize];
+    let r = p.segment_rounds as usize;
+    let mut run_counter = 0;
+    let mut previous_backups: Vec<(u32, DiskIndex)> = Vec::new();
     for (i, &bytes) in sizes.iter().enumerate() {
         let primary = plan.primary(i);
-        let k = (start + i as u32) % d;
+        let k = (start + (i / r) as u32) % d;
+        // A run starts on a stride boundary and is packed contiguously on
+        // its disk.
+        if r > 1 && i % r == 0 {
+            prop_assert_eq!(plan.primary_offset_bytes(i) % p.stride_bytes, 0);
+        }
+        if i % r != 0 {
+            prop_assert_eq!(
+                plan.primary_offset_bytes(i),
+                plan.primary_offset_bytes(i - 1) + sizes[i - 1],
+                "round {} does not follow round {} on disk {}",
+                i,
+                i - 1,
+                k
+            );
+        }
         prop_assert_eq!(primary.disk, DiskIndex(k));
         prop_assert_eq!(primary.bytes, bytes);
         prop_assert!(primary.extent_count <= 2 && (primary.extent_count == 0) == (bytes == 0));
@@ -656,6 +754,30 @@ fn check_plan(plan: &TitlePlan, sizes: &[u64], start: u32) -> Result<(), TestCas
             backups.len(),
             "two backup requests on one disk"
         );
+        if r > 1 {
+            if i % r == 0 {
+                run_counter = counter[slot(&backup, k)];
+            } else {
+                counter[slot(&backup, k)] = run_counter;
+            }
+        }
+        // Within a run, fragment q of every round goes where it went in
+        // the run's previous round (both placements): the run's backup is
+        // contiguous on its disk(s).
+        let mut this_backups = Vec::new();
+        for (e, b) in backups.iter().enumerate() {
+            for &q in plan.fragment_ordinals(i, e) {
+                this_backups.push((q, b.disk));
+            }
+        }
+        if i % r != 0 {
+            for (q, disk) in &this_backups {
+                if let Some((_, was)) = previous_backups.iter().find(|(pq, _)| pq == q) {
+                    prop_assert_eq!(disk, was, "round {} fragment {} moved within its run", i, q);
+                }
+            }
+        }
+        previous_backups = this_backups;
         prop_assert!(!disks.contains(&k), "backup on the primary's disk");
         let fb = fragment_bytes(&p, bytes);
         let fragments = bytes.div_ceil(fb).max(1);
@@ -696,7 +818,7 @@ fn check_plan(plan: &TitlePlan, sizes: &[u64], start: u32) -> Result<(), TestCas
             FragmentSequence::PerFragment => fragments,
             FragmentSequence::PerRound => 1,
         };
-        if backup.backup_block_bytes.is_none() && bytes > 0 {
+        if backup.backup_block_bytes.is_none() && bytes > 0 && r == 1 {
             // Seed 000 Figure 2: the j-th round of the title on disk k, or
             // with one counter for the title, its round i.
             let j = match backup.round_robin_counter {
