@@ -14,6 +14,7 @@ pub mod health;
 pub mod layout;
 pub mod rebuild;
 pub mod reservation;
+pub mod retrieval;
 pub mod schedule;
 pub mod units;
 
