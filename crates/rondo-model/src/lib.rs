@@ -16,6 +16,7 @@ pub mod rebuild;
 pub mod reservation;
 pub mod retrieval;
 pub mod schedule;
+pub mod tier;
 pub mod units;
 
 pub use units::*;
