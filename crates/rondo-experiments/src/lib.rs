@@ -6,6 +6,7 @@
 //! intervals, and output. It contains no decision that belongs in the core:
 //! every run is a `rondo-sim` run of `rondo-model` code.
 
+pub mod jukebox;
 pub mod plot;
 pub mod runner;
 pub mod spec;

@@ -34,9 +34,74 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
+/// One point of a line: x, y and the 95% confidence half-width of y
+/// (infinite or NaN: no error bar).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct ChartPoint {
+    pub x: f64,
+    pub y: f64,
+    pub ci_half_width: f64,
+}
+
+/// A chart of lines with error bars, whatever produced them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chart {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    /// One line per series, in legend order.
+    pub series: Vec<(String, Vec<ChartPoint>)>,
+    /// The y axis's top (lines above it are cut off); `None`: fit the data.
+    pub y_max: Option<f64>,
+    /// A log-scale x axis; `None`: when x spans a factor of 8 or more.
+    pub log_x: Option<bool>,
+}
+
+impl Chart {
+    /// The chart of a simulator experiment: its metric per series.
+    pub fn of_experiment(result: &ExperimentResult) -> Chart {
+        Chart {
+            title: if result.paper.is_empty() {
+                result.name.clone()
+            } else {
+                format!("{} ({})", result.name, result.paper)
+            },
+            x_label: result.x.clone(),
+            y_label: result.metric.clone(),
+            series: result
+                .by_series()
+                .into_iter()
+                .map(|(label, points)| {
+                    let points = points
+                        .iter()
+                        .map(|p| ChartPoint {
+                            x: p.x,
+                            y: p.metric,
+                            ci_half_width: p.metric_ci_half_width,
+                        })
+                        .collect();
+                    (label, points)
+                })
+                .collect(),
+            y_max: None,
+            log_x: None,
+        }
+    }
+}
+
 /// Writes `<stem>.png` and `<stem>.svg` under `dir`.
 pub fn write_plots(
     result: &ExperimentResult,
+    reference: &[ReferenceLine],
+    dir: &Path,
+    stem: &str,
+) -> Result<(), String> {
+    write_chart(&Chart::of_experiment(result), reference, dir, stem)
+}
+
+/// Writes `<stem>.png` and `<stem>.svg` of `chart` under `dir`.
+pub fn write_chart(
+    chart: &Chart,
     reference: &[ReferenceLine],
     dir: &Path,
     stem: &str,
@@ -46,12 +111,12 @@ pub fn write_plots(
     let svg = dir.join(format!("{stem}.svg"));
     draw(
         BitMapBackend::new(&png, (960, 600)).into_drawing_area(),
-        result,
+        chart,
         reference,
     )?;
     draw(
         SVGBackend::new(&svg, (960, 600)).into_drawing_area(),
-        result,
+        chart,
         reference,
     )?;
     Ok(())
@@ -59,7 +124,7 @@ pub fn write_plots(
 
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, plotters::coord::Shift>,
-    result: &ExperimentResult,
+    result: &Chart,
     reference: &[ReferenceLine],
 ) -> Result<(), String>
 where
@@ -67,26 +132,30 @@ where
 {
     let e = |err: DrawingAreaErrorKind<DB::ErrorType>| err.to_string();
     root.fill(&WHITE).map_err(e)?;
-    let xs = result
-        .points
-        .iter()
+    let all_points = || result.series.iter().flat_map(|(_, points)| points.iter());
+    let xs = all_points()
         .map(|p| p.x)
         .chain(reference.iter().flat_map(|r| r.x_values.iter().copied()));
     let (x_min, x_max) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
         (a.min(x), b.max(x))
     });
-    let ys = result
-        .points
-        .iter()
-        .map(|p| p.metric + p.metric_ci_half_width.min(p.metric.abs()))
+    let ys = all_points()
+        .map(|p| {
+            let ci = if p.ci_half_width.is_finite() {
+                p.ci_half_width.min(p.y.abs())
+            } else {
+                0.0
+            };
+            p.y + ci
+        })
         .chain(reference.iter().flat_map(|r| r.y_values.iter().copied()));
-    let y_max = ys.fold(0.0f64, f64::max) * 1.1 + 1e-9;
-    let log_x = x_max / x_min.max(1e-9) >= 8.0 && x_min > 0.0;
-    let title = if result.paper.is_empty() {
-        result.name.clone()
-    } else {
-        format!("{} ({})", result.name, result.paper)
-    };
+    let y_max = result
+        .y_max
+        .unwrap_or_else(|| ys.fold(0.0f64, f64::max) * 1.1 + 1e-9);
+    let log_x = result
+        .log_x
+        .unwrap_or(x_max / x_min.max(1e-9) >= 8.0 && x_min > 0.0);
+    let title = result.title.clone();
     let mut builder = ChartBuilder::on(&root);
     builder
         .caption(title, ("sans-serif", 22))
@@ -111,11 +180,11 @@ where
         .configure_mesh()
         .x_labels(x_labels)
         .x_desc(if log_x {
-            format!("{} (log scale)", result.x)
+            format!("{} (log scale)", result.x_label)
         } else {
-            result.x.clone()
+            result.x_label.clone()
         })
-        .y_desc(result.metric.clone())
+        .y_desc(result.y_label.clone())
         .x_label_formatter(&|v| {
             let x = if log_x { 2f64.powf(*v) } else { *v };
             if x.abs() >= 1e5 {
@@ -127,9 +196,10 @@ where
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(e)?;
-    for (i, (series, points)) in result.by_series().into_iter().enumerate() {
+    for (i, (series, points)) in result.series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let line: Vec<(f64, f64)> = points.iter().map(|p| (tx(p.x), p.metric)).collect();
+        let series = series.clone();
+        let line: Vec<(f64, f64)> = points.iter().map(|p| (tx(p.x), p.y)).collect();
         chart
             .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
             .map_err(e)?
@@ -147,13 +217,13 @@ where
             .draw_series(
                 points
                     .iter()
-                    .filter(|p| p.metric_ci_half_width.is_finite())
+                    .filter(|p| p.ci_half_width.is_finite())
                     .map(|p| {
                         ErrorBar::new_vertical(
                             tx(p.x),
-                            p.metric - p.metric_ci_half_width,
-                            p.metric,
-                            p.metric + p.metric_ci_half_width,
+                            p.y - p.ci_half_width,
+                            p.y,
+                            p.y + p.ci_half_width,
                             color.stroke_width(1),
                             8,
                         )

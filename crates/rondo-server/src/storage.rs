@@ -91,8 +91,9 @@ pub enum Fault {
 /// Another storage with one-shot faults on chosen reads.
 pub struct FaultyStorage<S> {
     inner: S,
-    /// `(offset, fault)`: the next read starting at `offset` gets `fault`.
-    armed: Mutex<Vec<(u64, Fault)>>,
+    /// `(offset, skip, fault)`: after `skip` more reads starting at
+    /// `offset`, the next one gets `fault`.
+    armed: Mutex<Vec<(u64, u32, Fault)>>,
 }
 
 impl<S: Storage> FaultyStorage<S> {
@@ -105,10 +106,17 @@ impl<S: Storage> FaultyStorage<S> {
 
     /// The next read starting at `device_offset_bytes` gets `fault`.
     pub fn arm(&self, device_offset_bytes: u64, fault: Fault) {
+        self.arm_after(device_offset_bytes, 0, fault);
+    }
+
+    /// The read starting at `device_offset_bytes` after `skip_reads` more
+    /// such reads gets `fault` (two streams reading the same extent in one
+    /// round: fail the second).
+    pub fn arm_after(&self, device_offset_bytes: u64, skip_reads: u32, fault: Fault) {
         self.armed
             .lock()
             .expect("faults lock")
-            .push((device_offset_bytes, fault));
+            .push((device_offset_bytes, skip_reads, fault));
     }
 
     pub fn inner(&self) -> &S {
@@ -120,10 +128,17 @@ impl<S: Storage> Storage for FaultyStorage<S> {
     fn read_at(&self, device_offset_bytes: u64, buf: &mut [u8]) -> std::io::Result<()> {
         let fault = {
             let mut armed = self.armed.lock().expect("faults lock");
-            armed
-                .iter()
-                .position(|&(at, _)| at == device_offset_bytes)
-                .map(|i| armed.remove(i).1)
+            match armed
+                .iter_mut()
+                .position(|(at, _, _)| *at == device_offset_bytes)
+            {
+                Some(i) if armed[i].1 > 0 => {
+                    armed[i].1 -= 1;
+                    None
+                }
+                Some(i) => Some(armed.remove(i).2),
+                None => None,
+            }
         };
         match fault {
             Some(Fault::IoError) => Err(std::io::Error::other("injected I/O error")),

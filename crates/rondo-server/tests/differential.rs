@@ -26,7 +26,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rondo_model::array::{Array, Completion, DiskCommand, Effect, Purpose, ReadOutcome};
+use rondo_model::array::{
+    Array, Completion, CompletionOrder, DiskCommand, Effect, Purpose, ReadOutcome,
+};
 use rondo_model::disk::{self, Disk};
 use rondo_model::health::ExtentKey;
 use rondo_model::layout::Replica;
@@ -344,7 +346,8 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
     drop(events_tx);
     let array = prepared.array_mut();
     let mut log = RunLog::default();
-    let mut pending: BTreeMap<(u64, u64), Completion> = BTreeMap::new();
+    // In model-time order, ties broken as the simulator breaks them.
+    let mut pending: BTreeMap<(CompletionOrder, u64), Completion> = BTreeMap::new();
     let mut sequence = 0u64;
     let mut ingest: Option<(TitleId, usize, usize)> = None;
     let faults = &config.faults;
@@ -414,12 +417,30 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
                 .filter(|c| matches!(c.purpose, Purpose::Deliver { .. }))
                 .nth(e.nth as usize);
             if let Some(read) = read {
-                let offset = read.extents.iter().find(|x| x.length_bytes > 0).unwrap();
+                let first_offset = |c: &DiskCommand| {
+                    c.extents
+                        .iter()
+                        .find(|x| x.length_bytes > 0)
+                        .map(|x| x.device_offset_bytes)
+                };
+                let offset = first_offset(read).unwrap();
                 let fault = match e.kind {
                     ReadErrorKind::Io => Fault::IoError,
                     ReadErrorKind::Checksum => Fault::Corrupt,
                 };
-                storages[e.disk.index()].arm(offset.device_offset_bytes, fault);
+                // The simulator fails the nth read in command order; the
+                // storage fails by offset. Streams reading the same extent
+                // in one round are served in command order (the disk
+                // model's stable C-SCAN sort), so skip the reads of that
+                // offset commanded before the chosen one.
+                let earlier = plan.disks[e.disk.index()]
+                    .commands
+                    .iter()
+                    .filter(|c| matches!(c.purpose, Purpose::Deliver { .. }))
+                    .take(e.nth as usize)
+                    .filter(|c| first_offset(c) == Some(offset))
+                    .count();
+                storages[e.disk.index()].arm_after(offset, earlier as u32, fault);
             }
         }
         let batches = plan.disks.len();
@@ -448,7 +469,10 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
                     {
                         completion.outcome = ReadOutcome::Ok;
                     }
-                    pending.insert((model_completion_ns, sequence), completion);
+                    pending.insert(
+                        (completion.order_at(model_completion_ns), sequence),
+                        completion,
+                    );
                     sequence += 1;
                 }
                 IoEvent::BatchDone { .. } => done += 1,
@@ -474,7 +498,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
         // ones after the next boundary, as on a real clock.
         let end_ns = array.round_start_ns(round) + array.round_duration_ns(round);
         while let Some(entry) = pending.first_entry() {
-            if entry.key().0 > end_ns {
+            if entry.key().0.0 > end_ns {
                 break;
             }
             let effects = array.complete(&entry.remove());

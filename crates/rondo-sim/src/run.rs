@@ -25,8 +25,9 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use rondo_model::array::{
-    Aborted, AdmitRequest, Array, ArrayConfig, ArrayTitle, Completion, DeliveryConfig, DiskCommand,
-    Effect, ExtentChecksums, FailCause, Purpose, ReadOutcome, RoundPlan, Span, rondo_write_bound,
+    Aborted, AdmitRequest, Array, ArrayConfig, ArrayTitle, Completion, CompletionOrder,
+    DeliveryConfig, DiskCommand, Effect, ExtentChecksums, FailCause, Purpose, ReadOutcome,
+    RoundPlan, Span, rondo_write_bound,
 };
 use rondo_model::disk::{self, Disk, DiskError, DiskProfile, PaperBound, RondoBound};
 use rondo_model::health::{ExtentKey, HealthPolicy};
@@ -394,14 +395,16 @@ pub struct RoundLog {
 /// they complete at.
 struct SimDisks {
     disks: Vec<Disk>,
-    /// `(completion time, sequence)` → the completion to report then.
-    events: BTreeMap<(u64, u64), Completion>,
+    /// `(completion order, sequence)` → the completion to report then
+    /// (`Completion::order_at`: model time, ties by content).
+    events: BTreeMap<(CompletionOrder, u64), Completion>,
     sequence: u64,
 }
 
 impl SimDisks {
     fn push(&mut self, at_ns: u64, completion: Completion) {
-        self.events.insert((at_ns, self.sequence), completion);
+        self.events
+            .insert((completion.order_at(at_ns), self.sequence), completion);
         self.sequence += 1;
     }
 }
@@ -958,7 +961,7 @@ impl Executor<'_> {
             let Some(entry) = sim.events.first_entry() else {
                 return Ok(());
             };
-            if entry.key().0 > until_ns {
+            if entry.key().0.0 > until_ns {
                 return Ok(());
             }
             let completion = entry.remove();

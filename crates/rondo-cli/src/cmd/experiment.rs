@@ -7,7 +7,10 @@ use anyhow::Context;
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use rondo_experiments::plot::write_plots;
+use rondo_experiments::jukebox::{
+    JukeboxExperimentKind, JukeboxResult, JukeboxSpec, is_jukebox_spec, run_jukebox,
+};
+use rondo_experiments::plot::{write_chart, write_plots};
 use rondo_experiments::runner::{ExperimentResult, run_experiment};
 use rondo_experiments::spec::ExperimentSpec;
 
@@ -52,6 +55,26 @@ pub fn run(command: ExperimentCommand) -> anyhow::Result<()> {
         max_replications,
         json,
     } = command;
+    let text = std::fs::read_to_string(&file)
+        .with_context(|| format!("cannot read {}", file.display()))?;
+    if is_jukebox_spec(&text) {
+        anyhow::ensure!(
+            overrides.is_empty(),
+            "--set overrides simulator fields; {} is a jukebox experiment (seed 002)",
+            file.display()
+        );
+        let mut spec = JukeboxSpec::from_toml(&text, &file.display().to_string())?;
+        if let Some(min) = min_replications {
+            anyhow::ensure!(min >= 1, "--min-replications must be at least 1");
+            spec.replications.min = min;
+            spec.replications.max = spec.replications.max.max(min);
+        }
+        if let Some(max) = max_replications {
+            spec.replications.max = max;
+            spec.replications.min = spec.replications.min.min(max);
+        }
+        return run_jukebox_file(&spec, out, seed, json);
+    }
     let mut spec = ExperimentSpec::from_file(&file)?;
     for o in &overrides {
         let (key, value) = o
@@ -141,6 +164,101 @@ fn print_table(result: &ExperimentResult) {
                 .map(|b| format!("{:.1}%", 100.0 * b))
                 .unwrap_or_else(|| "-".into()),
             p.deadline_misses.to_string(),
+            p.replications.to_string(),
+        ]);
+    }
+    println!("{table}");
+}
+
+/// A seed 002 jukebox experiment: results, plots and a table.
+fn run_jukebox_file(
+    spec: &JukeboxSpec,
+    out: Option<PathBuf>,
+    seed: u64,
+    json: bool,
+) -> anyhow::Result<()> {
+    let out = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let bar = if json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(1)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {msg} [{bar:40}] {pos}/{len} replications ({elapsed}, ~{eta} left)",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(spec.name.clone());
+    let report = |done: usize, total: usize| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    };
+    let result = run_jukebox(spec, seed, &report);
+    bar.finish_and_clear();
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(&result)?,
+    )?;
+    std::fs::write(out.join("results.csv"), result.to_csv())?;
+    for (stem, chart) in result.charts() {
+        write_chart(&chart, &[], &out, &stem).map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        print_jukebox_table(&result);
+        println!(
+            "wrote {}/results.{{json,csv}} and plot*.{{png,svg}}",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+fn print_jukebox_table(result: &JukeboxResult) {
+    println!("{} — {}", result.name, result.paper);
+    for (mb, sf) in &result.optimal_stripe_factors {
+        println!("SF_opt for {mb} MB: {sf}");
+    }
+    let mut table = comfy_table::Table::new();
+    table.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
+    if result.experiment == JukeboxExperimentKind::ResponseVsSf {
+        table.set_header(vec!["file", "SF", "response time (s)"]);
+        for p in &result.points {
+            table.add_row(vec![
+                p.series.clone(),
+                p.stripe_factor.to_string(),
+                format!("{:.1}", p.mean_response_s),
+            ]);
+        }
+        println!("{table}");
+        return;
+    }
+    table.set_header(vec![
+        "series",
+        "requests per hour",
+        "mean response (s)",
+        "p95 response (s)",
+        "arm busy",
+        "reps",
+    ]);
+    let ci = |v: f64| {
+        if v.is_finite() {
+            format!(" ± {v:.1}")
+        } else {
+            String::new()
+        }
+    };
+    for p in &result.points {
+        table.add_row(vec![
+            p.series.clone(),
+            format!("{}", p.x),
+            format!("{:.1}{}", p.mean_response_s, ci(p.mean_ci_half_width_s)),
+            format!("{:.1}{}", p.p95_response_s, ci(p.p95_ci_half_width_s)),
+            format!("{:.0}%", 100.0 * p.arm_utilisation),
             p.replications.to_string(),
         ]);
     }

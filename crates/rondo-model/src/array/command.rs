@@ -294,6 +294,29 @@ pub struct Completion {
     pub outcome: ReadOutcome,
 }
 
+/// Where a completion stands among those an executor reports in model-time
+/// order: its model time, then disk, stream, playback round, replica and
+/// piece. Two reads that finish at the same nanosecond (identical requests
+/// of two streams, the second a cache hit) can be served in either order by
+/// different executors; breaking the tie by the completion's content, not
+/// by the order a disk happened to serve them, makes the simulator and the
+/// server's executor hand the array the same sequence.
+pub type CompletionOrder = (u64, u32, u64, u32, Replica, u16);
+
+impl Completion {
+    /// This completion's place when it finishes at `model_ns`.
+    pub fn order_at(&self, model_ns: u64) -> CompletionOrder {
+        (
+            model_ns,
+            self.disk.0,
+            self.stream.0,
+            self.playback_round.0,
+            self.replica,
+            self.piece,
+        )
+    }
+}
+
 /// Why a disk failed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FailCause {

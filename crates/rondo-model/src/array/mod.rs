@@ -48,8 +48,8 @@ use crate::reservation::{
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
 pub use command::{
-    AbortReason, Aborted, Completion, Copy, CopyId, DiskCommand, DiskRoundPlan, Effect, FailCause,
-    Miss, Purpose, ReadOutcome, RoundPlan, RoundReady,
+    AbortReason, Aborted, Completion, CompletionOrder, Copy, CopyId, DiskCommand, DiskRoundPlan,
+    Effect, FailCause, Miss, Purpose, ReadOutcome, RoundPlan, RoundReady,
 };
 pub use delivery::{DeliveryConfig, Release};
 pub use policy::{OneReadPerStream, RetrievalPolicy};
