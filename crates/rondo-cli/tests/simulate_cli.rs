@@ -486,3 +486,51 @@ fn simulate_runs_the_segments_layout_and_refuses_contradicting_layout_flags() {
         "--segment-rounds",
     );
 }
+
+#[test]
+fn experiment_run_takes_seed002_jukebox_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../experiments/seed002-fig4.toml");
+    let out_dir = dir.path().join("fig4");
+    let out = rondo()
+        .args(["experiment", "run"])
+        .arg(&file)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("SF_opt for 500 MB: 4"), "{stdout}");
+    for f in ["results.json", "results.csv", "plot.png", "plot.svg"] {
+        let len = std::fs::metadata(out_dir.join(f)).unwrap().len();
+        assert!(len > 100, "{f} is {len} bytes");
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("results.json")).unwrap()).unwrap();
+    let t = |sf: u64| {
+        json["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["file_mb"] == 500 && p["stripe_factor"] == sf)
+            .unwrap()["mean_response_s"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!((t(1) - 184.0).abs() < 0.02 * 184.0, "{}", t(1));
+    assert!((t(4) - 85.0).abs() < 0.02 * 85.0, "{}", t(4));
+    // Simulator overrides do not apply to a jukebox file.
+    assert_fails_with(
+        rondo()
+            .args(["experiment", "run"])
+            .arg(&file)
+            .args(["--set", "load=1.5"]),
+        "jukebox experiment",
+    );
+}
