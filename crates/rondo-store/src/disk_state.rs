@@ -19,8 +19,8 @@ use std::path::Path;
 use rondo_model::units::DiskIndex;
 use serde::{Deserialize, Serialize};
 
-use crate::atomic::write_atomically;
-use crate::error::{Result, StoreError};
+use crate::atomic::{invalid, read_toml_or_default, write_atomically};
+use crate::error::Result;
 
 /// The file, in the data directory.
 pub const DISK_STATE_FILE: &str = "disk-state.toml";
@@ -45,31 +45,15 @@ pub struct DiskStates {
 impl DiskStates {
     /// Reads `dir/disk-state.toml`; none there means no failed disk.
     pub fn load(dir: &Path, disk_count: u32) -> Result<DiskStates> {
-        let path = dir.join(DISK_STATE_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(DiskStates::default());
-            }
-            Err(e) => return Err(StoreError::io(format!("reading {}", path.display()), e)),
-        };
-        let states: DiskStates = toml::from_str(&text).map_err(|e| {
-            StoreError::io(
-                format!("reading {}", path.display()),
-                std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
-            )
-        })?;
+        let states: DiskStates = read_toml_or_default(dir, DISK_STATE_FILE)?;
         for key in states.failed.keys() {
             match key.parse::<u32>() {
                 Ok(disk) if disk < disk_count => {}
                 _ => {
-                    return Err(StoreError::io(
-                        format!("reading {}", path.display()),
-                        std::io::Error::new(
-                            std::io::ErrorKind::InvalidData,
-                            format!(
-                                "failed disk {key:?} is not a disk of this array (0..{disk_count})"
-                            ),
+                    return Err(invalid(
+                        &dir.join(DISK_STATE_FILE),
+                        format!(
+                            "failed disk {key:?} is not a disk of this array (0..{disk_count})"
                         ),
                     ));
                 }

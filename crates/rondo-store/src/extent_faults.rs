@@ -21,8 +21,8 @@ use rondo_model::layout::Replica;
 use rondo_model::units::{DiskIndex, PlaybackRound, TitleId};
 use serde::{Deserialize, Serialize};
 
-use crate::atomic::write_atomically;
-use crate::error::{Result, StoreError};
+use crate::atomic::{invalid, read_toml_or_default, write_atomically};
+use crate::error::Result;
 
 /// The file, in the data directory.
 pub const EXTENT_FAULTS_FILE: &str = "extent-faults.toml";
@@ -114,27 +114,15 @@ impl ExtentFaultRecords {
 
     /// Reads `dir/extent-faults.toml`; none there means no known fault.
     pub fn load(dir: &Path, disk_count: u32) -> Result<ExtentFaultRecords> {
-        let path = dir.join(EXTENT_FAULTS_FILE);
-        let invalid = |message: String| {
-            StoreError::io(
-                format!("reading {}", path.display()),
-                std::io::Error::new(std::io::ErrorKind::InvalidData, message),
-            )
-        };
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(ExtentFaultRecords::default());
-            }
-            Err(e) => return Err(StoreError::io(format!("reading {}", path.display()), e)),
-        };
-        let records: ExtentFaultRecords =
-            toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let records: ExtentFaultRecords = read_toml_or_default(dir, EXTENT_FAULTS_FILE)?;
         if let Some(b) = records.bad.iter().find(|b| b.disk >= disk_count) {
-            return Err(invalid(format!(
-                "bad extent on disk {}, which is not a disk of this array (0..{disk_count})",
-                b.disk
-            )));
+            return Err(invalid(
+                &dir.join(EXTENT_FAULTS_FILE),
+                format!(
+                    "bad extent on disk {}, which is not a disk of this array (0..{disk_count})",
+                    b.disk
+                ),
+            ));
         }
         Ok(records)
     }

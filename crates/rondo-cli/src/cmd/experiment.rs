@@ -12,7 +12,7 @@ use rondo_experiments::jukebox::{
 };
 use rondo_experiments::plot::{write_chart, write_plots};
 use rondo_experiments::runner::{ExperimentResult, run_experiment};
-use rondo_experiments::spec::ExperimentSpec;
+use rondo_experiments::spec::{ExperimentSpec, Replications};
 
 #[derive(Subcommand, Debug)]
 pub enum ExperimentCommand {
@@ -45,6 +45,42 @@ pub enum ExperimentCommand {
     },
 }
 
+/// `--min-replications` and `--max-replications` over a file's own.
+fn override_replications(
+    replications: &mut Replications,
+    min: Option<usize>,
+    max: Option<usize>,
+) -> anyhow::Result<()> {
+    if let Some(min) = min {
+        anyhow::ensure!(min >= 1, "--min-replications must be at least 1");
+        replications.min = min;
+        replications.max = replications.max.max(min);
+    }
+    if let Some(max) = max {
+        replications.max = max;
+        replications.min = replications.min.min(max);
+    }
+    Ok(())
+}
+
+/// The replications' progress bar (hidden for `--json`).
+fn replications_bar(json: bool, name: &str) -> ProgressBar {
+    let bar = if json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(1)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {msg} [{bar:40}] {pos}/{len} replications ({elapsed}, ~{eta} left)",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(name.to_string());
+    bar
+}
+
 pub fn run(command: ExperimentCommand) -> anyhow::Result<()> {
     let ExperimentCommand::Run {
         file,
@@ -64,15 +100,7 @@ pub fn run(command: ExperimentCommand) -> anyhow::Result<()> {
             file.display()
         );
         let mut spec = JukeboxSpec::from_toml(&text, &file.display().to_string())?;
-        if let Some(min) = min_replications {
-            anyhow::ensure!(min >= 1, "--min-replications must be at least 1");
-            spec.replications.min = min;
-            spec.replications.max = spec.replications.max.max(min);
-        }
-        if let Some(max) = max_replications {
-            spec.replications.max = max;
-            spec.replications.min = spec.replications.min.min(max);
-        }
+        override_replications(&mut spec.replications, min_replications, max_replications)?;
         return run_jukebox_file(&spec, out, seed, json);
     }
     let mut spec = ExperimentSpec::from_file(&file)?;
@@ -85,33 +113,13 @@ pub fn run(command: ExperimentCommand) -> anyhow::Result<()> {
             .unwrap_or_else(|_| toml::Value::String(value.to_string()));
         spec.base.insert(key.trim().to_string(), value);
     }
-    if let Some(min) = min_replications {
-        anyhow::ensure!(min >= 1, "--min-replications must be at least 1");
-        spec.replications.min = min;
-        spec.replications.max = spec.replications.max.max(min);
-    }
-    if let Some(max) = max_replications {
-        spec.replications.max = max;
-        spec.replications.min = spec.replications.min.min(max);
-    }
+    override_replications(&mut spec.replications, min_replications, max_replications)?;
     // Re-validate with the overrides applied, placing every point's titles
     // so that a configuration that cannot hold them fails before any run.
     spec.check_layouts()?;
     let out = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    let bar = if json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(1)
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {msg} [{bar:40}] {pos}/{len} replications ({elapsed}, ~{eta} left)",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
-    bar.set_message(spec.name.clone());
+    let bar = replications_bar(json, &spec.name);
     let report = |done: usize, total: usize| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
@@ -179,19 +187,7 @@ fn run_jukebox_file(
 ) -> anyhow::Result<()> {
     let out = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    let bar = if json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(1)
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {msg} [{bar:40}] {pos}/{len} replications ({elapsed}, ~{eta} left)",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
-    bar.set_message(spec.name.clone());
+    let bar = replications_bar(json, &spec.name);
     let report = |done: usize, total: usize| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
