@@ -144,3 +144,80 @@ fn serve_with_no_arguments_then_ingest_beside_it() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// A first start on a busy port fails and leaves no token behind, so the
+/// next start creates the token and prints it (it used to be created before
+/// the bind and never shown). The start-up lines name the dashboard and an
+/// ingest command the user can run as printed.
+#[test]
+fn a_busy_port_at_the_first_start_does_not_hide_the_token() {
+    let home = TempDir::new().unwrap();
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_addr = busy.local_addr().unwrap().to_string();
+    let output = rondo(home.path())
+        .args(["serve", "--no-samples", "--listen", &busy_addr])
+        .env("RONDO_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "serve on a busy port must fail");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&busy_addr),
+        "the error names the address: {stderr}"
+    );
+    let token_file = home.path().join("rondo-data").join("token");
+    assert!(
+        !token_file.exists(),
+        "a start that could not bind created the token without showing it"
+    );
+    drop(busy);
+
+    let mut server = Serve::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(home.path())
+        .args(["--no-samples", "--listen", "127.0.0.1:0"])
+        .timeout(START_TIMEOUT)
+        .start();
+    let printed = server.printed.join("\n");
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let token_line = server
+        .printed
+        .iter()
+        .find(|l| l.contains("API token"))
+        .unwrap_or_else(|| panic!("no token line:\n{printed}"));
+    assert!(
+        token_line.contains("shown once") && token_line.contains(token.trim()),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(&format!("dashboard: {}/dashboard", server.url)),
+        "{printed}"
+    );
+    let hint = server
+        .printed
+        .iter()
+        .find(|l| l.contains("ingest FILE"))
+        .unwrap_or_else(|| panic!("no ingest hint:\n{printed}"));
+    // Under cargo (which sets CARGO) the binary is not on PATH: the hint
+    // says `cargo run --`; otherwise it repeats how the binary was started.
+    let expected = if std::env::var_os("CARGO").is_some() {
+        "cargo run --"
+    } else {
+        env!("CARGO_BIN_EXE_rondo")
+    };
+    assert!(hint.contains(expected), "{hint}");
+    assert!(server.terminate().success());
+
+    // A second start does not show the token again, but says where it is.
+    let mut again = Serve::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(home.path())
+        .args(["--listen", "127.0.0.1:0"])
+        .timeout(START_TIMEOUT)
+        .start();
+    let printed = again.printed.join("\n");
+    assert!(!printed.contains(token.trim()), "{printed}");
+    assert!(
+        printed.contains("rondo-data/token (`rondo admin` reads it there)"),
+        "{printed}"
+    );
+    assert!(again.terminate().success());
+}

@@ -125,8 +125,6 @@ impl RunningServer {
                 );
             }
         }
-        let (token, token_created) =
-            ensure_token(&data_dir).map_err(io_error("creating the API token"))?;
         remove_stale_uploads(&data_dir);
 
         let titles = load_titles(&store, &bound)?;
@@ -172,6 +170,11 @@ impl RunningServer {
             .local_addr()
             .map_err(io_error("reading the listen address"))?;
         let base_url = format!("http://{local_addr}");
+        // The token is created only once the listener is bound: a first start
+        // that cannot bind (the port is busy) leaves none behind, so the next
+        // start creates it and `rondo serve` shows it then.
+        let (token, token_created) =
+            ensure_token(&data_dir).map_err(io_error("creating the API token"))?;
 
         let metrics = Arc::new(Metrics::new(array.disk_count));
         let gate = Arc::new(DiskTimeGate::new(Arc::clone(&metrics)));
