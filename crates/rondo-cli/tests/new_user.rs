@@ -176,6 +176,7 @@ fn a_busy_port_at_the_first_start_does_not_hide_the_token() {
         .current_dir(home.path())
         .args(["--no-samples", "--listen", "127.0.0.1:0"])
         .timeout(START_TIMEOUT)
+        .stderr_to(home.path().join("first.log"))
         .start();
     let printed = server.printed.join("\n");
     let token = std::fs::read_to_string(&token_file).unwrap();
@@ -205,13 +206,15 @@ fn a_busy_port_at_the_first_start_does_not_hide_the_token() {
         env!("CARGO_BIN_EXE_rondo")
     };
     assert!(hint.contains(expected), "{hint}");
-    assert!(server.terminate().success());
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}\n{}", server.log());
 
     // A second start does not show the token again, but says where it is.
     let mut again = Serve::new(env!("CARGO_BIN_EXE_rondo"))
         .current_dir(home.path())
         .args(["--listen", "127.0.0.1:0"])
         .timeout(START_TIMEOUT)
+        .stderr_to(home.path().join("again.log"))
         .start();
     let printed = again.printed.join("\n");
     assert!(!printed.contains(token.trim()), "{printed}");
@@ -219,5 +222,6 @@ fn a_busy_port_at_the_first_start_does_not_hide_the_token() {
         printed.contains("rondo-data/token (`rondo admin` reads it there)"),
         "{printed}"
     );
-    assert!(again.terminate().success());
+    let status = again.terminate();
+    assert!(status.success(), "{status:?}\n{}", again.log());
 }
