@@ -225,3 +225,67 @@ fn a_busy_port_at_the_first_start_does_not_hide_the_token() {
     let status = again.terminate();
     assert!(status.success(), "{status:?}\n{}", again.log());
 }
+
+/// `rondo serve --stride-bytes` (the size a too-high-bitrate title's
+/// refusal suggests) makes a new data directory with that stride; an
+/// existing directory refuses another, and a stride that is not a multiple
+/// of the block is refused before anything is created.
+#[test]
+fn serve_creates_a_directory_with_the_stride_asked_for() {
+    let home = TempDir::new().unwrap();
+    let odd = rondo(home.path())
+        .args([
+            "serve",
+            "--no-samples",
+            "--data-dir",
+            "odd",
+            "--stride-bytes",
+            "1000",
+        ])
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!odd.status.success());
+    let stderr = String::from_utf8_lossy(&odd.stderr);
+    assert!(
+        stderr.contains("--stride-bytes must be a positive multiple"),
+        "{stderr}"
+    );
+    assert!(!home.path().join("odd").exists(), "nothing created");
+
+    let mut server = Serve::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(home.path())
+        .args([
+            "--no-samples",
+            "--data-dir",
+            "big",
+            "--stride-bytes",
+            "8388608",
+        ])
+        .args(["--listen", "127.0.0.1:0"])
+        .timeout(START_TIMEOUT)
+        .start();
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}");
+    let toml = std::fs::read_to_string(home.path().join("big").join("rondo.toml")).unwrap();
+    assert!(toml.contains("stride_bytes = 8388608"), "{toml}");
+
+    let again = rondo(home.path())
+        .args([
+            "serve",
+            "--no-samples",
+            "--data-dir",
+            "big",
+            "--stride-bytes",
+            "4194304",
+        ])
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        stderr.contains("--stride-bytes") && stderr.contains("8388608"),
+        "{stderr}"
+    );
+}
