@@ -9,7 +9,7 @@
 #      cheetah-4lp disks, 1 s rounds, minimum reservation, deterministic
 #      placement);
 #   3. `rondo simulate --data-dir` predicts mean active streams at ρ = 1.5
-#      (DESIGN.md's capacity) for those titles with the same Zipf popularity,
+#      (capacity, as ARCHITECTURE.md defines it) for those titles with the same Zipf popularity,
 #      seed and measurement window (rounds WARMUP_S .. WARMUP_S + MEASURE_S);
 #   4. `rondo serve` runs the directory and `rondo load` offers the same
 #      arrival rate (1.5 μ, μ of equation 1 as the simulator computes it) for

@@ -144,3 +144,148 @@ fn serve_with_no_arguments_then_ingest_beside_it() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// A first start on a busy port fails and leaves no token behind, so the
+/// next start creates the token and prints it (it used to be created before
+/// the bind and never shown). The start-up lines name the dashboard and an
+/// ingest command the user can run as printed.
+#[test]
+fn a_busy_port_at_the_first_start_does_not_hide_the_token() {
+    let home = TempDir::new().unwrap();
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_addr = busy.local_addr().unwrap().to_string();
+    let output = rondo(home.path())
+        .args(["serve", "--no-samples", "--listen", &busy_addr])
+        .env("RONDO_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "serve on a busy port must fail");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&busy_addr),
+        "the error names the address: {stderr}"
+    );
+    let token_file = home.path().join("rondo-data").join("token");
+    assert!(
+        !token_file.exists(),
+        "a start that could not bind created the token without showing it"
+    );
+    drop(busy);
+
+    let mut server = Serve::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(home.path())
+        .args(["--no-samples", "--listen", "127.0.0.1:0"])
+        .timeout(START_TIMEOUT)
+        .stderr_to(home.path().join("first.log"))
+        .start();
+    let printed = server.printed.join("\n");
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let token_line = server
+        .printed
+        .iter()
+        .find(|l| l.contains("API token"))
+        .unwrap_or_else(|| panic!("no token line:\n{printed}"));
+    assert!(
+        token_line.contains("shown once") && token_line.contains(token.trim()),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(&format!("dashboard: {}/dashboard", server.url)),
+        "{printed}"
+    );
+    let hint = server
+        .printed
+        .iter()
+        .find(|l| l.contains("ingest FILE"))
+        .unwrap_or_else(|| panic!("no ingest hint:\n{printed}"));
+    // Under cargo (which sets CARGO) the binary is not on PATH: the hint
+    // says `cargo run --`; otherwise it repeats how the binary was started.
+    let expected = if std::env::var_os("CARGO").is_some() {
+        "cargo run --"
+    } else {
+        env!("CARGO_BIN_EXE_rondo")
+    };
+    assert!(hint.contains(expected), "{hint}");
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}\n{}", server.log());
+
+    // A second start does not show the token again, but says where it is.
+    let mut again = Serve::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(home.path())
+        .args(["--listen", "127.0.0.1:0"])
+        .timeout(START_TIMEOUT)
+        .stderr_to(home.path().join("again.log"))
+        .start();
+    let printed = again.printed.join("\n");
+    assert!(!printed.contains(token.trim()), "{printed}");
+    assert!(
+        printed.contains("rondo-data/token (`rondo admin` reads it there)"),
+        "{printed}"
+    );
+    let status = again.terminate();
+    assert!(status.success(), "{status:?}\n{}", again.log());
+}
+
+/// `rondo serve --stride-bytes` (the size a too-high-bitrate title's
+/// refusal suggests) makes a new data directory with that stride; an
+/// existing directory refuses another, and a stride that is not a multiple
+/// of the block is refused before anything is created.
+#[test]
+fn serve_creates_a_directory_with_the_stride_asked_for() {
+    let home = TempDir::new().unwrap();
+    let odd = rondo(home.path())
+        .args([
+            "serve",
+            "--no-samples",
+            "--data-dir",
+            "odd",
+            "--stride-bytes",
+            "1000",
+        ])
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!odd.status.success());
+    let stderr = String::from_utf8_lossy(&odd.stderr);
+    assert!(
+        stderr.contains("--stride-bytes must be a positive multiple"),
+        "{stderr}"
+    );
+    assert!(!home.path().join("odd").exists(), "nothing created");
+
+    let mut server = Serve::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(home.path())
+        .args([
+            "--no-samples",
+            "--data-dir",
+            "big",
+            "--stride-bytes",
+            "8388608",
+        ])
+        .args(["--listen", "127.0.0.1:0"])
+        .timeout(START_TIMEOUT)
+        .start();
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}");
+    let toml = std::fs::read_to_string(home.path().join("big").join("rondo.toml")).unwrap();
+    assert!(toml.contains("stride_bytes = 8388608"), "{toml}");
+
+    let again = rondo(home.path())
+        .args([
+            "serve",
+            "--no-samples",
+            "--data-dir",
+            "big",
+            "--stride-bytes",
+            "4194304",
+        ])
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        stderr.contains("--stride-bytes") && stderr.contains("8388608"),
+        "{stderr}"
+    );
+}

@@ -14,7 +14,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rondo_media::container::{
     AudioCodec, ContainerKind, MediaError, PreparedMedia, StoredPiece, TrackKind, VideoCodec,
-    prepare, prepare_bytes, probe, probe_bytes,
+    mp4_codecs, prepare, prepare_bytes, probe, probe_bytes,
 };
 use rondo_testkit::media::{Clip, X264_ULTRAFAST_BFRAMES, has_encoder, require_tool};
 use serde_json::Value;
@@ -771,4 +771,79 @@ fn truncated_and_bit_flipped_real_files_never_panic() {
         refused > 100 && accepted > 10,
         "refused {refused}, accepted {accepted}"
     );
+}
+
+/// ffprobe's profile name, level and codec tag of a file's video stream.
+fn ffprobe_video_profile(path: &Path) -> (String, i64, String) {
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-of", "json", "-select_streams", "v:0"])
+        .args(["-show_entries", "stream=profile,level,codec_tag_string"])
+        .arg(path)
+        .output()
+        .expect("run ffprobe");
+    let json: Value = serde_json::from_slice(&out.stdout).expect("ffprobe json");
+    let s = &json["streams"][0];
+    (
+        s["profile"].as_str().unwrap_or_default().to_string(),
+        s["level"].as_i64().unwrap_or(-1),
+        s["codec_tag_string"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+/// The RFC 6381 codec strings a browser is asked about (the player page's
+/// `canPlayType`) agree with what ffprobe reads: the sample entry's tag, the
+/// profile and the level; AAC is `mp4a.40.2`.
+#[test]
+fn codec_strings_agree_with_ffprobe() {
+    require_tool("ffmpeg");
+    let dir = TempDir::new().unwrap();
+    let h264 = make_clip(
+        dir.path(),
+        "h264.mp4",
+        &args(&[H264, AAC, &["-movflags", "+faststart"]]),
+    );
+    let codecs = mp4_codecs(&std::fs::read(&h264).unwrap()).expect("codecs of an H.264 MP4");
+    let video = codecs.video.clone().unwrap();
+    let (profile, level, tag) = ffprobe_video_profile(&h264);
+    let profile_idc = match profile.as_str() {
+        "Baseline" | "Constrained Baseline" => "42",
+        "Main" => "4d",
+        "High" => "64",
+        other => panic!("unexpected H.264 profile {other}"),
+    };
+    assert_eq!(&video[..5], format!("{tag}.").as_str(), "{video}");
+    assert_eq!(&video[5..7], profile_idc, "{video} vs {profile}");
+    assert_eq!(
+        &video[9..11],
+        format!("{level:02x}"),
+        "{video} vs level {level}"
+    );
+    assert_eq!(codecs.audio.as_deref(), Some("mp4a.40.2"));
+    assert_eq!(codecs.parameter(), format!("{video},mp4a.40.2"));
+
+    if !has_encoder("libx265") {
+        println!("NOTE: this ffmpeg has no libx265 encoder; the H.265 codec string is not checked");
+        return;
+    }
+    let h265 = make_clip(
+        dir.path(),
+        "h265.mp4",
+        &args(&[
+            &["-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1"],
+            &["-x265-params", "log-level=error"],
+            &["-an", "-movflags", "+faststart"],
+        ]),
+    );
+    let codecs = mp4_codecs(&std::fs::read(&h265).unwrap()).expect("codecs of an H.265 MP4");
+    let video = codecs.video.unwrap();
+    let (profile, level, tag) = ffprobe_video_profile(&h265);
+    assert_eq!(profile, "Main");
+    assert!(
+        video.starts_with(&format!("{tag}.1.6.L{level}")),
+        "{video} vs {tag} {profile} level {level}"
+    );
+    assert_eq!(codecs.audio, None);
 }

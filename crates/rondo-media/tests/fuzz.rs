@@ -1,6 +1,7 @@
 //! Fuzzing the container parsers (`rondo_testkit::fuzz`): real MP4
 //! (faststart and moov-at-end) and MPEG-TS clips made with ffmpeg, damaged
-//! at random, through `prepare_bytes` and, for MP4 headers, `mp4_seek`.
+//! at random, through `prepare_bytes` and `mp4_codecs` and, for MP4
+//! headers, `mp4_seek`.
 //! A damaged file is refused with an error or accepted with a consistent
 //! frame curve; nothing panics. Short by default; `RONDO_SLOW_TESTS=1`
 //! runs each target for `RONDO_FUZZ_SECONDS` (600).
@@ -39,8 +40,10 @@ fn regressions(target: &str) -> std::path::PathBuf {
         .join(target)
 }
 
-/// A damaged file is refused, or accepted with frames that add up.
+/// A damaged file is refused, or accepted with frames that add up; its
+/// codec strings (what the player page asks the browser) never panic.
 fn prepare_target(input: &[u8]) {
+    let _ = rondo_media::container::mp4_codecs(input);
     if let Ok(p) = prepare_bytes(input) {
         let frame_bytes: u64 = p.frames.iter().map(|f| f.bytes).sum();
         assert_eq!(frame_bytes, p.stored_bytes - p.header_bytes);

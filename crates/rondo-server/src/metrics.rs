@@ -1,20 +1,28 @@
 //! Server counters: admissions by outcome, deadline misses (stream-round
-//! misses and disk-round overruns, counted separately as DESIGN.md defines
-//! them), bytes sent, sessions by how they ended, and per disk the reserved
+//! misses and disk-round overruns, counted separately as ARCHITECTURE.md's
+//! vocabulary defines them), bytes sent, sessions by how they ended, and per disk the reserved
 //! and measured busy time of each round, the time granted in it to the
 //! rebuild's copies and ingest writes, and the disk-rounds whose busy time
 //! exceeded what was reserved for streams plus what was granted to those
 //! writers ([`DiskMetrics::record_round`]).
 //!
+//! It also owns the latency histograms operators ask for
+//! ([`LatencyHistogram`]: how long an admission decision takes, how long a
+//! stream waits for its first byte, how late each round begins) and the
+//! per-title counters ([`TitleCounters`], by title id).
+//!
 //! Everything is an atomic so the round driver, the I/O threads and the HTTP
-//! tasks update it without locks; [`Metrics::snapshot`] gives a consistent
-//! enough JSON view (`GET /api/metrics`). The next issue renders the same
-//! struct as Prometheus text and a dashboard.
+//! tasks update it without locks (the per-title map takes a lock once per
+//! admission, never per byte); [`Metrics::snapshot`] gives a consistent
+//! enough JSON view (`GET /api/metrics`); `observe::prometheus` renders the
+//! same struct as Prometheus text.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, RwLock};
 
 use rondo_model::reservation::Rejection;
-use rondo_model::units::{DiskIndex, Round};
+use rondo_model::units::{DiskIndex, Round, TitleId};
 use serde::Serialize;
 
 use crate::listener::{CloseReason, Refusal};
@@ -178,6 +186,128 @@ impl DiskMetrics {
     }
 }
 
+/// A latency histogram with fixed bucket bounds (nanoseconds), cumulative
+/// as Prometheus wants them when rendered: per bucket the observations at
+/// or below its bound, and the sum and count of all.
+#[derive(Debug)]
+pub struct LatencyHistogram {
+    /// Upper bounds of the buckets, increasing; `+Inf` is implicit.
+    pub bounds_ns: &'static [u64],
+    /// Observations in each bucket alone (not cumulative), one more for
+    /// those above the last bound.
+    counts: Vec<AtomicU64>,
+    sum_ns: AtomicU64,
+}
+
+impl LatencyHistogram {
+    pub fn new(bounds_ns: &'static [u64]) -> LatencyHistogram {
+        debug_assert!(bounds_ns.windows(2).all(|w| w[0] < w[1]));
+        LatencyHistogram {
+            bounds_ns,
+            counts: (0..=bounds_ns.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one observation of `ns`.
+    pub fn observe_ns(&self, ns: u64) {
+        let bucket = self.bounds_ns.partition_point(|&b| b < ns);
+        self.counts[bucket].fetch_add(1, Relaxed);
+        self.sum_ns.fetch_add(ns, Relaxed);
+    }
+
+    /// Counts one observation of `d`.
+    pub fn observe(&self, d: std::time::Duration) {
+        self.observe_ns(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// Cumulative counts per bound (the observations at or below it), then
+    /// the count of all (`+Inf`).
+    pub fn cumulative(&self) -> Vec<u64> {
+        let mut total = 0;
+        self.counts
+            .iter()
+            .map(|c| {
+                total += c.load(Relaxed);
+                total
+            })
+            .collect()
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Relaxed)).sum()
+    }
+
+    pub fn sum_ns(&self) -> u64 {
+        self.sum_ns.load(Relaxed)
+    }
+}
+
+/// Admission decisions: from the request reaching admission to the round
+/// driver's answer (its queue included): 50 µs to 1 s.
+pub const ADMISSION_DECISION_BOUNDS_NS: &[u64] = &[
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    1_000_000_000,
+];
+/// Stream start-up on the server: from the request reaching admission to
+/// its first byte handed to the connection: 10 ms to 30 s (a round is 1 s
+/// by default; admission may delay a start by its look-ahead).
+pub const STREAM_START_BOUNDS_NS: &[u64] = &[
+    10_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    750_000_000,
+    1_000_000_000,
+    1_500_000_000,
+    2_000_000_000,
+    3_000_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    30_000_000_000,
+];
+/// How late the round driver began a round after its boundary: 10 µs to
+/// 1 s.
+pub const ROUND_LATENESS_BOUNDS_NS: &[u64] = &[
+    10_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    1_000_000_000,
+];
+
+/// One title's counters. Kept from the title's first request until the
+/// server stops (a deleted title's series stay, so rates do not jump).
+#[derive(Debug)]
+pub struct TitleCounters {
+    pub name: String,
+    pub admitted: AtomicU64,
+    pub rejected: AtomicU64,
+    pub bytes_sent: AtomicU64,
+    pub streams_completed: AtomicU64,
+}
+
 /// The server's counters.
 #[derive(Debug)]
 pub struct Metrics {
@@ -237,6 +367,15 @@ pub struct Metrics {
     pub connections_refused_per_client: AtomicU64,
     /// Connections the server closed, indexed by [`CloseReason`] as usize.
     pub connections_closed: [AtomicU64; 3],
+    /// From a stream request reaching admission to the decision.
+    pub admission_decision: LatencyHistogram,
+    /// From a stream request reaching admission to its first byte handed
+    /// to the client connection (admitted streams that sent a byte).
+    pub stream_start: LatencyHistogram,
+    /// How late the round driver began each round after its boundary.
+    pub round_lateness: LatencyHistogram,
+    /// Per-title counters, by title id.
+    pub titles: RwLock<BTreeMap<TitleId, Arc<TitleCounters>>>,
 }
 
 impl Metrics {
@@ -275,7 +414,43 @@ impl Metrics {
             connections_refused_total: AtomicU64::new(0),
             connections_refused_per_client: AtomicU64::new(0),
             connections_closed: Default::default(),
+            admission_decision: LatencyHistogram::new(ADMISSION_DECISION_BOUNDS_NS),
+            stream_start: LatencyHistogram::new(STREAM_START_BOUNDS_NS),
+            round_lateness: LatencyHistogram::new(ROUND_LATENESS_BOUNDS_NS),
+            titles: RwLock::new(BTreeMap::new()),
         }
+    }
+
+    /// The counters of title `id` (named `name`), created on first use.
+    pub fn title(&self, id: TitleId, name: &str) -> Arc<TitleCounters> {
+        if let Some(t) = self
+            .titles
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+        {
+            return Arc::clone(t);
+        }
+        let mut titles = self.titles.write().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(titles.entry(id).or_insert_with(|| {
+            Arc::new(TitleCounters {
+                name: name.to_string(),
+                admitted: AtomicU64::new(0),
+                rejected: AtomicU64::new(0),
+                bytes_sent: AtomicU64::new(0),
+                streams_completed: AtomicU64::new(0),
+            })
+        }))
+    }
+
+    /// Every title's counters, by id.
+    pub fn title_counters(&self) -> Vec<(TitleId, Arc<TitleCounters>)> {
+        self.titles
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(id, t)| (*id, Arc::clone(t)))
+            .collect()
     }
 
     /// Counts a rejection by its reason.

@@ -11,6 +11,7 @@
 //! stream (graceful shutdown waits for open connections).
 
 pub mod history;
+pub mod process;
 pub mod prometheus;
 
 use std::convert::Infallible;

@@ -140,6 +140,7 @@ impl Driver {
                 self.publish();
             }
             let late = Instant::now().saturating_duration_since(boundary);
+            self.shared.metrics.round_lateness.observe(late);
             if late > Duration::from_nanos(self.shared.clock.round_duration_ns / 4) {
                 tracing::warn!(
                     round = round.0,

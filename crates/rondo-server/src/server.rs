@@ -125,8 +125,6 @@ impl RunningServer {
                 );
             }
         }
-        let (token, token_created) =
-            ensure_token(&data_dir).map_err(io_error("creating the API token"))?;
         remove_stale_uploads(&data_dir);
 
         let titles = load_titles(&store, &bound)?;
@@ -172,6 +170,11 @@ impl RunningServer {
             .local_addr()
             .map_err(io_error("reading the listen address"))?;
         let base_url = format!("http://{local_addr}");
+        // The token is created only once the listener is bound: a first start
+        // that cannot bind (the port is busy) leaves none behind, so the next
+        // start creates it and `rondo serve` shows it then.
+        let (token, token_created) =
+            ensure_token(&data_dir).map_err(io_error("creating the API token"))?;
 
         let metrics = Arc::new(Metrics::new(array.disk_count));
         let gate = Arc::new(DiskTimeGate::new(Arc::clone(&metrics)));
@@ -419,12 +422,33 @@ fn remove_stale_uploads(dir: &Path) {
 
 /// Resolves when the process receives SIGTERM or SIGINT.
 pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    ShutdownSignal::install().recv().await
+}
+
+/// SIGTERM and SIGINT handlers, installed when this is made: a signal that
+/// arrives after [`ShutdownSignal::install`] is never the default action
+/// (which would kill the process without a clean stop).
+pub struct ShutdownSignal {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignal {
+    /// Installs the handlers (inside a tokio runtime).
+    pub fn install() -> ShutdownSignal {
+        use tokio::signal::unix::{SignalKind, signal};
+        ShutdownSignal {
+            term: signal(SignalKind::terminate()).expect("installing a SIGTERM handler"),
+            int: signal(SignalKind::interrupt()).expect("installing a SIGINT handler"),
+        }
+    }
+
+    /// Waits for either signal.
+    pub async fn recv(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = self.int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
     }
 }
 
@@ -448,9 +472,12 @@ pub fn serve_until_signal(
         "one descriptor per connection; the soft limit is raised to the hard one"
     );
     runtime.block_on(async move {
+        // Before the announcement: a client that reads "Press Ctrl-C" and
+        // sends SIGTERM at once gets a clean stop, not the default action.
+        let signal = ShutdownSignal::install();
         let server = RunningServer::start(store, config).await?;
         announce(&server);
-        shutdown_signal().await;
+        signal.recv().await;
         server.shutdown().await;
         Ok(())
     })

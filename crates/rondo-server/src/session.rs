@@ -28,6 +28,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::Stream;
@@ -39,6 +40,7 @@ use tokio::sync::mpsc;
 
 use crate::buffers::PooledBuf;
 use crate::listener::ConnectionHandle;
+use crate::metrics::TitleCounters;
 use crate::state::{Core, Shared};
 use crate::titles::LoadedTitle;
 
@@ -121,6 +123,8 @@ pub async fn admit(
     request: StreamRequest,
 ) -> Result<Admitted, Option<Rejection>> {
     let title = request.title;
+    let asked_at = Instant::now();
+    let title_counters = shared.metrics.title(title.id(), &title.record.name);
     let (inbox, receiver) = mpsc::unbounded_channel();
     let (pieces, pieces_rx) = crossbeam_channel::unbounded();
     let taken_rounds = Arc::new(AtomicU32::new(0));
@@ -167,8 +171,17 @@ pub async fn admit(
             admission
         })
         .await
-        .ok_or(None)?
-        .map_err(Some)?;
+        .ok_or(None)?;
+    shared
+        .metrics
+        .admission_decision
+        .observe(asked_at.elapsed());
+    match &admission {
+        Ok(_) => &title_counters.admitted,
+        Err(_) => &title_counters.rejected,
+    }
+    .fetch_add(1, Relaxed);
+    let admission = admission.map_err(Some)?;
     let earliest = admission.earliest_round;
     tracing::info!(
         stream = admission.stream.0,
@@ -196,10 +209,13 @@ pub async fn admit(
             skip_bytes: admission.skip_bytes,
             remaining_bytes: admission.length_bytes,
             taken_rounds,
+            asked_at,
+            first_byte_sent: false,
             guard: ReleaseGuard {
                 shared: Arc::clone(shared),
                 stream: admission.stream,
                 finished: Arc::new(AtomicBool::new(false)),
+                title_counters,
             },
             done: false,
         },
@@ -215,18 +231,21 @@ struct ReleaseGuard {
     shared: Arc<Shared>,
     stream: StreamId,
     finished: Arc<AtomicBool>,
+    title_counters: Arc<TitleCounters>,
 }
 
 impl Drop for ReleaseGuard {
     fn drop(&mut self) {
         let stream = self.stream;
         let finished = self.finished.load(Relaxed);
+        let title_counters = Arc::clone(&self.title_counters);
         self.shared.on_core(move |shared, core| {
             let Some(state) = end_stream(core, stream) else {
                 return;
             };
             if finished {
                 shared.metrics.streams_completed.fetch_add(1, Relaxed);
+                title_counters.streams_completed.fetch_add(1, Relaxed);
                 return;
             }
             shared.metrics.streams_disconnected.fetch_add(1, Relaxed);
@@ -269,11 +288,30 @@ pub struct SessionBody {
     /// Bytes of the requested range not sent yet.
     remaining_bytes: u64,
     taken_rounds: Arc<AtomicU32>,
+    /// When the request reached admission, and whether a byte went out
+    /// since (the stream's start-up, `Metrics::stream_start`).
+    asked_at: Instant,
+    first_byte_sent: bool,
     guard: ReleaseGuard,
     done: bool,
 }
 
 impl SessionBody {
+    /// Counts bytes handed to the connection: in all, for the title, and
+    /// the first ones as the stream's start-up.
+    fn count_sent(&mut self, bytes: u64) {
+        let metrics = &self.guard.shared.metrics;
+        metrics.bytes_sent.fetch_add(bytes, Relaxed);
+        self.guard
+            .title_counters
+            .bytes_sent
+            .fetch_add(bytes, Relaxed);
+        if !self.first_byte_sent && bytes > 0 {
+            self.first_byte_sent = true;
+            metrics.stream_start.observe(self.asked_at.elapsed());
+        }
+    }
+
     /// Keeps a piece; a piece of the other replica (a re-read after an
     /// error) replaces what came before.
     fn keep(&mut self, piece: Piece) {
@@ -334,11 +372,7 @@ impl Stream for SessionBody {
                 return Poll::Ready(None);
             }
             if let Some(prefix) = self.prefix.take() {
-                self.guard
-                    .shared
-                    .metrics
-                    .bytes_sent
-                    .fetch_add(prefix.len() as u64, Relaxed);
+                self.count_sent(prefix.len() as u64);
                 return Poll::Ready(Some(Ok(prefix)));
             }
             if self.remaining_bytes == 0 {
@@ -374,11 +408,7 @@ impl Stream for SessionBody {
                         self.guard.finished.store(true, Relaxed);
                     }
                     if !data.is_empty() {
-                        self.guard
-                            .shared
-                            .metrics
-                            .bytes_sent
-                            .fetch_add(data.len() as u64, Relaxed);
+                        self.count_sent(data.len() as u64);
                         return Poll::Ready(Some(Ok(data)));
                     }
                 }

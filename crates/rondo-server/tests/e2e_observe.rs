@@ -254,6 +254,40 @@ async fn metrics_and_events_follow_the_streams() {
         after["rondo_disk_round_overruns_total"],
         m.disk_round_overruns as f64
     );
+    // The latency histograms counted each stream once, and the per-title
+    // counters add up to the totals.
+    assert_eq!(after["rondo_admission_decision_seconds_count"], 3.0);
+    assert_eq!(after["rondo_stream_start_seconds_count"], 3.0);
+    let start_sum = after["rondo_stream_start_seconds_sum"];
+    assert!(
+        start_sum > 0.0 && start_sum < 3.0 * 5.0,
+        "3 start-ups took {start_sum} s in all"
+    );
+    assert_eq!(after["rondo_stream_start_seconds_bucket{le=\"+Inf\"}"], 3.0);
+    assert!(after["rondo_round_start_lateness_seconds_count"] >= m.rounds as f64 - 1.0);
+    let per_title = |family: &str| -> f64 {
+        after
+            .iter()
+            .filter(|(k, _)| k.starts_with(&format!("{family}{{")))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    assert_eq!(per_title("rondo_title_sent_bytes_total"), received as f64);
+    assert_eq!(per_title("rondo_title_streams_admitted_total"), 3.0);
+    assert_eq!(per_title("rondo_title_streams_completed_total"), 3.0);
+    for id in &ids {
+        let series = after
+            .keys()
+            .find(|k| {
+                k.starts_with(&format!(
+                    "rondo_title_streams_admitted_total{{title=\"{id}\",name="
+                ))
+            })
+            .unwrap_or_else(|| panic!("no series for title {id}"));
+        assert_eq!(after[series], 1.0, "{series}");
+    }
+    assert!(after["process_resident_memory_bytes"] > 1e6);
+    assert!(after["process_cpu_seconds_total"] > 0.0);
     for d in &m.disks {
         let label = format!("{{disk=\"{}\"}}", d.disk);
         assert_eq!(

@@ -452,6 +452,25 @@ fn a_full_array_and_oversized_rounds_are_refused_whole() {
         "{message}"
     );
     assert_eq!(snapshot(&store), before);
+    drop(store);
+
+    // The advice is a command that works: a data directory with the stride
+    // the message suggests stores the same file.
+    let suggested: u64 = message
+        .split("--stride-bytes ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no --stride-bytes N in the advice: {message}"));
+    assert!(suggested > 2 * 1024 * 1024, "{message}");
+    let wide_dir = TempDir::new().unwrap();
+    let mut wide = store_config(6, CAPACITY_BYTES / suggested * suggested);
+    wide.stride_bytes = suggested;
+    let wide = Store::create(wide_dir.path().join("data"), wide).unwrap();
+    let stored = ingest(&wide, &heavy, None)
+        .unwrap_or_else(|e| panic!("with --stride-bytes {suggested}: {e}"));
+    assert!(stored.size_bytes > 0);
+    assert!(wide.fsck().passed());
 }
 
 /// Records every call of the gate.

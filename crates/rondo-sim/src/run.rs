@@ -56,7 +56,8 @@ pub enum Mode {
     SimulatedDisk,
 }
 
-/// Which round bound admission uses (DESIGN.md, "Paper mode and rondo mode").
+/// Which round bound admission uses: the paper's (paper mode) or rondo's true
+/// upper bound of the detailed model (rondo mode; ARCHITECTURE.md, invariants).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BoundKind {

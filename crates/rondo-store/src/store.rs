@@ -305,6 +305,41 @@ pub(crate) fn expected_header(config: &ArrayConfig, k: usize) -> DeviceHeader {
     }
 }
 
+/// Removes the device file a replaced disk used, once `rondo.toml` no
+/// longer names it, when it is a regular file the data directory holds (a
+/// relative path without `..`: the emulated devices rondo created). A
+/// device outside the directory or a block device is the operator's and is
+/// left alone. Its data is not needed: the disk is rebuilt from the other
+/// replicas. A reader that still has it open keeps reading it until it
+/// switches to the new device (an unlinked file stays readable).
+fn remove_replaced_device(dir: &Path, entry: &Path, old_path: &Path) {
+    let inside = entry.is_relative()
+        && entry
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+    let regular = std::fs::symlink_metadata(old_path).is_ok_and(|m| m.file_type().is_file());
+    if !(inside && regular) {
+        return;
+    }
+    match std::fs::remove_file(old_path) {
+        Ok(()) => {
+            let _ = sync_dir(dir);
+            tracing::info!(path = %old_path.display(), "removed the replaced disk's old device file");
+        }
+        Err(e) => tracing::warn!(
+            path = %old_path.display(),
+            error = %e,
+            "cannot remove the replaced disk's old device file"
+        ),
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StoreError::io(format!("syncing directory {}", dir.display()), e))
+}
+
 /// How a device path will be made ready, decided before anything is changed.
 enum DevicePrep {
     /// Absent: create a sparse file.
@@ -701,7 +736,9 @@ impl Store {
     /// array and disk index, records the path in rondo.toml (temp file,
     /// fsync, rename) and uses it from now on. Relative paths are inside the
     /// data directory. The new device holds no data: the caller rebuilds
-    /// it from the other replicas, and must not read it meanwhile.
+    /// it from the other replicas, and must not read it meanwhile. The old
+    /// device file is removed when the data directory holds it (a relative
+    /// path, a regular file); one outside it, or a block device, stays.
     pub fn replace_device(&self, disk: DiskIndex, path: &Path) -> Result<Arc<Device>> {
         let dir = &self.inner.dir;
         let k = disk.0 as usize;
@@ -750,12 +787,17 @@ impl Store {
         }
         let io_mode = self.device(disk).io_mode();
         let device = Arc::new(Device::open(&resolved, disk, &header, io_mode)?);
+        let old_entry = config.devices[k].path.clone();
+        let old_path = config.device_path(dir, k);
         config.devices[k].path = path.to_path_buf();
         write_config_file(dir, &config)?;
         self.inner
             .devices
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())[k] = Arc::clone(&device);
+        if !same_path {
+            remove_replaced_device(dir, &old_entry, &old_path);
+        }
         Ok(device)
     }
 

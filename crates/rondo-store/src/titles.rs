@@ -132,6 +132,10 @@ pub struct LoadedTitle {
     /// An MP4's stored header (`ftyp`+`moov`) when it is at most
     /// [`MAX_CACHED_HEADER_BYTES`] and could be read; `?t=` cuts it.
     pub mp4_header: Option<Bytes>,
+    /// The RFC 6381 codec strings of an MP4's first video and audio track,
+    /// read from [`LoadedTitle::mp4_header`] (what a browser is asked it can
+    /// decode); `None` for MPEG-TS and uncached headers.
+    pub mp4_codecs: Option<rondo_media::container::Mp4Codecs>,
 }
 
 impl LoadedTitle {
@@ -273,9 +277,13 @@ pub fn load_title(store: &Store, bound: &Bound, id: TitleId) -> Result<LoadedTit
     } else {
         None
     };
+    let mp4_codecs = mp4_header
+        .as_deref()
+        .and_then(rondo_media::container::mp4_codecs);
     Ok(LoadedTitle {
         keyframes,
         mp4_header,
+        mp4_codecs,
         layout: stored.layout.clone(),
         record,
         schedule,

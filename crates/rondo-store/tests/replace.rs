@@ -42,6 +42,13 @@ fn a_replaced_device_is_recorded_and_rebuilt_extents_read_back() {
         toml.contains("new-1.dev") && !toml.contains("disk-1.dev"),
         "{toml}"
     );
+    // The old device file, inside the data directory, is gone; the other
+    // disks' files and the refused candidate (outside it) stay.
+    assert!(
+        !dir.join("disk-1.dev").exists(),
+        "the replaced device file stays behind"
+    );
+    assert!(dir.join("disk-2.dev").exists() && full.exists());
 
     // The new device is empty: every extent disk 1 held now fails its
     // checksum, and the other replica still serves those rounds.

@@ -130,6 +130,19 @@ impl Serve {
                 break url.trim_end_matches('/').to_string();
             }
         };
+        // The rest of the start-up lines (token, dashboard, hints), printed
+        // at once after the URL, up to `Press Ctrl-C to stop.`.
+        while !server
+            .printed
+            .last()
+            .is_some_and(|l| l.starts_with("Press Ctrl-C"))
+        {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match lines.recv_timeout(left.max(Duration::from_secs(5))) {
+                Ok(line) => server.printed.push(line),
+                Err(_) => break,
+            }
+        }
         server
     }
 }
@@ -139,7 +152,7 @@ pub struct RondoServe {
     pub child: Child,
     /// The player's URL without a trailing slash (`http://127.0.0.1:PORT`).
     pub url: String,
-    /// What it printed on stdout up to the URL.
+    /// What it printed on stdout at start-up, up to `Press Ctrl-C to stop.`.
     pub printed: Vec<String>,
     stderr_file: Option<PathBuf>,
 }

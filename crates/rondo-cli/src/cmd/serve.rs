@@ -1,7 +1,8 @@
 //! `rondo serve`: the server, in full operation.
 //!
 //! Opens the data directory (creating it when absent, with the defaults or
-//! the given `--disks`, `--disk-profile` and `--round-ms`, and ingesting the
+//! the given `--disks`, `--disk-profile`, `--round-ms` and `--stride-bytes`,
+//! and ingesting the
 //! embedded sample titles into a new one), refuses flags that contradict an
 //! existing directory, then serves over HTTP until SIGTERM or SIGINT. Prints
 //! the player page's and the API's URLs, and the API token when it was just
@@ -48,6 +49,12 @@ pub struct ServeArgs {
     /// 1000); for an existing one it must match.
     #[arg(long, value_name = "MS")]
     pub round_ms: Option<u64>,
+    /// Stride size of a new data directory in bytes (default 2 MiB, a
+    /// multiple of the 16 KiB block): one round of a title must fit one
+    /// stride, so titles above about 16 Mbit/s at 1 s rounds need larger
+    /// strides. For an existing directory it must match.
+    #[arg(long, value_name = "BYTES")]
+    pub stride_bytes: Option<u64>,
     /// Start rounds admission tries before it answers 503.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_LOOKAHEAD_ROUNDS)]
     pub lookahead_rounds: u64,
@@ -99,6 +106,32 @@ pub struct ServeArgs {
     pub layout: LayoutArgs,
 }
 
+/// How the user ran this binary, for the hints it prints: `rondo` when it
+/// is on PATH under that name (`cargo install --path crates/rondo-cli`),
+/// `cargo run --release --` when it runs from a cargo target directory, the
+/// path it was started by otherwise.
+pub fn invocation() -> String {
+    let exe = std::env::current_exe().ok();
+    let argv0 = std::env::args().next().unwrap_or_else(|| "rondo".into());
+    invocation_for(exe.as_deref(), &argv0, std::env::var_os("CARGO").is_some())
+}
+
+/// [`invocation`] for a binary at `exe`, started as `argv0`, under `cargo
+/// run` (which sets `CARGO` in the child's environment) or not.
+fn invocation_for(exe: Option<&std::path::Path>, argv0: &str, under_cargo: bool) -> String {
+    if under_cargo {
+        let release = exe.is_some_and(|p| p.parent().is_some_and(|d| d.ends_with("release")));
+        if release {
+            "cargo run --release --".into()
+        } else {
+            "cargo run --".into()
+        }
+    } else {
+        // Found on PATH (`rondo`) or started by its path: either works again.
+        argv0.to_string()
+    }
+}
+
 fn now_unix_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -142,6 +175,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(n) = segment_rounds {
         create.segment_rounds = n;
     }
+    if let Some(stride_bytes) = args.stride_bytes {
+        if stride_bytes == 0 || !stride_bytes.is_multiple_of(create.block_bytes) {
+            bail!(
+                "--stride-bytes must be a positive multiple of the {}-byte block",
+                create.block_bytes
+            );
+        }
+        create.stride_bytes = stride_bytes;
+        // Devices hold whole strides.
+        create.capacity_bytes = create.capacity_bytes / stride_bytes * stride_bytes;
+    }
     let (store, created) = open_or_create(&args.data_dir, create)
         .with_context(|| format!("cannot open data directory {}", args.data_dir.display()))?;
     let config = store.config().clone();
@@ -170,6 +214,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 disk_count: args.disks,
                 round_duration_ns: args.round_ms.map(|ms| ms * NS_PER_MS),
                 segment_rounds,
+                stride_bytes: args.stride_bytes,
                 ..DirectoryFlags::default()
             })
             .map_err(|e| anyhow::anyhow!("{}: {e}", args.data_dir.display()))?;
@@ -219,19 +264,52 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
         println!("  player: {url}/");
         println!("  API:    {url}/api  (titles: {url}/api/titles)");
+        let token_file = data_dir.join(rondo_server::auth::TOKEN_FILE);
         if server.token_created() {
             println!(
                 "  API token for control endpoints (shown once; kept in {}): {}",
-                data_dir.join(rondo_server::auth::TOKEN_FILE).display(),
+                token_file.display(),
                 server.token()
             );
+        } else {
+            println!(
+                "  API token for control endpoints: in {} (`rondo admin` reads it there)",
+                token_file.display()
+            );
         }
+        println!("  dashboard: {url}/dashboard  (Prometheus metrics: {url}/metrics)");
         println!(
-            "  add titles while it runs: rondo ingest FILE --data-dir {}",
+            "  add titles while it runs: {} ingest FILE --data-dir {}",
+            invocation(),
             data_dir.display()
         );
         println!("Press Ctrl-C to stop.");
     })
     .context("rondo serve")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::invocation_for;
+    use std::path::Path;
+
+    #[test]
+    fn hints_name_the_command_the_user_can_run() {
+        let release = Path::new("/src/rondo/target/release/rondo");
+        let debug = Path::new("/src/rondo/target/debug/rondo");
+        assert_eq!(
+            invocation_for(Some(release), "target/release/rondo", true),
+            "cargo run --release --"
+        );
+        assert_eq!(
+            invocation_for(Some(debug), "target/debug/rondo", true),
+            "cargo run --"
+        );
+        assert_eq!(invocation_for(Some(release), "rondo", false), "rondo");
+        assert_eq!(
+            invocation_for(Some(release), "./target/release/rondo", false),
+            "./target/release/rondo"
+        );
+    }
 }

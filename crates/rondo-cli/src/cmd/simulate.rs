@@ -1,7 +1,7 @@
 //! `rondo simulate`: the capacity planner for one configuration.
 //!
-//! Runs the configuration at the requested load and at saturation (ρ = 1.5,
-//! DESIGN.md's "capacity"), each replicated until its confidence interval is
+//! Runs the configuration at the requested load and at saturation (ρ = 1.5:
+//! the "capacity" of ARCHITECTURE.md's vocabulary), each replicated until its confidence interval is
 //! within the target, and prints mean active streams, rejection ratio,
 //! capacity, reserved and measured disk time, and misses.
 //!

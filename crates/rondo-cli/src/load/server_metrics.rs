@@ -4,7 +4,7 @@
 //! Deadline misses come from the Prometheus endpoint `GET /metrics`
 //! (`rondo_deadline_misses_total`, summed over its label sets) when the
 //! server has it; otherwise from the JSON counters of `GET /api/metrics`
-//! (`stream_round_misses`, the same stream-round misses DESIGN.md defines);
+//! (`stream_round_misses`, the same stream-round misses ARCHITECTURE.md defines);
 //! otherwise they are `null` and the report says why. The JSON counters'
 //! differences are reported whole, since admissions, rejections by reason
 //! and streams dropped for not reading explain what the clients saw. Both

@@ -16,12 +16,15 @@
 //! box or packet and its byte offset. `docs/media.md` explains the curve.
 
 mod audio;
+mod codecs;
 mod curve;
 mod faststart;
 mod mp4;
 pub mod seek;
 mod source;
 mod ts;
+
+pub use codecs::{Mp4Codecs, mp4_codecs};
 
 use std::fmt;
 use std::io::{self, Read, Seek, SeekFrom, Write};

@@ -631,7 +631,7 @@ fn classify(track_id: u32, handler: &FourCc, stsd: &Child) -> Result<TrackKind, 
 /// The `objectTypeIndication` in the `esds` box of a sample entry whose
 /// child boxes start `skip` bytes into its payload (also looked for inside a
 /// QuickTime `wave` box).
-fn object_type(entry: &Child, skip: usize) -> Result<Option<u8>, MediaError> {
+pub(crate) fn object_type(entry: &Child, skip: usize) -> Result<Option<u8>, MediaError> {
     let Some(rest) = entry.payload.get(skip..) else {
         return Err(corrupt(
             entry.header.offset,

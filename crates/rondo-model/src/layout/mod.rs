@@ -1,7 +1,6 @@
 //! Where a title's bytes live: stride allocation, variable-grain striping and
-//! replica placement (seed 000 §2.2, §2.4, §3.1, §3.2, §5; DESIGN.md
-//! "Reservation schemes and placement"; the rules with a worked example are in
-//! `docs/layout.md`).
+//! replica placement (seed 000 §2.2, §2.4, §3.1, §3.2, §5; the rules with a
+//! worked example are in `docs/layout.md`).
 //!
 //! Layout is two steps so that admission-only runs never touch disk space:
 //!
@@ -37,7 +36,8 @@ use thiserror::Error;
 use crate::schedule::Schedule;
 use crate::units::{DiskIndex, SECTOR_BYTES, TitleId};
 
-/// Where backups go (DESIGN.md: `deterministic` or `random`).
+/// Where backups go: `deterministic` (seed 000 Figure 2) or `random` (a
+/// per-title seed), as `docs/layout.md` states them.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReplicaPlacement {
@@ -147,7 +147,7 @@ fn one_round_per_segment() -> u32 {
 /// inside a run most of the time.
 pub const DEFAULT_SEGMENT_ROUNDS: u32 = 32;
 
-/// The two layouts (DESIGN.md's vocabulary), by `segment_rounds`.
+/// The two layouts (the vocabulary of ARCHITECTURE.md), by `segment_rounds`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LayoutKind {

@@ -169,8 +169,9 @@ impl TitleCharges {
     }
 }
 
-/// The round bound admission charges requests with (DESIGN.md, "Paper mode
-/// and rondo mode").
+/// The round bound admission charges requests with: the paper's (paper mode)
+/// or rondo's true upper bound of the detailed model (rondo mode; see
+/// ARCHITECTURE.md, invariants, and `docs/disk-model.md`).
 #[derive(Clone, Debug)]
 pub enum Bound {
     /// Seed 000 §2.3 with its datasheet parameters; ignores where data lies.

@@ -38,7 +38,8 @@ pub use charges::{Bound, Charge, ChargesError, TitleCharges};
 pub use degraded::replica_after_error;
 use tables::DiskSlot;
 
-/// Disk bandwidth reservation scheme (DESIGN.md, "Reservation schemes").
+/// Disk bandwidth reservation scheme (seed 000 §3: `none`, `unreserved`,
+/// `mirroring`, `minimum`, `dynamic`; `docs/layout.md` compares them).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scheme {

@@ -67,6 +67,17 @@ impl WriteGate for Unthrottled {
 
 /// Why a file was not stored. Every message starts with the file and says
 /// what is wrong with it; the store is unchanged.
+/// A stride that holds a round of `round_bytes`: the smallest power-of-two
+/// multiple of the current stride (so a multiple of the block) at least
+/// twice the round (room for the title's larger rounds).
+pub fn suggested_stride_bytes(round_bytes: u64, stride_bytes: u64) -> u64 {
+    let mut stride = stride_bytes.max(1);
+    while stride < round_bytes.saturating_mul(2) {
+        stride = stride.saturating_mul(2);
+    }
+    stride
+}
+
 #[derive(Debug, Error)]
 pub enum IngestError {
     /// Corrupt, truncated, unknown or unsupported media, or an unreadable
@@ -99,13 +110,15 @@ pub enum IngestError {
     #[error(
         "{file}: playback round {round} holds {bytes} bytes{}, but one round's data must fit a \
          {stride_bytes}-byte stride: the bitrate is too high for {} ms rounds (re-encode at a \
-         lower bitrate, or use a data directory with larger strides or shorter rounds)",
+         lower bitrate, or store it in a new data directory with larger strides, created by \
+         `rondo serve --data-dir NEW_DIR --stride-bytes {}`, or shorter rounds, `--round-ms`)",
         if *.round == 0 && *.header_bytes > 0 {
             format!(" (including the {}-byte header)", .header_bytes)
         } else {
             String::new()
         },
-        .round_duration_ns / 1_000_000
+        .round_duration_ns / 1_000_000,
+        suggested_stride_bytes(*.bytes, *.stride_bytes)
     )]
     RoundTooLarge {
         file: String,

@@ -1,14 +1,17 @@
 //! The server's counters as Prometheus text exposition format 0.0.4,
 //! rendered by hand from [`Metrics`]: a `# HELP` and a `# TYPE` line per
 //! family, counters ending in `_total`, times in seconds and sizes in bytes
-//! (Prometheus' base units), disks labelled `disk="N"`.
+//! (Prometheus' base units), disks labelled `disk="N"`, titles
+//! `title="ID",name="NAME"`; latency histograms as `_bucket{le}`, `_sum`
+//! and `_count`; the process's CPU and memory under the client libraries'
+//! `process_*` names (`observe::process`).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use rondo_model::units::NS_PER_S;
 
-use crate::metrics::Metrics;
+use crate::metrics::{LatencyHistogram, Metrics};
 
 /// The `Content-Type` of the exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -46,6 +49,25 @@ impl Writer {
             self.out.push('}');
         }
         let _ = writeln!(self.out, " {value}");
+    }
+
+    /// A histogram family: cumulative buckets by upper bound (seconds),
+    /// `+Inf`, the sum (seconds) and the count.
+    fn histogram(&mut self, name: &str, help: &str, h: &LatencyHistogram) {
+        self.family(name, "histogram", help);
+        let bucket = format!("{name}_bucket");
+        let cumulative = h.cumulative();
+        for (bound_ns, count) in h.bounds_ns.iter().zip(&cumulative) {
+            let le = format!("{}", seconds(*bound_ns));
+            self.sample(&bucket, &[("le", &le)], count);
+        }
+        self.sample(
+            &bucket,
+            &[("le", "+Inf")],
+            cumulative.last().copied().unwrap_or(0),
+        );
+        self.sample(&format!("{name}_sum"), &[], seconds(h.sum_ns()));
+        self.sample(&format!("{name}_count"), &[], h.count());
     }
 
     /// A family with one unlabelled sample.
@@ -383,6 +405,105 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         "Bytes the running (or last) rebuild has to copy.",
         g(&metrics.rebuild_total_bytes),
     );
+
+    w.histogram(
+        "rondo_admission_decision_seconds",
+        "Time from a stream request reaching admission to the decision (admitted or refused), the round driver's queue included.",
+        &metrics.admission_decision,
+    );
+    w.histogram(
+        "rondo_stream_start_seconds",
+        "Time from a stream request reaching admission to its first byte handed to the client connection (the server's part of start-up).",
+        &metrics.stream_start,
+    );
+    w.histogram(
+        "rondo_round_start_lateness_seconds",
+        "How late the round driver began each round after its boundary.",
+        &metrics.round_lateness,
+    );
+
+    let titles = metrics.title_counters();
+    let title_labels: Vec<(String, String)> = titles
+        .iter()
+        .map(|(id, t)| (id.0.to_string(), t.name.clone()))
+        .collect();
+    type TitleValue = fn(&crate::metrics::TitleCounters) -> u64;
+    let per_title: [(&str, &str, TitleValue); 3] = [
+        (
+            "rondo_title_sent_bytes_total",
+            "Stream bytes of the title handed to client connections.",
+            |t| t.bytes_sent.load(Relaxed),
+        ),
+        (
+            "rondo_title_streams_completed_total",
+            "Streams of the title that sent their last byte.",
+            |t| t.streams_completed.load(Relaxed),
+        ),
+        (
+            "rondo_title_streams_admitted_total",
+            "Stream requests of the title admitted.",
+            |t| t.admitted.load(Relaxed),
+        ),
+    ];
+    if !titles.is_empty() {
+        for (name, help, value) in per_title {
+            w.family(name, "counter", help);
+            for ((_, t), (id, title_name)) in titles.iter().zip(&title_labels) {
+                w.sample(name, &[("title", id), ("name", title_name)], value(t));
+            }
+        }
+        w.family(
+            "rondo_title_streams_rejected_total",
+            "counter",
+            "Stream requests of the title refused (503: no start round within the look-ahead).",
+        );
+        for ((_, t), (id, title_name)) in titles.iter().zip(&title_labels) {
+            w.sample(
+                "rondo_title_streams_rejected_total",
+                &[("title", id), ("name", title_name)],
+                t.rejected.load(Relaxed),
+            );
+        }
+    }
+
+    if let Some(p) = super::process::read() {
+        w.single(
+            "process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time of the server process, in seconds.",
+            p.cpu_seconds,
+        );
+        w.single(
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory of the server process.",
+            p.resident_memory_bytes,
+        );
+        w.single(
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory of the server process.",
+            p.virtual_memory_bytes,
+        );
+        w.single(
+            "process_threads",
+            "gauge",
+            "Threads of the server process.",
+            p.threads,
+        );
+        w.single(
+            "process_open_fds",
+            "gauge",
+            "Open file descriptors of the server process.",
+            p.open_fds,
+        );
+        w.single(
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the server process, seconds since the Unix epoch.",
+            p.start_time_seconds,
+        );
+    }
     w.out
 }
 
@@ -428,7 +549,10 @@ mod tests {
             if let Some(rest) = line.strip_prefix("# TYPE ") {
                 let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
                 assert!(is_name(name), "TYPE name {name:?}");
-                assert!(matches!(kind, "counter" | "gauge"), "TYPE {kind}");
+                assert!(
+                    matches!(kind, "counter" | "gauge" | "histogram"),
+                    "TYPE {kind}"
+                );
                 assert!(helps.contains(name), "HELP before TYPE for {name}");
                 assert!(
                     types.insert(name.to_string(), kind.to_string()).is_none(),
@@ -461,10 +585,24 @@ mod tests {
                 }
             };
             assert!(is_name(name), "sample name {name:?}");
+            // A histogram's samples are its name with a suffix.
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| {
+                    name.strip_suffix(suffix)
+                        .filter(|f| types.get(*f).is_some_and(|k| k == "histogram"))
+                })
+                .unwrap_or(name);
             let kind = types
-                .get(name)
+                .get(family)
                 .unwrap_or_else(|| panic!("TYPE declared before {name}"));
-            if kind == "counter" {
+            if kind == "histogram" {
+                assert_ne!(family, name, "histogram sample {name} has a suffix");
+                assert!(value >= 0.0, "histogram {name} is not negative");
+                if name.ends_with("_bucket") {
+                    assert!(labels.contains_key("le"), "{name} has le");
+                }
+            } else if kind == "counter" {
                 assert!(name.ends_with("_total"), "counter {name} ends in _total");
                 assert!(value >= 0.0, "counter {name} is not negative");
             } else {
@@ -480,11 +618,47 @@ mod tests {
                 value,
             });
         }
-        for name in types.keys() {
+        for (name, kind) in &types {
+            let sample_name = if kind == "histogram" {
+                format!("{name}_count")
+            } else {
+                name.clone()
+            };
             assert!(
-                samples.iter().any(|s| &s.name == name),
+                samples.iter().any(|s| s.name == sample_name),
                 "family {name} has samples"
             );
+            if kind == "histogram" {
+                // Buckets cumulative in increasing `le`, ending at +Inf = count.
+                let buckets: Vec<(f64, f64)> = samples
+                    .iter()
+                    .filter(|s| s.name == format!("{name}_bucket"))
+                    .map(|s| {
+                        let le = &s.labels["le"];
+                        let le = if le == "+Inf" {
+                            f64::INFINITY
+                        } else {
+                            le.parse().expect("le is a number")
+                        };
+                        (le, s.value)
+                    })
+                    .collect();
+                assert!(buckets.len() >= 2, "{name} has buckets");
+                assert!(
+                    buckets
+                        .windows(2)
+                        .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
+                    "{name} buckets cumulative: {buckets:?}"
+                );
+                let last = buckets.last().unwrap();
+                assert!(last.0.is_infinite(), "{name} ends at +Inf");
+                let count = samples
+                    .iter()
+                    .find(|s| s.name == format!("{name}_count"))
+                    .unwrap()
+                    .value;
+                assert_eq!(last.1, count, "{name}: +Inf bucket = count");
+            }
         }
         (samples, types)
     }
@@ -502,6 +676,142 @@ mod tests {
             .collect();
         assert_eq!(found.len(), 1, "one sample {name} {labels:?}");
         found[0].value
+    }
+
+    /// Metric names a text mentions: words starting `rondo_` or `process_`,
+    /// with a brace list expanded (`rondo_disk_{a,b}_seconds` is two names)
+    /// and label lists (`{disk}`) dropped; Rust paths (`rondo_model::…`)
+    /// are not names; a name followed by `*` is a prefix (kept with it).
+    fn names_in(text: &str) -> BTreeSet<String> {
+        let bytes = text.as_bytes();
+        let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+        let mut names = BTreeSet::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            let starts = (bytes[i..].starts_with(b"rondo_") || bytes[i..].starts_with(b"process_"))
+                && (i == 0 || !word(bytes[i - 1]));
+            if !starts {
+                i += 1;
+                continue;
+            }
+            let mut stems = vec![String::new()];
+            let mut j = i;
+            loop {
+                let start = j;
+                while j < bytes.len() && word(bytes[j]) {
+                    j += 1;
+                }
+                for stem in &mut stems {
+                    stem.push_str(&text[start..j]);
+                }
+                // `{a,b}` followed by more of the name is an alternation.
+                if j < bytes.len()
+                    && bytes[j] == b'{'
+                    && let Some(close) = text[j..].find('}')
+                {
+                    let after = j + close + 1;
+                    if after < bytes.len() && word(bytes[after]) {
+                        let options: Vec<&str> = text[j + 1..j + close].split(',').collect();
+                        stems = stems
+                            .iter()
+                            .flat_map(|s| options.iter().map(move |o| format!("{s}{o}")))
+                            .collect();
+                        j = after;
+                        continue;
+                    }
+                }
+                break;
+            }
+            let path = text[j..].starts_with("::");
+            // `rondo_disk_*`: a prefix, kept with its star.
+            let prefix = text[j..].starts_with('*');
+            if prefix {
+                names.extend(stems.into_iter().map(|s| s + "*"));
+            } else if !path {
+                names.extend(stems);
+            }
+            i = j.max(i + 1);
+        }
+        names
+    }
+
+    /// Crates and functions the docs name with the same prefix.
+    const NOT_METRICS: &[&str] = &[
+        "rondo_cli",
+        "rondo_experiments",
+        "rondo_media",
+        "rondo_model",
+        "rondo_server",
+        "rondo_sim",
+        "rondo_store",
+        "rondo_testkit",
+        "rondo_bound",
+        "rondo_bound_covers_every_cscan_batch",
+        "rondo_bound_margins_report",
+        "rondo_write_bound",
+    ];
+
+    /// Every metric the documentation names is one `/metrics` exports (the
+    /// renderer with a title and every histogram populated), so an operator
+    /// who copies a name from the docs into a query finds it.
+    #[test]
+    fn every_metric_the_docs_name_is_exported() {
+        let metrics = Metrics::new(2);
+        metrics.title(rondo_model::units::TitleId(1), "t");
+        let (samples, types) = parse(&render(&metrics, 0, 1_000_000_000));
+        let exported: BTreeSet<&str> = types
+            .keys()
+            .map(String::as_str)
+            .chain(samples.iter().map(|s| s.name.as_str()))
+            .collect();
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(root.join("docs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md"))
+            .collect();
+        files.extend(["README.md", "ARCHITECTURE.md"].map(|f| root.join(f)));
+        let mut checked = 0;
+        let mut missing = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            for name in names_in(&text) {
+                if NOT_METRICS.contains(&name.as_str()) {
+                    continue;
+                }
+                checked += 1;
+                let found = match name.strip_suffix('*') {
+                    Some(prefix) => exported.iter().any(|e| e.starts_with(prefix)),
+                    None => exported.contains(name.as_str()),
+                };
+                if !found {
+                    missing.push(format!("{}: {name}", file.display()));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "named in the docs, not exported: {missing:#?}"
+        );
+        assert!(
+            checked > 40,
+            "only {checked} names found: the scan is broken"
+        );
+        // The scanner itself: an alternation, labels, a path, a suffix.
+        let found = names_in(
+            "`rondo_disk_{a,b}_seconds_total{disk}`, rondo_x{le=\"1\"}, \
+             rondo_model::units, process_open_fds, `rondo_title_*`.",
+        );
+        assert_eq!(
+            found,
+            BTreeSet::from([
+                "rondo_disk_a_seconds_total".to_string(),
+                "rondo_disk_b_seconds_total".to_string(),
+                "rondo_x".to_string(),
+                "process_open_fds".to_string(),
+                "rondo_title_*".to_string(),
+            ])
+        );
     }
 
     #[test]
@@ -536,8 +846,67 @@ mod tests {
         metrics.rebuild_done_bytes.store(1 << 20, Relaxed);
         metrics.rebuild_total_bytes.store(4 << 20, Relaxed);
 
+        // Latencies: 3 decisions (0.2, 0.3 and 40 ms), 2 start-ups (0.8 s,
+        // 12 s), one round begun 7 µs late.
+        for ns in [200_000, 300_000, 40_000_000] {
+            metrics.admission_decision.observe_ns(ns);
+        }
+        metrics.stream_start.observe_ns(800_000_000);
+        metrics.stream_start.observe_ns(12_000_000_000);
+        metrics.round_lateness.observe_ns(7_000);
+        // Two titles, one with a name that needs escaping.
+        let t = metrics.title(rondo_model::units::TitleId(3), "ocean");
+        t.admitted.store(5, Relaxed);
+        t.rejected.store(2, Relaxed);
+        t.bytes_sent.store(1_000_000, Relaxed);
+        t.streams_completed.store(4, Relaxed);
+        metrics.title(rondo_model::units::TitleId(0), "a\\b");
+
         let text = render(&metrics, 6, 1_000_000_000);
         let (samples, types) = parse(&text);
+
+        let decision = "rondo_admission_decision_seconds";
+        assert_eq!(types[decision], "histogram");
+        assert_eq!(value(&samples, &format!("{decision}_count"), &[]), 3.0);
+        assert!((value(&samples, &format!("{decision}_sum"), &[]) - 0.0405).abs() < 1e-12);
+        let bucket =
+            |name: &str, le: &str| value(&samples, &format!("{name}_bucket"), &[("le", le)]);
+        assert_eq!(bucket(decision, "0.0001"), 0.0);
+        assert_eq!(bucket(decision, "0.00025"), 1.0);
+        assert_eq!(bucket(decision, "0.0005"), 2.0);
+        assert_eq!(bucket(decision, "0.025"), 2.0);
+        assert_eq!(bucket(decision, "0.05"), 3.0);
+        let start = "rondo_stream_start_seconds";
+        assert_eq!(bucket(start, "0.75"), 0.0);
+        assert_eq!(bucket(start, "1"), 1.0);
+        assert_eq!(bucket(start, "10"), 1.0);
+        assert_eq!(bucket(start, "30"), 2.0);
+        assert_eq!(bucket(start, "+Inf"), 2.0);
+        assert_eq!(bucket("rondo_round_start_lateness_seconds", "0.00001"), 1.0);
+        let ocean = [("title", "3"), ("name", "ocean")];
+        assert_eq!(
+            value(&samples, "rondo_title_streams_admitted_total", &ocean),
+            5.0
+        );
+        assert_eq!(
+            value(&samples, "rondo_title_streams_rejected_total", &ocean),
+            2.0
+        );
+        assert_eq!(value(&samples, "rondo_title_sent_bytes_total", &ocean), 1e6);
+        assert_eq!(
+            value(&samples, "rondo_title_streams_completed_total", &ocean),
+            4.0
+        );
+        assert!(
+            text.contains("rondo_title_sent_bytes_total{title=\"0\",name=\"a\\\\b\"} 0\n"),
+            "{text}"
+        );
+        if std::path::Path::new("/proc/self/stat").exists() {
+            assert!(value(&samples, "process_resident_memory_bytes", &[]) > 1e6);
+            assert!(value(&samples, "process_cpu_seconds_total", &[]) >= 0.0);
+            assert!(value(&samples, "process_open_fds", &[]) >= 3.0);
+            assert_eq!(types["process_cpu_seconds_total"], "counter");
+        }
 
         assert_eq!(value(&samples, "rondo_round_duration_seconds", &[]), 1.0);
         assert_eq!(value(&samples, "rondo_rounds_total", &[]), 42.0);
