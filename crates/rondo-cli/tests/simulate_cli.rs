@@ -534,3 +534,63 @@ fn experiment_run_takes_seed002_jukebox_files() {
         "jukebox experiment",
     );
 }
+
+/// Seed 003's GPMP (admission-only): reading a stream's next rounds of a
+/// segment in one request pays where positioning dominates transfer (short
+/// rounds), as the paper says; it needs the segments layout.
+#[test]
+fn gpmp_admits_more_than_sweep_at_short_rounds_on_segments() {
+    let run = |policy: &str| {
+        let out = rondo()
+            .args([
+                "simulate",
+                "--layout",
+                "segments",
+                "--scheme",
+                "none",
+                "--round-ms",
+                "250",
+                "--disks",
+                "8",
+                "--load",
+                "1.5",
+                "--policy",
+                policy,
+                "--prefetch-depth",
+                "3",
+                "--replications",
+                "1",
+                "--max-replications",
+                "1",
+                "--no-capacity",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["at_load"]["mean_active_streams"].as_f64().unwrap()
+    };
+    let (sweep, gpmp) = (run("sweep"), run("gpmp"));
+    assert!(gpmp > 1.05 * sweep, "GPMP {gpmp} against Sweep {sweep}");
+    assert_fails_with(
+        rondo().args(["simulate", "--policy", "gpmp"]),
+        "needs --layout segments",
+    );
+    assert_fails_with(
+        rondo().args([
+            "simulate",
+            "--layout",
+            "segments",
+            "--policy",
+            "gpmp",
+            "--mode",
+            "simulated-disk",
+        ]),
+        "not yet executed by the array",
+    );
+}

@@ -104,6 +104,11 @@ pub struct SimConfig {
     /// Rounds per run on one disk: 1 is `variable-grain`, more `segments`
     /// (`LayoutParams::segment_rounds`).
     pub segment_rounds: u32,
+    /// Rounds a stream reads in one request (seed 003's GPMP, k = u + 1):
+    /// 1 is one read per round (Sweep, seed 000); more groups consecutive
+    /// rounds of a segment (`Bound::title_charges_grouped`). Admission-only
+    /// so far: the array does not execute grouped reads yet.
+    pub read_group_rounds: u32,
     /// ρ: arrivals at ρ·μ per round (seed 000 §6.2).
     pub load: f64,
     /// R_disk in μ = D·R_disk·T/S_tot (equation 1); seed 000 uses Table 2's
@@ -158,6 +163,7 @@ impl SimConfig {
             stride_bytes: STRIDE_BYTES_DEFAULT,
             block_bytes: BLOCK_BYTES_DEFAULT,
             segment_rounds: 1,
+            read_group_rounds: 1,
             load: 0.8,
             // Seed 000 Table 2: 11.3 MB/s inner-zone sustained rate.
             mu_rate_bytes_per_s: 11.3e6,
@@ -1077,7 +1083,12 @@ pub fn place_titles(
         .zip(layouts)
         .map(|((title, plan), layout)| {
             let charges = bound
-                .title_charges(&plan, layout.as_ref(), &title.schedule)
+                .title_charges_grouped(
+                    &plan,
+                    layout.as_ref(),
+                    &title.schedule,
+                    config.read_group_rounds,
+                )
                 .map_err(|source| SimError::Charges {
                     name: title.name.clone(),
                     source,
@@ -1104,6 +1115,18 @@ pub fn prepare_placed(
 ) -> Result<PreparedArray, SimError> {
     if titles.is_empty() {
         return Err(SimError::NoTitles);
+    }
+    if config.read_group_rounds == 0 {
+        return Err(SimError::Config(
+            "a read group has at least one round".into(),
+        ));
+    }
+    if config.read_group_rounds > 1 && config.mode == Mode::SimulatedDisk {
+        return Err(SimError::Config(format!(
+            "reads grouped {} rounds at a time are admitted but not yet executed by the array: \
+             use admission-only mode (docs/retrieval.md)",
+            config.read_group_rounds
+        )));
     }
     if config.load.is_nan() || config.load <= 0.0 {
         return Err(SimError::Config(format!(

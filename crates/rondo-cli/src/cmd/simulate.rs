@@ -80,6 +80,20 @@ pub struct SimulateArgs {
     backup_block_bytes: Option<u64>,
     #[command(flatten)]
     layout: crate::cmd::layout_args::LayoutArgs,
+    /// Retrieval policy (seed 003): `sweep` reads each stream's round in
+    /// its own request (seed 000's policy, the default); `gpmp` reads a
+    /// stream's next 1 + --prefetch-depth rounds of a segment in one request
+    /// and holds them in host memory (needs --layout segments;
+    /// admission-only mode so far). docs/retrieval.md.
+    #[arg(long, value_enum, default_value_t = PolicyArg::Sweep)]
+    policy: PolicyArg,
+    /// Server buffer per disk in MiB [default: 64, seed 000 §6.3]; GPMP
+    /// trades it for disk time (seed 003 Figure 4).
+    #[arg(long, value_name = "MIB", conflicts_with = "data_dir")]
+    buffer_per_disk_mib: Option<u64>,
+    /// GPMP's u: blocks read ahead per stream with each read (k = u + 1).
+    #[arg(long, value_name = "U", default_value_t = 5, requires = "policy")]
+    prefetch_depth: u32,
     /// Round bound: `paper` (seed 000 §2.3, Table 2) or `rondo` (a true upper
     /// bound of the detailed disk model, used by `rondo serve`).
     #[arg(long, value_enum, default_value_t = BoundArg::Rondo)]
@@ -170,6 +184,12 @@ pub struct SimulateArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyArg {
+    Sweep,
+    Gpmp,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -276,6 +296,11 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         mean_scene_ms: args.trace_mean_scene_ms,
         gop_log_sd_ratio_permille: None,
     };
+    anyhow::ensure!(
+        args.policy == PolicyArg::Sweep || args.data_dir.is_none(),
+        "--policy gpmp with --data-dir is not built yet: a data directory's titles are charged \
+         one read per round (docs/retrieval.md)"
+    );
     let (mut config, titles, titles_label) = match &args.data_dir {
         None => {
             let round_ms = args.round_ms.unwrap_or(DEFAULT_ROUND_MS);
@@ -291,6 +316,25 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|| DEFAULT_PROFILE.to_string());
             config.backup_block_bytes = args.backup_block_bytes;
             config.segment_rounds = args.layout.segment_rounds()?.unwrap_or(1);
+            if let Some(mib) = args.buffer_per_disk_mib {
+                anyhow::ensure!(mib > 0, "--buffer-per-disk-mib must be positive");
+                config.buffer_per_disk_bytes = mib << 20;
+            }
+            config.read_group_rounds = match args.policy {
+                PolicyArg::Sweep => 1,
+                PolicyArg::Gpmp => {
+                    anyhow::ensure!(
+                        config.segment_rounds > 1,
+                        "--policy gpmp reads a stream's next rounds in one request: they must \
+                         lie next to each other, so it needs --layout segments"
+                    );
+                    anyhow::ensure!(
+                        args.prefetch_depth >= 1,
+                        "--prefetch-depth must be at least 1 (0 is --policy sweep)"
+                    );
+                    args.prefetch_depth + 1
+                }
+            };
             config.round_robin_counter = match args.round_robin_counter {
                 Some(CounterArg::PerDisk) => RoundRobinCounter::PerDisk,
                 Some(CounterArg::PerTitle) | None => RoundRobinCounter::PerTitle,

@@ -169,6 +169,16 @@ impl TitleCharges {
     }
 }
 
+/// The first round of the read group playback round `round` belongs to:
+/// groups of `group_rounds` rounds from the start of each segment of
+/// `segment_rounds` rounds (the last group of a segment may be shorter).
+pub fn group_start(round: usize, segment_rounds: u32, group_rounds: u32) -> usize {
+    let segment_rounds = segment_rounds.max(1) as usize;
+    let group_rounds = group_rounds.max(1) as usize;
+    let segment = round - round % segment_rounds;
+    segment + (round - segment) / group_rounds * group_rounds
+}
+
 /// The round bound admission charges requests with: the paper's (paper mode)
 /// or rondo's true upper bound of the detailed model (rondo mode; see
 /// ARCHITECTURE.md, invariants, and `docs/disk-model.md`).
@@ -196,6 +206,115 @@ impl Bound {
             Bound::Paper(b) => b.extents_ns(extents),
             Bound::Rondo(b) => b.extents_ns(extents),
         }
+    }
+
+    /// The charges of a title whose streams read in **groups** of up to
+    /// `group_rounds` consecutive rounds (seed 003's GPMP with k =
+    /// `group_rounds`): at a group's first round one request per disk for
+    /// the whole group (adjacent extents merged into one, so contiguous data
+    /// pays one positioning), nothing in its other rounds, and the buffer
+    /// holding each round from its group's read until it is sent. Groups
+    /// restart at every segment of the layout (`LayoutParams::
+    /// segment_rounds`), so a group never spans two disks; under
+    /// variable-grain striping every group is one round and the charges are
+    /// [`Bound::title_charges`]'s.
+    pub fn title_charges_grouped(
+        &self,
+        plan: &TitlePlan,
+        layout: Option<&TitleLayout>,
+        schedule: &Schedule,
+        group_rounds: u32,
+    ) -> Result<TitleCharges, ChargesError> {
+        if self.needs_extents() && layout.is_none() {
+            return Err(ChargesError::NeedsLayout);
+        }
+        let rounds = plan.rounds();
+        let segment_rounds = plan.params().segment_rounds;
+        let starts: Vec<usize> = (0..rounds)
+            .map(|i| group_start(i, segment_rounds, group_rounds))
+            .collect();
+        let group = |i: usize| i..(i..rounds).find(|&j| starts[j] != i).unwrap_or(rounds);
+        // One request's cost for the extents of `rounds` on one disk.
+        let cost = |members: &mut dyn Iterator<Item = (usize, Option<usize>, u64)>| {
+            let mut extents: Vec<(u64, u64)> = Vec::new();
+            let mut bytes = 0;
+            for (round, entry, read_bytes) in members {
+                bytes += read_bytes;
+                if let Some(layout) = layout {
+                    for (lbn, sectors) in layout.request_extents(round, entry) {
+                        match extents.last_mut() {
+                            Some(last) if last.0 + last.1 == lbn => last.1 += sectors,
+                            _ => extents.push((lbn, sectors)),
+                        }
+                    }
+                }
+            }
+            if bytes == 0 {
+                return 0;
+            }
+            match self {
+                Bound::Paper(b) => b.request_ns(bytes),
+                Bound::Rondo(b) => b.extents_ns(&extents),
+            }
+        };
+        let mut primary = Vec::with_capacity(rounds);
+        let mut backups = Vec::with_capacity(rounds);
+        for (i, &start) in starts.iter().enumerate() {
+            let disk = plan.primary(i).disk;
+            let pieces = plan.backups(i);
+            if start != i {
+                primary.push(Charge { disk, cost_ns: 0 });
+                backups.push(
+                    pieces
+                        .iter()
+                        .map(|p| Charge {
+                            disk: p.disk,
+                            cost_ns: 0,
+                        })
+                        .collect(),
+                );
+                continue;
+            }
+            let members = group(i);
+            primary.push(Charge {
+                disk,
+                cost_ns: cost(&mut members.clone().map(|j| (j, None, plan.primary(j).bytes))),
+            });
+            // Each backup disk of the group's first round, with the pieces
+            // the group's rounds keep on it (a segment's backup placement is
+            // the same for all its rounds).
+            backups.push(
+                pieces
+                    .iter()
+                    .map(|piece| Charge {
+                        disk: piece.disk,
+                        cost_ns: cost(&mut members.clone().flat_map(|j| {
+                            plan.backups(j)
+                                .iter()
+                                .enumerate()
+                                .filter(|(_, p)| p.disk == piece.disk)
+                                .map(move |(e, p)| (j, Some(e), p.bytes))
+                        })),
+                    })
+                    .collect(),
+            );
+        }
+        // Round j is held from its group's read (stream round starts[j])
+        // through its send (stream round j + 1).
+        let mut starting = vec![0u64; rounds + 2];
+        let mut ending = vec![0u64; rounds + 2];
+        for j in 0..rounds {
+            starting[starts[j]] += schedule.disk_read_bytes[j];
+            ending[j + 2] += schedule.disk_read_bytes[j];
+        }
+        let mut held = 0u64;
+        let buffer_bytes = (0..=rounds)
+            .map(|r| {
+                held = held + starting[r] - ending[r];
+                held
+            })
+            .collect();
+        TitleCharges::new(primary, backups, buffer_bytes, &schedule.client_bytes)
     }
 
     /// Whether the bound needs the request's extents (LBNs), i.e. a placed layout.

@@ -34,7 +34,7 @@ use thiserror::Error;
 use crate::layout::Replica;
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
-pub use charges::{Bound, Charge, ChargesError, TitleCharges};
+pub use charges::{Bound, Charge, ChargesError, TitleCharges, group_start};
 pub use degraded::replica_after_error;
 use tables::DiskSlot;
 

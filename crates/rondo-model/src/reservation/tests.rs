@@ -474,3 +474,99 @@ fn a_failed_read_falls_back_to_the_other_replica_if_it_serves() {
         None
     );
 }
+
+#[test]
+fn read_groups_restart_at_each_segment() {
+    let starts: Vec<usize> = (0..14).map(|i| group_start(i, 6, 4)).collect();
+    assert_eq!(starts, [0, 0, 0, 0, 4, 4, 6, 6, 6, 6, 10, 10, 12, 12]);
+    // One-round groups, or one-round segments (variable-grain): each round
+    // is its own group.
+    assert!((0..20).all(|i| group_start(i, 6, 1) == i && group_start(i, 1, 5) == i));
+}
+
+#[test]
+fn grouped_charges_read_a_group_in_one_request_and_hold_it_until_sent() {
+    use crate::disk::{PaperBound, RondoBound, profile_by_name};
+    use crate::layout::{
+        ArrayAllocator, BackupParams, LayoutParams, ReplicaPlacement, RoundRobinCounter, TitlePlan,
+    };
+    use crate::schedule::Schedule;
+    const KIB: u64 = 1024;
+    let client_bytes: Vec<u64> = (0..40).map(|i| 200 * KIB + (i % 7) * 10 * KIB).collect();
+    let schedule =
+        Schedule::from_client_bytes(client_bytes, crate::units::NS_PER_S, 16 * KIB).unwrap();
+    let params = |segment_rounds| LayoutParams {
+        disk_count: 4,
+        stride_bytes: 8 * 1024 * KIB,
+        block_bytes: 16 * KIB,
+        backup: Some(BackupParams {
+            placement: ReplicaPlacement::Deterministic,
+            backup_block_bytes: None,
+            fragment_sequence: Default::default(),
+            round_robin_counter: RoundRobinCounter::PerTitle,
+        }),
+        segment_rounds,
+    };
+    let rondo = Bound::Rondo(RondoBound::new(&profile_by_name("cheetah-4lp").unwrap()).unwrap());
+    let paper = Bound::Paper(PaperBound::seed000_table2());
+    for segment_rounds in [1, 8] {
+        let plan = TitlePlan::new(
+            &schedule.disk_read_bytes,
+            &params(segment_rounds),
+            DiskIndex(1),
+            3,
+        )
+        .unwrap();
+        let layout = ArrayAllocator::uniform(4, 200).place(&plan).unwrap();
+        for bound in [&paper, &rondo] {
+            let single = bound
+                .title_charges(&plan, Some(&layout), &schedule)
+                .unwrap();
+            // Groups of one round are today's charges.
+            assert_eq!(
+                bound
+                    .title_charges_grouped(&plan, Some(&layout), &schedule, 1)
+                    .unwrap(),
+                single
+            );
+            let grouped = bound
+                .title_charges_grouped(&plan, Some(&layout), &schedule, 4)
+                .unwrap();
+            if segment_rounds == 1 {
+                // Variable-grain: nothing is adjacent, every group is a round.
+                assert_eq!(grouped, single);
+                continue;
+            }
+            for i in 0..40 {
+                let start = group_start(i, segment_rounds, 4);
+                if start != i {
+                    assert_eq!(grouped.primary(i).cost_ns, 0, "round {i}");
+                    assert!(grouped.backup(i).iter().all(|c| c.cost_ns == 0));
+                    continue;
+                }
+                // One positioning for the group: less than its rounds read
+                // one by one, more than the first round alone.
+                let one_by_one: u64 = (i..i + 4).map(|j| single.primary(j).cost_ns).sum();
+                let cost = grouped.primary(i).cost_ns;
+                assert!(
+                    cost < one_by_one && cost > single.primary(i).cost_ns,
+                    "round {i}: {cost} against {one_by_one}"
+                );
+                let backup_one_by_one: u64 = (i..i + 4)
+                    .flat_map(|j| single.backup(j).iter().map(|c| c.cost_ns))
+                    .sum();
+                let backup: u64 = grouped.backup(i).iter().map(|c| c.cost_ns).sum();
+                assert!(backup < backup_one_by_one, "round {i}");
+            }
+            // Each round is held from its group's read to its send.
+            let held: u64 = grouped.buffer_bytes.iter().sum();
+            let expected: u64 = (0..40)
+                .map(|j| {
+                    schedule.disk_read_bytes[j] * (j + 2 - group_start(j, segment_rounds, 4)) as u64
+                })
+                .sum();
+            assert_eq!(held, expected);
+            assert!(held > single.buffer_bytes.iter().sum::<u64>());
+        }
+    }
+}
