@@ -311,6 +311,12 @@ pub fn mp4_seek(header: &[u8], stored_bytes: u64, time_ns: u64) -> Result<Mp4See
             "a sample after the keyframe lies inside the header",
         ));
     }
+    if media_first_byte >= stored_bytes {
+        return Err(corrupt(
+            media_first_byte,
+            "a sample after the keyframe lies past the end of the file",
+        ));
+    }
     let tail_bytes = stored_bytes - media_first_byte;
     let mdat_header_bytes: u64 = if tail_bytes + 8 > u32::MAX as u64 {
         16
