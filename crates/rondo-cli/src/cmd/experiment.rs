@@ -117,32 +117,19 @@ pub fn run(command: ExperimentCommand) -> anyhow::Result<()> {
     // Re-validate with the overrides applied, placing every point's titles
     // so that a configuration that cannot hold them fails before any run.
     spec.check_layouts()?;
-    let out = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
-    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    let bar = replications_bar(json, &spec.name);
-    let report = |done: usize, total: usize| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-    };
-    let result = run_experiment(&spec, seed, &report)?;
-    bar.finish_and_clear();
-    std::fs::write(
-        out.join("results.json"),
-        serde_json::to_string_pretty(&result)?,
-    )?;
-    std::fs::write(out.join("results.csv"), result.to_csv())?;
-    write_plots(&result, &spec.reference, &out, "plot")
-        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
-    } else {
-        print_table(&result);
-        println!(
-            "wrote {}/results.{{json,csv}} and plot.{{png,svg}}",
-            out.display()
-        );
-    }
-    Ok(())
+    run_and_write(
+        &spec.name,
+        out,
+        json,
+        |report| Ok(run_experiment(&spec, seed, report)?),
+        |result, out| {
+            std::fs::write(out.join("results.csv"), result.to_csv())?;
+            write_plots(result, &spec.reference, out, "plot")
+                .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+            Ok("plot.{png,svg}")
+        },
+        print_table,
+    )
 }
 
 fn print_table(result: &ExperimentResult) {
@@ -185,31 +172,53 @@ fn run_jukebox_file(
     seed: u64,
     json: bool,
 ) -> anyhow::Result<()> {
-    let out = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
+    run_and_write(
+        &spec.name,
+        out,
+        json,
+        |report| Ok(run_jukebox(spec, seed, report)),
+        |result, out| {
+            std::fs::write(out.join("results.csv"), result.to_csv())?;
+            for (stem, chart) in result.charts() {
+                write_chart(&chart, &[], out, &stem).map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+            }
+            Ok("plot*.{png,svg}")
+        },
+        print_jukebox_table,
+    )
+}
+
+/// Runs an experiment behind the replications' progress bar, writes
+/// `results.json` under `out` (default `results/<name>/`) and what `write`
+/// adds (the CSV and the plots, named in its answer), then prints the JSON
+/// (`--json`) or `table`.
+fn run_and_write<R: serde::Serialize>(
+    name: &str,
+    out: Option<PathBuf>,
+    json: bool,
+    run: impl FnOnce(&(dyn Fn(usize, usize) + Sync)) -> anyhow::Result<R>,
+    write: impl FnOnce(&R, &std::path::Path) -> anyhow::Result<&'static str>,
+    table: impl FnOnce(&R),
+) -> anyhow::Result<()> {
+    let out = out.unwrap_or_else(|| PathBuf::from("results").join(name));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    let bar = replications_bar(json, &spec.name);
+    let bar = replications_bar(json, name);
     let report = |done: usize, total: usize| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     };
-    let result = run_jukebox(spec, seed, &report);
+    let result = run(&report)?;
     bar.finish_and_clear();
     std::fs::write(
         out.join("results.json"),
         serde_json::to_string_pretty(&result)?,
     )?;
-    std::fs::write(out.join("results.csv"), result.to_csv())?;
-    for (stem, chart) in result.charts() {
-        write_chart(&chart, &[], &out, &stem).map_err(|e| anyhow::anyhow!("plot: {e}"))?;
-    }
+    let plots = write(&result, &out)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {
-        print_jukebox_table(&result);
-        println!(
-            "wrote {}/results.{{json,csv}} and plot*.{{png,svg}}",
-            out.display()
-        );
+        table(&result);
+        println!("wrote {}/results.{{json,csv}} and {plots}", out.display());
     }
     Ok(())
 }
