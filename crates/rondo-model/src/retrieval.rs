@@ -176,19 +176,21 @@ impl DiskRound {
             }
         };
         match policy {
-            Policy::Sweep => Ok(Operating {
-                policy,
-                streams: available_ns / self.random_ns(1),
-                random_reads: available_ns / self.random_ns(1),
-                prefetched_blocks: 0,
-                disk_busy_ns: self.round_fixed_ns
-                    + available_ns / self.random_ns(1) * self.random_ns(1),
-                host_blocks: 2 * (available_ns / self.random_ns(1)),
-                drive_cache_blocks: 0,
-                // Admitted at a round boundary, read in the next round, sent
-                // in the one after.
-                startup_rounds_max: 2,
-            }),
+            Policy::Sweep => {
+                let streams = available_ns / self.random_ns(1);
+                Ok(Operating {
+                    policy,
+                    streams,
+                    random_reads: streams,
+                    prefetched_blocks: 0,
+                    disk_busy_ns: self.round_fixed_ns + streams * self.random_ns(1),
+                    host_blocks: 2 * streams,
+                    drive_cache_blocks: 0,
+                    // Admitted at a round boundary, read in the next round, sent
+                    // in the one after.
+                    startup_rounds_max: 2,
+                })
+            }
             Policy::SweepPrefetch { random, prefetched } => {
                 if prefetched > random {
                     return Err(PolicyError::MorePrefetchesThanReads { prefetched, random });

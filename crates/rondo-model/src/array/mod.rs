@@ -1474,35 +1474,16 @@ impl Array {
     /// those). Returns how many entries took effect.
     pub fn restore_extent_faults(&mut self, faults: &ExtentFaults) -> usize {
         let mut restored = 0;
-        for lost in &faults.lost {
-            if self.titles.contains_key(&lost.title)
-                && self.repairs.mark_lost(lost.title, lost.playback_round)
-            {
-                self.counters.rounds_lost += 1;
+        for &lost in &faults.lost {
+            if self.titles.contains_key(&lost.title) && !self.round_lost(lost).is_empty() {
                 restored += 1;
             }
         }
         for &(key, disk) in &faults.bad {
-            let Some(layout) = self
-                .titles
-                .get(&key.title)
-                .and_then(|t| t.layout.as_ref().map(Arc::clone))
-            else {
-                continue;
-            };
-            if self.reservations.is_failed(disk) {
-                continue;
-            }
-            match self.repairs.mark_bad(key, disk, &layout) {
-                Marked::Queued => {
-                    self.counters.extents_bad += 1;
-                    restored += 1;
-                }
-                Marked::Lost => {
-                    self.counters.rounds_lost += 1;
-                    restored += 1;
-                }
-                Marked::Known => {}
+            // Marked as when first read; an extent whose title is gone
+            // (no effect) or whose disk does not serve is dropped.
+            if !self.reservations.is_failed(disk) && !self.extent_bad(key, disk).is_empty() {
+                restored += 1;
             }
         }
         restored

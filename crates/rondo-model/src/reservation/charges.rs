@@ -225,11 +225,15 @@ impl Bound {
         schedule: &Schedule,
         group_rounds: u32,
     ) -> Result<TitleCharges, ChargesError> {
+        let segment_rounds = plan.params().segment_rounds;
+        if group_rounds <= 1 || segment_rounds <= 1 {
+            // Every group is one round: one read per round, charged as such.
+            return self.title_charges(plan, layout, schedule);
+        }
         if self.needs_extents() && layout.is_none() {
             return Err(ChargesError::NeedsLayout);
         }
         let rounds = plan.rounds();
-        let segment_rounds = plan.params().segment_rounds;
         let starts: Vec<usize> = (0..rounds)
             .map(|i| group_start(i, segment_rounds, group_rounds))
             .collect();
