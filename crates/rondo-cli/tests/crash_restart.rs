@@ -57,6 +57,9 @@ fn make_ts(dir: &Path, name: &str, seconds: u32, mux_kbps: u32) -> PathBuf {
 /// file.
 fn start_server(data: &Path, stderr: PathBuf) -> RondoServe {
     Serve::on(env!("CARGO_BIN_EXE_rondo"), data)
+        // Streams paced from their first round, so that they are mid-flight
+        // at the kill (a start burst sends a short title whole at once).
+        .args(["--start-burst-s", "0", "--start-burst-bytes", "0"])
         .stderr_to(stderr)
         .timeout(Duration::from_secs(60))
         .start()

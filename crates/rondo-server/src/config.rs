@@ -42,6 +42,17 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub use rondo_store::titles::{DEFAULT_BUFFER_PER_DISK_BYTES, DEFAULT_LOOKAHEAD_ROUNDS};
 /// Default client buffer: what a session may hold ahead of playback.
 pub const DEFAULT_CLIENT_BUFFER_ROUNDS: u64 = 2;
+/// Default start burst: how much of a title a new stream gets at once, read
+/// in its first round. Measured: ffmpeg and mpv (libavformat) read 5 s of an
+/// MPEG-TS title's timestamps (`max_analyze_duration`) before they play, so
+/// six 1 s rounds; see docs/server.md, "MPEG-TS start-up".
+pub const DEFAULT_START_BURST: Duration = Duration::from_secs(6);
+/// Default start burst by size: a title's leading rounds up to this many
+/// bytes come at once too. libavformat reads on through its connection to a
+/// title's last 250 kB when they lie within its TCP window instead of asking
+/// for them, so a short title is wanted whole (assumption: 1 MiB, a typical
+/// Linux receive window after autotuning; docs/server.md).
+pub const DEFAULT_START_BURST_BYTES: u64 = 1 << 20;
 /// Default grace time for a client that stops reading.
 pub const DEFAULT_STALL_GRACE: Duration = Duration::from_secs(30);
 /// Titles up to this long can be admitted: it sizes the reservation tables
@@ -64,6 +75,20 @@ pub struct ServerConfig {
     /// How long a client that stops reading keeps its buffer and
     /// reservations before its stream is dropped.
     pub stall_grace: Duration,
+    /// Playback time a new stream reads in its first round and sends as soon
+    /// as read, when the disks have room (`Duration::ZERO`: none; rounded up
+    /// to whole rounds). A short range (a player's look at a title's end) is
+    /// read whole at once.
+    pub start_burst: Duration,
+    /// A new stream's leading rounds up to this many bytes come at once too,
+    /// if that is more than `start_burst` (0: no burst by size).
+    pub start_burst_bytes: u64,
+    /// Start a stream in the round in progress when the disks can read its
+    /// first rounds before the round ends (`Array::admit_now`), rather than
+    /// at the next round boundary: a request costs one read, not up to a
+    /// round of waiting. A player's second and third requests (an MPEG-TS
+    /// title's end, then its start again) come just after a round began.
+    pub late_start: bool,
     /// Server buffer admission may reserve, per disk.
     pub buffer_per_disk_bytes: u64,
     /// Longest title the reservation tables can hold.
@@ -91,6 +116,9 @@ impl Default for ServerConfig {
             disk_timing: DiskTiming::Emulated,
             client_buffer_rounds: DEFAULT_CLIENT_BUFFER_ROUNDS,
             stall_grace: DEFAULT_STALL_GRACE,
+            start_burst: DEFAULT_START_BURST,
+            start_burst_bytes: DEFAULT_START_BURST_BYTES,
+            late_start: true,
             buffer_per_disk_bytes: DEFAULT_BUFFER_PER_DISK_BYTES,
             max_title_duration: DEFAULT_MAX_TITLE_DURATION,
             connections: Default::default(),

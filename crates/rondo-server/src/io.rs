@@ -101,6 +101,10 @@ pub struct DiskBatch {
     /// Per command, the piece queue of the session its read's bytes go to (`None`
     /// for other commands, or to drop the bytes: tests).
     pub deliver_to: Vec<Option<PieceSender>>,
+    /// A late start's batch (`Array::admit_now`): the model time it was
+    /// given at, from which the disk serves it (after what it has). `None`:
+    /// the round's own batch, served from the round's start.
+    pub late_start_ns: Option<u64>,
 }
 
 impl DiskBatch {
@@ -114,6 +118,7 @@ impl DiskBatch {
             scheduler: Scheduler::Cscan,
             device: None,
             deliver_to: Vec::new(),
+            late_start_ns: None,
         }
     }
 }
@@ -146,6 +151,8 @@ pub enum IoEvent {
         granted_model_ns: u64,
         /// When the last read completed (or the batch arrived, if empty).
         ended_at: Instant,
+        /// A late start's batch: a second batch of the round on this disk.
+        late: bool,
         /// `Disk::execute_batch`'s busy time.
         model_busy_ns: u64,
         /// Wall time from the later of the round start and the batch's
@@ -267,7 +274,9 @@ impl Worker {
         }
         let round_start = self.clock.boundary(batch.round);
         let (requests, owner) = batch_requests(&batch.commands);
-        let model_start_ns = self.clock.model_ns(round_start);
+        let model_start_ns = batch
+            .late_start_ns
+            .unwrap_or_else(|| self.clock.model_ns(round_start));
         let outcome = match self
             .model
             .execute_batch(&requests, model_start_ns, batch.scheduler)
@@ -423,6 +432,7 @@ impl Worker {
             granted_bytes: other.iter().map(|c| c.bytes()).sum(),
             granted_model_ns,
             ended_at,
+            late: batch.late_start_ns.is_some(),
             model_busy_ns,
             measured_busy_ns,
         });

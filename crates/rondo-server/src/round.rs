@@ -133,6 +133,7 @@ impl Driver {
                     recv(self.jobs) -> job => {
                         if let Ok(job) = job {
                             job(&self.shared, &mut self.core);
+                            self.send_late_batches();
                         }
                     },
                     default(wait) => {}
@@ -289,6 +290,7 @@ impl Driver {
                 scheduler: disk_plan.scheduler,
                 device: swaps[disk].take(),
                 deliver_to,
+                late_start_ns: None,
             };
             // Bounded: a disk rounds behind makes the driver wait here rather
             // than queue without limit; clients never do.
@@ -312,14 +314,29 @@ impl Driver {
                 granted_bytes,
                 granted_model_ns,
                 ended_at,
+                late,
                 model_busy_ns,
                 measured_busy_ns,
             } => {
                 let metrics = &self.shared.metrics;
                 let d = &metrics.disks[disk.index()];
-                d.rounds.fetch_add(1, Relaxed);
                 d.reads.fetch_add(requests as u64, Relaxed);
                 d.bytes_read.fetch_add(bytes, Relaxed);
+                if late {
+                    // A late start's reads: they too must end within the
+                    // round; the round's budget check is its own batch's.
+                    if ended_at > self.shared.clock.boundary(round.next()) {
+                        d.overruns.fetch_add(1, Relaxed);
+                        metrics.disk_round_overruns.fetch_add(1, Relaxed);
+                        tracing::warn!(
+                            disk = disk.0,
+                            round = round.0,
+                            "disk-round overrun: a late start's reads ended after their round"
+                        );
+                    }
+                    return;
+                }
+                d.rounds.fetch_add(1, Relaxed);
                 let granted = GrantedIo {
                     granted_ns,
                     commands: granted_commands as u64,
@@ -448,6 +465,19 @@ impl Driver {
             return;
         }
         crate::ops::end_aborted(&self.shared, &mut self.core, a);
+    }
+
+    /// Late starts' reads (queued by admissions run as jobs) go to their
+    /// disks at once.
+    fn send_late_batches(&mut self) {
+        for batch in std::mem::take(&mut self.core.late_batches) {
+            let disk = batch.commands.first().map(|c| c.disk.index());
+            if let Some(disk) = disk
+                && self.disks[disk].send(batch).is_err()
+            {
+                tracing::error!(disk, "disk thread has stopped");
+            }
+        }
     }
 
     /// A round the array released goes to its session.

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use rondo_model::array::{Array, ArrayConfig, DeliveryConfig, rondo_write_bound};
 use rondo_model::disk::{Disk, DiskError, profile_by_name};
 use rondo_model::health::HealthPolicy;
-use rondo_model::reservation::ReservationConfig;
+use rondo_model::reservation::{Burst, ReservationConfig};
 use rondo_model::units::{DiskIndex, SECTOR_BYTES};
 use rondo_store::{IoMode, Store};
 use thiserror::Error;
@@ -157,6 +157,11 @@ impl RunningServer {
                 stall_grace_rounds: (config.stall_grace.as_nanos() as u64)
                     .div_ceil(round_duration_ns),
             },
+            burst: Burst {
+                rounds: (config.start_burst.as_nanos() as u64).div_ceil(round_duration_ns) as u32,
+                bytes: config.start_burst_bytes,
+            },
+            late_start: config.late_start,
         });
         let mut loaded = std::collections::BTreeMap::new();
         for title in titles {
@@ -193,6 +198,7 @@ impl RunningServer {
             array: core_array,
             streams: Default::default(),
             ops: OpsState::new(array.disk_count),
+            late_batches: Vec::new(),
         };
         let shared = Arc::new(Shared {
             store: store.clone(),

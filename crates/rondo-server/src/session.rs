@@ -32,13 +32,14 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use rondo_model::array::{AdmitRequest, Span};
+use rondo_model::array::{AdmitRequest, LateStart, Purpose, Span};
 use rondo_model::layout::Replica;
 use rondo_model::reservation::Rejection;
 use rondo_model::units::{PlaybackRound, Round, StreamId};
 use tokio::sync::mpsc;
 
 use crate::buffers::PooledBuf;
+use crate::io::DiskBatch;
 use crate::listener::ConnectionHandle;
 use crate::metrics::TitleCounters;
 use crate::state::{Core, Shared};
@@ -138,15 +139,24 @@ pub async fn admit(
     let admission = shared
         .with_core(move |shared, core| {
             // The array maps the bytes to playback rounds and reserves only
-            // those (nothing past the round of the range's last byte), from
+            // those (nothing past the round of the range's last byte), in
+            // the round in progress if its first reads fit there, else from
             // the first round the driver has not planned yet.
-            let admission = core.array.admit(&AdmitRequest {
-                title: job_title.id(),
-                span: Span::Bytes {
-                    first_byte,
-                    length_bytes,
+            let now_ns = shared.clock.model_ns(Instant::now());
+            let admission = core.array.admit_now(
+                &AdmitRequest {
+                    title: job_title.id(),
+                    span: Span::Bytes {
+                        first_byte,
+                        length_bytes,
+                    },
                 },
-            });
+                now_ns,
+            );
+            let (admission, late) = match admission {
+                Ok((a, late)) => (Ok(a), late),
+                Err(e) => (Err(e), None),
+            };
             match &admission {
                 Ok(a) => {
                     shared.metrics.admitted.fetch_add(1, Relaxed);
@@ -164,6 +174,9 @@ pub async fn admit(
                             connection,
                         },
                     );
+                    if let Some(late) = late {
+                        queue_late_start(core, a.start_round, late);
+                    }
                 }
                 // The HTTP handler logs the rejection with its reason.
                 Err(rejection) => shared.metrics.count_rejection(rejection),
@@ -220,6 +233,42 @@ pub async fn admit(
             done: false,
         },
     })
+}
+
+/// A late start's reads go to their disks (sent by the driver after this
+/// job), each with the session's piece queue; its rounds released at once
+/// go to the session.
+fn queue_late_start(core: &mut Core, round: Round, late: LateStart) {
+    for disk_plan in late.disks {
+        let deliver_to = disk_plan
+            .commands
+            .iter()
+            .map(|c| match c.purpose {
+                Purpose::Deliver { stream, .. } => {
+                    core.streams.get(&stream).map(|s| s.pieces.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        core.late_batches.push(DiskBatch {
+            round,
+            reserved_ns: disk_plan.reserved_ns,
+            granted_ns: 0,
+            commands: disk_plan.commands,
+            scheduler: disk_plan.scheduler,
+            device: None,
+            deliver_to,
+            late_start_ns: Some(late.start_ns),
+        });
+    }
+    for release in late.releases {
+        if let Some(state) = core.streams.get(&release.stream) {
+            let _ = state.inbox.send(SessionMsg::Release {
+                playback_round: release.playback_round,
+                replica: release.replica,
+            });
+        }
+    }
 }
 
 /// Ends a stream that is still registered when its body is dropped: a job

@@ -37,6 +37,9 @@ pub struct Core {
     pub streams: BTreeMap<StreamId, StreamState>,
     /// Device swaps and the rebuild's wall-clock progress (`ops`).
     pub ops: crate::ops::OpsState,
+    /// Late starts' batches, sent to the disks by the driver after the job
+    /// that admitted them.
+    pub late_batches: Vec<crate::io::DiskBatch>,
 }
 
 /// Shared by every part of a running server.

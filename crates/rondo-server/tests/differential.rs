@@ -453,6 +453,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
                 scheduler: d.scheduler,
                 device: None,
                 deliver_to: Vec::new(),
+                late_start_ns: None,
             };
             disks[d.disk.index()].batches.send(batch).unwrap();
         }

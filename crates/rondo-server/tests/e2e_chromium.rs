@@ -438,10 +438,11 @@ async fn the_player_page_waits_while_the_server_is_full_then_plays() {
             _ = async { while let Some(Ok(_)) = futures_util::StreamExt::next(&mut body).await {} } => {}
         }
     });
-    // The precondition: the server is full for the page's title.
+    // The precondition: the server is full for the page's title, as the
+    // page asks for it (from its first byte on).
     let refused = client
         .get(format!("{}/stream/{}.mp4", server.url(), record.id.0))
-        .header("Range", "bytes=0-0")
+        .header("Range", "bytes=0-")
         .send()
         .await
         .unwrap();

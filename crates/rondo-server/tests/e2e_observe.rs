@@ -136,7 +136,13 @@ async fn server_with_samples(dir: &std::path::Path) -> (RunningServer, Vec<u64>)
         rondo_server::ingest::ingest_sample_titles(&store, 0, &rondo_server::ingest::Unthrottled)
             .unwrap();
     let ids = samples.iter().map(|r| r.id.0).collect();
-    (start(store, test_config()).await, ids)
+    // The sample titles are short enough to be sent whole at once (the
+    // start burst by size); these tests watch streams that last.
+    let config = rondo_server::ServerConfig {
+        start_burst_bytes: 0,
+        ..test_config()
+    };
+    (start(store, config).await, ids)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -5,16 +5,19 @@
 //! from the request, prints the numbers with the server's admissions (each
 //! request a player made), and checks that both play the whole title.
 //!
-//! Both players ask for the title three times: from the start (to probe
-//! it), its last 250 kB (to find the duration from the last timestamps),
-//! and from the start again. Each request waits for a round boundary and
-//! one round's read, and the tail's rounds are sent one per round, so
-//! start-up is several rounds (`docs/server.md`, "MPEG-TS start-up"); the
-//! bounds asserted here (first frame within 20 s in ffmpeg, 15 s in mpv)
-//! are today's (14.0 s, 9.9 s) with a margin, a guard against it getting
-//! worse, not the 2 s the issue asks for.
+//! Both players ask for the title more than once: from the start (to probe
+//! it: libavformat reads 5 s of its timestamps), its last 250 kB (to find
+//! the duration; ffmpeg reads on to it through its first connection, mpv
+//! asks for it), and from the start again. Each request starts in the round
+//! in progress when the disks have room (a late start), and its first six
+//! seconds (a title this short: all of it) come at once (the start burst),
+//! so a request costs a read, not rounds (`docs/server.md`, "MPEG-TS
+//! start-up"). Measured twice: on an idle server, and with 24 other streams
+//! playing. Asserted: issue 18's target, the first frame within 2 s and
+//! the end within 12 s of the request, in both players, with no deadline
+//! missed.
 //!
-//! About 40 s: it runs only with `RONDO_SLOW_TESTS=1`. mpv is optional
+//! About 60 s: it runs only with `RONDO_SLOW_TESTS=1`. mpv is optional
 //! (skipped with a note when absent); ffmpeg is required.
 
 mod e2e_support;
@@ -24,6 +27,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use e2e_support::*;
+use rondo_server::RunningServer;
 
 /// Runs `command`, and returns (seconds to the first line `started`
 /// accepts, seconds to exit, whether it exited 0, its output).
@@ -82,57 +86,47 @@ fn mpv_available() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn ts_start_up_in_ffmpeg_and_mpv() {
-    init_logs();
-    if std::env::var_os("RONDO_SLOW_TESTS").is_none() {
-        eprintln!("SKIPPED: set RONDO_SLOW_TESTS=1 to measure MPEG-TS start-up (about 40 s)");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let clip = make_media(dir.path(), "clip", MediaKind::Ts, 10);
-    let store = create_store(&dir.path().join("data"));
-    let record = ingest(&store, &clip, "clip");
-    let server = start(store, test_config()).await;
-    let url = format!("{}/stream/{}.ts", server.url(), record.id.0);
-
+/// Plays the title in ffmpeg, then in mpv; asserts the target and returns
+/// the numbers as a table row.
+fn play_both(server: &RunningServer, url: &str, label: &str) -> String {
     let mut ffmpeg = Command::new("ffmpeg");
     ffmpeg.args([
         "-hide_banner",
         "-nostats",
         "-i",
-        &url,
+        url,
         "-vf",
         "showinfo",
         "-f",
         "null",
         "-",
     ]);
-    let (ffmpeg_start, ffmpeg_end, ffmpeg_ok, ffmpeg_text) = tokio::task::block_in_place(|| {
-        timed(ffmpeg, |l| {
-            l.contains("Parsed_showinfo")
-                && l.split("n:")
-                    .nth(1)
-                    .is_some_and(|n| n.trim_start().starts_with("0 "))
-        })
+    let admitted_before = server.metrics().admitted;
+    let (ffmpeg_start, ffmpeg_end, ffmpeg_ok, ffmpeg_text) = timed(ffmpeg, |l| {
+        l.contains("Parsed_showinfo")
+            && l.split("n:")
+                .nth(1)
+                .is_some_and(|n| n.trim_start().starts_with("0 "))
     });
     let frames = ffmpeg_text
         .lines()
         .filter(|l| l.contains("Parsed_showinfo") && l.contains(" pts:"))
         .count();
-    let admitted_ffmpeg = server.metrics().admitted;
+    let admitted_ffmpeg = server.metrics().admitted - admitted_before;
     eprintln!(
-        "ffmpeg: first frame {ffmpeg_start:?} s, exit {ffmpeg_end:.2} s, {frames} frames, \
+        "{label}: ffmpeg: first frame {ffmpeg_start:?} s, exit {ffmpeg_end:.2} s, {frames} frames, \
          {admitted_ffmpeg} requests admitted"
     );
     assert!(ffmpeg_ok, "{ffmpeg_text}");
     assert_eq!(frames, 250, "10 s at 25 fps");
     let ffmpeg_start = ffmpeg_start.expect("a first frame");
     assert!(
-        ffmpeg_start < 20.0 && ffmpeg_end < 35.0,
-        "{ffmpeg_start} {ffmpeg_end}"
+        ffmpeg_start < 2.0 && ffmpeg_end < 12.0,
+        "{label}: ffmpeg started after {ffmpeg_start} s and ended after {ffmpeg_end} s"
     );
-
+    let mut row = format!(
+        "| {label} | ffmpeg | {ffmpeg_start:.2} s | {ffmpeg_end:.2} s | {admitted_ffmpeg} |\n"
+    );
     if mpv_available() {
         let mut mpv = Command::new("mpv");
         mpv.args([
@@ -140,22 +134,68 @@ async fn ts_start_up_in_ffmpeg_and_mpv() {
             "--vo=null",
             "--ao=null",
             "--term-playing-msg=RONDO-PLAYING",
-            &url,
+            url,
         ]);
-        let (mpv_start, mpv_end, mpv_ok, mpv_text) =
-            tokio::task::block_in_place(|| timed(mpv, |l| l.contains("RONDO-PLAYING")));
-        let admitted_mpv = server.metrics().admitted - admitted_ffmpeg;
+        let admitted_before = server.metrics().admitted;
+        let (mpv_start, mpv_end, mpv_ok, mpv_text) = timed(mpv, |l| l.contains("RONDO-PLAYING"));
+        let admitted_mpv = server.metrics().admitted - admitted_before;
         eprintln!(
-            "mpv: playing {mpv_start:?} s, exit {mpv_end:.2} s, {admitted_mpv} requests admitted"
+            "{label}: mpv: playing {mpv_start:?} s, exit {mpv_end:.2} s, {admitted_mpv} requests admitted"
         );
         assert!(mpv_ok, "{mpv_text}");
         assert!(mpv_text.contains("End of file"), "{mpv_text}");
         let mpv_start = mpv_start.expect("mpv says it plays");
-        assert!(mpv_start < 15.0 && mpv_end < 30.0, "{mpv_start} {mpv_end}");
+        assert!(
+            mpv_start < 2.0 && mpv_end < 12.0,
+            "{label}: mpv started after {mpv_start} s and ended after {mpv_end} s"
+        );
+        row += &format!("| {label} | mpv | {mpv_start:.2} s | {mpv_end:.2} s | {admitted_mpv} |\n");
     } else {
         eprintln!("NOTE: mpv is not installed; only ffmpeg was measured");
+    }
+    row
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ts_start_up_in_ffmpeg_and_mpv() {
+    init_logs();
+    if std::env::var_os("RONDO_SLOW_TESTS").is_none() {
+        eprintln!("SKIPPED: set RONDO_SLOW_TESTS=1 to measure MPEG-TS start-up (about 60 s)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let clip = make_media(dir.path(), "clip", MediaKind::Ts, 10);
+    let filler = make_media(dir.path(), "filler", MediaKind::Mp4Faststart, 40);
+    let store = create_store(&dir.path().join("data"));
+    let record = ingest(&store, &clip, "clip");
+    let filler = ingest(&store, &filler, "filler");
+    let server = start(store, test_config()).await;
+    let url = format!("{}/stream/{}.ts", server.url(), record.id.0);
+
+    let mut table = tokio::task::block_in_place(|| play_both(&server, &url, "idle"));
+
+    // 24 other streams, started over two rounds and read as they come.
+    let client = reqwest::Client::new();
+    let filler_url = format!("{}/stream/{}.mp4", server.url(), filler.id.0);
+    let mut others = Vec::new();
+    for _ in 0..24 {
+        let response = client.get(&filler_url).send().await.unwrap();
+        assert_eq!(response.status(), 200, "the server has room for 24 streams");
+        others.push(tokio::spawn(async move {
+            let mut body = response.bytes_stream();
+            while let Some(Ok(_)) = futures_util::StreamExt::next(&mut body).await {}
+        }));
+        tokio::time::sleep(std::time::Duration::from_millis(80)).await;
+    }
+    table += &tokio::task::block_in_place(|| play_both(&server, &url, "24 other streams"));
+    eprintln!(
+        "| server | player | first frame | exit | requests |\n|---|---|---|---|---|\n{table}"
+    );
+    for task in others {
+        task.abort();
     }
     let m = server.metrics();
     server.shutdown().await;
     assert_eq!(m.stream_round_misses, 0, "{m:?}");
+    assert_eq!(m.disk_round_overruns, 0, "{m:?}");
 }

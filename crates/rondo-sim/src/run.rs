@@ -36,7 +36,9 @@ use rondo_model::layout::{
     ReplicaPlacement, RoundRobinCounter, TitleLayout, TitlePlan,
 };
 use rondo_model::rebuild::{CopyFailure, CopyTask};
-use rondo_model::reservation::{Bound, ReservationConfig, Reservations, Scheme, TitleCharges};
+use rondo_model::reservation::{
+    Bound, Burst, ReservationConfig, Reservations, Scheme, TitleCharges,
+};
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{
     BLOCK_BYTES_DEFAULT, DiskIndex, NS_PER_S, PlaybackRound, ROUND_DURATION_NS_DEFAULT, Round,
@@ -109,6 +111,10 @@ pub struct SimConfig {
     /// rounds of a segment (`Bound::title_charges_grouped`). Admission-only
     /// so far: the array does not execute grouped reads yet.
     pub read_group_rounds: u32,
+    /// A new stream's start burst in rounds (`ArrayConfig::burst`; 0:
+    /// none, as in seed 000).
+    #[serde(default)]
+    pub burst_rounds: u32,
     /// ρ: arrivals at ρ·μ per round (seed 000 §6.2).
     pub load: f64,
     /// R_disk in μ = D·R_disk·T/S_tot (equation 1); seed 000 uses Table 2's
@@ -164,6 +170,7 @@ impl SimConfig {
             block_bytes: BLOCK_BYTES_DEFAULT,
             segment_rounds: 1,
             read_group_rounds: 1,
+            burst_rounds: 0,
             load: 0.8,
             // Seed 000 Table 2: 11.3 MB/s inner-zone sustained rate.
             mu_rate_bytes_per_s: 11.3e6,
@@ -1215,6 +1222,12 @@ pub fn prepare_placed(
         // The server's defaults: a simulated client that stalls is stopped
         // when a served one would be.
         delivery: DeliveryConfig::default(),
+        burst: Burst {
+            rounds: config.burst_rounds,
+            bytes: 0,
+        },
+        // Arrivals come at round boundaries in the simulator.
+        late_start: false,
     });
     for (t, title) in titles.iter().enumerate() {
         array.add_title(ArrayTitle::new(

@@ -18,7 +18,8 @@ use rondo_model::disk::profile_by_name;
 use rondo_model::units::{NS_PER_MS, STRIDE_BYTES_DEFAULT};
 use rondo_server::config::{
     DEFAULT_CLIENT_BUFFER_ROUNDS, DEFAULT_LISTEN, DEFAULT_LOOKAHEAD_ROUNDS,
-    DEFAULT_REQUEST_BODY_BYTES_MAX, DEFAULT_STALL_GRACE, DEFAULT_UPLOAD_BYTES_MAX,
+    DEFAULT_REQUEST_BODY_BYTES_MAX, DEFAULT_STALL_GRACE, DEFAULT_START_BURST,
+    DEFAULT_START_BURST_BYTES, DEFAULT_UPLOAD_BYTES_MAX,
 };
 use rondo_server::ingest::{Unthrottled, ingest_sample_titles};
 use rondo_server::listener::{self, ConnectionLimits};
@@ -70,6 +71,17 @@ pub struct ServeArgs {
     /// dropped (its reservations released, its connection closed).
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_STALL_GRACE.as_secs_f64())]
     pub stall_grace_s: f64,
+    /// Seconds of a title a new stream gets at once: read in its first
+    /// round (each round on its own disk) and sent as soon as read, when
+    /// the disks have room; a short range is read whole. Players start
+    /// sooner; 0 turns it off (every round read and sent in real time).
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_START_BURST.as_secs_f64())]
+    pub start_burst_s: f64,
+    /// A new stream's leading rounds up to this many bytes come at once
+    /// too, when that is more than --start-burst-s: a short title whole
+    /// (players read on to a title's end when it is near). 0: off.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_START_BURST_BYTES)]
+    pub start_burst_bytes: u64,
     /// Open connections the server accepts in all; beyond, it answers 503
     /// with Retry-After and closes. 0: no limit.
     #[arg(long, value_name = "N", default_value_t = listener::DEFAULT_CONNECTIONS_MAX)]
@@ -143,6 +155,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_logging();
     if args.lookahead_rounds == 0 {
         bail!("--lookahead-rounds must be at least 1");
+    }
+    if !(args.start_burst_s.is_finite() && (0.0..=600.0).contains(&args.start_burst_s)) {
+        bail!(
+            "--start-burst-s must be between 0 and 600 seconds, got {}",
+            args.start_burst_s
+        );
     }
     if !(args.stall_grace_s.is_finite() && args.stall_grace_s >= 0.0) {
         bail!("--stall-grace-s must be a non-negative number of seconds");
@@ -238,6 +256,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         client_buffer_rounds: args.client_buffer_rounds.max(1),
         stall_grace: Duration::from_secs_f64(args.stall_grace_s),
+        start_burst: Duration::from_secs_f64(args.start_burst_s),
+        start_burst_bytes: args.start_burst_bytes,
         connections: ConnectionLimits {
             connections_max: args.connections_max,
             connections_per_client_max: args.connections_per_client_max,

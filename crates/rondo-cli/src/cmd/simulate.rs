@@ -94,6 +94,11 @@ pub struct SimulateArgs {
     /// GPMP's u: blocks read ahead per stream with each read (k = u + 1).
     #[arg(long, value_name = "U", default_value_t = 5, requires = "policy")]
     prefetch_depth: u32,
+    /// Start burst: up to this many of a new stream's first rounds read in
+    /// its first round and sent at once, when they fit (`rondo serve
+    /// --start-burst-s`); 0: none, as in seed 000.
+    #[arg(long, value_name = "ROUNDS", default_value_t = 0)]
+    start_burst_rounds: u32,
     /// Round bound: `paper` (seed 000 §2.3, Table 2) or `rondo` (a true upper
     /// bound of the detailed disk model, used by `rondo serve`).
     #[arg(long, value_enum, default_value_t = BoundArg::Rondo)]
@@ -320,6 +325,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 anyhow::ensure!(mib > 0, "--buffer-per-disk-mib must be positive");
                 config.buffer_per_disk_bytes = mib << 20;
             }
+            config.burst_rounds = args.start_burst_rounds;
             config.read_group_rounds = match args.policy {
                 PolicyArg::Sweep => 1,
                 PolicyArg::Gpmp => {

@@ -22,7 +22,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::layout::Replica;
-use crate::units::{PlaybackRound, Round, StreamId, TitleId};
+use crate::reservation::StreamSpan;
+use crate::units::{PlaybackRound, Round, StreamId};
 
 /// How the array treats clients.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,10 +59,7 @@ pub struct Release {
 /// A client's progress through its stream.
 #[derive(Clone, Debug)]
 struct Client {
-    title: TitleId,
-    start_round: Round,
-    first_playback_round: PlaybackRound,
-    end_playback_round: PlaybackRound,
+    span: StreamSpan,
     /// The next playback round to release.
     next_release: PlaybackRound,
     /// Complete rounds not released yet: playback round → (send round, replica).
@@ -74,11 +72,23 @@ struct Client {
 
 impl Client {
     fn released(&self) -> u32 {
-        self.next_release.0 - self.first_playback_round.0
+        self.next_release.0 - self.span.first_playback_round.0
     }
 
     fn total(&self) -> u32 {
-        self.end_playback_round.0 - self.first_playback_round.0
+        self.span.end_playback_round.0 - self.span.first_playback_round.0
+    }
+
+    /// Released rounds a client may hold beyond its buffer at the start of
+    /// `round`: what a start burst released ahead of a plain stream started
+    /// a round earlier (which has released `round − start + 1` rounds by
+    /// then); 0 for a plain stream.
+    fn ahead(&self, round: Round) -> u32 {
+        if round < self.span.start_round {
+            return 0;
+        }
+        let plain = round.since(self.span.start_round) + 1;
+        u64::from(self.released()).saturating_sub(plain) as u32
     }
 }
 
@@ -108,24 +118,13 @@ impl Deliveries {
         }
     }
 
-    /// A stream admitted over playback rounds `first..end`, first read in
-    /// `start_round`.
-    pub fn admit(
-        &mut self,
-        stream: StreamId,
-        title: TitleId,
-        start_round: Round,
-        first_playback_round: PlaybackRound,
-        end_playback_round: PlaybackRound,
-    ) {
+    /// A stream admitted over `span`.
+    pub fn admit(&mut self, stream: StreamId, span: StreamSpan) {
         self.clients.insert(
             stream,
             Client {
-                title,
-                start_round,
-                first_playback_round,
-                end_playback_round,
-                next_release: first_playback_round,
+                span,
+                next_release: span.first_playback_round,
                 ready: BTreeMap::new(),
                 taken: 0,
                 stalled_since: None,
@@ -146,16 +145,9 @@ impl Deliveries {
         self.clients.keys().copied()
     }
 
-    /// Title and first read round of a known stream.
-    pub fn span(&self, stream: StreamId) -> Option<(TitleId, Round, PlaybackRound, PlaybackRound)> {
-        self.clients.get(&stream).map(|c| {
-            (
-                c.title,
-                c.start_round,
-                c.first_playback_round,
-                c.end_playback_round,
-            )
-        })
+    /// Where a known stream is in time.
+    pub fn span(&self, stream: StreamId) -> Option<StreamSpan> {
+        self.clients.get(&stream).map(|c| c.span)
     }
 
     /// A stream-round is complete; it may be sent from `send_round`. Returns
@@ -209,7 +201,7 @@ impl Deliveries {
                 continue;
             }
             let held = u64::from(client.released() - client.taken);
-            if held <= buffer {
+            if held <= buffer + u64::from(client.ahead(round)) {
                 client.stalled_since = None;
                 continue;
             }
@@ -232,12 +224,13 @@ impl Deliveries {
     pub fn check_invariants(&self) {
         for (stream, c) in &self.clients {
             assert!(
-                c.first_playback_round <= c.next_release && c.next_release <= c.end_playback_round,
+                c.span.first_playback_round <= c.next_release
+                    && c.next_release <= c.span.end_playback_round,
                 "stream {}: released up to {} outside {}..{}",
                 stream.0,
                 c.next_release,
-                c.first_playback_round,
-                c.end_playback_round
+                c.span.first_playback_round,
+                c.span.end_playback_round
             );
             assert!(
                 c.taken <= c.released(),

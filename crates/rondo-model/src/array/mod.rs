@@ -43,7 +43,8 @@ use crate::health::{ArrayHealth, DiskState, ExtentKey, HealthPolicy};
 use crate::layout::{Replica, TitleLayout};
 use crate::rebuild::{CopyFailure, RebuildProgress, RebuildQueue, rebuild_tasks};
 use crate::reservation::{
-    Admission, Bound, PlannedRead, Rejection, ReservationConfig, Reservations, replica_after_error,
+    Admission, Bound, Burst, PlannedRead, Rejection, ReservationConfig, Reservations,
+    replica_after_error,
 };
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
@@ -86,6 +87,15 @@ pub struct ArrayConfig {
     pub write_bound: Bound,
     /// Clients' buffers and how long one that stops reading keeps its stream.
     pub delivery: DeliveryConfig,
+    /// A new stream's start burst: playback rounds read in its first round
+    /// and sent as soon as read, when they fit (none, as in seed 000, by
+    /// default; see `reservation::shape`).
+    pub burst: Burst,
+    /// Whether a stream may start in the round in progress, its first reads
+    /// handed to the disks at once, when they finish within the round after
+    /// everything the disks were given for it ([`Array::admit_now`]). Off
+    /// in seed 000 (streams start at round boundaries) and the simulator.
+    pub late_start: bool,
 }
 
 /// Which part of a title a stream plays.
@@ -123,6 +133,21 @@ pub struct Admitted {
     pub skip_bytes: u64,
     /// Stored bytes the stream sends.
     pub length_bytes: u64,
+}
+
+/// A stream started in the round in progress ([`Array::admit_now`]): its
+/// reads in that round, to hand to the disks at once, each disk's as a
+/// batch of its own after what it was given at the round's start.
+#[derive(Clone, Debug)]
+pub struct LateStart {
+    /// Model time of the admission: the disks serve these reads from then
+    /// on (or when they finish what they have).
+    pub start_ns: u64,
+    /// The commands per disk; `reserved_ns` is the batch's budget (the
+    /// fixed term and the reads' charges).
+    pub disks: Vec<DiskRoundPlan>,
+    /// Rounds released at once (a burst's empty rounds).
+    pub releases: Vec<Release>,
 }
 
 /// Why an operator action was refused.
@@ -208,6 +233,8 @@ pub struct RebuildStatus {
 struct Inflight {
     replica: Replica,
     read_round: Round,
+    /// The round from which it may be sent (its stream's shape).
+    send_round: Round,
     /// Per piece: still to complete.
     pending: Vec<bool>,
     missed: bool,
@@ -222,6 +249,8 @@ struct Inflight {
 pub struct ArrayCounters {
     pub admitted: u64,
     pub rejected: u64,
+    /// Of `admitted`, streams started in the round in progress.
+    pub late_starts: u64,
     /// Planned stream-rounds not complete when their round ended: what
     /// admission guarantees never happens under `minimum`.
     pub stream_round_misses: u64,
@@ -272,6 +301,11 @@ pub struct Array {
     rereads: Vec<(StreamId, PlaybackRound)>,
     /// The first round not begun: the earliest start round of a new stream.
     next_round: Round,
+    /// Per disk, model time by which everything it was given in the round
+    /// in progress is done at the latest (its batch's budget from the
+    /// round's start, then late starts' reads); `u64::MAX` for a disk that
+    /// serves no reads.
+    late_horizon_ns: Vec<u64>,
     next_copy: u64,
     counters: ArrayCounters,
 }
@@ -298,6 +332,7 @@ impl Array {
             delivering: true,
             rereads: Vec::new(),
             next_round: Round(0),
+            late_horizon_ns: Vec::new(),
             next_copy: 0,
             counters: ArrayCounters::default(),
             config,
@@ -383,7 +418,8 @@ impl Array {
         request: &AdmitRequest,
         lookahead_rounds: u64,
     ) -> Result<Admitted, Rejection> {
-        let result = self.try_admit(request, lookahead_rounds);
+        let earliest_round = self.next_round;
+        let result = self.try_admit(request, earliest_round, lookahead_rounds);
         match &result {
             Ok(_) => self.counters.admitted += 1,
             Err(_) => self.counters.rejected += 1,
@@ -391,9 +427,101 @@ impl Array {
         result
     }
 
+    /// Admits a stream, in the round in progress if the configuration
+    /// allows (`ArrayConfig::late_start`) and its reads there fit: at model
+    /// time `now_ns`, each disk it reads finishes what it was given, then
+    /// the stream's reads as a sweep of their own (the fixed term again),
+    /// before the round ends; and the tables have room as for any start.
+    /// Those reads come back as a [`LateStart`] for the executor to hand to
+    /// the disks at once. Otherwise as [`Array::admit`], from the next round.
+    pub fn admit_now(
+        &mut self,
+        request: &AdmitRequest,
+        now_ns: u64,
+    ) -> Result<(Admitted, Option<LateStart>), Rejection> {
+        if let Some((admitted, late)) = self.try_late_start(request, now_ns) {
+            self.counters.admitted += 1;
+            self.counters.late_starts += 1;
+            return Ok((admitted, Some(late)));
+        }
+        self.admit(request).map(|a| (a, None))
+    }
+
+    fn try_late_start(
+        &mut self,
+        request: &AdmitRequest,
+        now_ns: u64,
+    ) -> Option<(Admitted, LateStart)> {
+        if !self.config.late_start || !self.delivering || self.late_horizon_ns.is_empty() {
+            return None;
+        }
+        let round = self.next_round.minus(1);
+        let end_ns = self.round_start_ns(round) + self.round_duration_ns(round);
+        if now_ns >= end_ns {
+            return None;
+        }
+        let admitted = self.try_admit(request, round, 1).ok()?;
+        let stream = admitted.stream;
+        let (per_disk, lost) = self.reservations.plan_stream_round(stream, round);
+        let fixed_ns = self.config.reservation.round_fixed_ns;
+        let fits = lost.is_empty()
+            && per_disk.iter().enumerate().all(|(d, reads)| {
+                let work_ns: u64 = reads.iter().map(|r| r.cost_ns).sum();
+                reads.is_empty()
+                    || self.late_horizon_ns[d]
+                        .max(now_ns)
+                        .saturating_add(fixed_ns + work_ns)
+                        <= end_ns
+            });
+        if !fits {
+            self.release(stream);
+            return None;
+        }
+        let scheduler = self.policy.scheduler();
+        let mut late = LateStart {
+            start_ns: now_ns,
+            disks: Vec::new(),
+            releases: Vec::new(),
+        };
+        let mut ready = Vec::new();
+        for (d, reads) in per_disk.into_iter().enumerate() {
+            if reads.is_empty() {
+                continue;
+            }
+            let disk = DiskIndex(d as u32);
+            let work_ns = fixed_ns + reads.iter().map(|r| r.cost_ns).sum::<u64>();
+            self.late_horizon_ns[d] = self.late_horizon_ns[d].max(now_ns) + work_ns;
+            let reads = self.policy.disk_reads(disk, round, reads);
+            let commands: Vec<DiskCommand> = reads
+                .iter()
+                .filter_map(|read| self.deliver_command(round, read, false, &mut ready))
+                .collect();
+            late.disks.push(DiskRoundPlan {
+                disk,
+                serving: true,
+                reserved_ns: Some(work_ns),
+                granted_ns: 0,
+                scheduler,
+                commands,
+            });
+        }
+        // Empty rounds of a burst are complete at once.
+        for r in ready {
+            late.releases.extend(self.deliveries.ready(
+                r.stream,
+                r.playback_round,
+                r.replica,
+                r.send_round,
+                round,
+            ));
+        }
+        Some((admitted, late))
+    }
+
     fn try_admit(
         &mut self,
         request: &AdmitRequest,
+        earliest_round: Round,
         lookahead_rounds: u64,
     ) -> Result<Admitted, Rejection> {
         let title = self
@@ -444,24 +572,22 @@ impl Array {
         {
             return Err(Rejection::DataLost { round });
         }
-        let earliest_round = self.next_round;
         let Admission {
             stream,
             start_round,
-        } = self.reservations.try_admit_range(
+        } = self.reservations.try_admit_span(
             request.title,
             first_playback_round..end_playback_round,
             earliest_round,
             lookahead_rounds,
+            self.config.burst,
         )?;
         if self.delivering {
-            self.deliveries.admit(
-                stream,
-                request.title,
-                start_round,
-                first_playback_round,
-                end_playback_round,
-            );
+            let span = self
+                .reservations
+                .stream_span(stream)
+                .expect("admitted just now");
+            self.deliveries.admit(stream, span);
         }
         Ok(Admitted {
             stream,
@@ -524,22 +650,17 @@ impl Array {
     /// Stops and releases a stream the array cannot serve (or whose client
     /// stalled: its reads may be over, its delivery not).
     fn abort(&mut self, stream: StreamId, reason: AbortReason) -> Option<Aborted> {
-        let (title, start_round, first, end) = match self.reservations.stream_span(stream) {
-            Some(span) => (
-                span.title,
-                span.start_round,
-                span.first_playback_round,
-                span.end_playback_round,
-            ),
+        let span = match self.reservations.stream_span(stream) {
+            Some(span) => span,
             None => self.deliveries.span(stream)?,
         };
         self.release(stream);
         self.counters.streams_aborted += 1;
         Some(Aborted {
             stream,
-            title,
-            start_round,
-            end_read_round: start_round.plus(u64::from(end.0 - first.0)),
+            title: span.title,
+            start_round: span.start_round,
+            end_read_round: span.end_read_round(),
             at_round: self.next_round,
             reason,
         })
@@ -714,12 +835,21 @@ impl Array {
         }
         plan.ingest_grants = grant.rounds;
         debug_assert_eq!(plan.disks.len(), disks);
-        // 6. Empty rounds are complete at once (sent from the next round).
+        self.late_horizon_ns = plan
+            .disks
+            .iter()
+            .map(|d| match d.reserved_ns {
+                Some(reserved_ns) if d.serving => plan.start_ns + reserved_ns + d.granted_ns,
+                _ => u64::MAX,
+            })
+            .collect();
+        // 6. Empty rounds are complete at once (sent from their send
+        // round: the next one, or this one in a start burst).
         for r in &plan.ready {
             let released =
                 self.deliveries
                     .ready(r.stream, r.playback_round, r.replica, r.send_round, round);
-            debug_assert!(released.is_empty(), "sent from the next round");
+            plan.releases.extend(released);
         }
         plan
     }
@@ -747,9 +877,14 @@ impl Array {
             ),
         };
         let key = (read.stream, read.playback_round);
+        let send_round = self
+            .reservations
+            .stream_span(read.stream)
+            .map_or(round.next(), |span| span.send_round(read.playback_round));
         let f = self.inflight.entry(key).or_insert_with(|| Inflight {
             replica: read.replica,
             read_round: round,
+            send_round,
             pending: vec![false; pieces],
             missed: false,
             recovery,
@@ -764,7 +899,7 @@ impl Array {
                     playback_round: read.playback_round,
                     replica: f.replica,
                     read_round: f.read_round,
-                    send_round: f.read_round.next(),
+                    send_round: f.send_round,
                     late: f.missed,
                 });
             }
@@ -956,7 +1091,7 @@ impl Array {
                 playback_round: completion.playback_round,
                 replica: f.replica,
                 read_round: f.read_round,
-                send_round: f.read_round.next(),
+                send_round: f.send_round,
                 late: f.missed,
             };
             // A late round whose send round has come goes out at once (with
@@ -1071,6 +1206,7 @@ impl Array {
             Inflight {
                 replica,
                 read_round: f.read_round,
+                send_round: f.send_round,
                 pending: vec![false; pieces],
                 missed: f.missed,
                 recovery: true,

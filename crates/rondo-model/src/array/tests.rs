@@ -33,6 +33,8 @@ fn config(disks: u32, scheme: Scheme) -> ArrayConfig {
         },
         read_bound: bound.clone(),
         write_bound: bound,
+        burst: Default::default(),
+        late_start: false,
     }
 }
 
@@ -953,4 +955,150 @@ fn a_disk_is_rebuilt_while_another_is_failed_and_the_rest_comes_back() {
         .unwrap();
     }
     run_rounds(&mut a, &mut corrupt, 20, 40);
+}
+
+/// A start burst: the first rounds are read in the stream's first round,
+/// each on its own disk, and released as each completes (in playback
+/// order), within that round; the rest follows one round per round; a
+/// client that takes the burst at its playback rate is not stalled.
+#[test]
+fn a_start_burst_is_read_in_the_first_round_and_released_as_it_completes() {
+    let mut cfg = config(4, Scheme::Minimum);
+    cfg.burst = crate::reservation::Burst {
+        rounds: 3,
+        bytes: 0,
+    };
+    let mut a = Array::new(cfg);
+    let mut allocator = ArrayAllocator::uniform(4, 1000);
+    a.add_title(title(0, 4, 0, &[100 * KIB; 8], &mut allocator));
+    let s = a.admit(&whole(0)).unwrap();
+    assert_eq!(s.start_round, Round(0));
+    let plan = a.begin_round(Round(0));
+    let reads = deliveries(&plan);
+    let disks: Vec<u32> = reads.iter().map(|c| c.disk.0).collect();
+    assert_eq!(disks, [0, 1, 2], "three rounds on three disks");
+    // Completed out of order: round 1 waits for round 0, then both go.
+    let by_round = |n: u32| {
+        reads
+            .iter()
+            .find(|c| matches!(c.purpose, Purpose::Deliver { playback_round, .. } if playback_round.0 == n))
+            .copied()
+            .unwrap()
+    };
+    let released_by = |effects: Vec<Effect>| -> Vec<u32> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Released(r) => Some(r.playback_round.0),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(released_by(a.complete(&ok(by_round(1)))), Vec::<u32>::new());
+    assert_eq!(released_by(a.complete(&ok(by_round(0)))), [0, 1]);
+    assert_eq!(released_by(a.complete(&ok(by_round(2)))), [2]);
+    // Round 1 reads nothing; round 2 reads playback round 3, sent in round 3.
+    let mut taken = 0;
+    for round in 1..12u64 {
+        let plan = a.begin_round(Round(round));
+        let reads: Vec<u32> = deliveries(&plan)
+            .iter()
+            .map(|c| match c.purpose {
+                Purpose::Deliver { playback_round, .. } => playback_round.0,
+                _ => unreachable!(),
+            })
+            .collect();
+        let expected: Vec<u32> = if (2..=6).contains(&round) {
+            vec![round as u32 + 1]
+        } else {
+            vec![]
+        };
+        assert_eq!(reads, expected, "round {round}");
+        if (3..=7).contains(&round) {
+            assert_eq!(released(&plan), [round as u32], "round {round}");
+        }
+        assert!(plan.aborted.is_empty(), "round {round}: {:?}", plan.aborted);
+        if plan.finished.contains(&s.stream) {
+            // The last round is released in round 7 and, playing one
+            // round per round, the client takes it by round 8's end.
+            assert_eq!(round, 9);
+            break;
+        }
+        complete_all(&mut a, &plan);
+        // The client plays in real time: one round per round, from round 1.
+        taken = (taken + 1).min(8);
+        a.client_took(s.stream, taken);
+        a.check_invariants();
+    }
+    assert_eq!(a.counters().streams_finished, 1);
+    assert_eq!(a.counters().clients_stalled, 0);
+}
+
+/// A stream may start in the round in progress when its reads there end
+/// before the round does, after what each disk was given: its reads come
+/// back as a late start, each disk's batch charged the fixed term again;
+/// late in the round, or once the disks' time is given, it starts at the
+/// next boundary as before.
+#[test]
+fn a_stream_starts_in_the_round_in_progress_when_its_reads_fit_there() {
+    let mut cfg = config(4, Scheme::Minimum);
+    cfg.burst = crate::reservation::Burst {
+        rounds: 2,
+        bytes: 0,
+    };
+    cfg.late_start = true;
+    let fixed_ns = cfg.reservation.round_fixed_ns;
+    let mut a = Array::new(cfg);
+    let mut allocator = ArrayAllocator::uniform(4, 1000);
+    a.add_title(title(0, 4, 0, &[100 * KIB; 8], &mut allocator));
+    // Before any round has begun there is no round in progress.
+    let (first, late) = a.admit_now(&whole(0), 0).unwrap();
+    assert!(late.is_none());
+    assert_eq!(first.start_round, Round(0));
+    let plan = a.begin_round(Round(0));
+    complete_all(&mut a, &plan);
+    // 300 ms into round 0: the next stream starts there.
+    let (s, late) = a.admit_now(&whole(0), 300_000_000).unwrap();
+    let late = late.expect("a late start");
+    assert_eq!((s.start_round, s.earliest_round), (Round(0), Round(0)));
+    assert_eq!(late.start_ns, 300_000_000);
+    let disks: Vec<u32> = late.disks.iter().map(|d| d.disk.0).collect();
+    assert_eq!(disks, [0, 1], "its burst's two rounds");
+    for d in &late.disks {
+        assert_eq!(d.commands.len(), 1);
+        assert_eq!(d.reserved_ns, Some(fixed_ns + d.commands[0].charge_ns));
+        assert!(d.commands.iter().all(|c| c.round == Round(0)));
+    }
+    // Its reads are released as they complete, within round 0.
+    let released: Vec<u32> = late
+        .disks
+        .iter()
+        .flat_map(|d| a.complete(&ok(&d.commands[0])))
+        .filter_map(|e| match e {
+            Effect::Released(r) => Some(r.playback_round.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(released, [0, 1]);
+    assert_eq!(a.counters().late_starts, 1);
+    // Late starts pile up on the disks until the round has no room left;
+    // from then on streams start at the next boundary.
+    let mut late_starts = 1;
+    loop {
+        let (s, late) = a.admit_now(&whole(0), 400_000_000).unwrap();
+        match late {
+            Some(_) => late_starts += 1,
+            None => {
+                assert_eq!(s.start_round, Round(1));
+                break;
+            }
+        }
+        assert!(late_starts < 50, "the round's time runs out");
+    }
+    assert!(late_starts > 1);
+    // 999 ms in: too late for any read.
+    let (s, late) = a.admit_now(&whole(0), 999_000_000).unwrap();
+    assert!(late.is_none());
+    assert!(s.start_round >= Round(1));
+    a.check_invariants();
 }

@@ -1,9 +1,12 @@
 //! Admission (seed 000 §6.2): the start rounds tried, the check that every
 //! round of the stream fits, and which replica each round reads.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use super::{
-    Admission, Charge, Rejection, Reservations, RoundChoice, Scheme, StreamRecord, TitleCharges,
-    stream_end,
+    Admission, Burst, Charge, DiskSlot, Rejection, Reservations, RoundChoice, Scheme, Shape,
+    StreamRecord, TitleCharges,
 };
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
@@ -57,10 +60,32 @@ impl Reservations {
         earliest_round: Round,
         lookahead_rounds: u64,
     ) -> Result<Admission, Rejection> {
-        let charges = self
-            .titles
-            .get(&title)
-            .ok_or(Rejection::UnknownTitle(title))?;
+        self.try_admit_span(
+            title,
+            playback_rounds,
+            earliest_round,
+            lookahead_rounds,
+            Burst::default(),
+        )
+    }
+
+    /// Like [`Reservations::try_admit_range`], with a start burst (see
+    /// `reservation::shape`). At each start round the whole burst is tried
+    /// first, then its `rounds` part alone, then the plain stream: a burst
+    /// never makes a stream start later.
+    pub fn try_admit_span(
+        &mut self,
+        title: TitleId,
+        playback_rounds: std::ops::Range<PlaybackRound>,
+        earliest_round: Round,
+        lookahead_rounds: u64,
+        burst: Burst,
+    ) -> Result<Admission, Rejection> {
+        let charges = Arc::clone(
+            self.titles
+                .get(&title)
+                .ok_or(Rejection::UnknownTitle(title))?,
+        );
         let first_playback_round = playback_rounds.start.index();
         let end_playback_round = playback_rounds.end.index().min(charges.rounds());
         if first_playback_round >= end_playback_round {
@@ -69,7 +94,21 @@ impl Reservations {
                 rounds: charges.rounds(),
             });
         }
-        let stream_rounds = (stream_end(charges, end_playback_round) - first_playback_round) as u64;
+        let (first, end) = (first_playback_round, end_playback_round);
+        let plain = Shape::new(first, end, 0);
+        // Largest first: the whole span (or the burst by time), the burst
+        // by time, the plain stream.
+        let mut shapes = vec![plain];
+        for k in [
+            burst.rounds as usize,
+            Shape::burst_rounds(&charges, first, end, burst.rounds as usize, burst.bytes),
+        ] {
+            let shape = Shape::new(first, end, k);
+            if k > 0 && shape != shapes[0] {
+                shapes.insert(0, shape);
+            }
+        }
+        let stream_rounds = plain.stream_rounds(&charges) as u64;
         let earliest_round = earliest_round.max(self.current_round);
         let lookahead_rounds = lookahead_rounds.max(1);
         let window_end = self.current_round.plus(self.config.horizon_rounds);
@@ -85,45 +124,44 @@ impl Reservations {
             round: earliest_round,
         };
         for start in Round::range(earliest_round, earliest_round.plus(lookahead_rounds)) {
-            if start.plus(stream_rounds) > window_end {
-                break;
-            }
-            let rounds = first_playback_round..end_playback_round;
-            match self.fits(charges, rounds, start, lookahead_rounds) {
-                Ok(choice) => {
-                    let stream = StreamId(self.next_stream);
-                    self.next_stream += 1;
-                    let record = StreamRecord {
-                        title,
-                        start_round: start,
-                        first_playback_round,
-                        end_playback_round,
-                        choice,
-                    };
-                    self.apply(&record, 1);
-                    self.streams.insert(stream, record);
-                    return Ok(Admission {
-                        stream,
-                        start_round: start,
-                    });
+            for &shape in &shapes {
+                if start.plus(shape.stream_rounds(&charges) as u64) > window_end {
+                    continue;
                 }
-                Err(rejection @ Rejection::DataUnavailable { .. }) => return Err(rejection),
-                Err(rejection) => last = rejection,
+                match self.fits(&charges, shape, start, lookahead_rounds) {
+                    Ok(choice) => {
+                        let stream = StreamId(self.next_stream);
+                        self.next_stream += 1;
+                        let record = StreamRecord {
+                            title,
+                            start_round: start,
+                            shape,
+                            choice,
+                        };
+                        self.apply(&record, 1);
+                        self.streams.insert(stream, record);
+                        return Ok(Admission {
+                            stream,
+                            start_round: start,
+                        });
+                    }
+                    Err(rejection @ Rejection::DataUnavailable { .. }) => return Err(rejection),
+                    Err(rejection) => last = rejection,
+                }
             }
         }
         Err(last)
     }
 
-    /// Checks whether the title fits starting at `start`; returns the replica
-    /// choice per round. Pure: changes nothing.
+    /// Checks whether a stream of this shape fits starting at `start`;
+    /// returns the replica choice per round. Pure: changes nothing.
     fn fits(
         &self,
         charges: &TitleCharges,
-        playback_rounds: std::ops::Range<usize>,
+        shape: Shape,
         start: Round,
         lookahead_rounds: u64,
     ) -> Result<Vec<RoundChoice>, Rejection> {
-        let (first, end) = (playback_rounds.start, playback_rounds.end);
         let cfg = &self.config;
         let budget_ns = cfg.round_duration_ns.saturating_sub(cfg.round_fixed_ns);
         let horizon = cfg.horizon_rounds;
@@ -132,17 +170,18 @@ impl Reservations {
             disk,
             round,
         };
-        for i in first..stream_end(charges, end) {
-            let round = start.plus((i - first) as u64);
+        for q in 0..shape.stream_rounds(charges) {
+            let round = start.plus(q as u64);
             let ring = (round.0 % horizon) as usize;
-            if self.buffer_bytes[ring] + charges.buffer_bytes[i] > cfg.buffer_capacity_bytes {
+            let (buffer_bytes, network_bytes) = shape.charges_at(charges, q);
+            if self.buffer_bytes[ring] + buffer_bytes > cfg.buffer_capacity_bytes {
                 return Err(Rejection::Buffer {
                     lookahead_rounds,
                     round,
                 });
             }
             if let Some(cap) = cfg.network_capacity_bytes_per_round
-                && self.network_bytes[ring] + charges.network_bytes[i] > cap
+                && self.network_bytes[ring] + network_bytes > cap
             {
                 return Err(Rejection::Network {
                     lookahead_rounds,
@@ -150,21 +189,32 @@ impl Reservations {
                 });
             }
         }
-        let mut choice = Vec::with_capacity(end - first);
-        for i in first..end {
-            let round = start.plus((i - first) as u64);
+        // A burst makes several reads in its first round, possibly on one
+        // disk: they are checked against the tables plus the burst's own
+        // reads so far (copies of the slots they touch). Every other round
+        // has one read of the stream, checked against the tables alone.
+        let mut scratch: BTreeMap<DiskIndex, DiskSlot> = BTreeMap::new();
+        let mut choice = Vec::with_capacity(shape.end - shape.first);
+        for i in shape.first..shape.end {
+            let round = start.plus(shape.read_offset(i) as u64);
+            let in_burst = shape.is_burst() && shape.is_early(i);
             let primary = charges.primary(i);
             let backup = charges.backup(i);
             let round_choice = self.choose(primary, backup, round, PlaybackRound(i as u32))?;
+            let slot = |disk: DiskIndex| -> &DiskSlot {
+                match scratch.get(&disk) {
+                    Some(slot) if in_burst => slot,
+                    _ => self.slot(disk, round),
+                }
+            };
             match round_choice {
                 RoundChoice::Primary => {
-                    let slot = self.slot(primary.disk, round);
-                    if slot.reserved_ns(cfg.scheme) + primary.cost_ns > budget_ns {
+                    if slot(primary.disk).reserved_ns(cfg.scheme) + primary.cost_ns > budget_ns {
                         return Err(disk_full(primary.disk, round));
                     }
                     if matches!(cfg.scheme, Scheme::Mirroring | Scheme::Minimum) {
                         for piece in backup {
-                            let slot = self.slot(piece.disk, round);
+                            let slot = slot(piece.disk);
                             let extra = match cfg.scheme {
                                 Scheme::Mirroring => piece.cost_ns,
                                 _ => (slot.backup_from(primary.disk) + piece.cost_ns)
@@ -178,9 +228,30 @@ impl Reservations {
                 }
                 RoundChoice::Backup | RoundChoice::Rerouted => {
                     for piece in backup {
-                        let slot = self.slot(piece.disk, round);
-                        if slot.reserved_ns(cfg.scheme) + piece.cost_ns > budget_ns {
+                        if slot(piece.disk).reserved_ns(cfg.scheme) + piece.cost_ns > budget_ns {
                             return Err(disk_full(piece.disk, round));
+                        }
+                    }
+                }
+            }
+            if in_burst {
+                let mut touch = |disk: DiskIndex, f: &dyn Fn(&mut DiskSlot)| {
+                    f(scratch
+                        .entry(disk)
+                        .or_insert_with(|| self.slot(disk, round).clone()))
+                };
+                match round_choice {
+                    RoundChoice::Primary => {
+                        touch(primary.disk, &|s| s.primary_ns += primary.cost_ns);
+                        if matches!(cfg.scheme, Scheme::Mirroring | Scheme::Minimum) {
+                            for piece in backup {
+                                touch(piece.disk, &|s| s.add_backup(primary.disk, piece.cost_ns));
+                            }
+                        }
+                    }
+                    RoundChoice::Backup | RoundChoice::Rerouted => {
+                        for piece in backup {
+                            touch(piece.disk, &|s| s.primary_ns += piece.cost_ns);
                         }
                     }
                 }

@@ -36,6 +36,10 @@ pub struct TitleCharges {
     /// Bytes sent to the client in each stream round (`rounds + 1` entries;
     /// data read in round i is sent in round i + 1).
     pub(super) network_bytes: Vec<u64>,
+    /// Bytes read (and held) for each playback round, recovered from the
+    /// double-buffered `buffer_bytes` (`buffer[i] = read[i] + read[i - 1]`):
+    /// what a start burst holds per round it reads early.
+    pub(super) read_bytes: Vec<u64>,
 }
 
 /// Why charges could not be built.
@@ -99,12 +103,20 @@ impl TitleCharges {
         backup_start.push(backup.len() as u32);
         let mut network_bytes = vec![0];
         network_bytes.extend_from_slice(client_bytes);
+        let mut read_bytes = Vec::with_capacity(rounds);
+        for i in 0..rounds {
+            let before = if i > 0 { read_bytes[i - 1] } else { 0 };
+            // Never below what the client is sent: a sequence that is not
+            // double-buffered must not make a burst's charge too small.
+            read_bytes.push(buffer_bytes[i].saturating_sub(before).max(client_bytes[i]));
+        }
         Ok(TitleCharges {
             primary,
             backup_start,
             backup,
             buffer_bytes,
             network_bytes,
+            read_bytes,
         })
     }
 

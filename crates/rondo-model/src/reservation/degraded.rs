@@ -44,8 +44,9 @@ impl Reservations {
             .iter()
             .filter(|(_, record)| {
                 let charges = &self.titles[&record.title];
-                let first = record.index(from_round.max(record.start_round));
-                (first..record.end_playback_round).any(|i| {
+                let q = record.offset(from_round.max(record.start_round));
+                let first = record.shape.first_read_from(q);
+                (first..record.shape.end).any(|i| {
                     let backup = charges.backup(i);
                     !working(&charges.primary(i))
                         && (backup.is_empty() || !backup.iter().all(working))

@@ -21,6 +21,7 @@ mod admission;
 mod charges;
 mod degraded;
 mod plan;
+mod shape;
 mod tables;
 #[cfg(test)]
 mod tests;
@@ -36,6 +37,7 @@ use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
 pub use charges::{Bound, Charge, ChargesError, TitleCharges, group_start};
 pub use degraded::replica_after_error;
+pub(crate) use shape::Shape;
 use tables::DiskSlot;
 
 /// Disk bandwidth reservation scheme (seed 000 §3: `none`, `unreserved`,
@@ -203,27 +205,33 @@ struct StreamRecord {
     title: TitleId,
     /// Absolute round of the stream's first read.
     start_round: Round,
-    /// The title's playback round read first (0 unless the stream started
-    /// mid-title, e.g. a player's range request).
-    first_playback_round: usize,
-    /// The playback round after the stream's last read: the title's end, or
-    /// the end of a range request's bytes.
-    end_playback_round: usize,
-    /// Per playback round from `first_playback_round` on, the replica the
-    /// stream was admitted to read.
+    /// Its playback rounds (from 0 unless it started mid-title, e.g. a
+    /// player's range request, to the title's end or the range's) and
+    /// which it reads in each round.
+    shape: Shape,
+    /// Per playback round from `shape.first` on, the replica the stream
+    /// was admitted to read.
     choice: Vec<RoundChoice>,
 }
 
 impl StreamRecord {
-    /// The title's playback round (and schedule index) the stream handles in `round`.
-    fn index(&self, round: Round) -> usize {
-        self.first_playback_round + (round.0 - self.start_round.0) as usize
+    fn first_playback_round(&self) -> usize {
+        self.shape.first
+    }
+
+    fn end_playback_round(&self) -> usize {
+        self.shape.end
+    }
+
+    /// The stream round (offset from the start) that `round` is.
+    fn offset(&self, round: Round) -> usize {
+        (round.0 - self.start_round.0) as usize
     }
 
     /// The first round after the stream's last.
     fn end_round(&self, charges: &TitleCharges) -> Round {
         self.start_round
-            .plus((stream_end(charges, self.end_playback_round) - self.first_playback_round) as u64)
+            .plus(self.shape.stream_rounds(charges) as u64)
     }
 }
 
@@ -245,6 +253,18 @@ fn stream_end(charges: &TitleCharges, end_playback_round: usize) -> usize {
     end_playback_round + (charges.stream_rounds() - charges.rounds())
 }
 
+/// A new stream's start burst: the rounds it may read in its first round
+/// and send as soon as read (`reservation::shape`). `Burst::default()` is
+/// none, as in seed 000.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Burst {
+    /// Playback rounds (0: none by time).
+    pub rounds: u32,
+    /// Or the whole span, when it holds at most this many bytes (0: none
+    /// by size).
+    pub bytes: u64,
+}
+
 /// An admitted stream's place in time.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamSpan {
@@ -255,18 +275,38 @@ pub struct StreamSpan {
     pub first_playback_round: PlaybackRound,
     /// The playback round after its last read.
     pub end_playback_round: PlaybackRound,
+    /// Playback rounds read in its first round and sent as soon as read (0:
+    /// none, a plain stream; see `reservation::shape`).
+    pub burst_rounds: u32,
 }
 
 impl StreamSpan {
+    pub(crate) fn shape(&self) -> Shape {
+        Shape {
+            first: self.first_playback_round.index(),
+            end: self.end_playback_round.index(),
+            burst: self.burst_rounds as usize,
+        }
+    }
+
     /// The absolute round in which playback round `playback_round` is read.
     pub fn read_round(&self, playback_round: PlaybackRound) -> Round {
         self.start_round
-            .plus(u64::from(playback_round.0 - self.first_playback_round.0))
+            .plus(self.shape().read_offset(playback_round.index()) as u64)
+    }
+
+    /// The absolute round from which playback round `playback_round` may be
+    /// sent: the round after its read, or the read round itself for a round
+    /// read in a start burst.
+    pub fn send_round(&self, playback_round: PlaybackRound) -> Round {
+        self.start_round
+            .plus(self.shape().send_offset(playback_round.index()) as u64)
     }
 
     /// The absolute round after its last read.
     pub fn end_read_round(&self) -> Round {
-        self.read_round(self.end_playback_round)
+        self.start_round
+            .plus(self.shape().reads_end_offset() as u64)
     }
 }
 
@@ -353,8 +393,9 @@ impl Reservations {
         self.streams.get(&stream).map(|r| StreamSpan {
             title: r.title,
             start_round: r.start_round,
-            first_playback_round: PlaybackRound(r.first_playback_round as u32),
-            end_playback_round: PlaybackRound(r.end_playback_round as u32),
+            first_playback_round: PlaybackRound(r.first_playback_round() as u32),
+            end_playback_round: PlaybackRound(r.end_playback_round() as u32),
+            burst_rounds: r.shape.burst as u32,
         })
     }
 
@@ -444,37 +485,35 @@ impl Reservations {
         let horizon = self.config.horizon_rounds;
         let first = self.current_round.max(record.start_round);
         for round in Round::range(first, record.end_round(&charges)) {
-            let i = record.index(round);
+            let q = record.offset(round);
+            let (buffer_bytes, network_bytes) = record.shape.charges_at(&charges, q);
             let ring = (round.0 % horizon) as usize;
-            self.buffer_bytes[ring] =
-                add_signed(self.buffer_bytes[ring], charges.buffer_bytes[i], sign);
-            self.network_bytes[ring] =
-                add_signed(self.network_bytes[ring], charges.network_bytes[i], sign);
-            if i >= record.end_playback_round {
-                continue;
-            }
-            let primary = charges.primary(i);
-            match record.choice[i - record.first_playback_round] {
-                RoundChoice::Primary => {
-                    let idx = self.slot_index(primary.disk, round);
-                    let slot = &mut self.slots[idx];
-                    slot.primary_ns = add_signed(slot.primary_ns, primary.cost_ns, sign);
-                    if matches!(scheme, Scheme::Mirroring | Scheme::Minimum) {
-                        for piece in charges.backup(i) {
-                            let idx = self.slot_index(piece.disk, round);
-                            if sign > 0 {
-                                self.slots[idx].add_backup(primary.disk, piece.cost_ns);
-                            } else {
-                                self.slots[idx].remove_backup(primary.disk, piece.cost_ns);
+            self.buffer_bytes[ring] = add_signed(self.buffer_bytes[ring], buffer_bytes, sign);
+            self.network_bytes[ring] = add_signed(self.network_bytes[ring], network_bytes, sign);
+            for i in record.shape.reads_at(q) {
+                let primary = charges.primary(i);
+                match record.choice[i - record.shape.first] {
+                    RoundChoice::Primary => {
+                        let idx = self.slot_index(primary.disk, round);
+                        let slot = &mut self.slots[idx];
+                        slot.primary_ns = add_signed(slot.primary_ns, primary.cost_ns, sign);
+                        if matches!(scheme, Scheme::Mirroring | Scheme::Minimum) {
+                            for piece in charges.backup(i) {
+                                let idx = self.slot_index(piece.disk, round);
+                                if sign > 0 {
+                                    self.slots[idx].add_backup(primary.disk, piece.cost_ns);
+                                } else {
+                                    self.slots[idx].remove_backup(primary.disk, piece.cost_ns);
+                                }
                             }
                         }
                     }
-                }
-                RoundChoice::Backup | RoundChoice::Rerouted => {
-                    for piece in charges.backup(i) {
-                        let idx = self.slot_index(piece.disk, round);
-                        let slot = &mut self.slots[idx];
-                        slot.primary_ns = add_signed(slot.primary_ns, piece.cost_ns, sign);
+                    RoundChoice::Backup | RoundChoice::Rerouted => {
+                        for piece in charges.backup(i) {
+                            let idx = self.slot_index(piece.disk, round);
+                            let slot = &mut self.slots[idx];
+                            slot.primary_ns = add_signed(slot.primary_ns, piece.cost_ns, sign);
+                        }
                     }
                 }
             }

@@ -1,9 +1,9 @@
 //! Round planning: which reads each disk does in a round, from the stream
 //! records and the failed disks.
 
-use super::{PlannedRead, Reservations, RoundChoice};
+use super::{PlannedRead, Reservations, RoundChoice, StreamRecord, TitleCharges};
 use crate::layout::Replica;
-use crate::units::{DiskIndex, PlaybackRound, Round};
+use crate::units::{DiskIndex, PlaybackRound, Round, StreamId};
 
 impl Reservations {
     /// The reads each disk performs in `round` (the current round or later),
@@ -17,11 +17,45 @@ impl Reservations {
             if round < record.start_round {
                 continue;
             }
-            let i = record.index(round);
             let charges = &self.titles[&record.title];
-            if i >= record.end_playback_round {
-                continue;
+            for i in record.shape.reads_at(record.offset(round)) {
+                self.plan_read(stream, record, charges, i, &mut per_disk, &mut lost);
             }
+        }
+        (per_disk, lost)
+    }
+
+    /// The reads one stream makes in `round`, per disk (as
+    /// [`Reservations::plan_round`] plans them for every stream).
+    pub fn plan_stream_round(
+        &self,
+        stream: StreamId,
+        round: Round,
+    ) -> (Vec<Vec<PlannedRead>>, Vec<PlannedRead>) {
+        let mut per_disk: Vec<Vec<PlannedRead>> = vec![Vec::new(); self.config.disks as usize];
+        let mut lost = Vec::new();
+        if let Some(record) = self.streams.get(&stream)
+            && round >= record.start_round
+        {
+            let charges = &self.titles[&record.title];
+            for i in record.shape.reads_at(record.offset(round)) {
+                self.plan_read(stream, record, charges, i, &mut per_disk, &mut lost);
+            }
+        }
+        (per_disk, lost)
+    }
+
+    /// Plans one read of playback round `i` of `stream`.
+    fn plan_read(
+        &self,
+        stream: StreamId,
+        record: &StreamRecord,
+        charges: &TitleCharges,
+        i: usize,
+        per_disk: &mut [Vec<PlannedRead>],
+        lost: &mut Vec<PlannedRead>,
+    ) {
+        {
             let read = |disk: DiskIndex, replica: Replica, backup_entry: usize, cost_ns: u64| {
                 PlannedRead {
                     stream,
@@ -38,8 +72,7 @@ impl Reservations {
             let backup_ok =
                 !backup.is_empty() && backup.iter().all(|p| !self.failed[p.disk.index()]);
             let primary_ok = !self.failed[primary.disk.index()];
-            let wants_backup =
-                record.choice[i - record.first_playback_round] != RoundChoice::Primary;
+            let wants_backup = record.choice[i - record.shape.first] != RoundChoice::Primary;
             if backup_ok && (wants_backup || !primary_ok) {
                 for (n, piece) in backup.iter().enumerate() {
                     per_disk[piece.disk.index()].push(read(
@@ -60,6 +93,5 @@ impl Reservations {
                 lost.push(read(primary.disk, Replica::Primary, 0, primary.cost_ns));
             }
         }
-        (per_disk, lost)
     }
 }

@@ -368,6 +368,8 @@ enum Op {
         first: usize,
         /// Playback rounds read; past the title's end means to its end.
         length: usize,
+        /// Start burst in rounds (0: a plain stream).
+        burst: u32,
     },
     Release {
         nth: usize,
@@ -379,15 +381,17 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0usize..4, 1u64..4, 0usize..4, 1usize..24).prop_map(|(title, lookahead, first, length)| Op::Admit { title, lookahead, first, length }),
+        6 => (0usize..4, 1u64..4, 0usize..4, 1usize..24, prop_oneof![Just(0u32), 0u32..9]).prop_map(|(title, lookahead, first, length, burst)| Op::Admit { title, lookahead, first, length, burst }),
         1 => (0usize..64).prop_map(|nth| Op::Release { nth }),
         2 => (1u64..5).prop_map(|rounds| Op::Advance { rounds }),
     ]
 }
 
 proptest! {
-    /// Whatever the order of admissions, releases and advances, the
-    /// incremental tables equal tables rebuilt from scratch, and under
+    /// Whatever the order of admissions (plain and with start bursts, which
+    /// put several reads of one stream on one disk in one round), releases
+    /// and advances, the incremental tables equal tables rebuilt from
+    /// scratch, no disk is reserved past its round, and under
     /// `minimum` any single failure leaves every surviving disk within
     /// its round: fixed + primary + backup from the failed disk ≤ T.
     #[test]
@@ -404,11 +408,12 @@ proptest! {
         let mut admitted = Vec::new();
         for op in ops {
             match op {
-                Op::Admit { title, lookahead, first, length } => {
+                Op::Admit { title, lookahead, first, length, burst } => {
                     let now = r.current_round();
                     let first = first.min(costs[title].len() - 1);
                     let rounds = PlaybackRound(first as u32)..PlaybackRound((first + length) as u32);
-                    if let Ok(a) = r.try_admit_range(TitleId(title as u64), rounds, now, lookahead) {
+                    let burst = Burst { rounds: burst, bytes: 0 };
+                    if let Ok(a) = r.try_admit_span(TitleId(title as u64), rounds, now, lookahead, burst) {
                         admitted.push(a.stream);
                     }
                 }
@@ -569,4 +574,46 @@ fn grouped_charges_read_a_group_in_one_request_and_hold_it_until_sent() {
             assert!(held > single.buffer_bytes.iter().sum::<u64>());
         }
     }
+}
+
+/// A burst reads its rounds in its first round, each charged to its disk
+/// there; where two fall on one disk both count, and a burst that does not
+/// fit gives way to the plain stream in the same start round.
+#[test]
+fn a_burst_is_charged_in_its_first_round_and_gives_way_to_a_plain_stream() {
+    let mut r = Reservations::new(config(2, Scheme::None));
+    r.add_title(TitleId(0), striped(2, 0, &[300; 8]));
+    let span = |r: &Reservations, s: StreamId| r.stream_span(s).unwrap();
+    let burst = Burst {
+        rounds: 3,
+        bytes: 0,
+    };
+    let all = PlaybackRound(0)..PlaybackRound(8);
+    let a = r
+        .try_admit_span(TitleId(0), all.clone(), Round(0), 1, burst)
+        .unwrap();
+    assert_eq!(span(&r, a.stream).burst_rounds, 3);
+    // Rounds 0 and 2 on disk 0, round 1 on disk 1, all in round 0.
+    assert_eq!(r.reserved_ns(DiskIndex(0), Round(0)), 600 * MS);
+    assert_eq!(r.reserved_ns(DiskIndex(1), Round(0)), 300 * MS);
+    // Then as a plain stream started in round -1: round 3 in round 2.
+    assert_eq!(r.reserved_ns(DiskIndex(1), Round(1)), 0);
+    assert_eq!(r.reserved_ns(DiskIndex(1), Round(2)), 300 * MS);
+    let s = span(&r, a.stream);
+    assert_eq!(s.read_round(PlaybackRound(2)), Round(0));
+    assert_eq!(s.send_round(PlaybackRound(2)), Round(0));
+    assert_eq!(s.read_round(PlaybackRound(3)), Round(2));
+    assert_eq!(s.send_round(PlaybackRound(3)), Round(3));
+    assert_eq!(s.end_read_round(), Round(7));
+    // A second burst in round 0 would put 1200 ms on disk 0: it starts
+    // plain there instead (disk 0 has 900 − 600 = 300 ms left).
+    let b = r
+        .try_admit_span(TitleId(0), all, Round(0), 1, burst)
+        .unwrap();
+    assert_eq!(
+        (b.start_round, span(&r, b.stream).burst_rounds),
+        (Round(0), 0)
+    );
+    assert_eq!(r.reserved_ns(DiskIndex(0), Round(0)), 900 * MS);
+    r.check_invariants();
 }

@@ -1,0 +1,278 @@
+//! A stream's shape in time: which of its playback rounds it reads in each
+//! of its stream rounds, when each may be sent, and what it holds and sends
+//! per round, for a plain stream and for one with a start burst.
+//!
+//! A *plain* stream started in round s reads playback round `first + q` in
+//! round s + q and sends it in the round after (seed 000 §2.3, double
+//! buffering). A stream with a *start burst* of k rounds reads its first k
+//! playback rounds all in round s, each on its own disk when k ≤ D (the
+//! layout puts successive rounds on successive disks), and they may be sent
+//! as soon as they are read; from round `first + k` on it reads and sends
+//! exactly as a plain stream started in round s − 1 would. Its client gets
+//! its first byte within round s instead of at the start of round s + 1, and
+//! k rounds of data at once (what players probe before they play: an
+//! MPEG-TS player reads seconds of the title, then its last 250 kB); the
+//! rounds it read early are charged to the server buffer from round s until
+//! the round a plain stream would have sent them, so a client that takes
+//! them only at its playback rate is covered. Nothing else changes: every
+//! read is charged to its disk in the round it is made.
+
+use std::ops::Range;
+
+use super::{TitleCharges, stream_end};
+
+/// Which playback rounds a stream reads, and how (see the module docs).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    /// The first playback round read.
+    pub first: usize,
+    /// The playback round after the last read.
+    pub end: usize,
+    /// Playback rounds read in the first stream round: 0 for a plain
+    /// stream; otherwise 2 or more, or 1 for a one-round span.
+    pub burst: usize,
+}
+
+impl Shape {
+    /// The shape of a stream over playback rounds `first..end` with a start
+    /// burst of up to `burst_rounds_max` rounds (0: plain). A burst reads at
+    /// least two rounds: a one-round burst would read the second round in
+    /// the same round anyway (it is a plain stream started a round earlier
+    /// from there).
+    pub fn new(first: usize, end: usize, burst_rounds_max: usize) -> Shape {
+        debug_assert!(first < end, "a stream reads at least one round");
+        let burst = if burst_rounds_max == 0 {
+            0
+        } else {
+            burst_rounds_max.max(2).min(end - first)
+        };
+        Shape { first, end, burst }
+    }
+
+    /// The start burst, in playback rounds from `first`, of a stream of
+    /// this title over `first..end`: the whole span when it holds at most
+    /// `bytes_max` bytes, otherwise `rounds` (0 and 0: no burst). The byte
+    /// term is for short titles and ranges: a player that reads a title's
+    /// end to find its duration reads on through its first connection when
+    /// the end is near (within its TCP window) instead of asking for the
+    /// end alone, so a short title is wanted whole.
+    pub fn burst_rounds(
+        charges: &TitleCharges,
+        first: usize,
+        end: usize,
+        rounds: usize,
+        bytes_max: u64,
+    ) -> usize {
+        let span_bytes: u64 = charges.read_bytes[first..end].iter().sum();
+        if span_bytes <= bytes_max {
+            end - first
+        } else {
+            rounds
+        }
+    }
+
+    pub fn is_burst(&self) -> bool {
+        self.burst > 0
+    }
+
+    /// Whether playback round `i` is read in the first round, ahead of time.
+    pub fn is_early(&self, i: usize) -> bool {
+        i < self.first + self.burst
+    }
+
+    /// The stream round (offset from the start round) in which playback
+    /// round `i` is read.
+    pub fn read_offset(&self, i: usize) -> usize {
+        if !self.is_burst() {
+            i - self.first
+        } else if self.is_early(i) {
+            0
+        } else {
+            i - self.first - 1
+        }
+    }
+
+    /// The stream round from which playback round `i` may be sent: the
+    /// round after its read, or its read round for a round read early.
+    pub fn send_offset(&self, i: usize) -> usize {
+        if self.is_early(i) {
+            0
+        } else {
+            self.read_offset(i) + 1
+        }
+    }
+
+    /// The playback rounds read in stream round `q`.
+    pub fn reads_at(&self, q: usize) -> Range<usize> {
+        if !self.is_burst() {
+            let i = (self.first + q).min(self.end);
+            return i..(i + 1).min(self.end);
+        }
+        if q == 0 {
+            return self.first..self.first + self.burst;
+        }
+        let i = (self.first + q + 1).clamp(self.first + self.burst, self.end);
+        if i == self.first + q + 1 {
+            i..(i + 1).min(self.end)
+        } else {
+            i..i
+        }
+    }
+
+    /// The first playback round read in stream round `q` or later (`end`
+    /// when there is none).
+    pub fn first_read_from(&self, q: usize) -> usize {
+        if !self.is_burst() {
+            (self.first + q).min(self.end)
+        } else if q == 0 {
+            self.first
+        } else {
+            (self.first + q + 1).clamp(self.first + self.burst, self.end)
+        }
+    }
+
+    /// Stream rounds after the last read (sending and holding included):
+    /// the stream's length in rounds.
+    pub fn stream_rounds(&self, charges: &TitleCharges) -> usize {
+        let plain = stream_end(charges, self.end) - self.first;
+        if self.is_burst() {
+            // A plain stream started a round earlier, from the same end.
+            (plain - 1).max(1)
+        } else {
+            plain
+        }
+    }
+
+    /// The stream round after the last read.
+    pub fn reads_end_offset(&self) -> usize {
+        self.read_offset(self.end - 1) + 1
+    }
+
+    /// Server buffer held and bytes sent in stream round `q`.
+    pub fn charges_at(&self, charges: &TitleCharges, q: usize) -> (u64, u64) {
+        if !self.is_burst() {
+            let i = self.first + q;
+            return (charges.buffer_bytes[i], charges.network_bytes[i]);
+        }
+        let early_end = self.first + self.burst;
+        // Rounds read early are held until a plain stream started a round
+        // earlier would have sent them (offset i − first).
+        let mut buffer: u64 = (self.first + q..early_end)
+            .map(|i| charges.read_bytes[i])
+            .sum();
+        // After the burst: double buffering, as a plain stream.
+        for i in [self.first + q, self.first + q + 1] {
+            if i >= early_end && i < self.end {
+                buffer += charges.read_bytes[i];
+            }
+        }
+        let client = |i: usize| charges.network_bytes[i + 1];
+        let network = if q == 0 {
+            (self.first..early_end).map(client).sum()
+        } else {
+            let i = self.first + q;
+            if i >= early_end && i < self.end {
+                client(i)
+            } else {
+                0
+            }
+        };
+        (buffer, network)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reservation::Charge;
+    use crate::units::DiskIndex;
+
+    fn charges(rounds: usize) -> TitleCharges {
+        let primary = (0..rounds)
+            .map(|i| Charge {
+                disk: DiskIndex((i % 4) as u32),
+                cost_ns: 1,
+            })
+            .collect();
+        let read: Vec<u64> = (0..rounds).map(|i| 1000 + i as u64).collect();
+        let buffer = (0..=rounds)
+            .map(|r| read.get(r).copied().unwrap_or(0) + if r > 0 { read[r - 1] } else { 0 })
+            .collect();
+        let client: Vec<u64> = (0..rounds).map(|i| 900 + i as u64).collect();
+        TitleCharges::new(primary, vec![Vec::new(); rounds], buffer, &client).unwrap()
+    }
+
+    /// Every playback round is read exactly once, in the round `read_offset`
+    /// says, and sent no earlier than it is read.
+    #[test]
+    fn every_round_is_read_once_where_read_offset_says() {
+        let c = charges(12);
+        for first in 0..12 {
+            for end in first + 1..=12 {
+                for burst in [0, 1, 2, 3, 5, 20] {
+                    let shape = Shape::new(first, end, burst);
+                    let mut seen = [0; 12];
+                    for q in 0..shape.stream_rounds(&c) + 2 {
+                        for i in shape.reads_at(q) {
+                            seen[i] += 1;
+                            assert_eq!(shape.read_offset(i), q, "{shape:?} {i}");
+                            assert!(shape.send_offset(i) >= q);
+                            assert!(shape.first_read_from(q) <= i);
+                        }
+                        assert!(shape.first_read_from(q) >= shape.reads_at(q).start);
+                    }
+                    for (i, &n) in seen.iter().enumerate() {
+                        assert_eq!(n, usize::from((first..end).contains(&i)), "{shape:?} {i}");
+                    }
+                    assert!(shape.reads_end_offset() <= shape.stream_rounds(&c));
+                    assert_eq!(shape.first_read_from(shape.reads_end_offset()), end);
+                }
+            }
+        }
+    }
+
+    /// A burst stream is a plain stream started a round earlier once its
+    /// burst is over: the same reads and the same sends, round by round.
+    #[test]
+    fn after_its_burst_a_burst_stream_runs_as_a_plain_stream_a_round_earlier() {
+        let c = charges(10);
+        let plain = Shape::new(2, 10, 0);
+        let burst = Shape::new(2, 10, 3);
+        assert_eq!(burst.reads_at(0), 2..5);
+        assert_eq!(burst.reads_at(1), 5..5);
+        for i in 5..10 {
+            assert_eq!(burst.read_offset(i) + 1, plain.read_offset(i));
+            assert_eq!(burst.send_offset(i) + 1, plain.send_offset(i));
+        }
+        for q in 4..burst.stream_rounds(&c) {
+            assert_eq!(burst.charges_at(&c, q), plain.charges_at(&c, q + 1));
+        }
+        assert_eq!(burst.stream_rounds(&c) + 1, plain.stream_rounds(&c));
+    }
+
+    /// What a burst holds: each early round from the first round until a
+    /// plain stream a round earlier would send it; everything sent at once.
+    #[test]
+    fn a_burst_holds_its_early_rounds_until_their_plain_send_round() {
+        let c = charges(10);
+        let s = Shape::new(0, 10, 3);
+        let r = |i: u64| 1000 + i;
+        assert_eq!(s.charges_at(&c, 0), (r(0) + r(1) + r(2), 900 + 901 + 902));
+        assert_eq!(s.charges_at(&c, 1), (r(1) + r(2), 0));
+        assert_eq!(s.charges_at(&c, 2), (r(2) + r(3), 0));
+        assert_eq!(s.charges_at(&c, 3), (r(3) + r(4), 903));
+        // A short range read whole in its first round.
+        let tail = Shape::new(7, 10, 4);
+        assert_eq!(tail.burst, 3);
+        assert_eq!(tail.stream_rounds(&c), 3);
+        assert_eq!(
+            tail.charges_at(&c, 0),
+            (r(7) + r(8) + r(9), 907 + 908 + 909)
+        );
+        assert_eq!(tail.charges_at(&c, 2), (r(9), 0));
+        // A one-round span.
+        let one = Shape::new(9, 10, 4);
+        assert_eq!((one.burst, one.stream_rounds(&c)), (1, 1));
+        assert_eq!(one.charges_at(&c, 0), (r(9), 909));
+    }
+}
