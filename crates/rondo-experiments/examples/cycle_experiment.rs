@@ -10,7 +10,9 @@ use rondo_experiments::plot::write_chart;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let file = args.next().ok_or("usage: cycle_experiment FILE.toml [OUT_DIR] [SEED]")?;
+    let file = args
+        .next()
+        .ok_or("usage: cycle_experiment FILE.toml [OUT_DIR] [SEED]")?;
     let text = std::fs::read_to_string(&file)?;
     let spec = CycleSpec::from_toml(&text, &file)?;
     let out = args
@@ -20,7 +22,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seed: u64 = args.next().map(|s| s.parse()).transpose()?.unwrap_or(1);
     let result = run_cycle(&spec, seed, &|_, _| {});
     std::fs::create_dir_all(&out)?;
-    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(&result)?)?;
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(&result)?,
+    )?;
     std::fs::write(out.join("results.csv"), result.to_csv())?;
     std::fs::write(out.join("timelines.csv"), result.timelines_csv())?;
     for (stem, chart) in result.charts() {

@@ -184,7 +184,9 @@ impl CycleSpec {
     pub fn workload(&self, n: u32, bps_per_kbps: u64) -> Workload {
         let mut w = Workload::seed004(bps_per_kbps);
         w.run_ns = self.run_s * NS_PER_S;
-        w.duration_ns = self.duration_s.map(|[lo, hi]| (lo * NS_PER_S, hi * NS_PER_S));
+        w.duration_ns = self
+            .duration_s
+            .map(|[lo, hi]| (lo * NS_PER_S, hi * NS_PER_S));
         match n {
             // #1: Fig. 3's workload.
             1 => {}
@@ -397,7 +399,12 @@ pub fn run_cycle(
                     out
                 })
                 .collect();
-            let est = Estimate::of(&runs.iter().map(|r| r.max_streams as f64).collect::<Vec<_>>());
+            let est = Estimate::of(
+                &runs
+                    .iter()
+                    .map(|r| r.max_streams as f64)
+                    .collect::<Vec<_>>(),
+            );
             let first = &runs[0];
             (
                 Timeline {
@@ -459,9 +466,12 @@ impl CycleResult {
                         r.timelines
                             .iter()
                             .map(|t| {
+                                // At most ~150 markers a line.
+                                let every = t.samples.len().div_ceil(150).max(1);
                                 let points = t
                                     .samples
                                     .iter()
+                                    .step_by(every)
                                     .map(|s| ChartPoint {
                                         x: s.time_s,
                                         y: value(s),
@@ -548,7 +558,7 @@ impl CycleResult {
             for p in &r.points {
                 out.push_str(&format!(
                     "{},{},{},{},{},{},{},{},{}\n",
-                    r.reading.label,
+                    csv_field(&r.reading.label),
                     p.series,
                     p.x,
                     p.cycle_ms,
@@ -565,14 +575,15 @@ impl CycleResult {
 
     /// The timelines as CSV (time series of every run shown).
     pub fn timelines_csv(&self) -> String {
-        let mut out =
-            String::from("reading,series,time_s,streams,combined,memory_bytes,equation2_bytes,cycle_ns\n");
+        let mut out = String::from(
+            "reading,series,time_s,streams,combined,memory_bytes,equation2_bytes,cycle_ns\n",
+        );
         for r in &self.readings {
             for t in &r.timelines {
                 for s in &t.samples {
                     out.push_str(&format!(
                         "{},{},{},{},{},{},{},{}\n",
-                        r.reading.label,
+                        csv_field(&r.reading.label),
                         t.series,
                         s.time_s,
                         s.streams,
@@ -617,6 +628,15 @@ impl CycleResult {
     }
 }
 
+/// A CSV field, quoted when it holds a comma or a quote.
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -649,6 +669,10 @@ memory_bytes = 16000000"#
             assert!(points.iter().all(|p| p.misses == 0 && p.max_streams > 0.0));
             assert!(!r.charts().is_empty());
             assert_eq!(r.to_csv().lines().count(), 1 + points.len());
+            assert!(
+                r.to_csv().contains("\"kbit/s, 16 MB\""),
+                "the label is quoted"
+            );
         }
         assert!(!is_cycle_spec("kind = \"jukebox\""));
         let bad = CycleSpec::from_toml(
