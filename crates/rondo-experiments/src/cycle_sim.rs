@@ -413,7 +413,7 @@ mod tests {
     fn replay(test: &str, seed: u64) -> String {
         format!(
             "seed {seed}; replay: RONDO_CYCLE_SEED={seed} cargo test -p rondo-experiments --lib \
-             cycle_sim::tests::{test}"
+             cycle_sim::tests::{test} (RONDO_SLOW_TESTS=1 for the slow test)"
         )
     }
 
@@ -481,6 +481,50 @@ mod tests {
         }
     }
 
+    /// `RONDO_SLOW_TESTS=1`: the paper's full 20-minute runs, every reading
+    /// of the units, initial cycles from 100 ms to 8 s, both triggers,
+    /// uniform and shifting workloads with and without lifetimes, 20 seeds.
+    #[test]
+    fn slow_full_runs_miss_nothing() {
+        if !std::env::var("RONDO_SLOW_TESTS").is_ok_and(|v| v == "1") {
+            return;
+        }
+        for seed in seeds(20) {
+            for (memory, unit) in [(128 * MB, 1_000), (16 * MB, 1_000), (128 * MB, 8_000)] {
+                for cycle_ms in [100, 500, 1_500, 5_000, 8_000] {
+                    for variant in 0..4 {
+                        let mut cfg = config(
+                            SimPolicy::Combination {
+                                initial_cycle_ns: cycle_ms * NS_PER_MS,
+                            },
+                            memory,
+                            unit,
+                            seed,
+                        );
+                        cfg.workload = Workload::seed004(unit);
+                        if variant & 1 == 1 {
+                            cfg.workload.duration_ns = Some((100 * NS_PER_S, 900 * NS_PER_S));
+                            cfg.workload.mix = BitrateMix::Low;
+                            cfg.workload.shift = Some((BitrateMix::High, 600 * NS_PER_S));
+                        }
+                        if variant & 2 == 2 {
+                            cfg.combination.trigger = rondo_model::cycle::Trigger::PseudoCode;
+                            cfg.access_jitter_ns = 0;
+                        }
+                        let r = simulate(&cfg);
+                        assert_eq!(
+                            (r.misses, r.overcommitted_cycles),
+                            (0, 0),
+                            "{} ({memory} B, {unit}, {cycle_ms} ms, variant {variant}): {}",
+                            replay("slow_full_runs_miss_nothing", seed),
+                            r.summary()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_baselines_miss_nothing_either() {
         for seed in seeds(4) {
@@ -532,7 +576,15 @@ mod tests {
             let r = simulate(&cfg);
             misses += r.misses;
             overcommitted += r.overcommitted_cycles;
+            // And with thresholds at zero: an operation nearly every cycle.
+            cfg.combination.memory_threshold_permille = 0;
+            cfg.combination.time_threshold_permille = 0;
+            cfg.combination.difference_threshold_permille = 0;
+            let r = simulate(&cfg);
+            misses += r.misses;
+            overcommitted += r.overcommitted_cycles;
         }
+        eprintln!("without transitory accounting: {misses} misses, {overcommitted} overrun cycles");
         assert!(
             misses > 0 && overcommitted > 0,
             "no miss without transitory accounting ({misses}, {overcommitted})"
