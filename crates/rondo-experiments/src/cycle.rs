@@ -126,10 +126,7 @@ fn default_replications() -> usize {
 
 /// Whether a TOML experiment file is a cycle experiment (`kind = "cycle"`).
 pub fn is_cycle_spec(text: &str) -> bool {
-    toml::from_str::<toml::Table>(text)
-        .ok()
-        .and_then(|t| t.get("kind").and_then(|k| k.as_str().map(str::to_owned)))
-        .is_some_and(|k| k == "cycle")
+    crate::spec::spec_kind(text).is_some_and(|k| k == "cycle")
 }
 
 impl CycleSpec {

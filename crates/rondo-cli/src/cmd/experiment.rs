@@ -176,6 +176,19 @@ fn print_table(result: &ExperimentResult) {
     println!("{table}");
 }
 
+/// Writes `results.csv` and every chart (`plot*.{png,svg}`) under `out`.
+fn write_csv_and_charts(
+    out: &std::path::Path,
+    csv: &str,
+    charts: Vec<(String, rondo_experiments::plot::Chart)>,
+) -> anyhow::Result<&'static str> {
+    std::fs::write(out.join("results.csv"), csv)?;
+    for (stem, chart) in charts {
+        write_chart(&chart, &[], out, &stem).map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    }
+    Ok("plot*.{png,svg}")
+}
+
 /// A seed 002 jukebox experiment: results, plots and a table.
 fn run_jukebox_file(
     spec: &JukeboxSpec,
@@ -188,13 +201,7 @@ fn run_jukebox_file(
         out,
         json,
         |report| Ok(run_jukebox(spec, seed, report)),
-        |result, out| {
-            std::fs::write(out.join("results.csv"), result.to_csv())?;
-            for (stem, chart) in result.charts() {
-                write_chart(&chart, &[], out, &stem).map_err(|e| anyhow::anyhow!("plot: {e}"))?;
-            }
-            Ok("plot*.{png,svg}")
-        },
+        |result, out| write_csv_and_charts(out, &result.to_csv(), result.charts()),
         print_jukebox_table,
     )
 }
@@ -212,12 +219,8 @@ fn run_cycle_file(
         json,
         |report| Ok(run_cycle(spec, seed, report)),
         |result: &CycleResult, out| {
-            std::fs::write(out.join("results.csv"), result.to_csv())?;
             std::fs::write(out.join("timelines.csv"), result.timelines_csv())?;
-            for (stem, chart) in result.charts() {
-                write_chart(&chart, &[], out, &stem).map_err(|e| anyhow::anyhow!("plot: {e}"))?;
-            }
-            Ok("plot*.{png,svg}")
+            write_csv_and_charts(out, &result.to_csv(), result.charts())
         },
         |result: &CycleResult| print!("{}", result.table()),
     )
