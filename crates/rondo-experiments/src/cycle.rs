@@ -268,8 +268,9 @@ pub struct CycleResult {
     pub readings: Vec<ReadingResult>,
 }
 
-/// The policies compared, as (label, policy) at cycle `cycle_ns`.
-fn policies(cycle_ns: u64) -> Vec<(&'static str, SimPolicy)> {
+/// The policies compared, as (label, policy) at cycle `cycle_ns`;
+/// `max_bps` sizes Fixed-Stretch's even slots.
+fn policies(cycle_ns: u64, max_bps: u64) -> Vec<(&'static str, SimPolicy)> {
     vec![
         ("fixed", SimPolicy::Fixed { cycle_ns }),
         (
@@ -277,6 +278,15 @@ fn policies(cycle_ns: u64) -> Vec<(&'static str, SimPolicy)> {
             SimPolicy::Stretch {
                 cycle_ns,
                 sharing: true,
+                even_slots_max_bps: None,
+            },
+        ),
+        (
+            "Fixed-Stretch even slots",
+            SimPolicy::Stretch {
+                cycle_ns,
+                sharing: true,
+                even_slots_max_bps: Some(max_bps),
             },
         ),
         (
@@ -326,8 +336,9 @@ pub fn run_cycle(
     for (ri, reading) in spec.readings.iter().enumerate() {
         match spec.experiment {
             CycleExperimentKind::Timeline | CycleExperimentKind::ThroughputVsCycle => {
+                let workload = spec.workload(1, reading.bps_per_kbps);
                 for &ms in &spec.cycles_ms {
-                    for (label, policy) in policies(ms * NS_PER_MS) {
+                    for (label, policy) in policies(ms * NS_PER_MS, workload.max_bps) {
                         let series = if spec.experiment == CycleExperimentKind::Timeline
                             && spec.cycles_ms.len() > 1
                         {
@@ -340,7 +351,7 @@ pub fn run_cycle(
                             series,
                             x: ms as f64 / 1000.0,
                             cycle_ms: ms,
-                            workload: spec.workload(1, reading.bps_per_kbps),
+                            workload,
                             policy,
                         });
                     }
@@ -357,7 +368,7 @@ pub fn run_cycle(
                         100 * NS_PER_MS,
                         20 * NS_PER_S,
                     );
-                    for (label, policy) in policies(cycle_ns) {
+                    for (label, policy) in policies(cycle_ns, w.max_bps) {
                         cases.push(Case {
                             reading: ri,
                             series: label.to_string(),

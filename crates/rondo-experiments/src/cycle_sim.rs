@@ -73,10 +73,13 @@ pub enum SimPolicy {
         cycle_ns: u64,
     },
     /// Fixed-Stretch; `sharing`: its own memory accounting (shared
-    /// buffers), otherwise seed 004's Equation 2.
+    /// buffers), otherwise seed 004's Equation 2; `even_slots_max_bps`:
+    /// equal slots spread over the cycle, sized for that bitrate, instead
+    /// of slots packed from the cycle's start.
     Stretch {
         cycle_ns: u64,
         sharing: bool,
+        even_slots_max_bps: Option<u64>,
     },
     Combination {
         initial_cycle_ns: u64,
@@ -235,12 +238,20 @@ pub fn simulate(cfg: &SimConfig) -> SimResult {
                 account_transitory: cfg.account_transitory,
             }))
         }
-        SimPolicy::Stretch { cycle_ns, sharing } => Driver::Stretch(FixedStretch::new(
-            cfg.disk,
-            cfg.memory_bytes,
+        SimPolicy::Stretch {
             cycle_ns,
             sharing,
-        )),
+            even_slots_max_bps,
+        } => Driver::Stretch(match even_slots_max_bps {
+            Some(max_bps) => FixedStretch::with_even_slots(
+                cfg.disk,
+                cfg.memory_bytes,
+                cycle_ns,
+                sharing,
+                max_bps,
+            ),
+            None => FixedStretch::new(cfg.disk, cfg.memory_bytes, cycle_ns, sharing),
+        }),
     };
     let mut result = SimResult {
         samples: Vec::new(),
@@ -535,10 +546,17 @@ mod tests {
                 SimPolicy::Stretch {
                     cycle_ns: 1_500 * NS_PER_MS,
                     sharing: true,
+                    even_slots_max_bps: None,
                 },
                 SimPolicy::Stretch {
                     cycle_ns: 5_000 * NS_PER_MS,
                     sharing: false,
+                    even_slots_max_bps: None,
+                },
+                SimPolicy::Stretch {
+                    cycle_ns: 2_000 * NS_PER_MS,
+                    sharing: true,
+                    even_slots_max_bps: Some(1_024_000),
                 },
             ] {
                 let r = simulate(&config(policy, 16 * MB, 1_000, seed));

@@ -48,6 +48,14 @@ pub struct FixedStretch {
     sharing: bool,
     /// Ordered by offset.
     slots: Vec<Slot>,
+    /// Even slots: every slot sized for this bitrate, slot k at k·T/n.
+    even_slots: Option<EvenSlots>,
+}
+
+#[derive(Copy, Clone, Debug)]
+struct EvenSlots {
+    slot_ns: u64,
+    count: u64,
 }
 
 impl FixedStretch {
@@ -58,7 +66,28 @@ impl FixedStretch {
             cycle_ns,
             sharing,
             slots: Vec::new(),
+            even_slots: None,
         }
+    }
+
+    /// The other reading of the scheme: the cycle cut into n equal slots,
+    /// each long enough for a read of `max_bitrate_bps` (the highest bitrate
+    /// admitted), slot k starting at k·T/n, taken so that reads are spread
+    /// over the whole cycle (more sharing, fewer slots for low bitrates).
+    pub fn with_even_slots(
+        disk: CycleDisk,
+        memory_bytes: u64,
+        cycle_ns: u64,
+        sharing: bool,
+        max_bitrate_bps: u64,
+    ) -> FixedStretch {
+        let slot_ns = disk.read_ns(bytes_for(max_bitrate_bps, cycle_ns));
+        let mut f = FixedStretch::new(disk, memory_bytes, cycle_ns, sharing);
+        f.even_slots = Some(EvenSlots {
+            slot_ns,
+            count: cycle_ns / slot_ns,
+        });
+        f
     }
 
     pub fn cycle_ns(&self) -> u64 {
@@ -106,8 +135,41 @@ impl FixedStretch {
         if self.slots.iter().any(|s| s.stream == id) {
             return Err(Rejection::Duplicate);
         }
-        let slot_ns = self.disk.read_ns(bytes_for(bitrate_bps, self.cycle_ns));
-        let (i, offset_ns) = self.gap_for(slot_ns).ok_or(Rejection::Disk)?;
+        let (slot_ns, (i, offset_ns)) = match self.even_slots {
+            Some(e) => {
+                if bitrate_bps > 0
+                    && self.disk.read_ns(bytes_for(bitrate_bps, self.cycle_ns)) > e.slot_ns
+                {
+                    return Err(Rejection::Disk);
+                }
+                // Free slots are taken in van der Corput order (0, n/2,
+                // n/4, 3n/4, …) so the reads of any number of streams are
+                // spread over the cycle.
+                let pow2 = e.count.next_power_of_two();
+                let bits = pow2.trailing_zeros();
+                let offset_ns = (0..pow2)
+                    .map(|j| {
+                        if bits == 0 {
+                            0
+                        } else {
+                            j.reverse_bits() >> (64 - bits)
+                        }
+                    })
+                    .filter(|&k| k < e.count)
+                    .map(|k| k * self.cycle_ns / e.count)
+                    .find(|&o| self.slots.iter().all(|s| s.offset_ns != o))
+                    .ok_or(Rejection::Disk)?;
+                let free = (
+                    self.slots.partition_point(|s| s.offset_ns < offset_ns),
+                    offset_ns,
+                );
+                (e.slot_ns, free)
+            }
+            None => {
+                let slot_ns = self.disk.read_ns(bytes_for(bitrate_bps, self.cycle_ns));
+                (slot_ns, self.gap_for(slot_ns).ok_or(Rejection::Disk)?)
+            }
+        };
         let slot = Slot {
             stream: id,
             bitrate_bps,

@@ -272,6 +272,46 @@ fn fixed_stretch_slots_and_shared_memory() {
         assert_eq!(r.not_before_ns, 7 * NS_PER_S + s.offset_ns);
         assert_eq!(r.read.from_ns, r.not_before_ns + s.slot_ns);
     }
+    // Even slots sized for 1 Mbit/s at 1 s: 12.5 ms each, 80 of them, at
+    // k·12.5 ms; a lower bitrate still takes a whole slot, a higher one none.
+    let mut f = FixedStretch::with_even_slots(d, 128 * MB, NS_PER_S, true, 1_000_000);
+    assert_eq!(f.admit(id(0), 2_000_000), Err(Rejection::Disk));
+    let n = (0..200)
+        .filter(|&n| f.admit(id(n), 128_000).is_ok())
+        .count();
+    assert_eq!(n, 80);
+    let offsets: Vec<u64> = f.slots().iter().map(|s| s.offset_ns).collect();
+    assert_eq!(offsets, (0..80).map(|k| k * 12_500_000).collect::<Vec<_>>());
+    let hole = f
+        .slots()
+        .iter()
+        .find(|s| s.stream == id(5))
+        .unwrap()
+        .offset_ns;
+    f.remove(id(5));
+    f.admit(id(500), 1_000_000).unwrap();
+    let taken = f.slots().iter().find(|s| s.stream == id(500)).unwrap();
+    assert_eq!(taken.offset_ns, hole);
+    // The first streams go to grid slots 0, 64, 32, 16 (van der Corput
+    // over 128, slots past 80 skipped).
+    let first: Vec<u64> = [0, 1, 2, 3]
+        .map(|n| {
+            f.slots()
+                .iter()
+                .find(|s| s.stream == id(n))
+                .unwrap()
+                .offset_ns
+        })
+        .to_vec();
+    assert_eq!(first, [0, 64, 32, 16].map(|k| k * 12_500_000).to_vec());
+    // Spread reads share more than packed ones.
+    let mut packed = FixedStretch::new(d, 128 * MB, NS_PER_S, true);
+    let mut spread = FixedStretch::with_even_slots(d, 128 * MB, NS_PER_S, true, 1_000_000);
+    for n in 0..20 {
+        packed.admit(id(n), 1_000_000).unwrap();
+        spread.admit(id(n), 1_000_000).unwrap();
+    }
+    assert!(spread.memory_bytes() < packed.memory_bytes());
     // Admission: slots fill the cycle (1 Mbit/s, 1 s: 12.5 ms a slot, 80).
     let mut f = FixedStretch::new(d, 128 * MB, NS_PER_S, false);
     let n = (0..200)
