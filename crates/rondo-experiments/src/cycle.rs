@@ -312,6 +312,8 @@ fn sim_config(
         combination: spec.combination.params(),
         account_transitory: true,
         workload,
+        // Assumption (as cycle_sim's tests): access times vary by up to 2 ms
+        // below the charged 10 ms.
         access_jitter_ns: 2 * NS_PER_MS,
         seed,
     }
@@ -360,7 +362,9 @@ pub fn run_cycle(
             CycleExperimentKind::Workloads => {
                 for &n in &spec.workloads {
                     let w = spec.workload(n, reading.bps_per_kbps);
-                    // The fixed cycle "based on the average" bitrate.
+                    // The fixed cycle "based on the average" bitrate
+                    // (seed 004 §3). Assumption: searched in 100 ms steps up
+                    // to 20 s, finer than any cycle the paper names.
                     let (cycle_ns, _) = best_fixed_cycle_ns(
                         &CycleDisk::seed004(),
                         reading.memory_bytes,

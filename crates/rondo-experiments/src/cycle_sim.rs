@@ -609,6 +609,43 @@ mod tests {
         );
     }
 
+    /// Without departures, packed Fixed-Stretch under Equation 2 admits what
+    /// the fixed cycle admits: the same disk and memory arithmetic, so the
+    /// row "fixed" is Fixed-Stretch under seed 004's accounting.
+    #[test]
+    fn packed_fixed_stretch_under_equation_2_is_the_fixed_cycle() {
+        for seed in seeds(4) {
+            for (memory, unit, cycle_ms) in [
+                (16 * MB, 1_000, 500),
+                (16 * MB, 1_000, 5_000),
+                (128 * MB, 8_000, 3_000),
+            ] {
+                let run = |policy| {
+                    let mut cfg = config(policy, memory, unit, seed);
+                    cfg.workload.duration_ns = None;
+                    simulate(&cfg)
+                };
+                let cycle_ns = cycle_ms * NS_PER_MS;
+                let fixed = run(SimPolicy::Fixed { cycle_ns });
+                let stretch = run(SimPolicy::Stretch {
+                    cycle_ns,
+                    sharing: false,
+                    even_slots_max_bps: None,
+                });
+                assert_eq!(
+                    (fixed.admitted, fixed.max_streams),
+                    (stretch.admitted, stretch.max_streams),
+                    "{}",
+                    replay(
+                        "packed_fixed_stretch_under_equation_2_is_the_fixed_cycle",
+                        seed
+                    )
+                );
+                assert!(fixed.rejected > 0, "the load saturates");
+            }
+        }
+    }
+
     #[test]
     fn a_run_is_a_function_of_its_seed() {
         let cfg = config(
