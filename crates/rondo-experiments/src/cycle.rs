@@ -697,6 +697,29 @@ memory_bytes = 16000000"#
     }
 
     #[test]
+    fn the_seed004_experiment_files_parse() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("seed004-") && n.ends_with(".toml"))
+            })
+            .collect();
+        names.sort();
+        assert!(names.len() >= 4, "{names:?}");
+        for path in names {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(is_cycle_spec(&text), "{}", path.display());
+            let spec = CycleSpec::from_toml(&text, &path.display().to_string()).unwrap();
+            let stem = path.file_stem().unwrap().to_str().unwrap();
+            assert_eq!(spec.name, stem, "a file's name is its experiment's");
+        }
+    }
+
+    #[test]
     fn workload_means() {
         let spec = CycleSpec::from_toml(
             "kind = \"cycle\"\nname = \"w\"\nexperiment = \"workloads\"\nworkloads = [1]\n\
