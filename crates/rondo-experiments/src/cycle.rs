@@ -316,6 +316,7 @@ fn sim_config(
         // below the charged 10 ms.
         access_jitter_ns: 2 * NS_PER_MS,
         seed,
+        detailed_profile: None,
     }
 }
 

@@ -173,8 +173,8 @@ pub struct CyclePlan {
     pub start_ns: u64,
     pub cycle_ns: u64,
     pub reads: Vec<CycleRead>,
-    /// Σ charge_ns: at most `cycle_ns` unless transitory reads were not
-    /// accounted (`account_transitory = false`).
+    /// The disk's fixed term + Σ charge_ns: at most `cycle_ns` unless
+    /// transitory reads were not accounted (`account_transitory = false`).
     pub charged_ns: u64,
     pub op: Option<CycleOp>,
 }
@@ -399,7 +399,7 @@ impl CycleScheduler {
             index: self.index,
             start_ns: self.start_ns,
             cycle_ns: self.cycle_ns,
-            charged_ns: reads.iter().map(|r| r.charge_ns).sum(),
+            charged_ns: self.config.disk.fixed_ns + reads.iter().map(|r| r.charge_ns).sum::<u64>(),
             reads,
             op: self.op.clone(),
         }
@@ -427,10 +427,11 @@ impl CycleScheduler {
             return Err(Rejection::Disk);
         }
         if self.config.account_transitory {
-            let charged: u64 = plan_reads(disk, cand, self.frame(next_ns))
-                .iter()
-                .map(|r| r.charge_ns)
-                .sum();
+            let charged: u64 = disk.fixed_ns
+                + plan_reads(disk, cand, self.frame(next_ns))
+                    .iter()
+                    .map(|r| r.charge_ns)
+                    .sum::<u64>();
             if charged > self.cycle_ns {
                 return Err(Rejection::Disk);
             }
@@ -646,7 +647,7 @@ fn plan_reads(disk: &CycleDisk, streams: &[Stream], frame: Frame) -> Vec<CycleRe
 /// uncombined stream reads one cycle in every cycle, a combined one two
 /// cycles on its turn.
 fn steady_ns(disk: &CycleDisk, streams: &[Stream], cycle_ns: u64) -> [u64; 2] {
-    let mut load = [0u64; 2];
+    let mut load = [disk.fixed_ns; 2];
     for s in streams {
         match s.turn {
             None => {

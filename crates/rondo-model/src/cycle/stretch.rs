@@ -83,6 +83,7 @@ impl FixedStretch {
     ) -> FixedStretch {
         let slot_ns = disk.read_ns(bytes_for(max_bitrate_bps, cycle_ns));
         let mut f = FixedStretch::new(disk, memory_bytes, cycle_ns, sharing);
+        assert_eq!(disk.fixed_ns, 0, "even slots are for the paper's disk");
         f.even_slots = Some(EvenSlots {
             slot_ns,
             count: cycle_ns / slot_ns,
@@ -121,7 +122,8 @@ impl FixedStretch {
 
     /// First-fit slot of `slot_ns` in the cycle, if any.
     fn gap_for(&self, slot_ns: u64) -> Option<(usize, u64)> {
-        let mut at = 0;
+        // The disk's fixed term is charged at the cycle's start.
+        let mut at = self.disk.fixed_ns;
         for (i, s) in self.slots.iter().enumerate() {
             if s.offset_ns >= at + slot_ns {
                 return Some((i, at));
