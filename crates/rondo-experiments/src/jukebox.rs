@@ -97,10 +97,7 @@ fn default_warmup() -> usize {
 
 /// Whether a TOML experiment file is a jukebox experiment (`kind = "jukebox"`).
 pub fn is_jukebox_spec(text: &str) -> bool {
-    toml::from_str::<toml::Table>(text)
-        .ok()
-        .and_then(|t| t.get("kind").and_then(|k| k.as_str().map(str::to_owned)))
-        .is_some_and(|k| k == "jukebox")
+    crate::spec::spec_kind(text).is_some_and(|k| k == "jukebox")
 }
 
 impl JukeboxSpec {

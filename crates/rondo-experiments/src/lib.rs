@@ -4,8 +4,11 @@
 //! Owns experiment definitions as data (TOML under `experiments/`), running
 //! independent seeded replications in parallel across cores, confidence
 //! intervals, and output. It contains no decision that belongs in the core:
-//! every run is a `rondo-sim` run of `rondo-model` code.
+//! every run is a `rondo-sim` run of `rondo-model` code (seed 004's time-cycle
+//! runs are driven by `cycle_sim`, a small driver of `rondo_model::cycle`).
 
+pub mod cycle;
+pub mod cycle_sim;
 pub mod jukebox;
 pub mod plot;
 pub mod runner;

@@ -326,6 +326,14 @@ impl ExperimentSpec {
 /// `table3-mixed` (seed 000's six types, submitted round-robin), a trace type
 /// (`rondo trace generate --help`), or the path of a trace file
 /// (`rondo trace generate --out`).
+/// The `kind` an experiment file declares (`"jukebox"`, `"cycle"`), if
+/// any; simulator experiments have none.
+pub fn spec_kind(text: &str) -> Option<String> {
+    toml::from_str::<toml::Table>(text)
+        .ok()
+        .and_then(|t| t.get("kind").and_then(|k| k.as_str().map(str::to_owned)))
+}
+
 pub fn titles_for(
     name: &str,
     trace_seed: u64,

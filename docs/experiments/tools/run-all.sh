@@ -33,6 +33,22 @@ if [[ $what == all || $what == figures ]]; then
     run seed000-fig$n-rondo-capacity experiments/seed000-fig$n.toml --set bound=rondo --set load=1.5
   done
 fi
+if [[ $what == all || $what == figures ]]; then
+  # Seed 004 (docs/experiments/seed004-*.md): the pages show the second reading (kbit/s, 16 MB).
+  for f in fig3 fig4 fig3-lifetimes fig4-lifetimes fig5a fig5b; do
+    run seed004-$f experiments/seed004-$f.toml
+  done
+  for f in fig3 fig4; do
+    for k in streams memory cycle; do
+      pngquant --quality=60-90 --strip --force --output "docs/experiments/img/seed004-$f-$k.png" \
+        "results/seed004-$f/plot-2-$k.png"
+    done
+  done
+  for f in fig5a fig5b; do
+    pngquant --quality=60-90 --strip --force --output "docs/experiments/img/seed004-$f.png" \
+      "results/seed004-$f/plot-2.png"
+  done
+fi
 if [[ $what == all || $what == investigations ]]; then
   I=experiments/investigations
   for v in scene-length trace-seed lookahead load; do

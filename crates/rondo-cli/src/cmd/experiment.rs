@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use rondo_experiments::cycle::{CycleResult, CycleSpec, is_cycle_spec, run_cycle};
 use rondo_experiments::jukebox::{
     JukeboxExperimentKind, JukeboxResult, JukeboxSpec, is_jukebox_spec, run_jukebox,
 };
@@ -103,6 +104,16 @@ pub fn run(command: ExperimentCommand) -> anyhow::Result<()> {
         override_replications(&mut spec.replications, min_replications, max_replications)?;
         return run_jukebox_file(&spec, out, seed, json);
     }
+    if is_cycle_spec(&text) {
+        anyhow::ensure!(
+            overrides.is_empty() && min_replications.is_none() && max_replications.is_none(),
+            "--set and --min/--max-replications apply to simulator experiments; {} is a \
+             time-cycle experiment (seed 004): edit its `replications`",
+            file.display()
+        );
+        let spec = CycleSpec::from_toml(&text, &file.display().to_string())?;
+        return run_cycle_file(&spec, out, seed, json);
+    }
     let mut spec = ExperimentSpec::from_file(&file)?;
     for o in &overrides {
         let (key, value) = o
@@ -165,6 +176,19 @@ fn print_table(result: &ExperimentResult) {
     println!("{table}");
 }
 
+/// Writes `results.csv` and every chart (`plot*.{png,svg}`) under `out`.
+fn write_csv_and_charts(
+    out: &std::path::Path,
+    csv: &str,
+    charts: Vec<(String, rondo_experiments::plot::Chart)>,
+) -> anyhow::Result<&'static str> {
+    std::fs::write(out.join("results.csv"), csv)?;
+    for (stem, chart) in charts {
+        write_chart(&chart, &[], out, &stem).map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    }
+    Ok("plot*.{png,svg}")
+}
+
 /// A seed 002 jukebox experiment: results, plots and a table.
 fn run_jukebox_file(
     spec: &JukeboxSpec,
@@ -177,14 +201,28 @@ fn run_jukebox_file(
         out,
         json,
         |report| Ok(run_jukebox(spec, seed, report)),
-        |result, out| {
-            std::fs::write(out.join("results.csv"), result.to_csv())?;
-            for (stem, chart) in result.charts() {
-                write_chart(&chart, &[], out, &stem).map_err(|e| anyhow::anyhow!("plot: {e}"))?;
-            }
-            Ok("plot*.{png,svg}")
-        },
+        |result, out| write_csv_and_charts(out, &result.to_csv(), result.charts()),
         print_jukebox_table,
+    )
+}
+
+/// A seed 004 time-cycle experiment: results, timelines, plots and a table.
+fn run_cycle_file(
+    spec: &CycleSpec,
+    out: Option<PathBuf>,
+    seed: u64,
+    json: bool,
+) -> anyhow::Result<()> {
+    run_and_write(
+        &spec.name,
+        out,
+        json,
+        |report| Ok(run_cycle(spec, seed, report)),
+        |result: &CycleResult, out| {
+            std::fs::write(out.join("timelines.csv"), result.timelines_csv())?;
+            write_csv_and_charts(out, &result.to_csv(), result.charts())
+        },
+        |result: &CycleResult| print!("{}", result.table()),
     )
 }
 
