@@ -315,6 +315,8 @@ pub struct Metrics {
     pub admitted: AtomicU64,
     /// Admitted streams that start mid-title (Range requests, `?t=`).
     pub admitted_mid_title: AtomicU64,
+    /// Admitted streams started in the round in progress (a late start).
+    pub admitted_late_start: AtomicU64,
     pub rejected_disk_time: AtomicU64,
     pub rejected_buffer: AtomicU64,
     pub rejected_network: AtomicU64,
@@ -384,6 +386,7 @@ impl Metrics {
             rounds: AtomicU64::new(0),
             admitted: AtomicU64::new(0),
             admitted_mid_title: AtomicU64::new(0),
+            admitted_late_start: AtomicU64::new(0),
             rejected_disk_time: AtomicU64::new(0),
             rejected_buffer: AtomicU64::new(0),
             rejected_network: AtomicU64::new(0),
@@ -491,6 +494,7 @@ impl Metrics {
             active_streams,
             admitted: g(&self.admitted),
             admitted_mid_title: g(&self.admitted_mid_title),
+            admitted_late_start: g(&self.admitted_late_start),
             rejected_disk_time: g(&self.rejected_disk_time),
             rejected_buffer: g(&self.rejected_buffer),
             rejected_network: g(&self.rejected_network),
@@ -558,6 +562,7 @@ pub struct MetricsSnapshot {
     pub active_streams: usize,
     pub admitted: u64,
     pub admitted_mid_title: u64,
+    pub admitted_late_start: u64,
     pub rejected_disk_time: u64,
     pub rejected_buffer: u64,
     pub rejected_network: u64,

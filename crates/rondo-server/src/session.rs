@@ -175,6 +175,7 @@ pub async fn admit(
                         },
                     );
                     if let Some(late) = late {
+                        shared.metrics.admitted_late_start.fetch_add(1, Relaxed);
                         queue_late_start(core, a.start_round, late);
                     }
                 }

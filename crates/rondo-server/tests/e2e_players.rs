@@ -198,4 +198,6 @@ async fn ts_start_up_in_ffmpeg_and_mpv() {
     server.shutdown().await;
     assert_eq!(m.stream_round_misses, 0, "{m:?}");
     assert_eq!(m.disk_round_overruns, 0, "{m:?}");
+    // The players' requests started in the round in progress.
+    assert!(m.admitted_late_start >= 4, "{m:?}");
 }

@@ -293,6 +293,9 @@ pub struct SimResult {
     /// stalls).
     #[serde(default)]
     pub clients_stalled: u64,
+    /// Streams admitted with a start burst (`SimConfig::burst_rounds`).
+    #[serde(default)]
+    pub burst_starts: u64,
     /// Streams released because their client disconnected (the fault
     /// plan's departures).
     #[serde(default)]
@@ -635,6 +638,7 @@ fn run_placed_inner(
     exec.m.rereads = counters.rereads;
     exec.m.streams_aborted = counters.streams_aborted;
     exec.m.clients_stalled = counters.clients_stalled;
+    exec.m.burst_starts = counters.burst_starts;
     exec.m.extents_bad = counters.extents_bad;
     exec.m.extents_repaired = counters.extents_repaired;
     exec.m.rounds_lost = counters.rounds_lost;
@@ -1279,6 +1283,7 @@ struct Measure {
     recovery_misses: u64,
     streams_aborted: u64,
     clients_stalled: u64,
+    burst_starts: u64,
     departures: u64,
     extents_bad: u64,
     extents_repaired: u64,
@@ -1358,6 +1363,7 @@ impl Measure {
             recovery_misses: self.recovery_misses,
             streams_aborted: self.streams_aborted,
             clients_stalled: self.clients_stalled,
+            burst_starts: self.burst_starts,
             departures: self.departures,
             extents_bad: self.extents_bad,
             extents_repaired: self.extents_repaired,

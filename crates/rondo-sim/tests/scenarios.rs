@@ -91,6 +91,9 @@ fn fault_scenario(seed: u64, scheme: Scheme) -> (SimConfig, SimResult) {
     c.failure = None;
     c.faults = FaultPlan::seeded(seed, c.disks, 600, 6);
     c.check_invariants = true;
+    // Every other plan gives new streams a start burst of up to 6 rounds
+    // (several reads of a stream on one disk in one round).
+    c.burst_rounds = if seed % 2 == 1 { 6 } else { 0 };
     let r = run(&c, &titles(150)).unwrap();
     (c, r)
 }
@@ -147,7 +150,7 @@ fn minimum_in_rondo_mode_survives_any_single_failure_with_data_in_the_inner_zone
 #[test]
 fn minimum_in_rondo_mode_survives_seeded_fault_plans_with_its_invariants_checked_every_round() {
     let mut stalled = 0;
-    let (mut repaired, mut lost) = (0, 0);
+    let (mut repaired, mut lost, mut bursts) = (0, 0, 0);
     for seed in seeds(4, 1000) {
         let (c, r) = fault_scenario(seed, Scheme::Minimum);
         let hint = replay_hint("minimum_in_rondo_mode_survives_seeded", seed);
@@ -205,6 +208,11 @@ fn minimum_in_rondo_mode_survives_seeded_fault_plans_with_its_invariants_checked
             "seed {seed}: {} clients stopped as stalled; {hint}",
             r.clients_stalled
         );
+        if c.burst_rounds > 0 {
+            bursts += r.burst_starts;
+        } else {
+            assert_eq!(r.burst_starts, 0, "seed {seed}; {hint}");
+        }
         stalled += r.clients_stalled;
         repaired += r.extents_repaired;
         lost += r.rounds_lost;
@@ -214,6 +222,10 @@ fn minimum_in_rondo_mode_survives_seeded_fault_plans_with_its_invariants_checked
     // rounds lost (both replicas bad) without a miss above.
     assert!(repaired > 0, "no seeded bad extent was repaired");
     assert!(lost > 0, "no seeded round was lost");
+    assert!(
+        bursts > 0 || std::env::var("RONDO_SEED").is_ok(),
+        "no stream started with a burst"
+    );
 }
 
 #[test]

@@ -325,7 +325,6 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 anyhow::ensure!(mib > 0, "--buffer-per-disk-mib must be positive");
                 config.buffer_per_disk_bytes = mib << 20;
             }
-            config.burst_rounds = args.start_burst_rounds;
             config.read_group_rounds = match args.policy {
                 PolicyArg::Sweep => 1,
                 PolicyArg::Gpmp => {
@@ -367,6 +366,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         ModeArg::SimulatedDisk => Mode::SimulatedDisk,
     };
     config.load = args.load;
+    config.burst_rounds = args.start_burst_rounds;
     let round_s = config.round_duration_ns as f64 / NS_PER_S as f64;
     config.arrival_rate_per_round = args.rate.map(|r| r * round_s);
     config.zipf_exponent = args.zipf;

@@ -251,6 +251,8 @@ pub struct ArrayCounters {
     pub rejected: u64,
     /// Of `admitted`, streams started in the round in progress.
     pub late_starts: u64,
+    /// Of `admitted`, streams with a start burst.
+    pub burst_starts: u64,
     /// Planned stream-rounds not complete when their round ended: what
     /// admission guarantees never happens under `minimum`.
     pub stream_round_misses: u64,
@@ -421,7 +423,7 @@ impl Array {
         let earliest_round = self.next_round;
         let result = self.try_admit(request, earliest_round, lookahead_rounds);
         match &result {
-            Ok(_) => self.counters.admitted += 1,
+            Ok(a) => self.count_admitted(a.stream),
             Err(_) => self.counters.rejected += 1,
         }
         result
@@ -440,11 +442,19 @@ impl Array {
         now_ns: u64,
     ) -> Result<(Admitted, Option<LateStart>), Rejection> {
         if let Some((admitted, late)) = self.try_late_start(request, now_ns) {
-            self.counters.admitted += 1;
+            self.count_admitted(admitted.stream);
             self.counters.late_starts += 1;
             return Ok((admitted, Some(late)));
         }
         self.admit(request).map(|a| (a, None))
+    }
+
+    fn count_admitted(&mut self, stream: StreamId) {
+        self.counters.admitted += 1;
+        let span = self.reservations.stream_span(stream);
+        if span.is_some_and(|s| s.burst_rounds > 0) {
+            self.counters.burst_starts += 1;
+        }
     }
 
     fn try_late_start(

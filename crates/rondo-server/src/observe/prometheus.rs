@@ -127,6 +127,12 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         g(&metrics.admitted_mid_title),
     );
     w.single(
+        "rondo_admissions_late_start_total",
+        "counter",
+        "Admitted streams started in the round in progress, their first reads given to the disks at once.",
+        g(&metrics.admitted_late_start),
+    );
+    w.single(
         "rondo_deadline_misses_total",
         "counter",
         "Stream-round misses: a live stream's request for round i not complete when round i ended.",
