@@ -131,10 +131,7 @@ pub fn is_cycle_spec(text: &str) -> bool {
 
 impl CycleSpec {
     pub fn from_toml(text: &str, origin: &str) -> Result<CycleSpec, SpecError> {
-        let spec: CycleSpec = toml::from_str(text).map_err(|source| SpecError::Parse {
-            path: origin.to_string(),
-            source,
-        })?;
+        let spec: CycleSpec = crate::spec::parse_toml(text, origin)?;
         spec.validate()?;
         Ok(spec)
     }

@@ -102,10 +102,7 @@ pub fn is_jukebox_spec(text: &str) -> bool {
 
 impl JukeboxSpec {
     pub fn from_toml(text: &str, origin: &str) -> Result<JukeboxSpec, SpecError> {
-        let spec: JukeboxSpec = toml::from_str(text).map_err(|source| SpecError::Parse {
-            path: origin.to_string(),
-            source,
-        })?;
+        let spec: JukeboxSpec = crate::spec::parse_toml(text, origin)?;
         spec.validate()?;
         Ok(spec)
     }

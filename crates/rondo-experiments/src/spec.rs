@@ -322,10 +322,6 @@ impl ExperimentSpec {
     }
 }
 
-/// The titles an experiment names: a comma-separated list whose items are
-/// `table3-mixed` (seed 000's six types, submitted round-robin), a trace type
-/// (`rondo trace generate --help`), or the path of a trace file
-/// (`rondo trace generate --out`).
 /// The `kind` an experiment file declares (`"jukebox"`, `"cycle"`), if
 /// any; simulator experiments have none.
 pub fn spec_kind(text: &str) -> Option<String> {
@@ -334,6 +330,21 @@ pub fn spec_kind(text: &str) -> Option<String> {
         .and_then(|t| t.get("kind").and_then(|k| k.as_str().map(str::to_owned)))
 }
 
+/// Parses an experiment file of any kind; `origin` names it in errors.
+pub fn parse_toml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: &str,
+) -> Result<T, SpecError> {
+    toml::from_str(text).map_err(|source| SpecError::Parse {
+        path: origin.to_string(),
+        source,
+    })
+}
+
+/// The titles an experiment names: a comma-separated list whose items are
+/// `table3-mixed` (seed 000's six types, submitted round-robin), a trace type
+/// (`rondo trace generate --help`), or the path of a trace file
+/// (`rondo trace generate --out`).
 pub fn titles_for(
     name: &str,
     trace_seed: u64,

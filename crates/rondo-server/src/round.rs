@@ -36,15 +36,15 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::{
-    AbortReason, Aborted, Completion, Effect, ExtentFaults, Purpose, ReadOutcome, Release,
-    RoundPlan, state_name,
+    AbortReason, Aborted, Completion, DiskCommand, Effect, ExtentFaults, Purpose, ReadOutcome,
+    Release, RoundPlan, state_name,
 };
 use rondo_model::units::{PlaybackRound, Round, TitleId};
 
 use crate::gate::GateRequest;
 use crate::io::{DiskBatch, IoEvent};
 use crate::metrics::GrantedIo;
-use crate::session::{SessionMsg, end_stream};
+use crate::session::{PieceSender, SessionMsg, end_stream};
 use crate::state::{Core, CoreJob, Shared};
 
 /// The driver thread's own state.
@@ -272,16 +272,7 @@ impl Driver {
         for disk_plan in disks {
             let disk = disk_plan.disk.index();
             // Each read's bytes go straight to its session.
-            let deliver_to = disk_plan
-                .commands
-                .iter()
-                .map(|c| match c.purpose {
-                    Purpose::Deliver { stream, .. } => {
-                        core.streams.get(&stream).map(|s| s.pieces.clone())
-                    }
-                    _ => None,
-                })
-                .collect();
+            let deliver_to = deliver_to(core, &disk_plan.commands);
             let batch = DiskBatch {
                 round,
                 reserved_ns: disk_plan.reserved_ns,
@@ -482,11 +473,28 @@ impl Driver {
 
     /// A round the array released goes to its session.
     fn release(&self, release: &Release) {
-        if let Some(state) = self.core.streams.get(&release.stream) {
-            let _ = state.inbox.send(SessionMsg::Release {
-                playback_round: release.playback_round,
-                replica: release.replica,
-            });
-        }
+        send_release(&self.core, release);
+    }
+}
+
+/// Where each command's bytes go: the piece queue of the session a stream
+/// read is for (`None` for other commands, or a stream with no session).
+pub(crate) fn deliver_to(core: &Core, commands: &[DiskCommand]) -> Vec<Option<PieceSender>> {
+    commands
+        .iter()
+        .map(|c| match c.purpose {
+            Purpose::Deliver { stream, .. } => core.streams.get(&stream).map(|s| s.pieces.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A round the array released goes to its session (if it still has one).
+pub(crate) fn send_release(core: &Core, release: &Release) {
+    if let Some(state) = core.streams.get(&release.stream) {
+        let _ = state.inbox.send(SessionMsg::Release {
+            playback_round: release.playback_round,
+            replica: release.replica,
+        });
     }
 }

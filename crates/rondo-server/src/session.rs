@@ -32,7 +32,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use rondo_model::array::{AdmitRequest, LateStart, Purpose, Span};
+use rondo_model::array::{AdmitRequest, LateStart, Span};
 use rondo_model::layout::Replica;
 use rondo_model::reservation::Rejection;
 use rondo_model::units::{PlaybackRound, Round, StreamId};
@@ -241,16 +241,7 @@ pub async fn admit(
 /// go to the session.
 fn queue_late_start(core: &mut Core, round: Round, late: LateStart) {
     for disk_plan in late.disks {
-        let deliver_to = disk_plan
-            .commands
-            .iter()
-            .map(|c| match c.purpose {
-                Purpose::Deliver { stream, .. } => {
-                    core.streams.get(&stream).map(|s| s.pieces.clone())
-                }
-                _ => None,
-            })
-            .collect();
+        let deliver_to = crate::round::deliver_to(core, &disk_plan.commands);
         core.late_batches.push(DiskBatch {
             round,
             reserved_ns: disk_plan.reserved_ns,
@@ -262,13 +253,8 @@ fn queue_late_start(core: &mut Core, round: Round, late: LateStart) {
             late_start_ns: Some(late.start_ns),
         });
     }
-    for release in late.releases {
-        if let Some(state) = core.streams.get(&release.stream) {
-            let _ = state.inbox.send(SessionMsg::Release {
-                playback_round: release.playback_round,
-                replica: release.replica,
-            });
-        }
+    for release in &late.releases {
+        crate::round::send_release(core, release);
     }
 }
 
