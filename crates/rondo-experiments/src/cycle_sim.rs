@@ -224,6 +224,16 @@ pub struct OpCounts {
     pub double: u64,
 }
 
+impl std::ops::AddAssign for OpCounts {
+    fn add_assign(&mut self, other: OpCounts) {
+        self.combine += other.combine;
+        self.split += other.split;
+        self.shrink += other.shrink;
+        self.prepare_double += other.prepare_double;
+        self.double += other.double;
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SimResult {
     pub samples: Vec<Sample>,
@@ -581,6 +591,14 @@ mod tests {
         }
     }
 
+    /// Stream combination from an initial cycle of `cycle_ms`.
+    fn combination(cycle_ms: u64, memory_bytes: u64, unit_bps: u64, seed: u64) -> SimConfig {
+        let policy = SimPolicy::Combination {
+            initial_cycle_ns: cycle_ms * NS_PER_MS,
+        };
+        config(policy, memory_bytes, unit_bps, seed)
+    }
+
     /// Seeds to run: `RONDO_CYCLE_SEED` replays one.
     fn seeds(n: u64) -> Vec<u64> {
         match std::env::var("RONDO_CYCLE_SEED") {
@@ -614,14 +632,7 @@ mod tests {
                 (16 * MB, 1_000, 1_000, true, 0, true),
                 (128 * MB, 8_000, 5_000, true, 0, true),
             ] {
-                let mut cfg = config(
-                    SimPolicy::Combination {
-                        initial_cycle_ns: cycle_ms * NS_PER_MS,
-                    },
-                    memory,
-                    unit,
-                    seed,
-                );
+                let mut cfg = combination(cycle_ms, memory, unit, seed);
                 cfg.access_jitter_ns = jitter_ns;
                 if eager {
                     cfg.combination.memory_threshold_permille = 0;
@@ -644,11 +655,7 @@ mod tests {
                     r.summary()
                 );
                 assert!(r.admitted > 0 && r.reads > 0);
-                total.combine += r.ops.combine;
-                total.split += r.ops.split;
-                total.shrink += r.ops.shrink;
-                total.double += r.ops.double;
-                total.prepare_double += r.ops.prepare_double;
+                total += r.ops;
             }
         }
         if std::env::var("RONDO_CYCLE_SEED").is_err() {
@@ -672,14 +679,7 @@ mod tests {
             for (memory, unit) in [(128 * MB, 1_000), (16 * MB, 1_000), (128 * MB, 8_000)] {
                 for cycle_ms in [100, 500, 1_500, 5_000, 8_000] {
                     for variant in 0..4 {
-                        let mut cfg = config(
-                            SimPolicy::Combination {
-                                initial_cycle_ns: cycle_ms * NS_PER_MS,
-                            },
-                            memory,
-                            unit,
-                            seed,
-                        );
+                        let mut cfg = combination(cycle_ms, memory, unit, seed);
                         cfg.workload = Workload::seed004(unit);
                         if variant & 1 == 1 {
                             cfg.workload.duration_ns = Some((100 * NS_PER_S, 900 * NS_PER_S));
@@ -717,14 +717,7 @@ mod tests {
                 ("hdd-7200", 16 * MB, 1_000, 1_000, true),
                 ("cheetah-4lp", 16 * MB, 1_000, 500, false),
             ] {
-                let mut cfg = config(
-                    SimPolicy::Combination {
-                        initial_cycle_ns: cycle_ms * NS_PER_MS,
-                    },
-                    memory,
-                    unit,
-                    seed,
-                );
+                let mut cfg = combination(cycle_ms, memory, unit, seed);
                 cfg.detailed_profile = Some(profile.to_string());
                 // The detailed drives are faster than the paper's: arrivals
                 // every 0.1–0.5 s load them.
@@ -746,10 +739,7 @@ mod tests {
                     r.summary()
                 );
                 assert!(r.reads > 0 && r.rejected > 0, "{}", r.summary());
-                total.combine += r.ops.combine;
-                total.split += r.ops.split;
-                total.shrink += r.ops.shrink;
-                total.double += r.ops.double;
+                total += r.ops;
             }
         }
         if std::env::var("RONDO_CYCLE_SEED").is_err() {
@@ -770,14 +760,7 @@ mod tests {
             for profile in ["hdd-7200", "cheetah-4lp"] {
                 for (memory, unit) in [(16 * MB, 1_000), (128 * MB, 8_000)] {
                     for cycle_ms in [250, 1_000, 5_000] {
-                        let mut cfg = config(
-                            SimPolicy::Combination {
-                                initial_cycle_ns: cycle_ms * NS_PER_MS,
-                            },
-                            memory,
-                            unit,
-                            seed,
-                        );
+                        let mut cfg = combination(cycle_ms, memory, unit, seed);
                         cfg.workload.run_ns = 1200 * NS_PER_S;
                         cfg.workload.gap_min_ns = 100 * NS_PER_MS;
                         cfg.workload.gap_max_ns = 700 * NS_PER_MS;
@@ -839,14 +822,7 @@ mod tests {
         let mut misses = 0;
         let mut overcommitted = 0;
         for seed in seeds(8) {
-            let mut cfg = config(
-                SimPolicy::Combination {
-                    initial_cycle_ns: 500 * NS_PER_MS,
-                },
-                16 * MB,
-                1_000,
-                seed,
-            );
+            let mut cfg = combination(500, 16 * MB, 1_000, seed);
             cfg.account_transitory = false;
             // The disk takes what admission charges: the worst case the
             // guarantee is for.
@@ -908,14 +884,7 @@ mod tests {
 
     #[test]
     fn a_run_is_a_function_of_its_seed() {
-        let cfg = config(
-            SimPolicy::Combination {
-                initial_cycle_ns: 500 * NS_PER_MS,
-            },
-            16 * MB,
-            1_000,
-            3,
-        );
+        let cfg = combination(500, 16 * MB, 1_000, 3);
         assert_eq!(simulate(&cfg), simulate(&cfg));
         let mut other = cfg.clone();
         other.seed = 4;

@@ -313,18 +313,21 @@ impl Driver {
                 let d = &metrics.disks[disk.index()];
                 d.reads.fetch_add(requests as u64, Relaxed);
                 d.bytes_read.fetch_add(bytes, Relaxed);
+                // Every batch of the round, a late start's too, must end
+                // within it.
+                if ended_at > self.shared.clock.boundary(round.next()) {
+                    d.overruns.fetch_add(1, Relaxed);
+                    metrics.disk_round_overruns.fetch_add(1, Relaxed);
+                    tracing::warn!(
+                        disk = disk.0,
+                        round = round.0,
+                        late_start = late,
+                        "disk-round overrun: the batch ended after its round"
+                    );
+                }
                 if late {
-                    // A late start's reads: they too must end within the
-                    // round; the round's budget check is its own batch's.
-                    if ended_at > self.shared.clock.boundary(round.next()) {
-                        d.overruns.fetch_add(1, Relaxed);
-                        metrics.disk_round_overruns.fetch_add(1, Relaxed);
-                        tracing::warn!(
-                            disk = disk.0,
-                            round = round.0,
-                            "disk-round overrun: a late start's reads ended after their round"
-                        );
-                    }
+                    // The round's budget check and the gate count the
+                    // round's own batch.
                     return;
                 }
                 d.rounds.fetch_add(1, Relaxed);
@@ -351,15 +354,6 @@ impl Driver {
                         } else {
                             " (the model was not: the device or the host was slower than the model)"
                         }
-                    );
-                }
-                if ended_at > self.shared.clock.boundary(round.next()) {
-                    d.overruns.fetch_add(1, Relaxed);
-                    metrics.disk_round_overruns.fetch_add(1, Relaxed);
-                    tracing::warn!(
-                        disk = disk.0,
-                        round = round.0,
-                        "disk-round overrun: the batch ended after its round"
                     );
                 }
                 self.shared.gate.disk_done(round);

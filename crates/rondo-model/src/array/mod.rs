@@ -473,16 +473,21 @@ impl Array {
         let admitted = self.try_admit(request, round, 1).ok()?;
         let stream = admitted.stream;
         let (per_disk, lost) = self.reservations.plan_stream_round(stream, round);
+        // Each disk's batch: a sweep of its own (the fixed term) and the reads.
         let fixed_ns = self.config.reservation.round_fixed_ns;
+        let work_ns: Vec<u64> = per_disk
+            .iter()
+            .map(|reads| fixed_ns + reads.iter().map(|r| r.cost_ns).sum::<u64>())
+            .collect();
         let fits = lost.is_empty()
-            && per_disk.iter().enumerate().all(|(d, reads)| {
-                let work_ns: u64 = reads.iter().map(|r| r.cost_ns).sum();
-                reads.is_empty()
-                    || self.late_horizon_ns[d]
-                        .max(now_ns)
-                        .saturating_add(fixed_ns + work_ns)
-                        <= end_ns
-            });
+            && per_disk
+                .iter()
+                .zip(&work_ns)
+                .enumerate()
+                .all(|(d, (reads, &work))| {
+                    reads.is_empty()
+                        || self.late_horizon_ns[d].max(now_ns).saturating_add(work) <= end_ns
+                });
         if !fits {
             self.release(stream);
             return None;
@@ -499,8 +504,7 @@ impl Array {
                 continue;
             }
             let disk = DiskIndex(d as u32);
-            let work_ns = fixed_ns + reads.iter().map(|r| r.cost_ns).sum::<u64>();
-            self.late_horizon_ns[d] = self.late_horizon_ns[d].max(now_ns) + work_ns;
+            self.late_horizon_ns[d] = self.late_horizon_ns[d].max(now_ns) + work_ns[d];
             let reads = self.policy.disk_reads(disk, round, reads);
             let commands: Vec<DiskCommand> = reads
                 .iter()
@@ -509,7 +513,7 @@ impl Array {
             late.disks.push(DiskRoundPlan {
                 disk,
                 serving: true,
-                reserved_ns: Some(work_ns),
+                reserved_ns: Some(work_ns[d]),
                 granted_ns: 0,
                 scheduler,
                 commands,
@@ -887,14 +891,13 @@ impl Array {
             ),
         };
         let key = (read.stream, read.playback_round);
-        let send_round = self
-            .reservations
-            .stream_span(read.stream)
-            .map_or(round.next(), |span| span.send_round(read.playback_round));
+        let reservations = &self.reservations;
         let f = self.inflight.entry(key).or_insert_with(|| Inflight {
             replica: read.replica,
             read_round: round,
-            send_round,
+            send_round: reservations
+                .stream_span(read.stream)
+                .map_or(round.next(), |span| span.send_round(read.playback_round)),
             pending: vec![false; pieces],
             missed: false,
             recovery,

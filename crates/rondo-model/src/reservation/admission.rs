@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::{
     Admission, Burst, Charge, DiskSlot, Rejection, Reservations, RoundChoice, Scheme, Shape,
-    StreamRecord, TitleCharges,
+    StreamRecord, TitleCharges, read_charges,
 };
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
@@ -197,63 +197,26 @@ impl Reservations {
         let mut choice = Vec::with_capacity(shape.end - shape.first);
         for i in shape.first..shape.end {
             let round = start.plus(shape.read_offset(i) as u64);
-            let in_burst = shape.is_burst() && shape.is_early(i);
-            let primary = charges.primary(i);
-            let backup = charges.backup(i);
-            let round_choice = self.choose(primary, backup, round, PlaybackRound(i as u32))?;
-            let slot = |disk: DiskIndex| -> &DiskSlot {
-                match scratch.get(&disk) {
+            let in_burst = shape.is_early(i);
+            let round_choice = self.choose(
+                charges.primary(i),
+                charges.backup(i),
+                round,
+                PlaybackRound(i as u32),
+            )?;
+            for (disk, charge) in read_charges(cfg.scheme, charges, i, round_choice) {
+                let slot = match scratch.get(&disk) {
                     Some(slot) if in_burst => slot,
                     _ => self.slot(disk, round),
-                }
-            };
-            match round_choice {
-                RoundChoice::Primary => {
-                    if slot(primary.disk).reserved_ns(cfg.scheme) + primary.cost_ns > budget_ns {
-                        return Err(disk_full(primary.disk, round));
-                    }
-                    if matches!(cfg.scheme, Scheme::Mirroring | Scheme::Minimum) {
-                        for piece in backup {
-                            let slot = slot(piece.disk);
-                            let extra = match cfg.scheme {
-                                Scheme::Mirroring => piece.cost_ns,
-                                _ => (slot.backup_from(primary.disk) + piece.cost_ns)
-                                    .saturating_sub(slot.backup_max_ns),
-                            };
-                            if slot.reserved_ns(cfg.scheme) + extra > budget_ns {
-                                return Err(disk_full(piece.disk, round));
-                            }
-                        }
-                    }
-                }
-                RoundChoice::Backup | RoundChoice::Rerouted => {
-                    for piece in backup {
-                        if slot(piece.disk).reserved_ns(cfg.scheme) + piece.cost_ns > budget_ns {
-                            return Err(disk_full(piece.disk, round));
-                        }
-                    }
-                }
-            }
-            if in_burst {
-                let mut touch = |disk: DiskIndex, f: &dyn Fn(&mut DiskSlot)| {
-                    f(scratch
-                        .entry(disk)
-                        .or_insert_with(|| self.slot(disk, round).clone()))
                 };
-                match round_choice {
-                    RoundChoice::Primary => {
-                        touch(primary.disk, &|s| s.primary_ns += primary.cost_ns);
-                        if matches!(cfg.scheme, Scheme::Mirroring | Scheme::Minimum) {
-                            for piece in backup {
-                                touch(piece.disk, &|s| s.add_backup(primary.disk, piece.cost_ns));
-                            }
-                        }
-                    }
-                    RoundChoice::Backup | RoundChoice::Rerouted => {
-                        for piece in backup {
-                            touch(piece.disk, &|s| s.primary_ns += piece.cost_ns);
-                        }
-                    }
+                if slot.reserved_with(charge, cfg.scheme) > budget_ns {
+                    return Err(disk_full(disk, round));
+                }
+                if in_burst {
+                    scratch
+                        .entry(disk)
+                        .or_insert_with(|| self.slot(disk, round).clone())
+                        .charge(charge, 1);
                 }
             }
             choice.push(round_choice);

@@ -38,7 +38,7 @@ use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 pub use charges::{Bound, Charge, ChargesError, TitleCharges, group_start};
 pub use degraded::replica_after_error;
 pub(crate) use shape::Shape;
-use tables::DiskSlot;
+use tables::{DiskSlot, SlotCharge};
 
 /// Disk bandwidth reservation scheme (seed 000 §3: `none`, `unreserved`,
 /// `mirroring`, `minimum`, `dynamic`; `docs/layout.md` compares them).
@@ -215,14 +215,6 @@ struct StreamRecord {
 }
 
 impl StreamRecord {
-    fn first_playback_round(&self) -> usize {
-        self.shape.first
-    }
-
-    fn end_playback_round(&self) -> usize {
-        self.shape.end
-    }
-
     /// The stream round (offset from the start) that `round` is.
     fn offset(&self, round: Round) -> usize {
         (round.0 - self.start_round.0) as usize
@@ -393,8 +385,8 @@ impl Reservations {
         self.streams.get(&stream).map(|r| StreamSpan {
             title: r.title,
             start_round: r.start_round,
-            first_playback_round: PlaybackRound(r.first_playback_round() as u32),
-            end_playback_round: PlaybackRound(r.end_playback_round() as u32),
+            first_playback_round: PlaybackRound(r.shape.first as u32),
+            end_playback_round: PlaybackRound(r.shape.end as u32),
             burst_rounds: r.shape.burst as u32,
         })
     }
@@ -491,30 +483,10 @@ impl Reservations {
             self.buffer_bytes[ring] = add_signed(self.buffer_bytes[ring], buffer_bytes, sign);
             self.network_bytes[ring] = add_signed(self.network_bytes[ring], network_bytes, sign);
             for i in record.shape.reads_at(q) {
-                let primary = charges.primary(i);
-                match record.choice[i - record.shape.first] {
-                    RoundChoice::Primary => {
-                        let idx = self.slot_index(primary.disk, round);
-                        let slot = &mut self.slots[idx];
-                        slot.primary_ns = add_signed(slot.primary_ns, primary.cost_ns, sign);
-                        if matches!(scheme, Scheme::Mirroring | Scheme::Minimum) {
-                            for piece in charges.backup(i) {
-                                let idx = self.slot_index(piece.disk, round);
-                                if sign > 0 {
-                                    self.slots[idx].add_backup(primary.disk, piece.cost_ns);
-                                } else {
-                                    self.slots[idx].remove_backup(primary.disk, piece.cost_ns);
-                                }
-                            }
-                        }
-                    }
-                    RoundChoice::Backup | RoundChoice::Rerouted => {
-                        for piece in charges.backup(i) {
-                            let idx = self.slot_index(piece.disk, round);
-                            let slot = &mut self.slots[idx];
-                            slot.primary_ns = add_signed(slot.primary_ns, piece.cost_ns, sign);
-                        }
-                    }
+                let choice = record.choice[i - record.shape.first];
+                for (disk, charge) in read_charges(scheme, &charges, i, choice) {
+                    let idx = self.slot_index(disk, round);
+                    self.slots[idx].charge(charge, sign);
                 }
             }
         }
@@ -573,6 +545,44 @@ impl Reservations {
             assert!(self.buffer_bytes[ring] <= self.config.buffer_capacity_bytes);
         }
     }
+}
+
+/// What a read of playback round `i` with replica choice `choice` reserves,
+/// per disk: the primary read and, under `mirroring` and `minimum`, backup
+/// time for it on the backup's disks; or the backup pieces read instead.
+/// Admission checks these and the tables add them, so both count a read
+/// alike.
+fn read_charges(
+    scheme: Scheme,
+    charges: &TitleCharges,
+    i: usize,
+    choice: RoundChoice,
+) -> impl Iterator<Item = (DiskIndex, SlotCharge)> + '_ {
+    let primary = charges.primary(i);
+    let reads_primary = choice == RoundChoice::Primary;
+    let reserves_backup = reads_primary && matches!(scheme, Scheme::Mirroring | Scheme::Minimum);
+    let primary_read = reads_primary.then_some((
+        primary.disk,
+        SlotCharge::Read {
+            cost_ns: primary.cost_ns,
+        },
+    ));
+    let backup = charges.backup(i).iter().filter_map(move |piece| {
+        let charge = if !reads_primary {
+            SlotCharge::Read {
+                cost_ns: piece.cost_ns,
+            }
+        } else if reserves_backup {
+            SlotCharge::Backup {
+                source: primary.disk,
+                cost_ns: piece.cost_ns,
+            }
+        } else {
+            return None;
+        };
+        Some((piece.disk, charge))
+    });
+    primary_read.into_iter().chain(backup)
 }
 
 fn add_signed(value: u64, delta: u64, sign: i8) -> u64 {

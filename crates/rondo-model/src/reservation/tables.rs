@@ -8,6 +8,14 @@
 use super::Scheme;
 use crate::units::DiskIndex;
 
+/// What one read reserves on one disk in one round: a read there, or
+/// backup time for a read whose primary lies on `source`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) enum SlotCharge {
+    Read { cost_ns: u64 },
+    Backup { source: DiskIndex, cost_ns: u64 },
+}
+
 /// One disk's reserved time in one round.
 #[derive(Clone, Debug, Default)]
 pub(super) struct DiskSlot {
@@ -29,6 +37,35 @@ impl DiskSlot {
                 Scheme::Minimum => self.backup_max_ns,
                 Scheme::None | Scheme::Unreserved | Scheme::Dynamic => 0,
             }
+    }
+
+    /// The reserved time (as `reserved_ns` counts it) once `charge` is added.
+    pub(super) fn reserved_with(&self, charge: SlotCharge, scheme: Scheme) -> u64 {
+        match charge {
+            SlotCharge::Read { cost_ns } => self.reserved_ns(scheme) + cost_ns,
+            SlotCharge::Backup { source, cost_ns } => match scheme {
+                Scheme::Mirroring => self.reserved_ns(scheme) + cost_ns,
+                Scheme::Minimum => {
+                    self.primary_ns + self.backup_max_ns.max(self.backup_from(source) + cost_ns)
+                }
+                Scheme::None | Scheme::Unreserved | Scheme::Dynamic => self.reserved_ns(scheme),
+            },
+        }
+    }
+
+    /// Adds (`sign` = 1) or removes (`sign` = -1) `charge`.
+    pub(super) fn charge(&mut self, charge: SlotCharge, sign: i8) {
+        match (charge, sign > 0) {
+            (SlotCharge::Read { cost_ns }, true) => self.primary_ns += cost_ns,
+            (SlotCharge::Read { cost_ns }, false) => {
+                self.primary_ns = self
+                    .primary_ns
+                    .checked_sub(cost_ns)
+                    .expect("released more than was reserved")
+            }
+            (SlotCharge::Backup { source, cost_ns }, true) => self.add_backup(source, cost_ns),
+            (SlotCharge::Backup { source, cost_ns }, false) => self.remove_backup(source, cost_ns),
+        }
     }
 
     pub(super) fn backup_from(&self, source: DiskIndex) -> u64 {
