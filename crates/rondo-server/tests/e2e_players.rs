@@ -17,6 +17,11 @@
 //! the end within 12 s of the request, in both players, with no deadline
 //! missed.
 //!
+//! To measure the server without one or both (docs/server.md's table),
+//! set `RONDO_START_BURST_S`, `RONDO_START_BURST_BYTES` or
+//! `RONDO_LATE_START=0`: the numbers are printed and the target is then
+//! not asserted (the players must still play the whole title).
+//!
 //! About 60 s: it runs only with `RONDO_SLOW_TESTS=1`. mpv is optional
 //! (skipped with a note when absent); ffmpeg is required.
 
@@ -88,7 +93,7 @@ fn mpv_available() -> bool {
 
 /// Plays the title in ffmpeg, then in mpv; asserts the target and returns
 /// the numbers as a table row.
-fn play_both(server: &RunningServer, url: &str, label: &str) -> String {
+fn play_both(server: &RunningServer, url: &str, label: &str, target: bool) -> String {
     let mut ffmpeg = Command::new("ffmpeg");
     ffmpeg.args([
         "-hide_banner",
@@ -121,7 +126,7 @@ fn play_both(server: &RunningServer, url: &str, label: &str) -> String {
     assert_eq!(frames, 250, "10 s at 25 fps");
     let ffmpeg_start = ffmpeg_start.expect("a first frame");
     assert!(
-        ffmpeg_start < 2.0 && ffmpeg_end < 12.0,
+        !target || (ffmpeg_start < 2.0 && ffmpeg_end < 12.0),
         "{label}: ffmpeg started after {ffmpeg_start} s and ended after {ffmpeg_end} s"
     );
     let mut row = format!(
@@ -146,7 +151,7 @@ fn play_both(server: &RunningServer, url: &str, label: &str) -> String {
         assert!(mpv_text.contains("End of file"), "{mpv_text}");
         let mpv_start = mpv_start.expect("mpv says it plays");
         assert!(
-            mpv_start < 2.0 && mpv_end < 12.0,
+            !target || (mpv_start < 2.0 && mpv_end < 12.0),
             "{label}: mpv started after {mpv_start} s and ended after {mpv_end} s"
         );
         row += &format!("| {label} | mpv | {mpv_start:.2} s | {mpv_end:.2} s | {admitted_mpv} |\n");
@@ -169,10 +174,30 @@ async fn ts_start_up_in_ffmpeg_and_mpv() {
     let store = create_store(&dir.path().join("data"));
     let record = ingest(&store, &clip, "clip");
     let filler = ingest(&store, &filler, "filler");
-    let server = start(store, test_config()).await;
+    // The server's defaults unless the environment asks otherwise (then
+    // the target is not asserted: a measurement of the parts alone).
+    let mut config = test_config();
+    let env = |name: &str| std::env::var(name).ok();
+    let defaults = [
+        "RONDO_START_BURST_S",
+        "RONDO_START_BURST_BYTES",
+        "RONDO_LATE_START",
+    ]
+    .iter()
+    .all(|name| env(name).is_none());
+    if let Some(s) = env("RONDO_START_BURST_S") {
+        config.start_burst = std::time::Duration::from_secs_f64(s.parse().expect("seconds"));
+    }
+    if let Some(b) = env("RONDO_START_BURST_BYTES") {
+        config.start_burst_bytes = b.parse().expect("bytes");
+    }
+    if let Some(l) = env("RONDO_LATE_START") {
+        config.late_start = l != "0";
+    }
+    let server = start(store, config).await;
     let url = format!("{}/stream/{}.ts", server.url(), record.id.0);
 
-    let mut table = tokio::task::block_in_place(|| play_both(&server, &url, "idle"));
+    let mut table = tokio::task::block_in_place(|| play_both(&server, &url, "idle", defaults));
 
     // 24 other streams, started over two rounds and read as they come.
     let client = reqwest::Client::new();
@@ -187,7 +212,8 @@ async fn ts_start_up_in_ffmpeg_and_mpv() {
         }));
         tokio::time::sleep(std::time::Duration::from_millis(80)).await;
     }
-    table += &tokio::task::block_in_place(|| play_both(&server, &url, "24 other streams"));
+    table +=
+        &tokio::task::block_in_place(|| play_both(&server, &url, "24 other streams", defaults));
     eprintln!(
         "| server | player | first frame | exit | requests |\n|---|---|---|---|---|\n{table}"
     );
@@ -199,5 +225,5 @@ async fn ts_start_up_in_ffmpeg_and_mpv() {
     assert_eq!(m.stream_round_misses, 0, "{m:?}");
     assert_eq!(m.disk_round_overruns, 0, "{m:?}");
     // The players' requests started in the round in progress.
-    assert!(m.admitted_late_start >= 4, "{m:?}");
+    assert!(!defaults || m.admitted_late_start >= 4, "{m:?}");
 }
