@@ -540,57 +540,60 @@ fn experiment_run_takes_seed002_jukebox_files() {
 /// rounds), as the paper says; it needs the segments layout.
 #[test]
 fn gpmp_admits_more_than_sweep_at_short_rounds_on_segments() {
-    let run = |policy: &str| {
-        let out = rondo()
-            .args([
-                "simulate",
-                "--layout",
-                "segments",
-                "--scheme",
-                "none",
-                "--round-ms",
-                "250",
-                "--disks",
-                "8",
-                "--load",
-                "1.5",
-                "--policy",
-                policy,
-                "--prefetch-depth",
-                "3",
-                "--replications",
-                "1",
-                "--max-replications",
-                "1",
-                "--no-capacity",
-                "--json",
-            ])
-            .output()
-            .unwrap();
+    // Executed on the detailed disk model: every group one request, no
+    // deadline missed, also through a disk failure under `minimum`.
+    let run = |policy: &str, scheme: &str, fail: bool| {
+        let mut cmd = rondo();
+        cmd.args([
+            "simulate",
+            "--layout",
+            "segments",
+            "--scheme",
+            scheme,
+            "--round-ms",
+            "250",
+            "--disks",
+            "8",
+            "--load",
+            "1.5",
+            "--policy",
+            policy,
+            "--prefetch-depth",
+            "3",
+            "--mode",
+            "simulated-disk",
+            "--warmup-rounds",
+            "1000",
+            "--end-round",
+            "6000",
+            "--replications",
+            "1",
+            "--max-replications",
+            "1",
+            "--no-capacity",
+            "--json",
+        ]);
+        if fail {
+            cmd.args(["--fail-disk", "3", "--fail-round", "3000"]);
+        }
+        let out = cmd.output().unwrap();
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["at_load"]["mean_active_streams"].as_f64().unwrap()
+        let at = &v["at_load"];
+        for key in ["deadline_misses", "disk_round_overruns", "streams_aborted"] {
+            assert_eq!(at[key].as_u64(), Some(0), "{policy} {scheme}: {key}");
+        }
+        at["mean_active_streams"].as_f64().unwrap()
     };
-    let (sweep, gpmp) = (run("sweep"), run("gpmp"));
+    let (sweep, gpmp) = (run("sweep", "none", false), run("gpmp", "none", false));
     assert!(gpmp > 1.05 * sweep, "GPMP {gpmp} against Sweep {sweep}");
+    run("gpmp", "minimum", true);
     assert_fails_with(
         rondo().args(["simulate", "--policy", "gpmp"]),
-        "needs --layout segments",
-    );
-    assert_fails_with(
-        rondo().args([
-            "simulate",
-            "--layout",
-            "segments",
-            "--policy",
-            "gpmp",
-            "--mode",
-            "simulated-disk",
-        ]),
-        "not yet executed by the array",
+        "needs the segments layout",
     );
 }

@@ -89,6 +89,12 @@ pub struct ServerConfig {
     /// round of waiting. A player's second and third requests (an MPEG-TS
     /// title's end, then its start again) come just after a round began.
     pub late_start: bool,
+    /// Rounds a stream reads per request (seed 003's GPMP: k = u + 1, the
+    /// next u rounds read ahead into host memory with each read); 1 reads
+    /// each round in its own request (Sweep). Above 1 it needs a `segments`
+    /// data directory, whose consecutive rounds lie next to each other.
+    /// A grouped stream has no start burst.
+    pub read_group_rounds: u32,
     /// Server buffer admission may reserve, per disk.
     pub buffer_per_disk_bytes: u64,
     /// Longest title the reservation tables can hold.
@@ -119,6 +125,7 @@ impl Default for ServerConfig {
             start_burst: DEFAULT_START_BURST,
             start_burst_bytes: DEFAULT_START_BURST_BYTES,
             late_start: true,
+            read_group_rounds: 1,
             buffer_per_disk_bytes: DEFAULT_BUFFER_PER_DISK_BYTES,
             max_title_duration: DEFAULT_MAX_TITLE_DURATION,
             connections: Default::default(),

@@ -799,8 +799,13 @@ async fn upload(
             &|_, _| {},
         )
         .map_err(|e| ApiError::new(ingest_status(&e), e.to_string()))?;
-        let loaded = load_title(&shared.store, &shared.bound, record.id)
-            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        let loaded = load_title(
+            &shared.store,
+            &shared.bound,
+            shared.config.read_group_rounds.max(1),
+            record.id,
+        )
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
         Ok::<_, ApiError>(shared.add_title(loaded))
     })
     .await

@@ -43,8 +43,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::command::CommandExtent;
-use rondo_model::array::{Completion, DiskCommand, Purpose, ReadOutcome};
-use rondo_model::disk::{BatchRequest, Disk, Scheduler};
+use rondo_model::array::{Completion, DiskCommand, Purpose, ReadOutcome, batch_plan};
+use rondo_model::disk::{Disk, Scheduler};
 use rondo_model::units::{DiskIndex, Round};
 use rondo_store::checksum;
 
@@ -223,22 +223,6 @@ fn sleep_until(deadline: Instant) {
     }
 }
 
-/// A batch's model requests: one per extent of every command (the model
-/// orders extents by C-SCAN either way, so splitting a command changes
-/// neither the order nor the timing, and it tells which extent each model
-/// command is), with `(command, extent)` of each.
-pub fn batch_requests(commands: &[DiskCommand]) -> (Vec<BatchRequest>, Vec<(usize, usize)>) {
-    let mut requests = Vec::new();
-    let mut owner = Vec::new();
-    for (c, command) in commands.iter().enumerate() {
-        for (e, request) in command.batch_requests().into_iter().enumerate() {
-            requests.push(request);
-            owner.push((c, e));
-        }
-    }
-    (requests, owner)
-}
-
 /// The outcome of reading one extent into `slice`: the device's error, or a
 /// checksum that does not match the catalog's.
 pub fn read_checked(
@@ -273,28 +257,32 @@ impl Worker {
             self.device = device;
         }
         let round_start = self.clock.boundary(batch.round);
-        let (requests, owner) = batch_requests(&batch.commands);
+        // One model request per extent, a read group's rounds joined
+        // (`batch_plan`), with the command extents each one reads.
+        let plan = batch_plan(&batch.commands);
         let model_start_ns = batch
             .late_start_ns
             .unwrap_or_else(|| self.clock.model_ns(round_start));
-        let outcome = match self
-            .model
-            .execute_batch(&requests, model_start_ns, batch.scheduler)
-        {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                // Checked at start-up (devices lie on the model disk), so this
-                // is a bug; fail the reads rather than the thread.
-                let reason = format!("disk {}: the disk model refused the batch: {e}", self.disk);
-                tracing::error!("{reason}");
-                for command in &batch.commands {
-                    let failed = ReadOutcome::IoError(reason.clone());
-                    self.report(batch.round, 0, command, failed, None, None);
+        let outcome =
+            match self
+                .model
+                .execute_batch(&plan.requests, model_start_ns, batch.scheduler)
+            {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    // Checked at start-up (devices lie on the model disk), so this
+                    // is a bug; fail the reads rather than the thread.
+                    let reason =
+                        format!("disk {}: the disk model refused the batch: {e}", self.disk);
+                    tracing::error!("{reason}");
+                    for command in &batch.commands {
+                        let failed = ReadOutcome::IoError(reason.clone());
+                        self.report(batch.round, 0, command, failed, None, None);
+                    }
+                    self.done(&batch, arrived_at, 0, 0, 0);
+                    return;
                 }
-                self.done(&batch, arrived_at, 0, 0, 0);
-                return;
-            }
-        };
+            };
         let mut buffers: Vec<Option<PooledBuf>> = batch
             .commands
             .iter()
@@ -309,9 +297,11 @@ impl Worker {
         let mut ended_at = arrived_at;
         let mut granted_model_ns = 0u64;
         for &(request, timing) in &outcome.commands {
-            let (c, e) = owner[request];
-            let command = &batch.commands[c];
-            if !is_delivery(command) {
+            let owners = &plan.owners[request];
+            if owners
+                .iter()
+                .all(|&(c, _)| !is_delivery(&batch.commands[c]))
+            {
                 // Another thread moves the bytes; the drive is busy for the
                 // model's time all the same.
                 granted_model_ns += timing.completion_ns.saturating_sub(timing.start_ns);
@@ -321,28 +311,37 @@ impl Worker {
                 ended_at = Instant::now();
                 continue;
             }
-            let extents: Vec<&CommandExtent> = command
-                .extents
-                .iter()
-                .filter(|x| x.length_bytes > 0)
-                .collect();
-            let extent = extents[e];
-            let at: u64 = extents[..e].iter().map(|x| x.length_bytes).sum();
-            if failures[c].is_none() {
-                let buf = buffers[c].as_mut().expect("taken until reported");
-                let slice =
-                    &mut buf.as_mut_slice()[at as usize..(at + extent.length_bytes) as usize];
-                match read_checked(self.device.as_ref(), self.disk, extent, slice) {
-                    ReadOutcome::Ok => {}
-                    failed => failures[c] = Some(failed),
+            // The extents of one media access, read back to back (a read
+            // group's rounds are adjacent on the device).
+            for &(c, e) in owners {
+                let command = &batch.commands[c];
+                let extents: Vec<&CommandExtent> = command
+                    .extents
+                    .iter()
+                    .filter(|x| x.length_bytes > 0)
+                    .collect();
+                let extent = extents[e];
+                let at: u64 = extents[..e].iter().map(|x| x.length_bytes).sum();
+                if failures[c].is_none() {
+                    let buf = buffers[c].as_mut().expect("taken until reported");
+                    let slice =
+                        &mut buf.as_mut_slice()[at as usize..(at + extent.length_bytes) as usize];
+                    match read_checked(self.device.as_ref(), self.disk, extent, slice) {
+                        ReadOutcome::Ok => {}
+                        failed => failures[c] = Some(failed),
+                    }
                 }
             }
             if self.timing == DiskTiming::Emulated {
                 sleep_until(self.clock.at_model_ns(timing.completion_ns));
             }
             ended_at = Instant::now();
-            extents_left[c] -= 1;
-            if extents_left[c] == 0 {
+            for &(c, _) in owners {
+                extents_left[c] -= 1;
+                if extents_left[c] > 0 {
+                    continue;
+                }
+                let command = &batch.commands[c];
                 let at_ns = timing.completion_ns;
                 match failures[c].take() {
                     None => {
@@ -464,6 +463,7 @@ mod tests {
                 crc32c: None,
             }],
             charge_ns: 0,
+            joins_previous: false,
         }
     }
 
@@ -497,12 +497,13 @@ mod tests {
         // the writes on one of them. Head position carries across rounds.
         let mut plain = Disk::from_name("cheetah-4lp").unwrap();
         let mut busy = Disk::from_name("cheetah-4lp").unwrap();
-        let (reads_only, _) = batch_requests(&reads);
+        let reads_only = batch_plan(&reads).requests;
         let both: Vec<DiskCommand> = reads.iter().chain(&writes).cloned().collect();
-        let (with_writes, owner) = batch_requests(&both);
+        let plan = batch_plan(&both);
+        let with_writes = plan.requests;
         assert_eq!(with_writes.len(), reads_only.len() + 2);
         assert_eq!(with_writes[6].op, Op::Write);
-        assert_eq!(owner[6], (6, 0));
+        assert_eq!(plan.owners[6], [(6, 0)]);
         for disk in [&mut plain, &mut busy] {
             disk.execute_batch(&reads_only, 0, Scheduler::Cscan)
                 .unwrap();

@@ -65,6 +65,12 @@ pub enum ServerError {
         profile: String,
         model_bytes: u64,
     },
+    #[error(
+        "reads grouped {group_rounds} rounds at a time (GPMP) need a data directory with the \
+         segments layout, whose consecutive rounds lie next to each other; this one is \
+         variable-grain (create one with `rondo init --layout segments`)"
+    )]
+    GroupsNeedSegments { group_rounds: u32 },
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -127,7 +133,11 @@ impl RunningServer {
         }
         remove_stale_uploads(&data_dir);
 
-        let titles = load_titles(&store, &bound)?;
+        let group_rounds = config.read_group_rounds.max(1);
+        if group_rounds > 1 && array.segment_rounds <= 1 {
+            return Err(ServerError::GroupsNeedSegments { group_rounds });
+        }
+        let titles = load_titles(&store, &bound, group_rounds)?;
         let round_duration_ns = array.round_duration_ns;
         let longest_stream_rounds = titles
             .iter()

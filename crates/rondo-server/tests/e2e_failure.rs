@@ -997,3 +997,80 @@ async fn a_segments_directory_plays_whole_and_through_a_disk_failure() {
     assert_eq!(server.metrics().stream_round_misses, 0);
     server.shutdown().await;
 }
+
+/// Seed 003's GPMP in the server: a `segments` directory (runs of 6
+/// rounds) whose streams read 3 rounds per request (`read_group_rounds`),
+/// held in host memory until sent. Every title plays whole and on
+/// schedule with no stall and no deadline miss, ffprobe reads every frame
+/// over HTTP, and so it goes on through a disk failure under `minimum`
+/// (the groups then read from their backups).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpmp_on_a_segments_directory_plays_whole_and_through_a_disk_failure() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let media = make_media(tmp.path(), "clip", MediaKind::Ts, 14);
+    let config = rondo_store::StoreConfig {
+        round_duration_ns: TEST_ROUND_DURATION_NS,
+        segment_rounds: 6,
+        ..rondo_server::titles::default_store_config()
+    };
+    let store = Store::create(&dir, config).unwrap();
+    let record = ingest(&store, &media, "clip");
+    let failed = store.load_title(record.id).unwrap().layout.rounds()[0]
+        .primary_disk
+        .0;
+    let titles = store.titles().unwrap();
+    let server = start(
+        store,
+        rondo_server::ServerConfig {
+            read_group_rounds: 3,
+            ..test_config()
+        },
+    )
+    .await;
+    play_all(&server, &titles).await;
+    let url = format!("{}/stream/{}.ts", server.url(), record.id.0);
+    let source = media.to_str().unwrap().to_string();
+    let (over_http, from_file) = tokio::task::spawn_blocking(move || {
+        (
+            rondo_testkit::media::ffprobe_frames(&url),
+            rondo_testkit::media::ffprobe_frames(&source),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(over_http, from_file);
+    let http = reqwest::Client::new();
+    let (status, answer) = admin_post(
+        &http,
+        &format!("{}/api/admin/disks/{failed}/fail", server.url()),
+        Some(server.token()),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    play_all(&server, &titles).await;
+    assert_eq!(server.metrics().stream_round_misses, 0);
+    server.shutdown().await;
+}
+
+/// `read_group_rounds` above 1 needs the segments layout: refused, with
+/// what to do, on a variable-grain directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpmp_refuses_a_variable_grain_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = create_store(&tmp.path().join("data"));
+    let err = rondo_server::RunningServer::start(
+        store,
+        rondo_server::ServerConfig {
+            read_group_rounds: 3,
+            ..test_config()
+        },
+    )
+    .await
+    .err()
+    .expect("refused");
+    assert!(err.to_string().contains("segments layout"), "{err}");
+}

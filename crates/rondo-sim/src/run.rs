@@ -27,7 +27,7 @@ use thiserror::Error;
 use rondo_model::array::{
     Aborted, AdmitRequest, Array, ArrayConfig, ArrayTitle, Completion, CompletionOrder,
     DeliveryConfig, DiskCommand, Effect, ExtentChecksums, FailCause, Purpose, ReadOutcome,
-    RoundPlan, Span, rondo_write_bound,
+    RoundPlan, Span, batch_plan, rondo_write_bound,
 };
 use rondo_model::disk::{self, Disk, DiskError, DiskProfile, PaperBound, RondoBound};
 use rondo_model::health::{ExtentKey, HealthPolicy};
@@ -820,26 +820,25 @@ impl Executor<'_> {
             if disk_plan.commands.is_empty() && !disk_plan.serving {
                 continue;
             }
-            let mut requests = Vec::new();
-            // For each stream read: its requests' indices and its completion.
-            let mut reads: Vec<(std::ops::Range<usize>, Completion)> = Vec::new();
+            // The disk's requests (a read group's rounds joined into one)
+            // and, per stream read, its completion.
+            let batch = batch_plan(&disk_plan.commands);
+            let requests_of = batch.requests_of(disk_plan.commands.len());
+            let mut reads: Vec<(usize, Completion)> = Vec::new();
             let mut nth_read = 0u32;
-            for c in &disk_plan.commands {
-                let first = requests.len();
-                requests.extend(c.batch_requests());
-                let own = first..requests.len();
+            for (c, command) in disk_plan.commands.iter().enumerate() {
                 if let Purpose::Deliver {
                     stream,
                     playback_round,
                     replica,
                     piece,
                     ..
-                } = c.purpose
+                } = command.purpose
                 {
-                    let outcome = self.outcome(round, disk_plan.disk, nth_read, &c.purpose);
+                    let outcome = self.outcome(round, disk_plan.disk, nth_read, &command.purpose);
                     nth_read += 1;
                     reads.push((
-                        own,
+                        c,
                         Completion {
                             disk: disk_plan.disk,
                             stream,
@@ -853,10 +852,13 @@ impl Executor<'_> {
             }
             let sim = self.sim.as_mut().expect("simulated disks");
             let outcome =
-                sim.disks[d].execute_batch(&requests, plan.start_ns, disk_plan.scheduler)?;
-            for (own, completion) in reads {
-                // A read completes with its last extent.
-                let done_ns = outcome.completion_ns[own].iter().copied().max();
+                sim.disks[d].execute_batch(&batch.requests, plan.start_ns, disk_plan.scheduler)?;
+            for (c, completion) in reads {
+                // A read completes with its last request.
+                let done_ns = requests_of[c]
+                    .iter()
+                    .map(|&r| outcome.completion_ns[r])
+                    .max();
                 sim.push(done_ns.unwrap_or(plan.start_ns), completion);
             }
             if outcome.end_ns > round_end_ns {
@@ -1131,13 +1133,6 @@ pub fn prepare_placed(
         return Err(SimError::Config(
             "a read group has at least one round".into(),
         ));
-    }
-    if config.read_group_rounds > 1 && config.mode == Mode::SimulatedDisk {
-        return Err(SimError::Config(format!(
-            "reads grouped {} rounds at a time are admitted but not yet executed by the array: \
-             use admission-only mode (docs/retrieval.md)",
-            config.read_group_rounds
-        )));
     }
     if config.load.is_nan() || config.load <= 0.0 {
         return Err(SimError::Config(format!(

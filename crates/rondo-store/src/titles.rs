@@ -232,8 +232,15 @@ fn read_header(store: &Store, stored: &StoredTitle, rounds: usize) -> Result<Byt
     Ok(Bytes::from(header))
 }
 
-/// Loads the complete title `id` with its charges under `bound`.
-pub fn load_title(store: &Store, bound: &Bound, id: TitleId) -> Result<LoadedTitle, LoadError> {
+/// Loads the complete title `id` with its charges under `bound`, its
+/// streams reading `group_rounds` rounds of a segment per request (1: one
+/// round per read; `Bound::title_charges_grouped`).
+pub fn load_title(
+    store: &Store,
+    bound: &Bound,
+    group_rounds: u32,
+    id: TitleId,
+) -> Result<LoadedTitle, LoadError> {
     let stored = store.load_title(id)?;
     let record = stored.record.clone();
     let block_bytes = store.config().block_bytes;
@@ -249,7 +256,7 @@ pub fn load_title(store: &Store, bound: &Bound, id: TitleId) -> Result<LoadedTit
     })?;
     let plan = store.title_plan(&record)?;
     let charges = bound
-        .title_charges(&plan, Some(&stored.layout), &schedule)
+        .title_charges_grouped(&plan, Some(&stored.layout), &schedule, group_rounds)
         .map_err(|source| LoadError::Charges {
             id,
             name: record.name.clone(),
@@ -295,12 +302,17 @@ pub fn load_title(store: &Store, bound: &Bound, id: TitleId) -> Result<LoadedTit
 }
 
 /// Loads every complete title of `store`, by id, with its charges under
-/// `bound`. Called by the server at start and after each ingest.
-pub fn load_titles(store: &Store, bound: &Bound) -> Result<Vec<LoadedTitle>, LoadError> {
+/// `bound` with read groups of `group_rounds` ([`load_title`]). Called by
+/// the server at start and after each ingest.
+pub fn load_titles(
+    store: &Store,
+    bound: &Bound,
+    group_rounds: u32,
+) -> Result<Vec<LoadedTitle>, LoadError> {
     store
         .titles()?
         .iter()
-        .map(|record| load_title(store, bound, record.id))
+        .map(|record| load_title(store, bound, group_rounds, record.id))
         .collect()
 }
 

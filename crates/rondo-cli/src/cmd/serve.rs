@@ -116,6 +116,8 @@ pub struct ServeArgs {
     pub no_samples: bool,
     #[command(flatten)]
     pub layout: LayoutArgs,
+    #[command(flatten)]
+    pub policy: crate::cmd::policy_args::PolicyArgs,
 }
 
 /// How the user ran this binary, for the hints it prints: `rondo` when it
@@ -258,6 +260,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         stall_grace: Duration::from_secs_f64(args.stall_grace_s),
         start_burst: Duration::from_secs_f64(args.start_burst_s),
         start_burst_bytes: args.start_burst_bytes,
+        read_group_rounds: args.policy.read_group_rounds(config.segment_rounds)?,
         connections: ConnectionLimits {
             connections_max: args.connections_max,
             connections_per_client_max: args.connections_per_client_max,

@@ -80,20 +80,12 @@ pub struct SimulateArgs {
     backup_block_bytes: Option<u64>,
     #[command(flatten)]
     layout: crate::cmd::layout_args::LayoutArgs,
-    /// Retrieval policy (seed 003): `sweep` reads each stream's round in
-    /// its own request (seed 000's policy, the default); `gpmp` reads a
-    /// stream's next 1 + --prefetch-depth rounds of a segment in one request
-    /// and holds them in host memory (needs --layout segments;
-    /// admission-only mode so far). docs/retrieval.md.
-    #[arg(long, value_enum, default_value_t = PolicyArg::Sweep)]
-    policy: PolicyArg,
+    #[command(flatten)]
+    policy: crate::cmd::policy_args::PolicyArgs,
     /// Server buffer per disk in MiB [default: 64, seed 000 §6.3]; GPMP
     /// trades it for disk time (seed 003 Figure 4).
     #[arg(long, value_name = "MIB", conflicts_with = "data_dir")]
     buffer_per_disk_mib: Option<u64>,
-    /// GPMP's u: blocks read ahead per stream with each read (k = u + 1).
-    #[arg(long, value_name = "U", default_value_t = 5, requires = "policy")]
-    prefetch_depth: u32,
     /// Start burst: up to this many of a new stream's first rounds read in
     /// its first round and sent at once, when they fit (`rondo serve
     /// --start-burst-s`); 0: none, as in seed 000.
@@ -189,12 +181,6 @@ pub struct SimulateArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PolicyArg {
-    Sweep,
-    Gpmp,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -301,11 +287,6 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         mean_scene_ms: args.trace_mean_scene_ms,
         gop_log_sd_ratio_permille: None,
     };
-    anyhow::ensure!(
-        args.policy == PolicyArg::Sweep || args.data_dir.is_none(),
-        "--policy gpmp with --data-dir is not built yet: a data directory's titles are charged \
-         one read per round (docs/retrieval.md)"
-    );
     let (mut config, titles, titles_label) = match &args.data_dir {
         None => {
             let round_ms = args.round_ms.unwrap_or(DEFAULT_ROUND_MS);
@@ -325,21 +306,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 anyhow::ensure!(mib > 0, "--buffer-per-disk-mib must be positive");
                 config.buffer_per_disk_bytes = mib << 20;
             }
-            config.read_group_rounds = match args.policy {
-                PolicyArg::Sweep => 1,
-                PolicyArg::Gpmp => {
-                    anyhow::ensure!(
-                        config.segment_rounds > 1,
-                        "--policy gpmp reads a stream's next rounds in one request: they must \
-                         lie next to each other, so it needs --layout segments"
-                    );
-                    anyhow::ensure!(
-                        args.prefetch_depth >= 1,
-                        "--prefetch-depth must be at least 1 (0 is --policy sweep)"
-                    );
-                    args.prefetch_depth + 1
-                }
-            };
+            config.read_group_rounds = args.policy.read_group_rounds(config.segment_rounds)?;
             config.round_robin_counter = match args.round_robin_counter {
                 Some(CounterArg::PerDisk) => RoundRobinCounter::PerDisk,
                 Some(CounterArg::PerTitle) | None => RoundRobinCounter::PerTitle,
@@ -596,7 +563,9 @@ fn load_data_dir(
     })?;
     let bound = rondo_store::titles::rondo_bound(&array)
         .with_context(|| format!("disk profile {}", array.disk_profile))?;
-    let loaded = rondo_store::titles::load_titles(&store, &bound)?;
+    // Charged as the server charges them under the same --policy.
+    let group_rounds = args.policy.read_group_rounds(array.segment_rounds)?;
+    let loaded = rondo_store::titles::load_titles(&store, &bound, group_rounds)?;
     drop(store);
     anyhow::ensure!(
         !loaded.is_empty(),
@@ -620,6 +589,7 @@ fn load_data_dir(
     config.profile = array.disk_profile.clone();
     config.backup_block_bytes = array.backup_block_bytes;
     config.segment_rounds = array.segment_rounds;
+    config.read_group_rounds = group_rounds;
     config.round_robin_counter = array.round_robin_counter;
     config.bound = BoundKind::Rondo;
     config.round_duration_ns = array.round_duration_ns;

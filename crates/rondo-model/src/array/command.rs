@@ -74,6 +74,12 @@ pub struct DiskCommand {
     pub extents: Vec<CommandExtent>,
     /// Disk time reserved or granted for it under the array's bounds.
     pub charge_ns: u64,
+    /// One more round of the previous command's read group: the disk reads
+    /// it in the same request when its first extent follows that
+    /// command's last on the disk ([`batch_plan`]); its charge is in the
+    /// first command's.
+    #[serde(default)]
+    pub joins_previous: bool,
 }
 
 impl DiskCommand {
@@ -99,6 +105,64 @@ impl DiskCommand {
             })
             .collect()
     }
+}
+
+/// One disk's batch as the disk model's requests, and which command
+/// extents each request reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BatchPlan {
+    pub requests: Vec<BatchRequest>,
+    /// `owners[r]`: the `(command, extent)` pairs request `r` reads, in
+    /// disk order; `extent` counts the command's non-empty extents.
+    pub owners: Vec<Vec<(usize, usize)>>,
+}
+
+impl BatchPlan {
+    /// For each command, the requests that read it (a read completes with
+    /// the last of them).
+    pub fn requests_of(&self, commands: usize) -> Vec<Vec<usize>> {
+        let mut of = vec![Vec::new(); commands];
+        for (r, owners) in self.owners.iter().enumerate() {
+            for &(c, _) in owners {
+                if of[c].last() != Some(&r) {
+                    of[c].push(r);
+                }
+            }
+        }
+        of
+    }
+}
+
+/// The requests one disk executes for `commands`: each extent its own
+/// request, placed in the C-SCAN order on its own ([`DiskCommand::
+/// batch_requests`]), except that a command joining the previous one
+/// (a read group) continues the previous command's last request when its
+/// first extent starts where that request ends, so a group's contiguous
+/// rounds are one media access, as admission charged them. Both executors
+/// time a batch with this.
+pub fn batch_plan(commands: &[DiskCommand]) -> BatchPlan {
+    let mut plan = BatchPlan::default();
+    for (c, command) in commands.iter().enumerate() {
+        for (e, request) in command.batch_requests().into_iter().enumerate() {
+            if e == 0
+                && command.joins_previous
+                && c > 0
+                && let (Some(last), Some(owners)) =
+                    (plan.requests.last_mut(), plan.owners.last_mut())
+                && owners.last().is_some_and(|&(owner, _)| owner == c - 1)
+                && last.op == request.op
+                && last.second.is_none()
+                && last.first.lbn + last.first.sectors == request.first.lbn
+            {
+                last.first.sectors += request.first.sectors;
+                owners.push((c, e));
+                continue;
+            }
+            plan.requests.push(request);
+            plan.owners.push(vec![(c, e)]);
+        }
+    }
+    plan
 }
 
 /// One disk's share of a round.

@@ -49,8 +49,9 @@ use crate::reservation::{
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
 pub use command::{
-    AbortReason, Aborted, Completion, CompletionOrder, Copy, CopyId, DiskCommand, DiskRoundPlan,
-    Effect, FailCause, Miss, Purpose, ReadOutcome, RoundPlan, RoundReady,
+    AbortReason, Aborted, BatchPlan, Completion, CompletionOrder, Copy, CopyId, DiskCommand,
+    DiskRoundPlan, Effect, FailCause, Miss, Purpose, ReadOutcome, RoundPlan, RoundReady,
+    batch_plan,
 };
 pub use delivery::{DeliveryConfig, Release};
 pub use policy::{OneReadPerStream, RetrievalPolicy};
@@ -949,6 +950,7 @@ impl Array {
             },
             extents,
             charge_ns: read.cost_ns,
+            joins_previous: read.joins_previous,
         })
     }
 
@@ -1308,6 +1310,7 @@ impl Array {
                 replica,
                 backup_entry,
                 cost_ns: c.cost_ns,
+                joins_previous: false,
             })
             .collect();
             if reads.iter().any(|r| self.reservations.is_failed(r.disk)) {
@@ -1771,5 +1774,6 @@ fn copy_command(
             })
             .collect(),
         charge_ns,
+        joins_previous: false,
     }
 }

@@ -1102,3 +1102,174 @@ fn a_stream_starts_in_the_round_in_progress_when_its_reads_fit_there() {
     assert!(s.start_round >= Round(1));
     a.check_invariants();
 }
+
+/// A title on the segments layout (runs of `segment_rounds`) whose streams
+/// read `group_rounds` rounds per request.
+fn grouped_title(
+    disks: u32,
+    segment_rounds: u32,
+    group_rounds: u32,
+    client_bytes: &[u64],
+) -> ArrayTitle {
+    let schedule = Schedule::from_client_bytes(client_bytes.to_vec(), NS_PER_S, 16 * KIB).unwrap();
+    let params = LayoutParams {
+        disk_count: disks,
+        stride_bytes: 2048 * KIB,
+        block_bytes: 16 * KIB,
+        backup: Some(BackupParams {
+            placement: ReplicaPlacement::Deterministic,
+            backup_block_bytes: None,
+            fragment_sequence: Default::default(),
+            round_robin_counter: Default::default(),
+        }),
+        segment_rounds,
+    };
+    let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 1).unwrap();
+    let layout = ArrayAllocator::uniform(disks, 1000).place(&plan).unwrap();
+    let bound = Bound::Paper(PaperBound::seed000_table2());
+    let charges = bound
+        .title_charges_grouped(&plan, Some(&layout), &schedule, group_rounds)
+        .unwrap();
+    ArrayTitle::new(
+        TitleId(0),
+        charges,
+        Some(layout),
+        None,
+        client_bytes,
+        NS_PER_S,
+    )
+}
+
+/// Runs `a` from round `from` for `rounds` rounds, completing every read at
+/// once; returns per round the stream reads (playback round, joins the
+/// previous, charge) per disk and the playback rounds released.
+#[allow(clippy::type_complexity)]
+fn run_grouped(
+    a: &mut Array,
+    from: u64,
+    rounds: u64,
+) -> Vec<(Vec<Vec<(u32, bool, u64)>>, Vec<u32>)> {
+    let mut out = Vec::new();
+    for r in from..from + rounds {
+        let plan = a.begin_round(Round(r));
+        let mut released: Vec<u32> = plan.releases.iter().map(|x| x.playback_round.0).collect();
+        let per_disk = plan
+            .disks
+            .iter()
+            .map(|d| {
+                d.commands
+                    .iter()
+                    .filter(|c| matches!(c.purpose, Purpose::Deliver { .. }))
+                    .map(|c| {
+                        let Purpose::Deliver { playback_round, .. } = c.purpose else {
+                            unreachable!()
+                        };
+                        (playback_round.0, c.joins_previous, c.charge_ns)
+                    })
+                    .collect()
+            })
+            .collect();
+        for c in deliveries(&plan) {
+            for e in a.complete(&ok(c)) {
+                if let Effect::Released(x) = e {
+                    released.push(x.playback_round.0);
+                }
+            }
+        }
+        out.push((per_disk, released));
+    }
+    out
+}
+
+/// Seed 003's GPMP executed by the array: a group of rounds is one request
+/// on its disk (the rounds after the first join it and carry no charge; the
+/// executors' batch plan makes them one media access), read in the round
+/// its first round is due, and every round is still released in its own
+/// send round. A stream that starts mid-group reads the rest of the group
+/// first. With the primary's disk failed, the group is read from its
+/// backup, joined the same way.
+#[test]
+fn a_read_group_is_one_request_and_its_rounds_are_released_in_their_own_rounds() {
+    let mut a = Array::new(config(2, Scheme::Minimum));
+    a.add_title(grouped_title(2, 6, 3, &[100 * KIB; 12]));
+    let s = a.admit(&whole(0)).unwrap();
+    assert_eq!(s.start_round, Round(0));
+    let rounds = run_grouped(&mut a, 0, 14);
+    let reads_in = |r: usize| -> Vec<(u32, bool, u64)> { rounds[r].0.concat() };
+    // Groups 0..3, 3..6 (segment 0, disk 0), 6..9, 9..12 (segment 1, disk 1).
+    for (round, group) in [(0, 0..3), (3, 3..6), (6, 6..9), (9, 9..12)] {
+        let reads = reads_in(round);
+        let expected: Vec<u32> = group.clone().collect();
+        assert_eq!(
+            reads.iter().map(|r| r.0).collect::<Vec<_>>(),
+            expected,
+            "round {round}"
+        );
+        assert!(
+            !reads[0].1 && reads[0].2 > 0,
+            "the first round carries the charge"
+        );
+        assert!(reads[1..].iter().all(|r| r.1 && r.2 == 0));
+        for later in round + 1..round + 3 {
+            assert!(reads_in(later).is_empty(), "round {later}");
+        }
+    }
+    // Each playback round is released in the round after it would have
+    // been read alone.
+    for (r, (_, released)) in rounds.iter().enumerate() {
+        let expected: Vec<u32> = if (1..=12).contains(&r) {
+            vec![r as u32 - 1]
+        } else {
+            vec![]
+        };
+        assert_eq!(released, &expected, "round {r}");
+    }
+    // The executors' batch plan: one media access for the whole group.
+    let mut b = Array::new(config(2, Scheme::Minimum));
+    b.add_title(grouped_title(2, 6, 3, &[100 * KIB; 12]));
+    b.admit(&whole(0)).unwrap();
+    let plan = b.begin_round(Round(0));
+    let disk0 = &plan.disks[0].commands;
+    assert_eq!(disk0.len(), 3);
+    let batch = batch_plan(disk0);
+    assert_eq!(batch.requests.len(), 1);
+    assert_eq!(batch.owners[0], [(0, 0), (1, 0), (2, 0)]);
+    let sectors: u64 = disk0.iter().map(|c| c.bytes()).sum::<u64>() / 512;
+    assert_eq!(batch.requests[0].first.sectors, sectors);
+    b.check_invariants();
+
+    // A range from playback round 4: the rest of group 3..6 first.
+    let mut c = Array::new(config(2, Scheme::Minimum));
+    c.add_title(grouped_title(2, 6, 3, &[100 * KIB; 12]));
+    let s = c
+        .admit(&AdmitRequest {
+            title: TitleId(0),
+            span: Span::Bytes {
+                first_byte: 4 * 100 * KIB,
+                length_bytes: u64::MAX,
+            },
+        })
+        .unwrap();
+    assert_eq!(s.first_playback_round, PlaybackRound(4));
+    let rounds = run_grouped(&mut c, 0, 10);
+    let first: Vec<(u32, bool)> = rounds[0].0.concat().iter().map(|r| (r.0, r.1)).collect();
+    assert_eq!(first, [(4, false), (5, true)]);
+    assert!(rounds[1].0.concat().is_empty());
+    let next: Vec<u32> = rounds[2].0.concat().iter().map(|r| r.0).collect();
+    assert_eq!(next, [6, 7, 8]);
+    c.check_invariants();
+
+    // Disk 0 failed: the group is read from its backup on disk 1, joined.
+    let mut d = Array::new(config(2, Scheme::Minimum));
+    d.add_title(grouped_title(2, 6, 3, &[100 * KIB; 12]));
+    d.admit(&whole(0)).unwrap();
+    d.fail_disk(DiskIndex(0), FailCause::Operator).unwrap();
+    let rounds = run_grouped(&mut d, 0, 4);
+    let on_disk1 = &rounds[0].0[1];
+    assert!(rounds[0].0[0].is_empty());
+    assert_eq!(
+        on_disk1.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(),
+        [(0, false), (1, true), (2, true)]
+    );
+    assert_eq!(rounds[1].1, [0]);
+}

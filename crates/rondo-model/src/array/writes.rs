@@ -173,6 +173,7 @@ fn round_writes(
             },
             charge_ns: write_bound.extents_ns(&[extent.sectors()]),
             extents: vec![extent],
+            joins_previous: false,
         });
     };
     for x in l.primary.as_slice() {

@@ -95,7 +95,8 @@ impl Reservations {
             });
         }
         let (first, end) = (first_playback_round, end_playback_round);
-        let plain = Shape::new(first, end, 0);
+        let grouping = charges.grouping();
+        let plain = Shape::new(first, end, 0, grouping);
         // Largest first: the whole span (or the burst by time), the burst
         // by time, the plain stream.
         let mut shapes = vec![plain];
@@ -103,7 +104,7 @@ impl Reservations {
             burst.rounds as usize,
             Shape::burst_rounds(&charges, first, end, burst.rounds as usize, burst.bytes),
         ] {
-            let shape = Shape::new(first, end, k);
+            let shape = Shape::new(first, end, k, grouping);
             if k > 0 && shape != shapes[0] {
                 shapes.insert(0, shape);
             }
@@ -196,6 +197,12 @@ impl Reservations {
         let mut scratch: BTreeMap<DiskIndex, DiskSlot> = BTreeMap::new();
         let mut choice = Vec::with_capacity(shape.end - shape.first);
         for i in shape.first..shape.end {
+            if !shape.is_read_start(i) {
+                // Read with its group's first round, from the same replica.
+                let read_start = shape.read_start(i);
+                choice.push(choice[read_start - shape.first]);
+                continue;
+            }
             let round = start.plus(shape.read_offset(i) as u64);
             let in_burst = shape.is_early(i);
             let round_choice = self.choose(

@@ -40,6 +40,58 @@ pub struct TitleCharges {
     /// double-buffered `buffer_bytes` (`buffer[i] = read[i] + read[i - 1]`):
     /// what a start burst holds per round it reads early.
     pub(super) read_bytes: Vec<u64>,
+    /// How streams of this title group their reads (one round per read
+    /// unless built by [`Bound::title_charges_grouped`]).
+    #[serde(default)]
+    pub(super) grouping: Grouping,
+}
+
+/// Read groups (seed 003's GPMP): a stream reads `group_rounds`
+/// consecutive rounds of a segment of `segment_rounds` in one request, at
+/// the group's first round (see [`group_start`]). With either 1 every read
+/// is one round. A title's primary and backup charge for round `i` is then
+/// the cost of the one request that reads rounds `i..group_end(i)`: the
+/// whole group at its first round, the rest of it for a stream that starts
+/// mid-group.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grouping {
+    pub segment_rounds: u32,
+    pub group_rounds: u32,
+}
+
+impl Default for Grouping {
+    fn default() -> Grouping {
+        Grouping::NONE
+    }
+}
+
+impl Grouping {
+    /// Every read is one round.
+    pub const NONE: Grouping = Grouping {
+        segment_rounds: 1,
+        group_rounds: 1,
+    };
+
+    /// Whether some reads cover more than one round.
+    pub fn is_grouped(&self) -> bool {
+        self.segment_rounds > 1 && self.group_rounds > 1
+    }
+
+    /// The first round of the group playback round `i` belongs to.
+    pub fn start(&self, i: usize) -> usize {
+        group_start(i, self.segment_rounds, self.group_rounds)
+    }
+
+    /// The round after the last of the group `i` belongs to (not cut to a
+    /// title's end).
+    pub fn end(&self, i: usize) -> usize {
+        if !self.is_grouped() {
+            return i + 1;
+        }
+        let segment_rounds = self.segment_rounds as usize;
+        let segment_end = (i / segment_rounds + 1) * segment_rounds;
+        (self.start(i) + self.group_rounds as usize).min(segment_end)
+    }
 }
 
 /// Why charges could not be built.
@@ -117,7 +169,13 @@ impl TitleCharges {
             buffer_bytes,
             network_bytes,
             read_bytes,
+            grouping: Grouping::NONE,
         })
+    }
+
+    /// How this title's streams group their reads.
+    pub fn grouping(&self) -> Grouping {
+        self.grouping
     }
 
     /// Charges of a title laid out by `plan` with `schedule` (the same
@@ -225,7 +283,10 @@ impl Bound {
     /// `group_rounds`): at a group's first round one request per disk for
     /// the whole group (adjacent extents merged into one, so contiguous data
     /// pays one positioning), nothing in its other rounds, and the buffer
-    /// holding each round from its group's read until it is sent. Groups
+    /// holding each round from its group's read until it is sent. Round i's
+    /// charge is the request for `i..group end` ([`Grouping`]): the group's
+    /// at its first round, the rest of the group's for a stream starting at
+    /// i. Groups
     /// restart at every segment of the layout (`LayoutParams::
     /// segment_rounds`), so a group never spans two disks; under
     /// variable-grain striping every group is one round and the charges are
@@ -246,10 +307,11 @@ impl Bound {
             return Err(ChargesError::NeedsLayout);
         }
         let rounds = plan.rounds();
-        let starts: Vec<usize> = (0..rounds)
-            .map(|i| group_start(i, segment_rounds, group_rounds))
-            .collect();
-        let group = |i: usize| i..(i..rounds).find(|&j| starts[j] != i).unwrap_or(rounds);
+        let grouping = Grouping {
+            segment_rounds,
+            group_rounds,
+        };
+        let starts: Vec<usize> = (0..rounds).map(|i| grouping.start(i)).collect();
         // One request's cost for the extents of `rounds` on one disk.
         let cost = |members: &mut dyn Iterator<Item = (usize, Option<usize>, u64)>| {
             let mut extents: Vec<(u64, u64)> = Vec::new();
@@ -273,34 +335,21 @@ impl Bound {
                 Bound::Rondo(b) => b.extents_ns(&extents),
             }
         };
+        // Round i's charge: the one request reading i to its group's end.
         let mut primary = Vec::with_capacity(rounds);
         let mut backups = Vec::with_capacity(rounds);
-        for (i, &start) in starts.iter().enumerate() {
+        for i in 0..rounds {
+            let members = i..grouping.end(i).min(rounds);
             let disk = plan.primary(i).disk;
-            let pieces = plan.backups(i);
-            if start != i {
-                primary.push(Charge { disk, cost_ns: 0 });
-                backups.push(
-                    pieces
-                        .iter()
-                        .map(|p| Charge {
-                            disk: p.disk,
-                            cost_ns: 0,
-                        })
-                        .collect(),
-                );
-                continue;
-            }
-            let members = group(i);
             primary.push(Charge {
                 disk,
                 cost_ns: cost(&mut members.clone().map(|j| (j, None, plan.primary(j).bytes))),
             });
-            // Each backup disk of the group's first round, with the pieces
-            // the group's rounds keep on it (a segment's backup placement is
-            // the same for all its rounds).
+            // Each backup disk of round i, with the pieces the group's
+            // rounds keep on it (a segment's backup placement is the same
+            // for all its rounds).
             backups.push(
-                pieces
+                plan.backups(i)
                     .iter()
                     .map(|piece| Charge {
                         disk: piece.disk,
@@ -330,7 +379,10 @@ impl Bound {
                 held
             })
             .collect();
-        TitleCharges::new(primary, backups, buffer_bytes, &schedule.client_bytes)
+        let mut charges =
+            TitleCharges::new(primary, backups, buffer_bytes, &schedule.client_bytes)?;
+        charges.grouping = grouping;
+        Ok(charges)
     }
 
     /// Whether the bound needs the request's extents (LBNs), i.e. a placed layout.

@@ -35,7 +35,7 @@ use thiserror::Error;
 use crate::layout::Replica;
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
-pub use charges::{Bound, Charge, ChargesError, TitleCharges, group_start};
+pub use charges::{Bound, Charge, ChargesError, Grouping, TitleCharges, group_start};
 pub use degraded::replica_after_error;
 pub(crate) use shape::Shape;
 use tables::{DiskSlot, SlotCharge};
@@ -194,8 +194,13 @@ pub struct PlannedRead {
     /// For a backup read, which entry of the round's backup list
     /// (`TitlePlan::backups`); 0 for the primary.
     pub backup_entry: u16,
-    /// The disk time reserved for this read (its bound cost).
+    /// The disk time reserved for this read (its bound cost; 0 for a read
+    /// that joins the previous one).
     pub cost_ns: u64,
+    /// Whether this read is one more round of the previous read's request
+    /// (a read group): the disk reads both in one request, whose charge the
+    /// first carries.
+    pub joins_previous: bool,
 }
 
 /// How one admitted stream reads each round, kept so its reservations can be
@@ -270,6 +275,8 @@ pub struct StreamSpan {
     /// Playback rounds read in its first round and sent as soon as read (0:
     /// none, a plain stream; see `reservation::shape`).
     pub burst_rounds: u32,
+    /// Its title's read groups (`Grouping::NONE`: one round per read).
+    pub grouping: Grouping,
 }
 
 impl StreamSpan {
@@ -278,6 +285,7 @@ impl StreamSpan {
             first: self.first_playback_round.index(),
             end: self.end_playback_round.index(),
             burst: self.burst_rounds as usize,
+            grouping: self.grouping,
         }
     }
 
@@ -388,6 +396,7 @@ impl Reservations {
             first_playback_round: PlaybackRound(r.shape.first as u32),
             end_playback_round: PlaybackRound(r.shape.end as u32),
             burst_rounds: r.shape.burst as u32,
+            grouping: r.shape.grouping,
         })
     }
 
@@ -483,6 +492,9 @@ impl Reservations {
             self.buffer_bytes[ring] = add_signed(self.buffer_bytes[ring], buffer_bytes, sign);
             self.network_bytes[ring] = add_signed(self.network_bytes[ring], network_bytes, sign);
             for i in record.shape.reads_at(q) {
+                if !record.shape.is_read_start(i) {
+                    continue;
+                }
                 let choice = record.choice[i - record.shape.first];
                 for (disk, charge) in read_charges(scheme, &charges, i, choice) {
                     let idx = self.slot_index(disk, round);

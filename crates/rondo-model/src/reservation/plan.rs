@@ -55,43 +55,46 @@ impl Reservations {
         per_disk: &mut [Vec<PlannedRead>],
         lost: &mut Vec<PlannedRead>,
     ) {
-        {
-            let read = |disk: DiskIndex, replica: Replica, backup_entry: usize, cost_ns: u64| {
-                PlannedRead {
-                    stream,
-                    title: record.title,
-                    playback_round: PlaybackRound(i as u32),
-                    disk,
-                    replica,
-                    backup_entry: backup_entry as u16,
-                    cost_ns,
-                }
+        // A round read with its group's first round goes with it: the same
+        // replica, in the same request on each disk, charged nothing more.
+        let joins = !record.shape.is_read_start(i);
+        let i0 = record.shape.read_start(i);
+        let read =
+            |disk: DiskIndex, replica: Replica, backup_entry: usize, cost_ns: u64| PlannedRead {
+                stream,
+                title: record.title,
+                playback_round: PlaybackRound(i as u32),
+                disk,
+                replica,
+                backup_entry: backup_entry as u16,
+                cost_ns: if joins { 0 } else { cost_ns },
+                joins_previous: joins,
             };
-            let primary = charges.primary(i);
-            let backup = charges.backup(i);
-            let backup_ok =
-                !backup.is_empty() && backup.iter().all(|p| !self.failed[p.disk.index()]);
-            let primary_ok = !self.failed[primary.disk.index()];
-            let wants_backup = record.choice[i - record.shape.first] != RoundChoice::Primary;
-            if backup_ok && (wants_backup || !primary_ok) {
-                for (n, piece) in backup.iter().enumerate() {
-                    per_disk[piece.disk.index()].push(read(
-                        piece.disk,
-                        Replica::Backup,
-                        n,
-                        piece.cost_ns,
-                    ));
-                }
-            } else if primary_ok {
-                per_disk[primary.disk.index()].push(read(
-                    primary.disk,
-                    Replica::Primary,
-                    0,
-                    primary.cost_ns,
+        let primary = charges.primary(i);
+        let backup = charges.backup(i);
+        let (primary0, backup0) = (charges.primary(i0), charges.backup(i0));
+        debug_assert_eq!(primary.disk, primary0.disk, "a group lies on one disk");
+        let backup_ok = !backup0.is_empty() && backup0.iter().all(|p| !self.failed[p.disk.index()]);
+        let primary_ok = !self.failed[primary0.disk.index()];
+        let wants_backup = record.choice[i0 - record.shape.first] != RoundChoice::Primary;
+        if backup_ok && (wants_backup || !primary_ok) {
+            for (n, piece) in backup.iter().enumerate() {
+                per_disk[piece.disk.index()].push(read(
+                    piece.disk,
+                    Replica::Backup,
+                    n,
+                    piece.cost_ns,
                 ));
-            } else {
-                lost.push(read(primary.disk, Replica::Primary, 0, primary.cost_ns));
             }
+        } else if primary_ok {
+            per_disk[primary.disk.index()].push(read(
+                primary.disk,
+                Replica::Primary,
+                0,
+                primary.cost_ns,
+            ));
+        } else {
+            lost.push(read(primary.disk, Replica::Primary, 0, primary.cost_ns));
         }
     }
 }

@@ -16,10 +16,17 @@
 //! the round a plain stream would have sent them, so a client that takes
 //! them only at its playback rate is covered. Nothing else changes: every
 //! read is charged to its disk in the round it is made.
+//!
+//! A stream of a title with read **groups** (seed 003's GPMP,
+//! [`Grouping`]) reads each group of rounds in one request in the round
+//! its first round would be read alone, and sends each round when a plain
+//! stream would: the rest of the group waits in the server buffer. A stream
+//! that starts mid-group reads the rest of that group in its first round.
+//! Groups and a start burst are exclusive (a grouped stream has no burst).
 
 use std::ops::Range;
 
-use super::{TitleCharges, stream_end};
+use super::{Grouping, TitleCharges, stream_end};
 
 /// Which playback rounds a stream reads, and how (see the module docs).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -31,6 +38,8 @@ pub(crate) struct Shape {
     /// Playback rounds read in the first stream round: 0 for a plain
     /// stream; otherwise 2 or more, or 1 for a one-round span.
     pub burst: usize,
+    /// The title's read groups ([`Grouping::NONE`]: one round per read).
+    pub grouping: Grouping,
 }
 
 impl Shape {
@@ -39,14 +48,19 @@ impl Shape {
     /// least two rounds: a one-round burst would read the second round in
     /// the same round anyway (it is a plain stream started a round earlier
     /// from there).
-    pub fn new(first: usize, end: usize, burst_rounds_max: usize) -> Shape {
+    pub fn new(first: usize, end: usize, burst_rounds_max: usize, grouping: Grouping) -> Shape {
         debug_assert!(first < end, "a stream reads at least one round");
-        let burst = if burst_rounds_max == 0 {
+        let burst = if burst_rounds_max == 0 || grouping.is_grouped() {
             0
         } else {
             burst_rounds_max.max(2).min(end - first)
         };
-        Shape { first, end, burst }
+        Shape {
+            first,
+            end,
+            burst,
+            grouping,
+        }
     }
 
     /// The start burst, in playback rounds from `first`, of a stream of
@@ -80,11 +94,23 @@ impl Shape {
         i < self.first + self.burst
     }
 
+    /// The playback round whose request reads playback round `i`: `i`
+    /// itself unless `i` is read with the rest of its group.
+    pub fn read_start(&self, i: usize) -> usize {
+        self.grouping.start(i).max(self.first)
+    }
+
+    /// Whether playback round `i` is read by a request of its own (or is
+    /// the first round of its group's request), i.e. is charged.
+    pub fn is_read_start(&self, i: usize) -> bool {
+        self.read_start(i) == i
+    }
+
     /// The stream round (offset from the start round) in which playback
     /// round `i` is read.
     pub fn read_offset(&self, i: usize) -> usize {
         if !self.is_burst() {
-            i - self.first
+            self.read_start(i) - self.first
         } else if self.is_early(i) {
             0
         } else {
@@ -93,20 +119,27 @@ impl Shape {
     }
 
     /// The stream round from which playback round `i` may be sent: the
-    /// round after its read, or its read round for a round read early.
+    /// round after its read, or its read round for a round read early; a
+    /// round read ahead with its group, when a plain stream would send it.
     pub fn send_offset(&self, i: usize) -> usize {
         if self.is_early(i) {
             0
-        } else {
+        } else if self.is_burst() {
             self.read_offset(i) + 1
+        } else {
+            i - self.first + 1
         }
     }
 
-    /// The playback rounds read in stream round `q`.
+    /// The playback rounds read in stream round `q`: for a grouped stream,
+    /// one request's (its first is the one charged, [`Shape::is_read_start`]).
     pub fn reads_at(&self, q: usize) -> Range<usize> {
         if !self.is_burst() {
             let i = (self.first + q).min(self.end);
-            return i..(i + 1).min(self.end);
+            if !self.is_read_start(i) {
+                return i..i;
+            }
+            return i..self.grouping.end(i).min(self.end);
         }
         if q == 0 {
             return self.first..self.first + self.burst;
@@ -123,7 +156,12 @@ impl Shape {
     /// when there is none).
     pub fn first_read_from(&self, q: usize) -> usize {
         if !self.is_burst() {
-            (self.first + q).min(self.end)
+            let i = (self.first + q).min(self.end);
+            if self.is_read_start(i) {
+                i
+            } else {
+                self.grouping.end(i).min(self.end)
+            }
         } else if q == 0 {
             self.first
         } else {
@@ -143,9 +181,15 @@ impl Shape {
         }
     }
 
-    /// The stream round after the last read.
+    /// The stream round after the last read; for a grouped stream, after
+    /// the round its last playback round would be read in alone (its reads
+    /// are ahead, its playing is not).
     pub fn reads_end_offset(&self) -> usize {
-        self.read_offset(self.end - 1) + 1
+        if self.is_burst() {
+            self.read_offset(self.end - 1) + 1
+        } else {
+            self.end - self.first
+        }
     }
 
     /// Server buffer held and bytes sent in stream round `q`.
@@ -202,6 +246,21 @@ mod tests {
         TitleCharges::new(primary, vec![Vec::new(); rounds], buffer, &client).unwrap()
     }
 
+    const GROUPINGS: [Grouping; 3] = [
+        Grouping {
+            segment_rounds: 6,
+            group_rounds: 4,
+        },
+        Grouping {
+            segment_rounds: 5,
+            group_rounds: 5,
+        },
+        Grouping {
+            segment_rounds: 8,
+            group_rounds: 3,
+        },
+    ];
+
     /// Every playback round is read exactly once, in the round `read_offset`
     /// says, and sent no earlier than it is read.
     #[test]
@@ -209,8 +268,12 @@ mod tests {
         let c = charges(12);
         for first in 0..12 {
             for end in first + 1..=12 {
-                for burst in [0, 1, 2, 3, 5, 20] {
-                    let shape = Shape::new(first, end, burst);
+                for (burst, grouping) in [0, 1, 2, 3, 5, 20]
+                    .into_iter()
+                    .map(|b| (b, Grouping::NONE))
+                    .chain(GROUPINGS.iter().map(|&g| (3, g)))
+                {
+                    let shape = Shape::new(first, end, burst, grouping);
                     let mut seen = [0; 12];
                     for q in 0..shape.stream_rounds(&c) + 2 {
                         for i in shape.reads_at(q) {
@@ -236,8 +299,8 @@ mod tests {
     #[test]
     fn after_its_burst_a_burst_stream_runs_as_a_plain_stream_a_round_earlier() {
         let c = charges(10);
-        let plain = Shape::new(2, 10, 0);
-        let burst = Shape::new(2, 10, 3);
+        let plain = Shape::new(2, 10, 0, Grouping::NONE);
+        let burst = Shape::new(2, 10, 3, Grouping::NONE);
         assert_eq!(burst.reads_at(0), 2..5);
         assert_eq!(burst.reads_at(1), 5..5);
         for i in 5..10 {
@@ -255,14 +318,14 @@ mod tests {
     #[test]
     fn a_burst_holds_its_early_rounds_until_their_plain_send_round() {
         let c = charges(10);
-        let s = Shape::new(0, 10, 3);
+        let s = Shape::new(0, 10, 3, Grouping::NONE);
         let r = |i: u64| 1000 + i;
         assert_eq!(s.charges_at(&c, 0), (r(0) + r(1) + r(2), 900 + 901 + 902));
         assert_eq!(s.charges_at(&c, 1), (r(1) + r(2), 0));
         assert_eq!(s.charges_at(&c, 2), (r(2) + r(3), 0));
         assert_eq!(s.charges_at(&c, 3), (r(3) + r(4), 903));
         // A short range read whole in its first round.
-        let tail = Shape::new(7, 10, 4);
+        let tail = Shape::new(7, 10, 4, Grouping::NONE);
         assert_eq!(tail.burst, 3);
         assert_eq!(tail.stream_rounds(&c), 3);
         assert_eq!(
@@ -271,8 +334,34 @@ mod tests {
         );
         assert_eq!(tail.charges_at(&c, 2), (r(9), 0));
         // A one-round span.
-        let one = Shape::new(9, 10, 4);
+        let one = Shape::new(9, 10, 4, Grouping::NONE);
         assert_eq!((one.burst, one.stream_rounds(&c)), (1, 1));
         assert_eq!(one.charges_at(&c, 0), (r(9), 909));
+    }
+
+    /// A grouped stream reads each group in one request at the round its
+    /// first round would be read alone and sends every round when a plain
+    /// stream would; one that starts mid-group reads the rest of the group
+    /// first. No burst with groups.
+    #[test]
+    fn a_grouped_stream_reads_ahead_and_sends_as_a_plain_stream() {
+        let g = GROUPINGS[0]; // segments of 6, groups of 4: 0..4, 4..6, 6..10, 10..12
+        let whole = Shape::new(0, 12, 5, g);
+        assert_eq!(whole.burst, 0);
+        let reads: Vec<_> = (0..12).map(|q| whole.reads_at(q)).collect();
+        assert_eq!(reads[0], 0..4);
+        assert_eq!(reads[1], 1..1);
+        assert_eq!(reads[4], 4..6);
+        assert_eq!(reads[6], 6..10);
+        assert_eq!(reads[10], 10..12);
+        assert_eq!(whole.read_offset(3), 0);
+        assert_eq!(whole.send_offset(3), 4);
+        assert_eq!(whole.reads_end_offset(), 12);
+        let mid = Shape::new(2, 11, 0, g);
+        assert_eq!(mid.reads_at(0), 2..4);
+        assert!(mid.is_read_start(2) && !mid.is_read_start(3));
+        assert_eq!(mid.reads_at(8), 10..11);
+        assert_eq!(mid.first_read_from(1), 4);
+        assert_eq!(mid.send_offset(2), 1);
     }
 }
