@@ -22,7 +22,10 @@
 # if missing), TITLE_SECONDS (120), BITRATES_KBPS ("500 1000 2000 4000"),
 # ZIPF (1), SEED (1), WARMUP_S (240), MEASURE_S (600), PORT (18080),
 # KEEP_WORK (1 keeps the temporary directory), WORK_PARENT (where it is made;
-# default /tmp; /dev/shm keeps the device files off the host's shared disk).
+# default /tmp; /dev/shm keeps the device files off the host's shared disk),
+# LAYOUT ("" or e.g. "--layout segments --segment-rounds 32": the data
+# directory's layout), POLICY ("" or e.g. "--policy gpmp --prefetch-depth 2":
+# the retrieval policy, given to both rondo simulate and rondo serve).
 # Needs: ffmpeg, curl, jq. Wall time ≈ WARMUP_S + MEASURE_S + TITLE_SECONDS
 # + a minute.
 set -euo pipefail
@@ -37,6 +40,8 @@ SEED=${SEED:-1}
 WARMUP_S=${WARMUP_S:-240}
 MEASURE_S=${MEASURE_S:-600}
 PORT=${PORT:-18080}
+LAYOUT=${LAYOUT:-}
+POLICY=${POLICY:-}
 URL="http://127.0.0.1:$PORT"
 
 # shellcheck source=tools/lib.sh
@@ -63,12 +68,14 @@ make_titles
 
 # 2. Store them.
 DATA="$WORK/data"
-"$RONDO" ingest --data-dir "$DATA" "${files[@]}" >&2
+# shellcheck disable=SC2086 # LAYOUT and POLICY are lists of flags
+"$RONDO" ingest --data-dir "$DATA" $LAYOUT "${files[@]}" >&2
 
 # 3. Prediction, same titles, popularity, seed and window.
 END_ROUND=$((WARMUP_S + MEASURE_S))
 say "rondo simulate --data-dir (rounds $WARMUP_S..$END_ROUND, ρ = 1.5, Zipf $ZIPF)"
-"$RONDO" simulate --data-dir "$DATA" --load 1.5 --no-capacity --zipf "$ZIPF" \
+# shellcheck disable=SC2086
+"$RONDO" simulate --data-dir "$DATA" $POLICY --load 1.5 --no-capacity --zipf "$ZIPF" \
     --seed "$SEED" --warmup-rounds "$WARMUP_S" --end-round "$END_ROUND" \
     --mode simulated-disk --replications 5 --max-replications 30 --ci 0.01 \
     --json > "$OUT/simulate.json"
@@ -76,7 +83,8 @@ RATE=$(jq '.setup.arrival_rate_per_s' "$OUT/simulate.json")
 say "predicted $(jq -r '.at_load | "\(.mean_active_streams) ± \(.ci_half_width) streams (\(.replications) replications)"' "$OUT/simulate.json"); arrivals $RATE/s"
 
 # 4. The server and the load.
-"$RONDO" serve --data-dir "$DATA" --listen "127.0.0.1:$PORT" --no-samples --connections-per-client-max 0 \
+# shellcheck disable=SC2086
+"$RONDO" serve --data-dir "$DATA" $POLICY --listen "127.0.0.1:$PORT" --no-samples --connections-per-client-max 0 \
     > "$OUT/serve.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 100); do

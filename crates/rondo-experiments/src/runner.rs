@@ -42,6 +42,12 @@ pub struct PointResult {
     pub metric_ci_half_width: f64,
     pub rejection_ratio: f64,
     pub mean_startup_delay_rounds: f64,
+    /// Seconds from arrival to first data (`SimResult::mean_startup_latency_s`).
+    #[serde(default)]
+    pub mean_startup_latency_s: f64,
+    /// Server buffer reserved, mean over rounds (`SimResult::mean_buffer_bytes`).
+    #[serde(default)]
+    pub mean_buffer_bytes: f64,
     pub reserved_fraction: f64,
     pub reserved_primary_fraction: f64,
     pub reserved_spread_fraction: f64,
@@ -243,6 +249,8 @@ fn summarise(point: &Point, runs: &[SimResult], metric: &str) -> Result<PointRes
         metric_ci_half_width: metric_est.ci_half_width,
         rejection_ratio: mean(&|r| r.rejection_ratio),
         mean_startup_delay_rounds: mean(&|r| r.mean_startup_delay_rounds),
+        mean_startup_latency_s: mean(&|r| r.mean_startup_latency_s),
+        mean_buffer_bytes: mean(&|r| r.mean_buffer_bytes),
         reserved_fraction: mean(&|r| r.reserved_fraction),
         reserved_primary_fraction: mean(&|r| r.reserved_primary_fraction),
         reserved_spread_fraction: mean(&|r| r.reserved_spread_fraction),

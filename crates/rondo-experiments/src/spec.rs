@@ -56,7 +56,8 @@ pub enum SpecError {
         message: String,
     },
     #[error(
-        "unknown titles '{0}': not a trace file; use 'table3-mixed', a trace file, or one of {1}"
+        "unknown titles '{0}': not a trace file; use 'table3-mixed', 'cbr-library', a trace \
+         file, or one of {1}"
     )]
     Titles(String, String),
     #[error("{0}")]
@@ -180,15 +181,67 @@ pub struct TraceOptions {
     /// the per-round variation is short-term, another side of their
     /// correlation over time; `None` is the generator's default.
     pub gop_log_sd_ratio_permille: Option<u64>,
+    /// The `cbr-library` titles' display rate in kbit/s (1000 bit/s).
+    pub cbr_rate_kbps: Option<u64>,
+    /// How many titles the `cbr-library` holds.
+    pub cbr_titles: Option<u64>,
+}
+
+/// Seed 003's workload: "a video library that holds videos that are 90 to
+/// 120 minutes long", CBR streams. The display rate is not given (it is
+/// swept); the library's size is not given either (assumption: 20 titles,
+/// enough for Zipf popularity to matter; docs/assumptions.md).
+pub const CBR_TITLES_DEFAULT: u64 = 20;
+/// The worked example's display rate (seed 003: "2 megabits per second").
+pub const CBR_RATE_KBPS_DEFAULT: u64 = 2000;
+
+/// The `cbr-library` titles: `count` constant-bit-rate titles whose lengths
+/// step evenly from 90 to 120 minutes (seed 003), `rate_kbps`·T/8 bytes per
+/// round (the remainder of a fractional byte carried to the next round).
+pub fn cbr_library(
+    rate_kbps: u64,
+    count: u64,
+    round_duration_ns: u64,
+    block_bytes: u64,
+) -> Result<Vec<SimTitle>, SpecError> {
+    if rate_kbps == 0 || count == 0 {
+        return Err(SpecError::Invalid(
+            "cbr-library needs a positive cbr_rate_kbps and cbr_titles".into(),
+        ));
+    }
+    const NS_PER_S: u128 = 1_000_000_000;
+    (0..count)
+        .map(|j| {
+            // 90 minutes plus an even share of 30 (the last title 120).
+            let seconds = 90 * 60 + (30 * 60 * j) / (count - 1).max(1);
+            let rounds = (seconds as u128 * NS_PER_S).div_ceil(round_duration_ns as u128);
+            // Bits sent by the end of round i: rate·(i + 1)·T, whole bytes.
+            let bytes_by = |i: u128| {
+                rate_kbps as u128 * 1000 * (i * round_duration_ns as u128) / (8 * NS_PER_S)
+            };
+            let client_bytes: Vec<u64> = (0..rounds)
+                .map(|i| (bytes_by(i + 1) - bytes_by(i)) as u64)
+                .collect();
+            let schedule =
+                Schedule::from_client_bytes(client_bytes, round_duration_ns, block_bytes)
+                    .map_err(|e| SpecError::Invalid(format!("cbr-library: {e}")))?;
+            Ok(SimTitle {
+                name: format!("cbr-{rate_kbps}k-{}min", seconds / 60),
+                schedule,
+            })
+        })
+        .collect()
 }
 
 /// Keys an experiment may set that describe the titles rather than the
 /// simulator (in `[base]`, a series, or as the swept `x`).
-const TITLE_KEYS: [&str; 4] = [
+const TITLE_KEYS: [&str; 6] = [
     "titles",
     "trace_seed",
     "trace_mean_scene_ms",
     "trace_gop_log_sd_ratio_permille",
+    "cbr_rate_kbps",
+    "cbr_titles",
 ];
 
 /// One point of the sweep: a series at one x.
@@ -249,6 +302,8 @@ impl ExperimentSpec {
                     seed: self.trace_seed,
                     mean_scene_ms: self.trace_mean_scene_ms,
                     gop_log_sd_ratio_permille: self.trace_gop_log_sd_ratio_permille,
+                    cbr_rate_kbps: None,
+                    cbr_titles: None,
                 };
                 let x_value = if x.fract() == 0.0 {
                     toml::Value::Integer(x as i64)
@@ -282,6 +337,8 @@ impl ExperimentSpec {
                             match key.as_str() {
                                 "trace_seed" => trace.seed = n,
                                 "trace_mean_scene_ms" => trace.mean_scene_ms = Some(n),
+                                "cbr_rate_kbps" => trace.cbr_rate_kbps = Some(n),
+                                "cbr_titles" => trace.cbr_titles = Some(n),
                                 _ => trace.gop_log_sd_ratio_permille = Some(n),
                             }
                         }
@@ -356,6 +413,8 @@ pub fn titles_for(
             seed: trace_seed,
             mean_scene_ms: None,
             gop_log_sd_ratio_permille: None,
+            cbr_rate_kbps: None,
+            cbr_titles: None,
         },
         config,
     )
@@ -388,6 +447,15 @@ pub fn titles_with(
     };
     let mut titles = Vec::new();
     for item in name.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if item == "cbr-library" {
+            titles.extend(cbr_library(
+                trace.cbr_rate_kbps.unwrap_or(CBR_RATE_KBPS_DEFAULT),
+                trace.cbr_titles.unwrap_or(CBR_TITLES_DEFAULT),
+                config.round_duration_ns,
+                config.block_bytes,
+            )?);
+            continue;
+        }
         let traces: Vec<(String, Vec<rondo_model::schedule::Frame>)> = if item == "table3-mixed" {
             synth::known_kinds()
                 .iter()
@@ -452,6 +520,8 @@ trace_seed = 7
                 seed: 7,
                 mean_scene_ms: Some(1000),
                 gop_log_sd_ratio_permille: None,
+                cbr_rate_kbps: None,
+                cbr_titles: None,
             }
         );
         assert_eq!(points[1].trace.mean_scene_ms, Some(20000));
@@ -492,5 +562,63 @@ trace_seed = 7
             let stats = t.schedule.client_stats();
             assert!((stats.mean_bytes_per_round / 624_194.0 - 1.0).abs() < 0.01);
         }
+    }
+
+    /// Seed 003's library: CBR titles of 90 to 120 minutes at the display
+    /// rate, every round's bytes the rate's share (whole bytes, none lost).
+    #[test]
+    fn the_cbr_library_holds_90_to_120_minute_titles_at_the_display_rate() {
+        let titles = cbr_library(2000, 4, 333_333_333, 16 * 1024).unwrap();
+        let minutes: Vec<&str> = titles.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            minutes,
+            ["cbr-2000k-90min", "cbr-2000k-100min", "cbr-2000k-110min", "cbr-2000k-120min"]
+        );
+        for (t, seconds) in titles.iter().zip([5400u64, 6000, 6600, 7200]) {
+            let rounds = t.schedule.rounds() as u64;
+            assert_eq!(rounds, (seconds * 1_000_000_000).div_ceil(333_333_333));
+            let total: u64 = t.schedule.client_bytes.iter().sum();
+            // 2 Mbit/s over the rounds' length, to the byte.
+            let expected = 2_000_000u128 * (rounds as u128 * 333_333_333) / 8_000_000_000;
+            assert_eq!(total as u128, expected);
+            let (lo, hi) = (
+                t.schedule.client_bytes.iter().min().unwrap(),
+                t.schedule.client_bytes.iter().max().unwrap(),
+            );
+            assert!(hi - lo <= 1, "{lo}..{hi}");
+        }
+        assert!(cbr_library(0, 4, 1_000_000_000, 16 * 1024).is_err());
+        let spec = ExperimentSpec::from_toml(
+            r#"
+name = "cbr"
+x = "cbr_rate_kbps"
+x_values = [1000, 4000]
+titles = "cbr-library"
+cbr_titles = 3
+[[series]]
+label = "sweep"
+"#,
+            "test",
+        );
+        // `cbr_titles` belongs in [base] or a series, not at the top.
+        assert!(spec.is_err());
+        let spec = ExperimentSpec::from_toml(
+            r#"
+name = "cbr"
+x = "cbr_rate_kbps"
+x_values = [1000, 4000]
+titles = "cbr-library"
+[base]
+cbr_titles = 3
+[[series]]
+label = "sweep"
+"#,
+            "test",
+        )
+        .unwrap();
+        let points = spec.points().unwrap();
+        let titles = titles_with(&points[1].titles, points[1].trace, &points[1].config).unwrap();
+        assert_eq!(titles.len(), 3);
+        assert_eq!(titles[0].schedule.client_bytes[0], 500_000);
     }
 }

@@ -190,10 +190,44 @@ async fn chromium_plays_to_the_end_without_waiting_and_seeks() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let clip = make_media(dir.path(), "clip", MediaKind::Mp4Faststart, 30);
     let store = create_store(&dir.path().join("data"));
+    plays_to_the_end_and_seeks(dir.path(), store, test_config()).await;
+}
+
+/// The same under seed 003's GPMP: a `segments` directory (runs of 6
+/// rounds) whose streams read 3 rounds per request; the seek starts a
+/// stream mid-group, which reads the rest of its group first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chromium_plays_to_the_end_without_waiting_and_seeks_under_gpmp() {
+    init_logs();
+    if !chromium_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = rondo_store::StoreConfig {
+        round_duration_ns: TEST_ROUND_DURATION_NS,
+        segment_rounds: 6,
+        ..rondo_server::titles::default_store_config()
+    };
+    let store = rondo_store::Store::create(&dir.path().join("data"), config).unwrap();
+    let server_config = rondo_server::ServerConfig {
+        read_group_rounds: 3,
+        ..test_config()
+    };
+    plays_to_the_end_and_seeks(dir.path(), store, server_config).await;
+}
+
+/// Chromium plays a 30 s MP4 to its end without a `waiting` event once
+/// playing (video A), and plays on after a seek (video B, a Range request
+/// admitted mid-title), with no deadline missed.
+async fn plays_to_the_end_and_seeks(
+    dir: &std::path::Path,
+    store: rondo_store::Store,
+    config: rondo_server::ServerConfig,
+) {
+    let clip = make_media(dir, "clip", MediaKind::Mp4Faststart, 30);
     let record = ingest(&store, &clip, "clip");
-    let server = start(store, test_config()).await;
+    let server = start(store, config).await;
     let stream_url = format!("{}/stream/{}.mp4", server.url(), record.id.0);
     let page = PAGE.replace("{{URL}}", &stream_url).replace(
         "{{ROUND_S}}",

@@ -108,8 +108,8 @@ pub struct SimConfig {
     pub segment_rounds: u32,
     /// Rounds a stream reads in one request (seed 003's GPMP, k = u + 1):
     /// 1 is one read per round (Sweep, seed 000); more groups consecutive
-    /// rounds of a segment (`Bound::title_charges_grouped`). Admission-only
-    /// so far: the array does not execute grouped reads yet.
+    /// rounds of a segment (`Bound::title_charges_grouped`), executed by the
+    /// array as one request per group.
     pub read_group_rounds: u32,
     /// A new stream's start burst in rounds (`ArrayConfig::burst`; 0:
     /// none, as in seed 000).
@@ -141,6 +141,10 @@ pub struct SimConfig {
     /// Arrivals per round; `None` is `load`·μ (equation 1).
     #[serde(default)]
     pub arrival_rate_per_round: Option<f64>,
+    /// Arrivals per second (instead of per round: experiments that compare
+    /// round lengths at one offered rate); at most one of the two is set.
+    #[serde(default)]
+    pub arrival_rate_per_s: Option<f64>,
     /// Faults injected into the run: failures, read errors, a rebuild, an
     /// ingest, range and time-start arrivals (`faults`).
     #[serde(default)]
@@ -185,6 +189,7 @@ impl SimConfig {
             seed: 1,
             zipf_exponent: None,
             arrival_rate_per_round: None,
+            arrival_rate_per_s: None,
             faults: FaultPlan::default(),
             check_invariants: false,
         }
@@ -244,6 +249,13 @@ pub struct SimResult {
     pub rejection_ratio: f64,
     /// Rounds between arrival and first read, averaged over admitted requests.
     pub mean_startup_delay_rounds: f64,
+    /// Seconds from arrival to the first data sent (seed 003 Figure 5):
+    /// an arrival falls, on average, half-way through the round in which it
+    /// is offered (`mean_startup_delay_rounds` counts from that round's
+    /// start), and the first data goes out at the start of the round after
+    /// the first read: `(mean_startup_delay_rounds + 1/2)·T`.
+    #[serde(default)]
+    pub mean_startup_latency_s: f64,
     /// λ, arrivals per round, and μ of equation 1.
     pub arrival_rate_per_round: f64,
     pub mu_per_round: f64,
@@ -321,6 +333,10 @@ pub struct SimResult {
     #[serde(default)]
     pub invariant_checks: u64,
     pub rounds_measured: u64,
+    /// Server buffer admission reserved, averaged over the measured rounds
+    /// (what a policy costs in host memory: seed 003 Figure 4's x axis).
+    #[serde(default)]
+    pub mean_buffer_bytes: f64,
 }
 
 /// A prepared array: titles planned, placed and charged, admission
@@ -647,7 +663,13 @@ fn run_placed_inner(
         .count() as u64;
     let result = exec
         .m
-        .finish(&exec.prepared, active_sum, rounds_measured, config.mode);
+        .finish(
+            &exec.prepared,
+            active_sum,
+            rounds_measured,
+            config.mode,
+            config.round_duration_ns as f64 / NS_PER_S as f64,
+        );
     Ok((result, exec.log))
 }
 
@@ -1147,6 +1169,18 @@ pub fn prepare_placed(
             "arrival rate must be positive, got {rate} per round"
         )));
     }
+    if let Some(rate) = config.arrival_rate_per_s {
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(SimError::Config(format!(
+                "arrival rate must be positive, got {rate} per second"
+            )));
+        }
+        if config.arrival_rate_per_round.is_some() {
+            return Err(SimError::Config(
+                "give the arrival rate per round or per second, not both".into(),
+            ));
+        }
+    }
     if let Some(a) = config.zipf_exponent
         && !(a.is_finite() && a >= 0.0)
     {
@@ -1188,6 +1222,7 @@ pub fn prepare_placed(
     let mu_per_round = config.disks as f64 * config.mu_rate_bytes_per_s * t_s / s_tot;
     let arrival_rate_per_round = config
         .arrival_rate_per_round
+        .or(config.arrival_rate_per_s.map(|r| r * t_s))
         .unwrap_or(config.load * mu_per_round);
     let lookahead_rounds = config
         .lookahead_rounds
@@ -1266,6 +1301,7 @@ struct Measure {
     reserved_max_sum: f64,
     reserved_min_sum: f64,
     reserved_working_fraction_sum: f64,
+    buffer_bytes_sum: f64,
     observed_rounds: u64,
     busy_fraction_sum: f64,
     busy_rounds: u64,
@@ -1316,6 +1352,7 @@ impl Measure {
         if working > 0 {
             self.reserved_working_fraction_sum += working_total as f64 / (working as f64 * t);
         }
+        self.buffer_bytes_sum += r.reserved_buffer_bytes(round) as f64;
         self.observed_rounds += 1;
     }
 
@@ -1325,6 +1362,7 @@ impl Measure {
         active_sum: i64,
         rounds_measured: u64,
         mode: Mode,
+        round_duration_s: f64,
     ) -> SimResult {
         let per_round = |x: f64| x / self.observed_rounds.max(1) as f64;
         SimResult {
@@ -1335,6 +1373,10 @@ impl Measure {
             rejection_ratio: self.rejected as f64 / self.arrivals.max(1) as f64,
             mean_startup_delay_rounds: self.startup_delay_rounds as f64
                 / self.admitted.max(1) as f64,
+            mean_startup_latency_s: (self.startup_delay_rounds as f64
+                / self.admitted.max(1) as f64
+                + 0.5)
+                * round_duration_s,
             arrival_rate_per_round: array.arrival_rate_per_round,
             mu_per_round: array.mu_per_round,
             lookahead_rounds: array.lookahead_rounds,
@@ -1368,6 +1410,7 @@ impl Measure {
             ingest_rounds: self.ingest_rounds,
             invariant_checks: self.invariant_checks,
             rounds_measured,
+            mean_buffer_bytes: per_round(self.buffer_bytes_sum),
         }
     }
 }

@@ -38,6 +38,10 @@ pub struct IngestArgs {
     /// Print a JSON array of results (no progress bar).
     #[arg(long)]
     pub json: bool,
+    /// The layout of a data directory created here (as `rondo serve
+    /// --layout`); for an existing one it must match.
+    #[command(flatten)]
+    pub layout: crate::cmd::layout_args::LayoutArgs,
 }
 
 /// What happened to one file.
@@ -54,19 +58,35 @@ pub fn run(args: IngestArgs) -> anyhow::Result<()> {
             args.files.len()
         );
     }
-    let outcomes = match open_or_create(&args.data_dir, default_store_config()) {
+    let segment_rounds = args.layout.segment_rounds()?;
+    let mut create = default_store_config();
+    if let Some(n) = segment_rounds {
+        create.segment_rounds = n;
+    }
+    let outcomes = match open_or_create(&args.data_dir, create) {
         Ok((store, created)) => {
+            if !created {
+                store
+                    .config()
+                    .check_flags(&rondo_store::DirectoryFlags {
+                        segment_rounds,
+                        ..rondo_store::DirectoryFlags::default()
+                    })
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", args.data_dir.display()))?;
+            }
             if created && !args.json {
                 let config = store.config();
                 eprintln!(
-                    "created data directory {} ({} disks, {}, {} reservation, {} placement)",
+                    "created data directory {} ({} disks, {}, {} reservation, {} placement, {} \
+                     layout)",
                     args.data_dir.display(),
                     config.disk_count,
                     config.disk_profile,
                     config.scheme,
                     serde_json::to_value(config.placement)?
                         .as_str()
-                        .unwrap_or_default()
+                        .unwrap_or_default(),
+                    crate::cmd::layout_args::layout_name(config.segment_rounds)
                 );
             }
             for name in store.recovered_titles() {

@@ -286,6 +286,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         seed: args.trace_seed,
         mean_scene_ms: args.trace_mean_scene_ms,
         gop_log_sd_ratio_permille: None,
+        cbr_rate_kbps: None,
+        cbr_titles: None,
     };
     let (mut config, titles, titles_label) = match &args.data_dir {
         None => {
