@@ -21,12 +21,14 @@
 //!    has read `max_read_ahead_sectors` past the command's end or a command
 //!    needs the mechanism. A read wholly in cache costs the hit overhead plus
 //!    bus time and leaves read-ahead running; a read that starts inside the
-//!    data read-ahead has read so far, or at the very sector it reads next,
-//!    rides the stream with no repositioning (hit overhead; the rest comes as
-//!    the media reaches it); a read starting further ahead of the stream is a
-//!    miss, like DiskSim's reading-hit rule; a read whose start is cached in a
-//!    stopped segment takes the cached part and reads the rest after
-//!    repositioning (miss overhead).
+//!    data read-ahead has read so far rides the stream with no repositioning
+//!    (hit overhead; the rest comes as the media reaches it); a read starting
+//!    at the sector being read right now is a miss unless "almost read hits"
+//!    are allowed (DiskSim's Cheetah 4LP does not allow them), and one starting
+//!    further ahead is a miss, as in DiskSim's reading-hit rule; a read whose
+//!    start is cached in a stopped segment takes the cached part and reads the
+//!    rest after repositioning (miss overhead). Without caching of requested
+//!    data, a segment drops what a read returned and keeps only what lies past it.
 //!
 //! Writes are write-through: overhead, seek, settle, rotation, media; they
 //! stop read-ahead and drop overlapping cache segments.
@@ -82,6 +84,10 @@ pub(crate) struct Mechanism {
     pub segments: u32,
     pub segment_sectors: u32,
     pub max_read_ahead_sectors: u64,
+    /// `CacheSpec::keep_requested`.
+    pub keep_requested: bool,
+    /// `CacheSpec::almost_read_hits`.
+    pub almost_read_hits: bool,
 }
 
 impl Mechanism {
@@ -102,6 +108,8 @@ impl Mechanism {
             } else {
                 spec.cache.max_read_ahead_sectors as u64
             },
+            keep_requested: spec.cache.keep_requested,
+            almost_read_hits: spec.cache.almost_read_hits,
         })
     }
 
@@ -336,6 +344,7 @@ impl MechanicalDisk {
         // Wholly cached: the mechanism is not needed and read-ahead goes on.
         if let Some(seg) = self.cache.find_whole(lbn, sectors, filling) {
             self.cache.touch(seg);
+            self.release_requested(seg, lbn + sectors);
             let overhead = self.overhead_ns(true);
             return Outcome {
                 completion_ns: t + overhead + sectors as f64 * bus,
@@ -349,15 +358,19 @@ impl MechanicalDisk {
             };
         }
 
-        // Riding the read-ahead stream: `lbn` is read already or is the next
-        // sector it reads. A read starting further ahead is a miss.
+        // Riding the read-ahead stream: `lbn` is in the buffer already (DiskSim
+        // counts a reading hit only when the segment holds the first block,
+        // `disk_buffer_select_read_segment`). A read starting at the sector
+        // being read right now rides too only with almost read hits; a read
+        // starting further ahead is a miss.
         if let Some((seg, progress)) = filling {
             let ra = self
                 .read_ahead
                 .as_ref()
                 .expect("filling implies read-ahead");
             let (lo, _) = self.cache.window(seg, Some(progress));
-            if progress < ra.end_lbn && lo <= lbn && lbn <= progress {
+            let first_buffered = lbn < progress || (self.mech.almost_read_hits && lbn == progress);
+            if progress < ra.end_lbn && lo <= lbn && first_buffered {
                 return self.ride_read_ahead(lbn, sectors, t, progress);
             }
         }
@@ -391,6 +404,7 @@ impl MechanicalDisk {
             let (old_start, _) = self.cache.window(seg, None);
             let start = if cached > 0 { old_start } else { lbn };
             self.cache.fill(seg, start, end);
+            self.release_requested(seg, end);
             self.start_read_ahead(seg, end, media_end);
         }
         Outcome {
@@ -436,6 +450,7 @@ impl MechanicalDisk {
         }
         let completion = bus_finish_ns(bus_start, self.mech.bus_sector_ns, pieces);
         self.cache.touch(seg);
+        self.release_requested(seg, end);
         Outcome {
             completion_ns: completion,
             service: ServiceKind::StreamingHit,
@@ -477,6 +492,14 @@ impl MechanicalDisk {
             overhead_ns: overhead,
             tally,
             cached_sectors: 0,
+        }
+    }
+
+    /// Without caching of requested data, a segment drops what a read returned
+    /// (and anything before it): it keeps only what read-ahead brings in past `end_lbn`.
+    fn release_requested(&mut self, segment: usize, end_lbn: u64) {
+        if !self.mech.keep_requested {
+            self.cache.drop_below(segment, end_lbn);
         }
     }
 
@@ -601,11 +624,7 @@ mod tests {
         }
     }
 
-    const NO_CACHE: CacheSpec = CacheSpec {
-        segments: 0,
-        segment_sectors: 0,
-        max_read_ahead_sectors: 0,
-    };
+    const NO_CACHE: CacheSpec = CacheSpec::NONE;
 
     fn toy(cache: CacheSpec) -> MechanicalDisk {
         MechanicalDisk::new(Mechanism::new(&toy_spec(cache)).unwrap())
@@ -716,6 +735,8 @@ mod tests {
         segments: 2,
         segment_sectors: 30,
         max_read_ahead_sectors: 20,
+        keep_requested: true,
+        almost_read_hits: false,
     };
 
     #[test]
@@ -744,8 +765,24 @@ mod tests {
         let c = ahead.execute(Op::Read, 14, 1, 26 * MS);
         assert_eq!(c.service, ServiceKind::Miss);
         assert_eq!(c.overhead_ns, MS);
+        // LBN 13 is the sector being read right now (it ends at 27 ms): not in
+        // the buffer, so a miss (DiskSim: no almost read hits), and 13 + 1 rev
+        // later its sector comes round again: overhead 1 ms, then the head is
+        // already on track (0,1) (the run holding LBN 13 has begun), LBN 13
+        // starts at 26 + 10 = 36 ms → 37 ms + 0.25 ms bus.
         let c = d.clone().execute(Op::Read, 13, 1, 26 * MS);
+        assert_eq!(c.service, ServiceKind::Miss);
+        assert_eq!(c.completion_ns, 37_250_000);
+        // With almost read hits it rides the stream: LBN 13 ends at 27 ms.
+        let mut almost = toy(CacheSpec {
+            almost_read_hits: true,
+            ..CACHE
+        });
+        almost.execute(Op::Read, 0, 5, 0);
+        almost.execute(Op::Read, 8, 4, 19 * MS);
+        let c = almost.execute(Op::Read, 13, 1, 26 * MS);
         assert_eq!(c.service, ServiceKind::StreamingHit);
+        assert_eq!(c.completion_ns, 27_250_000);
         // A miss elsewhere stops it at t = 30 ms:
         // LBNs up to 16 are read (sector ends 24..30 ms on track (0,1): LBN 16 ends at 30).
         let c = d.execute(Op::Read, 1000, 1, 30 * MS);
@@ -760,6 +797,33 @@ mod tests {
         assert_eq!(c3.cached_sectors, 2);
         assert_eq!(c3.overhead_ns, MS);
         assert_eq!(c3.transfer_ns, 3 * MS);
+    }
+
+    #[test]
+    fn requested_data_stays_cached_only_when_kept() {
+        // A miss on LBNs 0..5 fills segment 0 and reads ahead to LBN 25; each
+        // later read comes 40 ms after the previous completes, when read-ahead
+        // is done: LBNs 5..10 (read ahead), 5..10 again, then 10..15.
+        let run = |keep_requested| {
+            let mut d = toy(CacheSpec {
+                keep_requested,
+                ..CACHE
+            });
+            let mut t = d.execute(Op::Read, 0, 5, 0).completion_ns;
+            let mut kinds = vec![];
+            for (lbn, n) in [(5, 5), (5, 5), (10, 5)] {
+                let c = d.execute(Op::Read, lbn, n, t + 40 * MS);
+                kinds.push(c.service);
+                t = c.completion_ns;
+            }
+            kinds
+        };
+        use ServiceKind::{FullHit, Miss};
+        // Kept (DiskSim): segment 0 holds LBNs 0..25 throughout.
+        assert_eq!(run(true), vec![FullHit, FullHit, FullHit]);
+        // Not kept: once LBNs 5..10 went to the host segment 0 holds 10..25, so
+        // reading them again misses; what was read ahead past them still hits.
+        assert_eq!(run(false), vec![FullHit, Miss, FullHit]);
     }
 
     #[test]

@@ -167,11 +167,14 @@ fn random_64k_reads_match_the_analytic_composite_and_disksim() {
     assert!((m / MS - 16.6).abs() < 0.05 * 16.6, "mean {} ms", m / MS);
 }
 
-/// 256 KB reads, each issued 0.1 ms after the previous completes: after the
-/// first (a miss), each rides the read-ahead stream, so its response is the
-/// streaming time from the end of the previous read to the end of its 512
-/// sectors, minus the 0.1 ms the stream ran ahead.
-fn sequential_256k(first_lbn: u64, count: usize) -> (Vec<f64>, Vec<f64>) {
+/// 256 KB reads, each issued `think_ns` after the previous completes: after
+/// the first (a miss), each rides the read-ahead stream if read-ahead has its
+/// first sector in the buffer by then, so its response is the streaming time
+/// from the end of the previous read to the end of its 512 sectors, minus the
+/// think time the stream ran ahead. Otherwise (DiskSim's rule: no "almost read
+/// hits") it is a miss: miss overhead and repositioning after the arrival, and
+/// the same sectors whole revolutions later.
+fn sequential_256k(first_lbn: u64, count: usize, think_ns: u64) -> (Vec<f64>, Vec<f64>) {
     let mut disk = cheetah();
     let mut lbn = first_lbn;
     let mut arrival = 0;
@@ -181,17 +184,42 @@ fn sequential_256k(first_lbn: u64, count: usize) -> (Vec<f64>, Vec<f64>) {
             .execute(Op::Read, Extent::new(lbn, 512), arrival)
             .unwrap();
         if i > 0 {
-            assert_eq!(t.service, ServiceKind::StreamingHit, "request {i}");
             model.push((t.completion_ns - arrival) as f64);
-            // The stream runs on from the end of the previous read's last sector
-            // (through a switch gap first if this read starts a new track); it
-            // had a 0.1 ms head start, plus the bus sector before completion.
             let m = mech(&disk);
+            let think = think_ns as f64;
+            // Times from the end of the previous read's last sector; its
+            // completion is one bus sector later, the arrival `think` after that.
             let previous_sector = m.sector_ns(m.geometry.zone_of_lbn(lbn - 1));
-            expected.push(stream_ns(m, lbn - 1, 513) - previous_sector - 0.1 * MS);
+            let arrive = m.bus_sector_ns + think;
+            let first_end = stream_ns(m, lbn - 1, 2) - previous_sector;
+            let first_start = first_end - m.sector_ns(m.geometry.zone_of_lbn(lbn));
+            let streaming = stream_ns(m, lbn - 1, 513) - previous_sector - think;
+            if first_end <= arrive {
+                assert_eq!(t.service, ServiceKind::StreamingHit, "request {i}");
+                expected.push(streaming);
+            } else {
+                assert_eq!(t.service, ServiceKind::Miss, "request {i}");
+                // The heads are on the previous read's track unless the run
+                // holding `lbn` has begun.
+                let track = |l| {
+                    let p = m.geometry.lbn_to_pbn(l);
+                    Track {
+                        cylinder: p.cylinder,
+                        head: p.head,
+                    }
+                };
+                let moving = if first_start <= arrive {
+                    0.0
+                } else {
+                    m.reposition_ns(track(lbn - 1), track(lbn))
+                };
+                let ready = arrive + m.overheads.read_miss_after_read_ns as f64 + moving;
+                let revolutions = ((ready - first_start) / m.revolution_ns).ceil().max(0.0);
+                expected.push(streaming + revolutions * m.revolution_ns);
+            }
         }
         lbn += 512;
-        arrival = t.completion_ns + 100_000;
+        arrival = t.completion_ns + think_ns;
     }
     (model, expected)
 }
@@ -204,7 +232,7 @@ fn sequential_256k_reads_ride_the_read_ahead() {
     };
     let zone6_first = m.geometry.zone_lbns(6).0;
     for (name, first, zone) in [("outer", 0u64, 0usize), ("inner", zone6_first, 6)] {
-        let (model, expected) = sequential_256k(first, 60);
+        let (model, expected) = sequential_256k(first, 60, 100_000);
         for (k, (a, b)) in model.iter().zip(&expected).enumerate() {
             assert!(
                 (a - b).abs() < 2.0,
@@ -394,11 +422,7 @@ fn batches_keep_backlog_and_serve_two_extent_requests_as_one() {
 fn cheetah_without_cache() -> Disk {
     let mut p = profiles::cheetah_4lp();
     if let DiskModelSpec::Mechanical(m) = &mut p.model {
-        m.cache = CacheSpec {
-            segments: 0,
-            segment_sectors: 0,
-            max_read_ahead_sectors: 0,
-        };
+        m.cache = CacheSpec::NONE;
     }
     Disk::new(p).unwrap()
 }
@@ -829,10 +853,35 @@ fn rondo_bound_margins_report() {
 }
 
 #[test]
+fn a_stream_does_not_need_requested_data_kept() {
+    // A sequential stream only ever reads ahead of itself: dropping the data
+    // each read returned (seed 003's switch) changes no response.
+    let run = |keep_requested| {
+        let mut p = profiles::cheetah_4lp();
+        if let DiskModelSpec::Mechanical(m) = &mut p.model {
+            m.cache.keep_requested = keep_requested;
+        }
+        let mut disk = Disk::new(p).unwrap();
+        let mut arrival = 0;
+        (0..200u64)
+            .map(|i| {
+                let t = disk
+                    .execute(Op::Read, Extent::new(i * 512, 512), arrival)
+                    .unwrap();
+                arrival = t.completion_ns + 100_000;
+                (t.completion_ns, t.service)
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(true), run(false));
+}
+
+#[test]
 fn a_long_sequential_stream_stays_cheap_and_exact() {
-    // 3,000 sequential 256 KB reads (768 MB) ride one read-ahead stream; each
-    // response stays the stream time minus the 0.1 ms head start.
-    let (model, expected) = sequential_256k(0, 3000);
+    // 3,000 sequential 256 KB reads (768 MB) ride the read-ahead stream; each
+    // response stays the stream time minus the 0.1 ms head start, or a whole
+    // revolution more where a read's first sector is not yet in the buffer.
+    let (model, expected) = sequential_256k(0, 3000, 100_000);
     for (k, (a, b)) in model.iter().zip(&expected).enumerate() {
         assert!((a - b).abs() < 2.0, "request {k}: model {a} vs stream {b}");
     }
