@@ -886,3 +886,138 @@ fn a_long_sequential_stream_stays_cheap_and_exact() {
         assert!((a - b).abs() < 2.0, "request {k}: model {a} vs stream {b}");
     }
 }
+
+/// DiskSim 4.0's response time of each of 200 sequential 256 KB reads from
+/// LBN 0 of the Cheetah 4LP, each issued 0.1 ms after the previous completes,
+/// in ns. Measured by running DiskSim 4.0 (benh/disksim snapshot, built for
+/// i386) on valid/cheetah4LP.parv with "Bulk sector transfer time = 0.0128"
+/// (40 MB/s, as our profile) and the validate-format trace of 200 lines
+/// "R Hit <512·i> 512 0.0 100" (each request arrives the last field, in µs,
+/// after the previous completes); per-request times from the I/O driver's
+/// queue (their mean is DiskSim's "Overall I/O System Response time average",
+/// 17.672714 ms).
+const DISKSIM_SEQ_256K_THINK_100US_NS: [u64; 200] = [
+    23044410, 17626460, 16951345, 18086480, 17626460, 16951345, 18086480, 17626460, 16951345,
+    18086480, 16951345, 17626460, 18086480, 16951345, 17626460, 18086480, 16951345, 17626459,
+    17411366, 17626460, 17626459, 17411366, 17626459, 17626460, 17411366, 17626459, 16951345,
+    18086480, 17626460, 16951345, 18086480, 17626460, 16951345, 18086480, 16951345, 17626460,
+    21398394, 17626466, 16951345, 18086480, 17626459, 16951346, 18086480, 17626459, 16951345,
+    18086480, 16951346, 17626459, 18086480, 16951345, 17626460, 18086480, 16951345, 17626460,
+    17411365, 17626460, 17626460, 17411365, 17626460, 17626460, 17411365, 17626460, 16951345,
+    18086480, 17626460, 16951345, 18086480, 17626460, 16951345, 18086480, 16951345, 17626460,
+    21398394, 17626460, 17626465, 17411365, 17626460, 16951345, 18086480, 17626460, 16951345,
+    18086480, 17626460, 16951345, 18086480, 16951345, 17626460, 18086480, 16951345, 17626460,
+    18086480, 16951345, 17626459, 16951346, 18086480, 17626459, 16951345, 18086480, 17626460,
+    16951345, 18086480, 16951345, 17626460, 18086480, 16951345, 17626460, 18086480, 16951345,
+    17626460, 21398394, 17626460, 16951351, 18086480, 16951345, 17626460, 18086480, 16951345,
+    17626459, 18086480, 16951346, 17626459, 17411366, 17626459, 17626460, 17411365, 17626460,
+    17626460, 17411365, 17626460, 16951345, 18086480, 17626460, 16951345, 18086480, 17626460,
+    16951345, 18086480, 16951345, 23606725, 18086480, 16951345, 17626460, 18086480, 16951345,
+    17626460, 21398394, 17626460, 16951345, 18086485, 17626460, 16951345, 18086480, 16951345,
+    17626460, 18086480, 16951345, 17626460, 18086480, 16951345, 17626460, 17411365, 17626460,
+    17626460, 17411365, 17626460, 17626460, 17411365, 17626460, 16951345, 18086480, 17626460,
+    16951345, 18086480, 17626459, 16951346, 18086479, 16951346, 17626459, 18086480, 16951345,
+    17626460, 21398394, 17626460, 16951345, 18086480, 17626466, 16951345, 18086480, 17626460,
+    16951345, 18086480, 16951345, 17626460, 18086480, 16951345, 17626459, 18086480, 16951346,
+    17626459, 16951345,
+];
+
+/// The same with each read issued the instant the previous completes (trace
+/// lines "R Hit <512·i> 512 0.0 0"; DiskSim's mean 23.692677 ms).
+const DISKSIM_SEQ_256K_BACK_TO_BACK_NS: [u64; 200] = [
+    23044410, 23706725, 23031610, 24166746, 23706724, 23031611, 24166745, 23706725, 23031610,
+    24166745, 23031610, 23706725, 24166751, 23031610, 23706725, 24166745, 23031611, 23706725,
+    23491630, 23706725, 23706725, 23491630, 23706725, 23706725, 23491631, 23706730, 23031611,
+    24166745, 23706725, 23031610, 24166745, 23706725, 23031610, 24166745, 23031611, 23706724,
+    27478665, 23706725, 23031611, 24166745, 23706725, 23031610, 24166745, 23706725, 23031610,
+    24166745, 23031616, 23706725, 24166745, 23031611, 23706725, 24166745, 23031610, 23706725,
+    23491630, 23706725, 23706725, 23491631, 23706730, 23706725, 23491631, 23706724, 23031611,
+    24166745, 23706725, 23031610, 24166745, 23706725, 23031610, 24166745, 23031616, 23706725,
+    27478660, 23706725, 23706724, 23491631, 23706725, 23031610, 24166745, 23706731, 23031610,
+    24166745, 23706725, 23031610, 24166746, 23031610, 23706725, 24166745, 23031610, 23706725,
+    24166745, 23031616, 23706725, 23031610, 24166745, 23706725, 23031611, 24166745, 23706725,
+    23031610, 24166745, 23031610, 23706725, 24166751, 23031610, 23706725, 24166745, 23031611,
+    23706724, 27478660, 23706725, 23031610, 24166751, 23031610, 23706725, 24166745, 23031610,
+    23706725, 24166745, 23031611, 23706724, 23491631, 23706725, 23706725, 23491636, 23706725,
+    23706725, 23491630, 23706725, 23031610, 24166746, 23706724, 23031611, 24166745, 23706725,
+    23031610, 24166751, 23031610, 23706725, 24166745, 23031610, 23706725, 24166745, 23031611,
+    23706725, 27478659, 23706731, 23031610, 24166745, 23706725, 23031610, 24166745, 23031611,
+    23706724, 24166746, 23031610, 23706725, 24166745, 23031616, 23706725, 23491630, 23706725,
+    23706725, 23491631, 23706724, 23706725, 23491631, 23706725, 23031610, 24166745, 23706731,
+    23031610, 24166745, 23706725, 23031610, 24166745, 23031611, 23706725, 24166745, 23031610,
+    23706725, 27478665, 23706725, 23031610, 24166745, 23706725, 23031610, 24166745, 23706725,
+    23031611, 24166745, 23031610, 23706731, 24166745, 23031610, 23706725, 24166745, 23031610,
+    23706725, 23031610,
+];
+
+/// 200 sequential 256 KB reads from LBN 0, each issued `think_ns` after the
+/// previous completes: response times and kinds.
+fn closed_sequential_256k(think_ns: u64) -> Vec<(u64, ServiceKind)> {
+    let mut disk = cheetah();
+    let mut arrival = 0;
+    (0..200u64)
+        .map(|i| {
+            let t = disk
+                .execute(Op::Read, Extent::new(i * 512, 512), arrival)
+                .unwrap();
+            let response = t.completion_ns - arrival;
+            arrival = t.completion_ns + think_ns;
+            (response, t.service)
+        })
+        .collect()
+}
+
+#[test]
+fn sequential_256k_reads_match_disksim_per_request() {
+    for (name, think_ns, disksim) in [
+        (
+            "0.1 ms after completion",
+            100_000,
+            &DISKSIM_SEQ_256K_THINK_100US_NS,
+        ),
+        ("back to back", 0, &DISKSIM_SEQ_256K_BACK_TO_BACK_NS),
+    ] {
+        let model = closed_sequential_256k(think_ns);
+        let mut worst_ns = 0;
+        for (k, ((m, _), d)) in model.iter().zip(disksim.iter()).enumerate() {
+            // DiskSim times sectors in double-precision ms; 1 µs is far below
+            // a sector (30.7 µs) and a revolution (5.98 ms).
+            assert!(
+                m.abs_diff(*d) < 1_000,
+                "{name}, read {k}: model {m} ns, DiskSim {d} ns"
+            );
+            worst_ns = worst_ns.max(m.abs_diff(*d));
+        }
+        let mean_model = model.iter().map(|(m, _)| *m as f64).sum::<f64>() / 200.0;
+        let mean_disksim = disksim.iter().sum::<u64>() as f64 / 200.0;
+        let misses: Vec<usize> = (0..200)
+            .filter(|&k| model[k].1 == ServiceKind::Miss)
+            .collect();
+        eprintln!(
+            "sequential 256 KB vs DiskSim 4.0 ({name}): model mean {:.6} ms, DiskSim {:.6} ms \
+             ({:+.4}%), worst read {worst_ns} ns; misses {} (first {:?})",
+            mean_model / MS,
+            mean_disksim / MS,
+            (mean_model / mean_disksim - 1.0) * 100.0,
+            misses.len(),
+            &misses[..misses.len().min(3)]
+        );
+        assert!((mean_model - mean_disksim).abs() < 0.0001 * mean_disksim);
+        if think_ns == 0 {
+            // The next read's first sector is still under the head when the
+            // request arrives (its bus time, 12.8 µs, is shorter than a sector,
+            // 30.7 µs): every read after the first misses and waits a revolution.
+            assert_eq!(misses.len(), 200);
+        } else {
+            // Only read 138 misses: LBN 70,656 starts a track (cylinder 45,
+            // head 4), so read-ahead is still switching heads 0.1 ms after read
+            // 137 ends, and the read waits for that sector to come round again.
+            assert_eq!(misses, vec![0, 138]);
+            let d = cheetah();
+            let p = mech(&d).geometry.lbn_to_pbn(70_656);
+            assert_eq!((p.cylinder, p.head, p.sector), (45, 4, 0));
+            let rev = mech(&d).revolution_ns;
+            assert!((disksim[138] as f64 - disksim[141] as f64 - rev).abs() < 0.01 * rev);
+        }
+    }
+}
