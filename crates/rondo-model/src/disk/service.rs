@@ -259,6 +259,33 @@ impl ReadAhead {
         }
     }
 
+    /// The sectors from `lbn` on are read `by_ns` later (whole revolutions, so
+    /// each still starts under the head).
+    fn delay_from(&mut self, lbn: u64, by_ns: f64) {
+        if let Some(i) = self
+            .runs
+            .iter()
+            .position(|r| r.first_lbn < lbn && lbn < r.first_lbn + r.sectors)
+        {
+            let r = self.runs[i];
+            let head = lbn - r.first_lbn;
+            self.runs[i].sectors = head;
+            self.runs.insert(
+                i + 1,
+                Run {
+                    first_lbn: lbn,
+                    sectors: r.sectors - head,
+                    start_ns: r.start_ns + head as f64 * r.sector_ns,
+                    ..r
+                },
+            );
+        }
+        for r in self.runs.iter_mut().filter(|r| r.first_lbn >= lbn) {
+            r.start_ns += by_ns;
+        }
+        self.tail_ns += by_ns;
+    }
+
     /// The track the heads are on at `t_ns` (the last run begun by then).
     fn arm_at(&self, t_ns: f64) -> Track {
         self.runs
@@ -431,12 +458,13 @@ impl MechanicalDisk {
         let capacity = self.mech.geometry.capacity_sectors();
         let target = (end + self.mech.max_read_ahead_sectors).min(capacity);
         self.extend_read_ahead(target);
-        let ra = self.read_ahead.as_ref().expect("riding read-ahead");
-        let seg = ra.segment;
         let overhead = self.overhead_ns(true);
         let cached = progress.saturating_sub(lbn).min(sectors);
         let bus_start = t + overhead;
         let from = lbn + cached;
+        self.hold_back_read_ahead(lbn, end, t, bus_start, cached);
+        let ra = self.read_ahead.as_ref().expect("riding read-ahead");
+        let seg = ra.segment;
         let mut transfer = 0.0;
         let mut pieces = vec![(bus_start, 0.0, cached)];
         for r in &ra.runs {
@@ -460,6 +488,57 @@ impl MechanicalDisk {
                 ..Tally::default()
             },
             cached_sectors: cached,
+        }
+    }
+
+    /// A segment holds at most `segment_sectors` of a read's data the host has
+    /// not taken yet: while a read arriving at `t` owns the stream, the media
+    /// reads sector b in its pass starting at s_b only if b − (the read's next
+    /// sector to cross the bus, as of s_b) < `segment_sectors`; otherwise the
+    /// sector goes by and is read when it next comes round, a revolution
+    /// later, and everything after it with it (DiskSim 4.0:
+    /// `disk_buffer_block_available` in `disksim_diskcache.c`, checked for each
+    /// sector in `disk_buffer_sector_done`, `disksim_diskctlr.c`, after
+    /// counting the sectors the bus has carried so far). With a bus faster than
+    /// the media this only happens when read-ahead has buffered nearly a whole
+    /// segment of the read before the bus gets going.
+    fn hold_back_read_ahead(&mut self, lbn: u64, end: u64, t: f64, bus_start: f64, cached: u64) {
+        let limit = self.mech.segment_sectors as u64;
+        let bus = self.mech.bus_sector_ns;
+        let revolution = self.mech.revolution_ns;
+        let Some(ra) = self.read_ahead.as_mut() else {
+            return;
+        };
+        // When each of the read's sectors has crossed the bus, in LBN order
+        // (non-decreasing): the cached ones from the bus start, the rest one
+        // bus sector time after the media has read them or after the previous.
+        let mut crossed = Vec::with_capacity((end - lbn) as usize);
+        let mut last = bus_start;
+        for _ in 0..cached {
+            last += bus;
+            crossed.push(last);
+        }
+        let mut delays = vec![];
+        let mut shift = 0.0;
+        for r in &ra.runs {
+            let lo = r.first_lbn.max(lbn + cached);
+            let hi = (r.first_lbn + r.sectors).min(end);
+            for b in lo..hi {
+                let mut pass = r.start_ns + (b - r.first_lbn) as f64 * r.sector_ns + shift;
+                if pass >= t {
+                    // Sectors after b have not been read before b's pass.
+                    while b - lbn - crossed.partition_point(|&c| c <= pass) as u64 >= limit {
+                        pass += revolution;
+                        shift += revolution;
+                        delays.push(b);
+                    }
+                }
+                last = last.max(pass + r.sector_ns) + bus;
+                crossed.push(last);
+            }
+        }
+        for b in delays {
+            ra.delay_from(b, revolution);
         }
     }
 
@@ -797,6 +876,44 @@ mod tests {
         assert_eq!(c3.cached_sectors, 2);
         assert_eq!(c3.overhead_ns, MS);
         assert_eq!(c3.transfer_ns, 3 * MS);
+    }
+
+    #[test]
+    fn the_media_stays_within_a_segment_of_the_host() {
+        // Segments of 4 sectors, read-ahead 4. A miss on LBNs 0..5: media end
+        // 15 ms; read-ahead reads LBNs 5..9, each ending at 16..19 ms. A read of
+        // LBNs 5..10 arrives at 18.9 ms: 5, 6, 7 are in (a hit), 8 is being
+        // read. Hit overhead 0.1 ms: the bus starts at 19 ms and carries its
+        // first sector by 19.25 ms. LBN 9's pass starts at 19 ms, when the
+        // buffer already holds 4 sectors the host has not taken (5..8): it goes
+        // by and is read on its next pass, 29–30 ms; completion 30.25 ms.
+        let small = CacheSpec {
+            segments: 2,
+            segment_sectors: 4,
+            max_read_ahead_sectors: 4,
+            ..CACHE
+        };
+        let mut d = toy(small);
+        d.execute(Op::Read, 0, 5, 0);
+        let c = d.execute(Op::Read, 5, 5, 18_900_000);
+        assert_eq!(c.service, ServiceKind::StreamingHit);
+        assert_eq!(c.cached_sectors, 3);
+        assert_eq!(c.completion_ns, 30_250_000);
+        // Read-ahead goes on from the delayed stream: LBN 10 (track (0,1),
+        // sector 0 at angle 0.3) follows 9 after the head switch, 33–34 ms. At
+        // 33.5 ms it is still being read (a miss), at 34.5 ms it is in.
+        let c = d.clone().execute(Op::Read, 10, 1, 33_500_000);
+        assert_eq!(c.service, ServiceKind::Miss);
+        let c = d.execute(Op::Read, 10, 1, 34_500_000);
+        assert_eq!(c.service, ServiceKind::FullHit);
+        // With room for 5 sectors LBN 9 is read on its first pass: 20.25 ms.
+        let mut d = toy(CacheSpec {
+            segment_sectors: 5,
+            ..small
+        });
+        d.execute(Op::Read, 0, 5, 0);
+        let c = d.execute(Op::Read, 5, 5, 18_900_000);
+        assert_eq!(c.completion_ns, 20_250_000);
     }
 
     #[test]
