@@ -502,43 +502,51 @@ impl MechanicalDisk {
     /// counting the sectors the bus has carried so far). With a bus faster than
     /// the media this only happens when read-ahead has buffered nearly a whole
     /// segment of the read before the bus gets going.
-    fn hold_back_read_ahead(&mut self, lbn: u64, end: u64, t: f64, bus_start: f64, cached: u64) {
-        let limit = self.mech.segment_sectors as u64;
-        let bus = self.mech.bus_sector_ns;
-        let revolution = self.mech.revolution_ns;
+    fn hold_back_read_ahead(
+        &mut self,
+        lbn: u64,
+        end: u64,
+        t_ns: f64,
+        bus_start_ns: f64,
+        cached_sectors: u64,
+    ) {
+        let limit_sectors = self.mech.segment_sectors as u64;
+        let bus_sector_ns = self.mech.bus_sector_ns;
+        let revolution_ns = self.mech.revolution_ns;
         let Some(ra) = self.read_ahead.as_mut() else {
             return;
         };
         // When each of the read's sectors has crossed the bus, in LBN order
         // (non-decreasing): the cached ones from the bus start, the rest one
         // bus sector time after the media has read them or after the previous.
-        let mut crossed = Vec::with_capacity((end - lbn) as usize);
-        let mut last = bus_start;
-        for _ in 0..cached {
-            last += bus;
-            crossed.push(last);
+        let mut crossed_ns = Vec::with_capacity((end - lbn) as usize);
+        let mut last_ns = bus_start_ns;
+        for _ in 0..cached_sectors {
+            last_ns += bus_sector_ns;
+            crossed_ns.push(last_ns);
         }
-        let mut delays = vec![];
-        let mut shift = 0.0;
+        let mut delayed_lbns = vec![];
+        let mut shift_ns = 0.0;
         for r in &ra.runs {
-            let lo = r.first_lbn.max(lbn + cached);
+            let lo = r.first_lbn.max(lbn + cached_sectors);
             let hi = (r.first_lbn + r.sectors).min(end);
             for b in lo..hi {
-                let mut pass = r.start_ns + (b - r.first_lbn) as f64 * r.sector_ns + shift;
-                if pass >= t {
-                    // Sectors after b have not been read before b's pass.
-                    while b - lbn - crossed.partition_point(|&c| c <= pass) as u64 >= limit {
-                        pass += revolution;
-                        shift += revolution;
-                        delays.push(b);
+                let mut pass_ns = r.start_ns + (b - r.first_lbn) as f64 * r.sector_ns + shift_ns;
+                if pass_ns >= t_ns {
+                    // Sectors after b are not read before b's pass.
+                    let taken = |at_ns: f64| crossed_ns.partition_point(|&c| c <= at_ns) as u64;
+                    while b - lbn - taken(pass_ns) >= limit_sectors {
+                        pass_ns += revolution_ns;
+                        shift_ns += revolution_ns;
+                        delayed_lbns.push(b);
                     }
                 }
-                last = last.max(pass + r.sector_ns) + bus;
-                crossed.push(last);
+                last_ns = last_ns.max(pass_ns + r.sector_ns) + bus_sector_ns;
+                crossed_ns.push(last_ns);
             }
         }
-        for b in delays {
-            ra.delay_from(b, revolution);
+        for b in delayed_lbns {
+            ra.delay_from(b, revolution_ns);
         }
     }
 
@@ -844,11 +852,10 @@ mod tests {
         let c = ahead.execute(Op::Read, 14, 1, 26 * MS);
         assert_eq!(c.service, ServiceKind::Miss);
         assert_eq!(c.overhead_ns, MS);
-        // LBN 13 is the sector being read right now (it ends at 27 ms): not in
-        // the buffer, so a miss (DiskSim: no almost read hits), and 13 + 1 rev
-        // later its sector comes round again: overhead 1 ms, then the head is
-        // already on track (0,1) (the run holding LBN 13 has begun), LBN 13
-        // starts at 26 + 10 = 36 ms → 37 ms + 0.25 ms bus.
+        // LBN 13 is the sector being read right now (26–27 ms): not in the
+        // buffer, so a miss (DiskSim: no almost read hits). Overhead 1 ms; the
+        // heads are already on track (0,1) (the run holding LBN 13 has begun);
+        // LBN 13 comes round again at 26 + 10 = 36 ms → 37 ms + 0.25 ms bus.
         let c = d.clone().execute(Op::Read, 13, 1, 26 * MS);
         assert_eq!(c.service, ServiceKind::Miss);
         assert_eq!(c.completion_ns, 37_250_000);
