@@ -403,8 +403,8 @@ pub fn cheetah_4lp() -> DiskProfile {
                 segments: 3,                 // cheetah4LP.diskspecs: Number of buffer segments
                 segment_sectors: 282,        // cheetah4LP.diskspecs: Segment size (blocks)
                 max_read_ahead_sectors: 282, // cheetah4LP.diskspecs: Maximum read-ahead (blks)
-                keep_requested: true,        // cheetah4LP.diskspecs: Enable caching in buffer = 1
-                almost_read_hits: false,     // cheetah4LP.diskspecs: Allow almost read hits = 0
+                keep_requested: true, // DiskSim keeps it; cheetah4LP.diskspecs: Enable caching in buffer = 1
+                almost_read_hits: false, // cheetah4LP.diskspecs: Allow almost read hits = 0
             },
         }),
         // Seed 000 Table 2 (datasheet): T_fullSeek 18.2 ms, T_trackSeek 0.98 ms,
@@ -500,7 +500,7 @@ pub fn seed003_table1_with_cache(cache_bytes: u64, segments: u32) -> DiskProfile
                 segment_sectors, // seed 003 sweeps 2–12 MB of cache
                 // assumption: read ahead up to one segment, as the Cheetah 4LP does
                 max_read_ahead_sectors: segment_sectors,
-                keep_requested: true, // seed 003's default setting of its switch
+                keep_requested: true, // assumption: DiskSim keeps it (seed 003 switches it)
                 almost_read_hits: false, // assumption: the Cheetah 4LP's (DiskSim's) rule
             },
         }),
