@@ -111,6 +111,15 @@ impl SegmentCache {
         s.start = start;
     }
 
+    /// Drops what segment `i` holds below `lbn` (requested data the host has
+    /// taken, when requested data is not kept). The segment stays one window:
+    /// it starts at `lbn` and grows as read-ahead fills it.
+    pub fn drop_below(&mut self, i: usize, lbn: u64) {
+        let s = &mut self.segments[i];
+        s.start = s.start.max(lbn);
+        s.end = s.end.max(s.start);
+    }
+
     /// Drops every segment that overlaps `[lbn, lbn + sectors)` (a write changed them).
     pub fn invalidate(&mut self, lbn: u64, sectors: u64) {
         for i in 0..self.segments.len() {
@@ -165,6 +174,13 @@ mod tests {
         c.invalidate(204, 10);
         assert_eq!(c.find_start(200), None);
         assert_eq!(c.find_start(100), Some((0, 108)));
+        // Dropping what lies below an LBN leaves the rest of the window.
+        c.fill(1, 200, 210);
+        c.drop_below(1, 205);
+        assert_eq!(c.window(1, None), (205, 210));
+        c.drop_below(1, 215);
+        assert_eq!(c.window(1, None), (215, 215));
+        assert_eq!(c.find_start(215), None);
         assert!(!SegmentCache::new(3, 0).enabled());
         assert!(!SegmentCache::new(0, 10).enabled());
     }

@@ -90,11 +90,43 @@ impl ControllerOverheads {
 /// after a read from the media, keep reading up to `max_read_ahead_sectors`
 /// past its end into the same segment, in the background, until a command
 /// needs the mechanism). `segments == 0` disables caching.
+///
+/// The switches seed 003 added to DiskSim are all here: caching of requested
+/// data on or off (`keep_requested`), prefetch depth
+/// (`max_read_ahead_sectors`), number and size of segments.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheSpec {
     pub segments: u32,
     pub segment_sectors: u32,
     pub max_read_ahead_sectors: u32,
+    /// Whether the data a read returns to the host stays in its segment
+    /// (`true`, DiskSim's behaviour) or is dropped once sent, so that a segment
+    /// keeps only what was read ahead past the latest request. Absent in a
+    /// config: `true`.
+    #[serde(default = "keep_requested_default")]
+    pub keep_requested: bool,
+    /// DiskSim's "Allow almost read hits": whether a read whose first sector is
+    /// the one read-ahead is reading right now (not yet in the buffer) rides
+    /// the stream. When `false` (DiskSim's Cheetah 4LP, and the default when
+    /// absent) it is a miss: only a read whose first sector is already in the
+    /// buffer is a hit.
+    #[serde(default)]
+    pub almost_read_hits: bool,
+}
+
+fn keep_requested_default() -> bool {
+    true
+}
+
+impl CacheSpec {
+    /// No cache and no read-ahead.
+    pub const NONE: CacheSpec = CacheSpec {
+        segments: 0,
+        segment_sectors: 0,
+        max_read_ahead_sectors: 0,
+        keep_requested: true,
+        almost_read_hits: false,
+    };
 }
 
 /// A flash device: no positional dependence. A command occupies the device's
@@ -371,6 +403,8 @@ pub fn cheetah_4lp() -> DiskProfile {
                 segments: 3,                 // cheetah4LP.diskspecs: Number of buffer segments
                 segment_sectors: 282,        // cheetah4LP.diskspecs: Segment size (blocks)
                 max_read_ahead_sectors: 282, // cheetah4LP.diskspecs: Maximum read-ahead (blks)
+                keep_requested: true, // DiskSim keeps it; cheetah4LP.diskspecs: Enable caching in buffer = 1
+                almost_read_hits: false, // cheetah4LP.diskspecs: Allow almost read hits = 0
             },
         }),
         // Seed 000 Table 2 (datasheet): T_fullSeek 18.2 ms, T_trackSeek 0.98 ms,
@@ -466,6 +500,8 @@ pub fn seed003_table1_with_cache(cache_bytes: u64, segments: u32) -> DiskProfile
                 segment_sectors, // seed 003 sweeps 2–12 MB of cache
                 // assumption: read ahead up to one segment, as the Cheetah 4LP does
                 max_read_ahead_sectors: segment_sectors,
+                keep_requested: true, // assumption: DiskSim keeps it (seed 003 switches it)
+                almost_read_hits: false, // assumption: the Cheetah 4LP's (DiskSim's) rule
             },
         }),
         datasheet_bound: None,
@@ -547,6 +583,8 @@ pub fn hdd_7200() -> DiskProfile {
                 segments: 16,            // assumption: 16 segments of 16 MiB = 256 MiB
                 segment_sectors: 32_768, // assumption
                 max_read_ahead_sectors: 2048, // assumption: 1 MiB read-ahead
+                keep_requested: true,    // assumption: as DiskSim
+                almost_read_hits: false, // assumption: as DiskSim's Cheetah 4LP
             },
         }),
         datasheet_bound: None,
@@ -577,6 +615,30 @@ pub fn nvme_gen4() -> DiskProfile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cache_spec_without_the_new_switches_still_parses() {
+        use serde::de::value::{Error, MapDeserializer};
+        // A config written before the switches existed: today's behaviour
+        // (requested data kept) and DiskSim's rule (no almost read hits).
+        let old = [
+            ("segments", 3u32),
+            ("segment_sectors", 282),
+            ("max_read_ahead_sectors", 282),
+        ];
+        let spec =
+            CacheSpec::deserialize(MapDeserializer::<_, Error>::new(old.into_iter())).unwrap();
+        assert_eq!(
+            spec,
+            CacheSpec {
+                segments: 3,
+                segment_sectors: 282,
+                max_read_ahead_sectors: 282,
+                keep_requested: true,
+                almost_read_hits: false,
+            }
+        );
+    }
 
     #[test]
     fn every_builtin_profile_is_valid_and_found_by_name() {

@@ -21,12 +21,14 @@
 //!    has read `max_read_ahead_sectors` past the command's end or a command
 //!    needs the mechanism. A read wholly in cache costs the hit overhead plus
 //!    bus time and leaves read-ahead running; a read that starts inside the
-//!    data read-ahead has read so far, or at the very sector it reads next,
-//!    rides the stream with no repositioning (hit overhead; the rest comes as
-//!    the media reaches it); a read starting further ahead of the stream is a
-//!    miss, like DiskSim's reading-hit rule; a read whose start is cached in a
-//!    stopped segment takes the cached part and reads the rest after
-//!    repositioning (miss overhead).
+//!    data read-ahead has read so far rides the stream with no repositioning
+//!    (hit overhead; the rest comes as the media reaches it); a read starting
+//!    at the sector being read right now is a miss unless "almost read hits"
+//!    are allowed (DiskSim's Cheetah 4LP does not allow them), and one starting
+//!    further ahead is a miss, as in DiskSim's reading-hit rule; a read whose
+//!    start is cached in a stopped segment takes the cached part and reads the
+//!    rest after repositioning (miss overhead). Without caching of requested
+//!    data, a segment drops what a read returned and keeps only what lies past it.
 //!
 //! Writes are write-through: overhead, seek, settle, rotation, media; they
 //! stop read-ahead and drop overlapping cache segments.
@@ -82,6 +84,10 @@ pub(crate) struct Mechanism {
     pub segments: u32,
     pub segment_sectors: u32,
     pub max_read_ahead_sectors: u64,
+    /// `CacheSpec::keep_requested`.
+    pub keep_requested: bool,
+    /// `CacheSpec::almost_read_hits`.
+    pub almost_read_hits: bool,
 }
 
 impl Mechanism {
@@ -102,6 +108,8 @@ impl Mechanism {
             } else {
                 spec.cache.max_read_ahead_sectors as u64
             },
+            keep_requested: spec.cache.keep_requested,
+            almost_read_hits: spec.cache.almost_read_hits,
         })
     }
 
@@ -251,6 +259,33 @@ impl ReadAhead {
         }
     }
 
+    /// The sectors from `lbn` on are read `by_ns` later (whole revolutions, so
+    /// each still starts under the head).
+    fn delay_from(&mut self, lbn: u64, by_ns: f64) {
+        if let Some(i) = self
+            .runs
+            .iter()
+            .position(|r| r.first_lbn < lbn && lbn < r.first_lbn + r.sectors)
+        {
+            let r = self.runs[i];
+            let head = lbn - r.first_lbn;
+            self.runs[i].sectors = head;
+            self.runs.insert(
+                i + 1,
+                Run {
+                    first_lbn: lbn,
+                    sectors: r.sectors - head,
+                    start_ns: r.start_ns + head as f64 * r.sector_ns,
+                    ..r
+                },
+            );
+        }
+        for r in self.runs.iter_mut().filter(|r| r.first_lbn >= lbn) {
+            r.start_ns += by_ns;
+        }
+        self.tail_ns += by_ns;
+    }
+
     /// The track the heads are on at `t_ns` (the last run begun by then).
     fn arm_at(&self, t_ns: f64) -> Track {
         self.runs
@@ -336,6 +371,7 @@ impl MechanicalDisk {
         // Wholly cached: the mechanism is not needed and read-ahead goes on.
         if let Some(seg) = self.cache.find_whole(lbn, sectors, filling) {
             self.cache.touch(seg);
+            self.release_requested(seg, lbn + sectors);
             let overhead = self.overhead_ns(true);
             return Outcome {
                 completion_ns: t + overhead + sectors as f64 * bus,
@@ -349,15 +385,19 @@ impl MechanicalDisk {
             };
         }
 
-        // Riding the read-ahead stream: `lbn` is read already or is the next
-        // sector it reads. A read starting further ahead is a miss.
+        // Riding the read-ahead stream: `lbn` is in the buffer already (DiskSim
+        // counts a reading hit only when the segment holds the first block,
+        // `disk_buffer_select_read_segment`). A read starting at the sector
+        // being read right now rides too only with almost read hits; a read
+        // starting further ahead is a miss.
         if let Some((seg, progress)) = filling {
             let ra = self
                 .read_ahead
                 .as_ref()
                 .expect("filling implies read-ahead");
             let (lo, _) = self.cache.window(seg, Some(progress));
-            if progress < ra.end_lbn && lo <= lbn && lbn <= progress {
+            let first_buffered = lbn < progress || (self.mech.almost_read_hits && lbn == progress);
+            if progress < ra.end_lbn && lo <= lbn && first_buffered {
                 return self.ride_read_ahead(lbn, sectors, t, progress);
             }
         }
@@ -391,6 +431,7 @@ impl MechanicalDisk {
             let (old_start, _) = self.cache.window(seg, None);
             let start = if cached > 0 { old_start } else { lbn };
             self.cache.fill(seg, start, end);
+            self.release_requested(seg, end);
             self.start_read_ahead(seg, end, media_end);
         }
         Outcome {
@@ -417,12 +458,13 @@ impl MechanicalDisk {
         let capacity = self.mech.geometry.capacity_sectors();
         let target = (end + self.mech.max_read_ahead_sectors).min(capacity);
         self.extend_read_ahead(target);
-        let ra = self.read_ahead.as_ref().expect("riding read-ahead");
-        let seg = ra.segment;
         let overhead = self.overhead_ns(true);
         let cached = progress.saturating_sub(lbn).min(sectors);
         let bus_start = t + overhead;
         let from = lbn + cached;
+        self.hold_back_read_ahead(lbn, end, t, bus_start, cached);
+        let ra = self.read_ahead.as_ref().expect("riding read-ahead");
+        let seg = ra.segment;
         let mut transfer = 0.0;
         let mut pieces = vec![(bus_start, 0.0, cached)];
         for r in &ra.runs {
@@ -436,6 +478,7 @@ impl MechanicalDisk {
         }
         let completion = bus_finish_ns(bus_start, self.mech.bus_sector_ns, pieces);
         self.cache.touch(seg);
+        self.release_requested(seg, end);
         Outcome {
             completion_ns: completion,
             service: ServiceKind::StreamingHit,
@@ -445,6 +488,65 @@ impl MechanicalDisk {
                 ..Tally::default()
             },
             cached_sectors: cached,
+        }
+    }
+
+    /// A segment holds at most `segment_sectors` of a read's data the host has
+    /// not taken yet: while a read arriving at `t` owns the stream, the media
+    /// reads sector b in its pass starting at s_b only if b − (the read's next
+    /// sector to cross the bus, as of s_b) < `segment_sectors`; otherwise the
+    /// sector goes by and is read when it next comes round, a revolution
+    /// later, and everything after it with it (DiskSim 4.0:
+    /// `disk_buffer_block_available` in `disksim_diskcache.c`, checked for each
+    /// sector in `disk_buffer_sector_done`, `disksim_diskctlr.c`, after
+    /// counting the sectors the bus has carried so far). With a bus faster than
+    /// the media this only happens when read-ahead has buffered nearly a whole
+    /// segment of the read before the bus gets going.
+    fn hold_back_read_ahead(
+        &mut self,
+        lbn: u64,
+        end: u64,
+        t_ns: f64,
+        bus_start_ns: f64,
+        cached_sectors: u64,
+    ) {
+        let limit_sectors = self.mech.segment_sectors as u64;
+        let bus_sector_ns = self.mech.bus_sector_ns;
+        let revolution_ns = self.mech.revolution_ns;
+        let Some(ra) = self.read_ahead.as_mut() else {
+            return;
+        };
+        // When each of the read's sectors has crossed the bus, in LBN order
+        // (non-decreasing): the cached ones from the bus start, the rest one
+        // bus sector time after the media has read them or after the previous.
+        let mut crossed_ns = Vec::with_capacity((end - lbn) as usize);
+        let mut last_ns = bus_start_ns;
+        for _ in 0..cached_sectors {
+            last_ns += bus_sector_ns;
+            crossed_ns.push(last_ns);
+        }
+        let mut delayed_lbns = vec![];
+        let mut shift_ns = 0.0;
+        for r in &ra.runs {
+            let lo = r.first_lbn.max(lbn + cached_sectors);
+            let hi = (r.first_lbn + r.sectors).min(end);
+            for b in lo..hi {
+                let mut pass_ns = r.start_ns + (b - r.first_lbn) as f64 * r.sector_ns + shift_ns;
+                if pass_ns >= t_ns {
+                    // Sectors after b are not read before b's pass.
+                    let taken = |at_ns: f64| crossed_ns.partition_point(|&c| c <= at_ns) as u64;
+                    while b - lbn - taken(pass_ns) >= limit_sectors {
+                        pass_ns += revolution_ns;
+                        shift_ns += revolution_ns;
+                        delayed_lbns.push(b);
+                    }
+                }
+                last_ns = last_ns.max(pass_ns + r.sector_ns) + bus_sector_ns;
+                crossed_ns.push(last_ns);
+            }
+        }
+        for b in delayed_lbns {
+            ra.delay_from(b, revolution_ns);
         }
     }
 
@@ -477,6 +579,14 @@ impl MechanicalDisk {
             overhead_ns: overhead,
             tally,
             cached_sectors: 0,
+        }
+    }
+
+    /// Without caching of requested data, a segment drops what a read returned
+    /// (and anything before it): it keeps only what read-ahead brings in past `end_lbn`.
+    fn release_requested(&mut self, segment: usize, end_lbn: u64) {
+        if !self.mech.keep_requested {
+            self.cache.drop_below(segment, end_lbn);
         }
     }
 
@@ -601,11 +711,7 @@ mod tests {
         }
     }
 
-    const NO_CACHE: CacheSpec = CacheSpec {
-        segments: 0,
-        segment_sectors: 0,
-        max_read_ahead_sectors: 0,
-    };
+    const NO_CACHE: CacheSpec = CacheSpec::NONE;
 
     fn toy(cache: CacheSpec) -> MechanicalDisk {
         MechanicalDisk::new(Mechanism::new(&toy_spec(cache)).unwrap())
@@ -716,6 +822,8 @@ mod tests {
         segments: 2,
         segment_sectors: 30,
         max_read_ahead_sectors: 20,
+        keep_requested: true,
+        almost_read_hits: false,
     };
 
     #[test]
@@ -744,8 +852,23 @@ mod tests {
         let c = ahead.execute(Op::Read, 14, 1, 26 * MS);
         assert_eq!(c.service, ServiceKind::Miss);
         assert_eq!(c.overhead_ns, MS);
+        // LBN 13 is the sector being read right now (26–27 ms): not in the
+        // buffer, so a miss (DiskSim: no almost read hits). Overhead 1 ms; the
+        // heads are already on track (0,1) (the run holding LBN 13 has begun);
+        // LBN 13 comes round again at 26 + 10 = 36 ms → 37 ms + 0.25 ms bus.
         let c = d.clone().execute(Op::Read, 13, 1, 26 * MS);
+        assert_eq!(c.service, ServiceKind::Miss);
+        assert_eq!(c.completion_ns, 37_250_000);
+        // With almost read hits it rides the stream: LBN 13 ends at 27 ms.
+        let mut almost = toy(CacheSpec {
+            almost_read_hits: true,
+            ..CACHE
+        });
+        almost.execute(Op::Read, 0, 5, 0);
+        almost.execute(Op::Read, 8, 4, 19 * MS);
+        let c = almost.execute(Op::Read, 13, 1, 26 * MS);
         assert_eq!(c.service, ServiceKind::StreamingHit);
+        assert_eq!(c.completion_ns, 27_250_000);
         // A miss elsewhere stops it at t = 30 ms:
         // LBNs up to 16 are read (sector ends 24..30 ms on track (0,1): LBN 16 ends at 30).
         let c = d.execute(Op::Read, 1000, 1, 30 * MS);
@@ -760,6 +883,71 @@ mod tests {
         assert_eq!(c3.cached_sectors, 2);
         assert_eq!(c3.overhead_ns, MS);
         assert_eq!(c3.transfer_ns, 3 * MS);
+    }
+
+    #[test]
+    fn the_media_stays_within_a_segment_of_the_host() {
+        // Segments of 4 sectors, read-ahead 4. A miss on LBNs 0..5: media end
+        // 15 ms; read-ahead reads LBNs 5..9, each ending at 16..19 ms. A read of
+        // LBNs 5..10 arrives at 18.9 ms: 5, 6, 7 are in (a hit), 8 is being
+        // read. Hit overhead 0.1 ms: the bus starts at 19 ms and carries its
+        // first sector by 19.25 ms. LBN 9's pass starts at 19 ms, when the
+        // buffer already holds 4 sectors the host has not taken (5..8): it goes
+        // by and is read on its next pass, 29–30 ms; completion 30.25 ms.
+        let small = CacheSpec {
+            segments: 2,
+            segment_sectors: 4,
+            max_read_ahead_sectors: 4,
+            ..CACHE
+        };
+        let mut d = toy(small);
+        d.execute(Op::Read, 0, 5, 0);
+        let c = d.execute(Op::Read, 5, 5, 18_900_000);
+        assert_eq!(c.service, ServiceKind::StreamingHit);
+        assert_eq!(c.cached_sectors, 3);
+        assert_eq!(c.completion_ns, 30_250_000);
+        // Read-ahead goes on from the delayed stream: LBN 10 (track (0,1),
+        // sector 0 at angle 0.3) follows 9 after the head switch, 33–34 ms. At
+        // 33.5 ms it is still being read (a miss), at 34.5 ms it is in.
+        let c = d.clone().execute(Op::Read, 10, 1, 33_500_000);
+        assert_eq!(c.service, ServiceKind::Miss);
+        let c = d.execute(Op::Read, 10, 1, 34_500_000);
+        assert_eq!(c.service, ServiceKind::FullHit);
+        // With room for 5 sectors LBN 9 is read on its first pass: 20.25 ms.
+        let mut d = toy(CacheSpec {
+            segment_sectors: 5,
+            ..small
+        });
+        d.execute(Op::Read, 0, 5, 0);
+        let c = d.execute(Op::Read, 5, 5, 18_900_000);
+        assert_eq!(c.completion_ns, 20_250_000);
+    }
+
+    #[test]
+    fn requested_data_stays_cached_only_when_kept() {
+        // A miss on LBNs 0..5 fills segment 0 and reads ahead to LBN 25; each
+        // later read comes 40 ms after the previous completes, when read-ahead
+        // is done: LBNs 5..10 (read ahead), 5..10 again, then 10..15.
+        let run = |keep_requested| {
+            let mut d = toy(CacheSpec {
+                keep_requested,
+                ..CACHE
+            });
+            let mut t = d.execute(Op::Read, 0, 5, 0).completion_ns;
+            let mut kinds = vec![];
+            for (lbn, n) in [(5, 5), (5, 5), (10, 5)] {
+                let c = d.execute(Op::Read, lbn, n, t + 40 * MS);
+                kinds.push(c.service);
+                t = c.completion_ns;
+            }
+            kinds
+        };
+        use ServiceKind::{FullHit, Miss};
+        // Kept (DiskSim): segment 0 holds LBNs 0..25 throughout.
+        assert_eq!(run(true), vec![FullHit, FullHit, FullHit]);
+        // Not kept: once LBNs 5..10 went to the host segment 0 holds 10..25, so
+        // reading them again misses; what was read ahead past them still hits.
+        assert_eq!(run(false), vec![FullHit, Miss, FullHit]);
     }
 
     #[test]
