@@ -572,7 +572,12 @@ trace_seed = 7
         let minutes: Vec<&str> = titles.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(
             minutes,
-            ["cbr-2000k-90min", "cbr-2000k-100min", "cbr-2000k-110min", "cbr-2000k-120min"]
+            [
+                "cbr-2000k-90min",
+                "cbr-2000k-100min",
+                "cbr-2000k-110min",
+                "cbr-2000k-120min"
+            ]
         );
         for (t, seconds) in titles.iter().zip([5400u64, 6000, 6600, 7200]) {
             let rounds = t.schedule.rounds() as u64;

@@ -209,7 +209,7 @@ async fn chromium_plays_to_the_end_without_waiting_and_seeks_under_gpmp() {
         segment_rounds: 6,
         ..rondo_server::titles::default_store_config()
     };
-    let store = rondo_store::Store::create(&dir.path().join("data"), config).unwrap();
+    let store = rondo_store::Store::create(dir.path().join("data"), config).unwrap();
     let server_config = rondo_server::ServerConfig {
         read_group_rounds: 3,
         ..test_config()

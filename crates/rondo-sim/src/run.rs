@@ -661,15 +661,13 @@ fn run_placed_inner(
     exec.m.disks_failed = DiskIndex::all(config.disks)
         .filter(|&d| !exec.prepared.array.is_serving(d))
         .count() as u64;
-    let result = exec
-        .m
-        .finish(
-            &exec.prepared,
-            active_sum,
-            rounds_measured,
-            config.mode,
-            config.round_duration_ns as f64 / NS_PER_S as f64,
-        );
+    let result = exec.m.finish(
+        &exec.prepared,
+        active_sum,
+        rounds_measured,
+        config.mode,
+        config.round_duration_ns as f64 / NS_PER_S as f64,
+    );
     Ok((result, exec.log))
 }
 
