@@ -89,6 +89,43 @@ impl Chart {
     }
 }
 
+impl Chart {
+    /// Each series' metric against the result field `field` of its points
+    /// (sorted by it); a `_bytes` field is shown in MB (10^6 bytes).
+    pub fn of_experiment_against(result: &ExperimentResult, field: &str) -> Result<Chart, String> {
+        let scale = if field.ends_with("_bytes") { 1e6 } else { 1.0 };
+        let mut chart = Chart::of_experiment(result);
+        chart.x_label = if scale == 1.0 {
+            field.to_string()
+        } else {
+            format!("{} (MB)", field.trim_end_matches("_bytes"))
+        };
+        chart.series = result
+            .by_series()
+            .into_iter()
+            .map(|(label, points)| {
+                let mut line = points
+                    .iter()
+                    .map(|p| {
+                        let value = serde_json::to_value(p).map_err(|e| e.to_string())?;
+                        let x = value.get(field).and_then(|v| v.as_f64()).ok_or_else(|| {
+                            format!("unknown or non-numeric result field '{field}'")
+                        })?;
+                        Ok(ChartPoint {
+                            x: x / scale,
+                            y: p.metric,
+                            ci_half_width: p.metric_ci_half_width,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, String>>()?;
+                line.sort_by(|a, b| a.x.total_cmp(&b.x));
+                Ok((label, line))
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(chart)
+    }
+}
+
 /// Writes `<stem>.png` and `<stem>.svg` under `dir`.
 pub fn write_plots(
     result: &ExperimentResult,

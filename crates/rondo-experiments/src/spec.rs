@@ -148,6 +148,11 @@ pub struct ExperimentSpec {
     /// Lines the paper states, drawn beside ours: label -> y per x.
     #[serde(default)]
     pub reference: Vec<ReferenceLine>,
+    /// A second plot (`plot-against.{png,svg}`): each series' metric
+    /// against this numeric result field instead of x (e.g.
+    /// `mean_buffer_bytes`: seed 003 Figure 4's throughput against memory).
+    #[serde(default)]
+    pub plot_against: Option<String>,
 }
 
 /// A published value set beside ours.

@@ -48,6 +48,13 @@ if [[ $what == all || $what == figures ]]; then
     pngquant --quality=60-90 --strip --force --output "docs/experiments/img/seed004-$f.png" \
       "results/seed004-$f/plot-2.png"
   done
+  # Seed 003 (docs/experiments/seed003-*.md).
+  for f in fig4 fig5 rate; do
+    run seed003-$f experiments/seed003-$f.toml
+    png seed003-$f seed003-$f
+  done
+  pngquant --quality=60-90 --strip --force --output docs/experiments/img/seed003-fig4-memory.png \
+    results/seed003-fig4/plot-against.png
 fi
 if [[ $what == all || $what == investigations ]]; then
   I=experiments/investigations

@@ -137,6 +137,13 @@ pub fn run(command: ExperimentCommand) -> anyhow::Result<()> {
             std::fs::write(out.join("results.csv"), result.to_csv())?;
             write_plots(result, &spec.reference, out, "plot")
                 .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+            if let Some(field) = &spec.plot_against {
+                let chart = rondo_experiments::plot::Chart::of_experiment_against(result, field)
+                    .map_err(|e| anyhow::anyhow!("plot against {field}: {e}"))?;
+                write_chart(&chart, &[], out, "plot-against")
+                    .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+                return Ok("plot.{png,svg} and plot-against.{png,svg}");
+            }
             Ok("plot.{png,svg}")
         },
         print_table,

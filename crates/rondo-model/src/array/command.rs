@@ -101,6 +101,7 @@ impl DiskCommand {
                     op: self.op,
                     first: ModelExtent::new(lbn, sectors),
                     second: None,
+                    prefetch_sectors: 0,
                 }
             })
             .collect()

@@ -81,10 +81,19 @@ impl SegmentCache {
         })
     }
 
-    /// The least recently used segment (lowest index among ties).
+    /// The segment a new read takes: an empty one first (lowest index),
+    /// else the least recently used (lowest index among ties). Empty
+    /// segments are those never used, invalidated by a write, or whose data
+    /// the host took with requested-data caching off: taking them first
+    /// keeps data the host has yet to read (a prefetched block) as long as
+    /// any segment is free (assumption: seed 003 does not say how its
+    /// modified DiskSim replaces segments; docs/disk-model.md).
     pub fn victim(&self) -> usize {
         (0..self.segments.len())
-            .min_by_key(|&i| self.segments[i].last_use)
+            .min_by_key(|&i| {
+                let s = &self.segments[i];
+                (s.start < s.end, s.last_use)
+            })
             .expect("victim() needs an enabled cache")
     }
 

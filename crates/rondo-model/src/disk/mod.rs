@@ -37,7 +37,7 @@ use thiserror::Error;
 pub use bound::{PaperBound, RondoBound, RoundBound};
 pub use profiles::{
     CacheSpec, ControllerOverheads, DiskModelSpec, DiskProfile, MechanicalSpec, PROFILE_NAMES,
-    SolidStateSpec, by_name as profile_by_name,
+    SolidStateSpec, by_name as profile_by_name, seed003_table1_prefetching,
 };
 pub use queue::Scheduler;
 pub use summary::DiskSummary;
@@ -104,6 +104,12 @@ pub struct BatchRequest {
     pub op: Op,
     pub first: Extent,
     pub second: Option<Extent>,
+    /// Sectors after the request's last extent that the drive reads into a
+    /// cache segment of their own before it takes the next command: the
+    /// host's prefetch of a stream's next block into the drive cache (seed
+    /// 003's Sweep&Prefetch and Gradual Prefetching). 0: none.
+    #[serde(default)]
+    pub prefetch_sectors: u64,
 }
 
 impl BatchRequest {
@@ -112,6 +118,7 @@ impl BatchRequest {
             op: Op::Read,
             first: Extent::new(lbn, sectors),
             second: None,
+            prefetch_sectors: 0,
         }
     }
 
@@ -120,6 +127,7 @@ impl BatchRequest {
             op: Op::Read,
             first,
             second: Some(second),
+            prefetch_sectors: 0,
         }
     }
 
@@ -288,10 +296,35 @@ impl Disk {
         extent: Extent,
         arrival_ns: u64,
     ) -> Result<CommandTiming, DiskError> {
+        self.execute_prefetching(op, extent, 0, arrival_ns)
+    }
+
+    /// [`Disk::execute`] of a read that also has the drive read the
+    /// `prefetch_sectors` after it into its cache before the next command
+    /// (`BatchRequest::prefetch_sectors`); the timing's `ready_ns` is when
+    /// the prefetch ends. A flash device has no cache to prefetch into and
+    /// ignores it.
+    pub fn execute_prefetching(
+        &mut self,
+        op: Op,
+        extent: Extent,
+        prefetch_sectors: u64,
+        arrival_ns: u64,
+    ) -> Result<CommandTiming, DiskError> {
         self.check_extent(extent)?;
+        let prefetch_sectors = if op == Op::Read {
+            prefetch_sectors.min(
+                self.capacity_sectors()
+                    .saturating_sub(extent.lbn + extent.sectors),
+            )
+        } else {
+            0
+        };
         let start_ns = arrival_ns.max(self.free_ns);
         let timing = match &mut self.engine {
-            Engine::Mechanical(m) => m.execute(op, extent.lbn, extent.sectors, start_ns),
+            Engine::Mechanical(m) => {
+                m.execute(op, extent.lbn, extent.sectors, prefetch_sectors, start_ns)
+            }
             Engine::SolidState(s) => s.execute(op, extent.sectors, start_ns),
         };
         self.free_ns = timing.ready_ns;

@@ -279,14 +279,22 @@ pub fn builtin() -> Vec<DiskProfile> {
     vec![cheetah_4lp(), seed003_table1(), hdd_7200(), nvme_gen4()]
 }
 
-/// A built-in profile by name; the error lists the known names.
+/// A built-in profile by name; the error lists the known names. Besides
+/// the listed ones, `seed003-table1-c<MIB>-s<N>` is seed 003's drive set as
+/// its Sweep&Prefetch experiments set DiskSim ([`seed003_table1_prefetching`]).
 pub fn by_name(name: &str) -> Result<DiskProfile, DiskError> {
+    if let Some(profile) = parse_seed003_prefetching(name) {
+        return Ok(profile);
+    }
     builtin()
         .into_iter()
         .find(|p| p.name == name)
         .ok_or_else(|| DiskError::UnknownProfile {
             name: name.to_string(),
-            known: PROFILE_NAMES.join(", "),
+            known: format!(
+                "{}, or seed003-table1-c<MIB>-s<SEGMENTS> (e.g. seed003-table1-c2-s8)",
+                PROFILE_NAMES.join(", ")
+            ),
         })
 }
 
@@ -506,6 +514,37 @@ pub fn seed003_table1_with_cache(cache_bytes: u64, segments: u32) -> DiskProfile
         }),
         datasheet_bound: None,
     }
+}
+
+/// `seed003-table1-c<MIB>-s<N>` → [`seed003_table1_prefetching`].
+fn parse_seed003_prefetching(name: &str) -> Option<DiskProfile> {
+    let rest = name.strip_prefix("seed003-table1-c")?;
+    let (mib, segments) = rest.split_once("-s")?;
+    let mib: u64 = mib.parse().ok().filter(|&m| (1..=1024).contains(&m))?;
+    let segments: u32 = segments.parse().ok().filter(|&n| (1..=1024).contains(&n))?;
+    Some(seed003_table1_prefetching(mib << 20, segments))
+}
+
+/// Seed 003's drive as its prefetching experiments set it ("the ability to
+/// enable and disable requested-data caching, ... to switch prefetching off
+/// and on at various depths; and ... to change the disk cache
+/// segmentation"): `cache_bytes` in `segments` segments, requested data not
+/// kept, no read-ahead of its own, so that the cache holds exactly the
+/// blocks the host asked to prefetch (`BatchRequest::prefetch_sectors`),
+/// one per segment. Named `seed003-table1-c<MIB>-s<N>`.
+pub fn seed003_table1_prefetching(cache_bytes: u64, segments: u32) -> DiskProfile {
+    let mut profile = seed003_table1_with_cache(cache_bytes, segments);
+    profile.name = format!("seed003-table1-c{}-s{segments}", cache_bytes >> 20);
+    profile.summary = format!(
+        "{}; requested data not kept, no read-ahead but the host's prefetches (seed 003's \
+         switches)",
+        profile.summary
+    );
+    if let DiskModelSpec::Mechanical(m) = &mut profile.model {
+        m.cache.keep_requested = false; // seed 003: requested-data caching off
+        m.cache.max_read_ahead_sectors = 0; // seed 003: prefetch depth set by the host
+    }
+    profile
 }
 
 fn cheetah_overheads() -> ControllerOverheads {

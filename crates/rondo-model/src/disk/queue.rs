@@ -114,11 +114,18 @@ impl Disk {
         start_ns: u64,
         scheduler: Scheduler,
     ) -> Result<BatchOutcome, DiskError> {
-        let mut commands: Vec<(usize, Extent)> = Vec::new();
+        // Each extent a command; a request's prefetch follows its last.
+        let mut commands: Vec<(usize, Extent, u64)> = Vec::new();
         for (i, r) in requests.iter().enumerate() {
-            for e in r.extents() {
+            let extents: Vec<Extent> = r.extents().collect();
+            for (n, &e) in extents.iter().enumerate() {
                 self.check_extent(e)?;
-                commands.push((i, e));
+                let prefetch = if n + 1 == extents.len() {
+                    r.prefetch_sectors
+                } else {
+                    0
+                };
+                commands.push((i, e, prefetch));
             }
         }
         let order: Vec<usize> = match scheduler {
@@ -127,7 +134,7 @@ impl Disk {
                 let keys: Vec<(u64, usize)> = commands
                     .iter()
                     .enumerate()
-                    .map(|(k, (_, e))| (e.lbn, k))
+                    .map(|(k, (_, e, _))| (e.lbn, k))
                     .collect();
                 cscan_order(&keys, self.last_dispatched_lbn())
             }
@@ -137,10 +144,11 @@ impl Disk {
         let mut timings = Vec::with_capacity(commands.len());
         let mut end_ns = service_start_ns;
         for k in order {
-            let (i, extent) = commands[k];
-            let t = self.execute(requests[i].op, extent, start_ns)?;
+            let (i, extent, prefetch) = commands[k];
+            let t = self.execute_prefetching(requests[i].op, extent, prefetch, start_ns)?;
             completion_ns[i] = completion_ns[i].max(t.completion_ns);
-            end_ns = end_ns.max(t.completion_ns);
+            // The disk is busy until a prefetch ends, after the host has its data.
+            end_ns = end_ns.max(t.completion_ns).max(t.ready_ns);
             timings.push((i, t));
         }
         Ok(BatchOutcome {

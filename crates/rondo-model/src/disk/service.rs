@@ -231,6 +231,17 @@ struct ReadAhead {
 }
 
 impl ReadAhead {
+    /// When the sectors before `lbn` are all read (`lbn` at most
+    /// `end_lbn`; at once for sectors read already).
+    fn time_reaching(&self, lbn: u64) -> f64 {
+        self.runs
+            .iter()
+            .find(|r| r.first_lbn < lbn && lbn <= r.first_lbn + r.sectors)
+            .map_or(f64::NEG_INFINITY, |r| {
+                r.start_ns + (lbn - r.first_lbn) as f64 * r.sector_ns
+            })
+    }
+
     /// First LBN not yet wholly read at time `t_ns`.
     fn progress(&self, t_ns: f64) -> u64 {
         let mut done = self.start_lbn;
@@ -328,19 +339,44 @@ impl MechanicalDisk {
         self.arm
     }
 
-    /// Executes one command starting at `start_ns`.
-    pub fn execute(&mut self, op: Op, lbn: u64, sectors: u64, start_ns: u64) -> CommandTiming {
+    /// Executes one command starting at `start_ns`; a read with
+    /// `prefetch_sectors` has the drive read that many sectors after it into
+    /// the read's cache segment before it takes the next command (its
+    /// read-ahead made to run at least that far and then stopped): the
+    /// timing's `ready_ns` is when they are in.
+    pub fn execute(
+        &mut self,
+        op: Op,
+        lbn: u64,
+        sectors: u64,
+        prefetch_sectors: u64,
+        start_ns: u64,
+    ) -> CommandTiming {
         let t = start_ns as f64;
+        let prefetch_sectors = if op == Op::Read { prefetch_sectors } else { 0 };
         let outcome = match op {
-            Op::Read => self.read(lbn, sectors, t),
+            Op::Read => self.read(lbn, sectors, prefetch_sectors, t),
             Op::Write => self.write(lbn, sectors, t),
         };
         self.last_op = op;
         let completion_ns = (outcome.completion_ns.ceil() as u64).max(start_ns);
+        let mut ready_ns = completion_ns;
+        if prefetch_sectors > 0 {
+            let until = lbn + sectors + prefetch_sectors;
+            let reach = self
+                .read_ahead
+                .as_ref()
+                .filter(|ra| ra.end_lbn >= until)
+                .map(|ra| ra.time_reaching(until));
+            if let Some(reach_ns) = reach {
+                self.stop_read_ahead(reach_ns);
+                ready_ns = ready_ns.max(reach_ns.ceil() as u64);
+            }
+        }
         CommandTiming {
             start_ns,
             completion_ns,
-            ready_ns: completion_ns,
+            ready_ns,
             service: outcome.service,
             overhead_ns: outcome.overhead_ns.round() as u64,
             seek_ns: outcome.tally.seek_ns.round() as u64,
@@ -361,18 +397,29 @@ impl MechanicalDisk {
         }) as f64
     }
 
-    fn read(&mut self, lbn: u64, sectors: u64, t: f64) -> Outcome {
+    fn read(&mut self, lbn: u64, sectors: u64, prefetch_sectors: u64, t: f64) -> Outcome {
         let bus = self.mech.bus_sector_ns;
+        let end = lbn + sectors;
+        let capacity = self.mech.geometry.capacity_sectors();
+        // How far read-ahead runs after this read: the drive's depth, or
+        // further when the host asks for a prefetch.
+        let read_ahead_end =
+            (end + self.mech.max_read_ahead_sectors.max(prefetch_sectors)).min(capacity);
         let filling = self
             .read_ahead
             .as_ref()
             .map(|ra| (ra.segment, ra.progress(t)));
 
-        // Wholly cached: the mechanism is not needed and read-ahead goes on.
+        // Wholly cached: the mechanism is not needed and read-ahead goes on
+        // (a prefetch asked of a hit starts its own, after the overhead).
         if let Some(seg) = self.cache.find_whole(lbn, sectors, filling) {
             self.cache.touch(seg);
             self.release_requested(seg, lbn + sectors);
             let overhead = self.overhead_ns(true);
+            if prefetch_sectors > 0 && filling.is_none_or(|(s, _)| s != seg) {
+                self.stop_read_ahead(t);
+                self.start_read_ahead(seg, end, read_ahead_end, t + overhead);
+            }
             return Outcome {
                 completion_ns: t + overhead + sectors as f64 * bus,
                 service: ServiceKind::FullHit,
@@ -398,15 +445,18 @@ impl MechanicalDisk {
             let (lo, _) = self.cache.window(seg, Some(progress));
             let first_buffered = lbn < progress || (self.mech.almost_read_hits && lbn == progress);
             if progress < ra.end_lbn && lo <= lbn && first_buffered {
-                return self.ride_read_ahead(lbn, sectors, t, progress);
+                return self.ride_read_ahead(lbn, sectors, read_ahead_end, t, progress);
             }
         }
 
         self.stop_read_ahead(t);
         let overhead = self.overhead_ns(false);
+        // A read takes a segment only for what it leaves in it: its own data
+        // (kept requested data) or what is read after it.
+        let keeps_anything = self.mech.keep_requested || read_ahead_end > end;
         let (seg, cached) = match self.cache.find_start(lbn) {
             Some((seg, end)) => (Some(seg), (end - lbn).min(sectors)),
-            None if self.cache.enabled() => (Some(self.cache.victim()), 0),
+            None if self.cache.enabled() && keeps_anything => (Some(self.cache.victim()), 0),
             None => (None, 0),
         };
         debug_assert!(cached < sectors, "a wholly cached read is a full hit");
@@ -426,13 +476,12 @@ impl MechanicalDisk {
                 .map(|r| (r.start_ns + r.sector_ns, r.sector_ns, r.sectors)),
         );
         let completion = bus_finish_ns(bus_start, bus, pieces);
-        let end = lbn + sectors;
         if let Some(seg) = seg {
             let (old_start, _) = self.cache.window(seg, None);
             let start = if cached > 0 { old_start } else { lbn };
             self.cache.fill(seg, start, end);
             self.release_requested(seg, end);
-            self.start_read_ahead(seg, end, media_end);
+            self.start_read_ahead(seg, end, read_ahead_end, media_end);
         }
         Outcome {
             completion_ns: completion,
@@ -450,14 +499,19 @@ impl MechanicalDisk {
     /// A read starting inside the data read-ahead has read, or at the next
     /// sector it reads, streams: the cached part goes at once, the rest as the
     /// media reaches it.
-    fn ride_read_ahead(&mut self, lbn: u64, sectors: u64, t: f64, progress: u64) -> Outcome {
+    fn ride_read_ahead(
+        &mut self,
+        lbn: u64,
+        sectors: u64,
+        read_ahead_end: u64,
+        t: f64,
+        progress: u64,
+    ) -> Outcome {
         if let Some(ra) = self.read_ahead.as_mut() {
             ra.prune(t);
         }
         let end = lbn + sectors;
-        let capacity = self.mech.geometry.capacity_sectors();
-        let target = (end + self.mech.max_read_ahead_sectors).min(capacity);
-        self.extend_read_ahead(target);
+        self.extend_read_ahead(read_ahead_end);
         let overhead = self.overhead_ns(true);
         let cached = progress.saturating_sub(lbn).min(sectors);
         let bus_start = t + overhead;
@@ -590,10 +644,9 @@ impl MechanicalDisk {
         }
     }
 
-    /// Starts reading ahead from `from_lbn` at `t_ns` (the media end of a read).
-    fn start_read_ahead(&mut self, segment: usize, from_lbn: u64, t_ns: f64) {
-        let capacity = self.mech.geometry.capacity_sectors();
-        let end = (from_lbn + self.mech.max_read_ahead_sectors).min(capacity);
+    /// Starts reading ahead from `from_lbn` to `end` at `t_ns` (the media
+    /// end of a read).
+    fn start_read_ahead(&mut self, segment: usize, from_lbn: u64, end: u64, t_ns: f64) {
         if end <= from_lbn {
             return;
         }
@@ -755,7 +808,7 @@ mod tests {
         // + 2 cylinder skews + 3 = 6 + 8 + 3 = 17 sectors → 0.7 rev.
         // Start at t = 0: overhead 1 ms, seek 2 cylinders 4 ms → t = 5 ms (angle 0.5);
         // wait 2 ms; read 4 sectors 4 ms → media end 11 ms; last sector's bus 0.25 ms.
-        let c = d.execute(Op::Read, 43, 4, 0);
+        let c = d.execute(Op::Read, 43, 4, 0, 0);
         assert_eq!(c.service, ServiceKind::Miss);
         assert_eq!(c.overhead_ns, MS);
         assert_eq!(c.seek_ns, 4 * MS);
@@ -779,14 +832,14 @@ mod tests {
         // t = 1 ms overhead → angle 0.1: wait 9 ms for sector 0 (angle 0); read 10
         // sectors to t = 20 ms (angle 0); head switch 0.5 ms; wait to angle 0.3 (2.5 ms);
         // read 5 sectors → 28 ms; + bus 0.25.
-        let c = d.execute(Op::Read, 0, 15, 0);
+        let c = d.execute(Op::Read, 0, 15, 0, 0);
         assert_eq!(c.seek_ns, MS / 2);
         assert_eq!(c.rotation_ns, 9 * MS + 2_500_000);
         assert_eq!(c.completion_ns, 28_250_000);
         // A cylinder switch (track (0,1) → (1,0)) costs the cylinder skew in the same way:
         // 1-cylinder seek 3 ms < 4 sectors of skew relative to the previous track end.
         let mut d = toy(NO_CACHE);
-        let c = d.execute(Op::Read, 15, 10, 0);
+        let c = d.execute(Op::Read, 15, 10, 0, 0);
         // LBN 15 = (0,1) sector 5 at angle 0.8; t = 1 ms, head switch from (0,0) to
         // 1.5 ms → wait 6.5 ms; 5 sectors → 13 ms
         // (angle 0.3 = start of track (0,1)); track (1,0) sector 0 sits at
@@ -830,18 +883,18 @@ mod tests {
     fn read_ahead_hits_wholly_and_partially() {
         let mut d = toy(CACHE);
         // Miss on LBNs 0..5 (t = 0): overhead 1 ms, wait 9 ms, 5 sectors → media end 15 ms.
-        let c = d.execute(Op::Read, 0, 5, 0);
+        let c = d.execute(Op::Read, 0, 5, 0, 0);
         assert_eq!(c.completion_ns, 15_250_000);
         // Read-ahead continues from LBN 5 at 15 ms: sectors 5..9 end at 16..20 ms.
         // At t = 18 ms LBNs 5, 6, 7 are read: a read of 5..8 is a full hit.
-        let c = d.execute(Op::Read, 5, 3, 18 * MS);
+        let c = d.execute(Op::Read, 5, 3, 0, 18 * MS);
         assert_eq!(c.service, ServiceKind::FullHit);
         assert_eq!(c.completion_ns, 18 * MS + 100_000 + 3 * 250_000);
         // At t = 19 ms a read of LBNs 8..12 rides the stream: LBN 8 is read (ends at 19
         // ms). LBN 9 ends 20 ms, then the head switch + skew to track (0,1): its sector
         // 0 starts at angle 0.3 → 23 ms; LBNs 10, 11 end at 24, 25 ms. Completion =
         // 25 ms + 0.25 ms (the bus keeps up).
-        let c = d.execute(Op::Read, 8, 4, 19 * MS);
+        let c = d.execute(Op::Read, 8, 4, 0, 19 * MS);
         assert_eq!(c.service, ServiceKind::StreamingHit);
         assert_eq!(c.cached_sectors, 1);
         assert_eq!(c.completion_ns, 25_250_000);
@@ -849,14 +902,14 @@ mod tests {
         // (LBN 12 ends at 26 ms): a read of LBN 14 lies ahead of the stream, a miss
         // — checked on a copy, the original continues.
         let mut ahead = d.clone();
-        let c = ahead.execute(Op::Read, 14, 1, 26 * MS);
+        let c = ahead.execute(Op::Read, 14, 1, 0, 26 * MS);
         assert_eq!(c.service, ServiceKind::Miss);
         assert_eq!(c.overhead_ns, MS);
         // LBN 13 is the sector being read right now (26–27 ms): not in the
         // buffer, so a miss (DiskSim: no almost read hits). Overhead 1 ms; the
         // heads are already on track (0,1) (the run holding LBN 13 has begun);
         // LBN 13 comes round again at 26 + 10 = 36 ms → 37 ms + 0.25 ms bus.
-        let c = d.clone().execute(Op::Read, 13, 1, 26 * MS);
+        let c = d.clone().execute(Op::Read, 13, 1, 0, 26 * MS);
         assert_eq!(c.service, ServiceKind::Miss);
         assert_eq!(c.completion_ns, 37_250_000);
         // With almost read hits it rides the stream: LBN 13 ends at 27 ms.
@@ -864,21 +917,21 @@ mod tests {
             almost_read_hits: true,
             ..CACHE
         });
-        almost.execute(Op::Read, 0, 5, 0);
-        almost.execute(Op::Read, 8, 4, 19 * MS);
-        let c = almost.execute(Op::Read, 13, 1, 26 * MS);
+        almost.execute(Op::Read, 0, 5, 0, 0);
+        almost.execute(Op::Read, 8, 4, 0, 19 * MS);
+        let c = almost.execute(Op::Read, 13, 1, 0, 26 * MS);
         assert_eq!(c.service, ServiceKind::StreamingHit);
         assert_eq!(c.completion_ns, 27_250_000);
         // A miss elsewhere stops it at t = 30 ms:
         // LBNs up to 16 are read (sector ends 24..30 ms on track (0,1): LBN 16 ends at 30).
-        let c = d.execute(Op::Read, 1000, 1, 30 * MS);
+        let c = d.execute(Op::Read, 1000, 1, 0, 30 * MS);
         assert_eq!(c.service, ServiceKind::Miss);
         // The segment keeps its newest 30 sectors; its LBNs 0..17 are all there.
-        let c2 = d.execute(Op::Read, 0, 17, c.completion_ns);
+        let c2 = d.execute(Op::Read, 0, 17, 0, c.completion_ns);
         assert_eq!(c2.service, ServiceKind::FullHit);
         // A read starting in the stopped segment and running past it is a partial hit:
         // the cached part goes at once, the rest after repositioning, miss overhead.
-        let c3 = d.execute(Op::Read, 15, 5, c2.completion_ns);
+        let c3 = d.execute(Op::Read, 15, 5, 0, c2.completion_ns);
         assert_eq!(c3.service, ServiceKind::PartialHit);
         assert_eq!(c3.cached_sectors, 2);
         assert_eq!(c3.overhead_ns, MS);
@@ -901,25 +954,25 @@ mod tests {
             ..CACHE
         };
         let mut d = toy(small);
-        d.execute(Op::Read, 0, 5, 0);
-        let c = d.execute(Op::Read, 5, 5, 18_900_000);
+        d.execute(Op::Read, 0, 5, 0, 0);
+        let c = d.execute(Op::Read, 5, 5, 0, 18_900_000);
         assert_eq!(c.service, ServiceKind::StreamingHit);
         assert_eq!(c.cached_sectors, 3);
         assert_eq!(c.completion_ns, 30_250_000);
         // Read-ahead goes on from the delayed stream: LBN 10 (track (0,1),
         // sector 0 at angle 0.3) follows 9 after the head switch, 33–34 ms. At
         // 33.5 ms it is still being read (a miss), at 34.5 ms it is in.
-        let c = d.clone().execute(Op::Read, 10, 1, 33_500_000);
+        let c = d.clone().execute(Op::Read, 10, 1, 0, 33_500_000);
         assert_eq!(c.service, ServiceKind::Miss);
-        let c = d.execute(Op::Read, 10, 1, 34_500_000);
+        let c = d.execute(Op::Read, 10, 1, 0, 34_500_000);
         assert_eq!(c.service, ServiceKind::FullHit);
         // With room for 5 sectors LBN 9 is read on its first pass: 20.25 ms.
         let mut d = toy(CacheSpec {
             segment_sectors: 5,
             ..small
         });
-        d.execute(Op::Read, 0, 5, 0);
-        let c = d.execute(Op::Read, 5, 5, 18_900_000);
+        d.execute(Op::Read, 0, 5, 0, 0);
+        let c = d.execute(Op::Read, 5, 5, 0, 18_900_000);
         assert_eq!(c.completion_ns, 20_250_000);
     }
 
@@ -933,10 +986,10 @@ mod tests {
                 keep_requested,
                 ..CACHE
             });
-            let mut t = d.execute(Op::Read, 0, 5, 0).completion_ns;
+            let mut t = d.execute(Op::Read, 0, 5, 0, 0).completion_ns;
             let mut kinds = vec![];
             for (lbn, n) in [(5, 5), (5, 5), (10, 5)] {
-                let c = d.execute(Op::Read, lbn, n, t + 40 * MS);
+                let c = d.execute(Op::Read, lbn, n, 0, t + 40 * MS);
                 kinds.push(c.service);
                 t = c.completion_ns;
             }
@@ -953,25 +1006,25 @@ mod tests {
     #[test]
     fn writes_settle_stop_read_ahead_and_invalidate() {
         let mut d = toy(CACHE);
-        let c = d.execute(Op::Read, 0, 5, 0);
+        let c = d.execute(Op::Read, 0, 5, 0, 0);
         // Write LBN 40..42 (cylinder 2, head 0, sectors 0..1; angle 2 track skews
         // + 2 cylinder skews = 6 + 8 = 14 sectors = 0.4) at t = 20 ms, when read-ahead
         // has just left track (0,0): overhead 0.7 ms, seek 2 cylinders 4 ms + settle
         // 0.2 → 24.9 ms (angle 0.49); wait 9.1 ms → 34 ms; write 2 sectors → 36 ms.
-        let w = d.execute(Op::Write, 40, 2, 20 * MS);
+        let w = d.execute(Op::Write, 40, 2, 0, 20 * MS);
         assert_eq!(w.service, ServiceKind::Write);
         assert_eq!(w.completion_ns, 36 * MS);
         assert_eq!(w.seek_ns, 4_200_000);
         assert!(c.completion_ns < w.start_ns);
         // The next read follows a write: read-miss-after-write overhead.
-        let r = d.execute(Op::Read, 41, 1, 40 * MS);
+        let r = d.execute(Op::Read, 41, 1, 0, 40 * MS);
         assert_eq!(r.overhead_ns, 1_100_000);
         // Read-ahead had filled LBNs 5.. before the write stopped it; a write over
         // LBN 3 drops that segment.
         let mut d = toy(CACHE);
-        d.execute(Op::Read, 0, 5, 0);
-        d.execute(Op::Write, 3, 1, 50 * MS);
-        let r = d.execute(Op::Read, 6, 1, 80 * MS);
+        d.execute(Op::Read, 0, 5, 0, 0);
+        d.execute(Op::Write, 3, 1, 0, 50 * MS);
+        let r = d.execute(Op::Read, 6, 1, 0, 80 * MS);
         assert_eq!(r.service, ServiceKind::Miss);
     }
 }

@@ -454,6 +454,7 @@ fn arb_batch(capacity: u64) -> impl Strategy<Value = Vec<BatchRequest>> {
                 op: Op::Read,
                 first,
                 second,
+                prefetch_sectors: 0,
             })
             .collect()
     })
@@ -599,6 +600,7 @@ fn requests_of(extents: &[Extent], pairs: &[bool]) -> Vec<BatchRequest> {
                 op: Op::Read,
                 first: extents[i],
                 second: None,
+                prefetch_sectors: 0,
             });
             i += 1;
         }
@@ -1118,4 +1120,73 @@ fn sequential_256k_reads_every_24ms_match_disksim() {
     );
     assert!(flipped.len() <= 4, "{flipped:?}");
     assert!((model_mean - disksim_mean).abs() < 0.005 * disksim_mean);
+}
+
+/// Seed 003's prefetch into the drive cache: a read that asks for the next
+/// block has the drive read it into a segment of its own before the next
+/// command; that block survives the other streams' random reads (which,
+/// with requested data not kept and no read-ahead, take no segment) and is
+/// then a full hit: the controller's hit overhead and the bus, no
+/// positioning. As many blocks as segments are held at once; one more
+/// evicts the oldest.
+#[test]
+fn a_prefetched_block_waits_in_its_segment_and_is_a_full_hit() {
+    const BLOCK: u64 = 512; // 256 KiB
+    let profile = seed003_table1_prefetching(2 << 20, 8);
+    assert_eq!(profile_by_name("seed003-table1-c2-s8").unwrap(), profile);
+    assert!(profile_by_name("seed003-table1-c0-s8").is_err());
+    let mut disk = Disk::new(profile).unwrap();
+    let capacity = disk.capacity_sectors();
+    // Eight streams, far apart; each reads a block and prefetches the next.
+    let starts: Vec<u64> = (0..8).map(|i| i * (capacity / 9)).collect();
+    let mut t = 0;
+    for &lbn in &starts {
+        let c = disk
+            .execute_prefetching(Op::Read, Extent::new(lbn, BLOCK), BLOCK, t)
+            .unwrap();
+        assert_eq!(c.service, ServiceKind::Miss);
+        // The drive reads the next block (~256 KiB at ≥ 9 MB/s) after the host has its own.
+        assert!(c.ready_ns > c.completion_ns + 15_000_000, "{c:?}");
+        t = c.ready_ns;
+    }
+    // Random reads in between keep no data and take no segment.
+    for i in 0..20 {
+        let c = disk
+            .execute(Op::Read, Extent::new(capacity / 2 + i * 7919 * 8, 64), t)
+            .unwrap();
+        assert_eq!(c.service, ServiceKind::Miss);
+        t = c.completion_ns;
+    }
+    // Every prefetched block is a full hit: overhead and bus only.
+    for &lbn in &starts {
+        let c = disk
+            .execute(Op::Read, Extent::new(lbn + BLOCK, BLOCK), t)
+            .unwrap();
+        assert_eq!(c.service, ServiceKind::FullHit, "{lbn}");
+        assert_eq!(c.seek_ns + c.rotation_ns, 0);
+        // 256 KiB over the 40 MB/s bus: 13.1 ms, plus the hit overhead.
+        let bus_ns = BLOCK * 512 * 1_000_000_000 / 40_000_000;
+        assert!(c.completion_ns - t >= bus_ns && c.completion_ns - t < bus_ns + 1_000_000);
+        t = c.completion_ns;
+    }
+    // Nine prefetches into eight segments: the first is gone.
+    let starts: Vec<u64> = (0..9).map(|i| i * (capacity / 10) + 4096).collect();
+    for &lbn in &starts {
+        t = disk
+            .execute_prefetching(Op::Read, Extent::new(lbn, BLOCK), BLOCK, t)
+            .unwrap()
+            .ready_ns;
+    }
+    let first = disk
+        .execute(Op::Read, Extent::new(starts[0] + BLOCK, BLOCK), t)
+        .unwrap();
+    assert_eq!(first.service, ServiceKind::Miss);
+    let last = disk
+        .execute(
+            Op::Read,
+            Extent::new(starts[8] + BLOCK, BLOCK),
+            first.completion_ns,
+        )
+        .unwrap();
+    assert_eq!(last.service, ServiceKind::FullHit);
 }
