@@ -48,6 +48,10 @@ pub struct PointResult {
     /// Server buffer reserved, mean over rounds (`SimResult::mean_buffer_bytes`).
     #[serde(default)]
     pub mean_buffer_bytes: f64,
+    /// Commands served wholly from a drive's cache, summed over
+    /// replications (simulated-disk mode; seed 003's prefetched blocks).
+    #[serde(default)]
+    pub cache_hits: u64,
     pub reserved_fraction: f64,
     pub reserved_primary_fraction: f64,
     pub reserved_spread_fraction: f64,
@@ -251,6 +255,7 @@ fn summarise(point: &Point, runs: &[SimResult], metric: &str) -> Result<PointRes
         mean_startup_delay_rounds: mean(&|r| r.mean_startup_delay_rounds),
         mean_startup_latency_s: mean(&|r| r.mean_startup_latency_s),
         mean_buffer_bytes: mean(&|r| r.mean_buffer_bytes),
+        cache_hits: runs.iter().map(|r| r.cache_hits).sum(),
         reserved_fraction: mean(&|r| r.reserved_fraction),
         reserved_primary_fraction: mean(&|r| r.reserved_primary_fraction),
         reserved_spread_fraction: mean(&|r| r.reserved_spread_fraction),

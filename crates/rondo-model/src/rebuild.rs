@@ -381,6 +381,7 @@ mod tests {
             buffer_capacity_bytes: u64::MAX,
             network_capacity_bytes_per_round: None,
             horizon_rounds: 8,
+            drive_cache_segments: 0,
         });
         // A stream reserving 700 of disk 1's 900 unreserved ns in round 0.
         let one = TitleCharges::new(
@@ -431,6 +432,7 @@ mod tests {
             buffer_capacity_bytes: u64::MAX,
             network_capacity_bytes_per_round: None,
             horizon_rounds: 8,
+            drive_cache_segments: 0,
         });
         r.fail_disk(DiskIndex(0));
         r.fail_disk(DiskIndex(1));

@@ -464,6 +464,7 @@ mod tests {
             }],
             charge_ns: 0,
             joins_previous: false,
+            prefetch_bytes: 0,
         }
     }
 

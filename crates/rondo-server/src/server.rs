@@ -172,6 +172,7 @@ impl RunningServer {
                 bytes: config.start_burst_bytes,
             },
             late_start: config.late_start,
+            drive_prefetch: rondo_model::array::DrivePrefetch::None,
         });
         let mut loaded = std::collections::BTreeMap::new();
         for title in titles {

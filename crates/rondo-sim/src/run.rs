@@ -26,8 +26,8 @@ use thiserror::Error;
 
 use rondo_model::array::{
     Aborted, AdmitRequest, Array, ArrayConfig, ArrayTitle, Completion, CompletionOrder,
-    DeliveryConfig, DiskCommand, Effect, ExtentChecksums, FailCause, Purpose, ReadOutcome,
-    RoundPlan, Span, batch_plan, rondo_write_bound,
+    DeliveryConfig, DiskCommand, DrivePrefetch, Effect, ExtentChecksums, FailCause, Purpose,
+    ReadOutcome, RoundPlan, Span, batch_plan, rondo_write_bound,
 };
 use rondo_model::disk::{self, Disk, DiskError, DiskProfile, PaperBound, RondoBound};
 use rondo_model::health::{ExtentKey, HealthPolicy};
@@ -115,6 +115,12 @@ pub struct SimConfig {
     /// none, as in seed 000).
     #[serde(default)]
     pub burst_rounds: u32,
+    /// Seed 003's prefetching into the drive cache (`ArrayConfig::
+    /// drive_prefetch`): needs the segments layout, the rondo bound and a
+    /// profile with a cache (e.g. `seed003-table1-c2-s8`); not with read
+    /// groups.
+    #[serde(default)]
+    pub drive_prefetch: DrivePrefetch,
     /// ρ: arrivals at ρ·μ per round (seed 000 §6.2).
     pub load: f64,
     /// R_disk in μ = D·R_disk·T/S_tot (equation 1); seed 000 uses Table 2's
@@ -175,6 +181,7 @@ impl SimConfig {
             segment_rounds: 1,
             read_group_rounds: 1,
             burst_rounds: 0,
+            drive_prefetch: DrivePrefetch::None,
             load: 0.8,
             // Seed 000 Table 2: 11.3 MB/s inner-zone sustained rate.
             mu_rate_bytes_per_s: 11.3e6,
@@ -337,6 +344,10 @@ pub struct SimResult {
     /// (what a policy costs in host memory: seed 003 Figure 4's x axis).
     #[serde(default)]
     pub mean_buffer_bytes: f64,
+    /// Simulated-disk mode: disk commands served wholly from the drive's
+    /// cache over the run (seed 003's prefetched blocks).
+    #[serde(default)]
+    pub cache_hits: u64,
 }
 
 /// A prepared array: titles planned, placed and charged, admission
@@ -881,6 +892,11 @@ impl Executor<'_> {
                     .max();
                 sim.push(done_ns.unwrap_or(plan.start_ns), completion);
             }
+            self.m.cache_hits += outcome
+                .commands
+                .iter()
+                .filter(|(_, t)| t.service == rondo_model::disk::ServiceKind::FullHit)
+                .count() as u64;
             if outcome.end_ns > round_end_ns {
                 self.m.disk_round_overruns += 1;
             }
@@ -1237,16 +1253,32 @@ pub fn prepare_placed(
         Bound::Paper(_) => bound.clone(),
         Bound::Rondo(_) => rondo_write_bound(&profile)?,
     };
+    let mut reservation = ReservationConfig::for_array(
+        config.disks,
+        config.scheme,
+        config.round_duration_ns,
+        round_fixed_ns,
+        config.buffer_per_disk_bytes,
+        longest,
+        lookahead_rounds,
+    );
+    if config.drive_prefetch != DrivePrefetch::None {
+        reservation.drive_cache_segments = bound.drive_cache_segments();
+        if reservation.drive_cache_segments == 0 || config.segment_rounds < 2 {
+            return Err(SimError::Config(format!(
+                "drive prefetching ({:?}) needs the rondo bound on a profile with a cache \
+                 (e.g. seed003-table1-c2-s8) and the segments layout",
+                config.drive_prefetch
+            )));
+        }
+        if config.read_group_rounds > 1 {
+            return Err(SimError::Config(
+                "drive prefetching and read groups (GPMP) are two policies; choose one".into(),
+            ));
+        }
+    }
     let mut array = Array::new(ArrayConfig {
-        reservation: ReservationConfig::for_array(
-            config.disks,
-            config.scheme,
-            config.round_duration_ns,
-            round_fixed_ns,
-            config.buffer_per_disk_bytes,
-            longest,
-            lookahead_rounds,
-        ),
+        reservation,
         lookahead_rounds,
         health: HealthPolicy::default(),
         read_bound: bound.clone(),
@@ -1260,11 +1292,19 @@ pub fn prepare_placed(
         },
         // Arrivals come at round boundaries in the simulator.
         late_start: false,
+        drive_prefetch: config.drive_prefetch,
     });
+    let pairs = config.drive_prefetch != DrivePrefetch::None;
     for (t, title) in titles.iter().enumerate() {
+        let charges = match (&title.layout, pairs) {
+            (Some(layout), true) => {
+                bound.with_cache_pairs(title.charges.clone(), layout, config.segment_rounds)
+            }
+            _ => title.charges.clone(),
+        };
         array.add_title(ArrayTitle::new(
             TitleId(t as u64),
-            title.charges.clone(),
+            charges,
             title.layout.clone(),
             title.checksums.clone(),
             &title.schedule.client_bytes,
@@ -1300,6 +1340,7 @@ struct Measure {
     reserved_min_sum: f64,
     reserved_working_fraction_sum: f64,
     buffer_bytes_sum: f64,
+    cache_hits: u64,
     observed_rounds: u64,
     busy_fraction_sum: f64,
     busy_rounds: u64,
@@ -1409,6 +1450,7 @@ impl Measure {
             invariant_checks: self.invariant_checks,
             rounds_measured,
             mean_buffer_bytes: per_round(self.buffer_bytes_sum),
+            cache_hits: self.cache_hits,
         }
     }
 }

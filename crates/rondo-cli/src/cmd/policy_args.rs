@@ -11,6 +11,13 @@ pub enum PolicyArg {
     /// Seed 003's Grouped Periodic Multiround Prefetching: a stream's next
     /// 1 + U rounds of a segment in one request, held in host memory.
     Gpmp,
+    /// Seed 003's Sweep&Prefetch: once a stream no longer fits reading one
+    /// block per round, it reads in pairs, the second block prefetched into
+    /// the drive's cache (a profile with one, e.g. seed003-table1-c2-s8).
+    SweepPrefetch,
+    /// Seed 003's Gradual Prefetching: every other new stream reads in
+    /// drive-cache pairs.
+    Gradual,
 }
 
 /// `--policy` and `--prefetch-depth`.
@@ -19,9 +26,11 @@ pub struct PolicyArgs {
     /// Retrieval policy (seed 003): `sweep` reads each stream's round in
     /// its own request (seed 000's policy, the default); `gpmp` reads a
     /// stream's next 1 + --prefetch-depth rounds of a segment in one request
-    /// and holds them in host memory until they are sent (needs the
-    /// `segments` layout; a grouped stream gets no start burst).
-    /// docs/retrieval.md.
+    /// and holds them in host memory until they are sent (a grouped stream
+    /// gets no start burst); `sweep-prefetch` and `gradual` have streams read
+    /// in pairs whose second block the drive prefetches into its cache (a
+    /// disk profile with a cache, e.g. seed003-table1-c2-s8). All but
+    /// `sweep` need the `segments` layout. docs/retrieval.md.
     #[arg(long, value_enum, default_value_t = PolicyArg::Sweep)]
     pub policy: PolicyArg,
     /// GPMP's u: rounds read ahead per stream with each read (k = u + 1).
@@ -35,6 +44,15 @@ impl PolicyArgs {
     pub fn read_group_rounds(&self, segment_rounds: u32) -> anyhow::Result<u32> {
         match self.policy {
             PolicyArg::Sweep => Ok(1),
+            PolicyArg::SweepPrefetch | PolicyArg::Gradual => {
+                anyhow::ensure!(
+                    segment_rounds > 1,
+                    "--policy {} prefetches a stream's next round: it must lie next to the \
+                     one read, so it needs the segments layout (--layout segments)",
+                    self.name()
+                );
+                Ok(1)
+            }
             PolicyArg::Gpmp => {
                 anyhow::ensure!(
                     segment_rounds > 1,
@@ -47,6 +65,25 @@ impl PolicyArgs {
                 );
                 Ok(self.prefetch_depth + 1)
             }
+        }
+    }
+
+    /// The drive-cache prefetching the policy asks of the array.
+    pub fn drive_prefetch(&self) -> rondo_model::array::DrivePrefetch {
+        use rondo_model::array::DrivePrefetch;
+        match self.policy {
+            PolicyArg::Sweep | PolicyArg::Gpmp => DrivePrefetch::None,
+            PolicyArg::SweepPrefetch => DrivePrefetch::SweepPrefetch,
+            PolicyArg::Gradual => DrivePrefetch::Gradual,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self.policy {
+            PolicyArg::Sweep => "sweep",
+            PolicyArg::Gpmp => "gpmp",
+            PolicyArg::SweepPrefetch => "sweep-prefetch",
+            PolicyArg::Gradual => "gradual",
         }
     }
 }

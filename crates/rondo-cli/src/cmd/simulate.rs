@@ -309,6 +309,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 config.buffer_per_disk_bytes = mib << 20;
             }
             config.read_group_rounds = args.policy.read_group_rounds(config.segment_rounds)?;
+            config.drive_prefetch = args.policy.drive_prefetch();
             config.round_robin_counter = match args.round_robin_counter {
                 Some(CounterArg::PerDisk) => RoundRobinCounter::PerDisk,
                 Some(CounterArg::PerTitle) | None => RoundRobinCounter::PerTitle,
@@ -514,6 +515,9 @@ fn print_report(report: &Report) {
     table.add_row(row("disk-round overruns", &|r| {
         r.disk_round_overruns.to_string()
     }));
+    if p.busy_fraction.is_some() {
+        table.add_row(row("drive cache hits", &|r| r.cache_hits.to_string()));
+    }
     if s.faults {
         table.add_row(row("streams stopped (data lost)", &|r| {
             r.streams_aborted.to_string()
@@ -592,6 +596,7 @@ fn load_data_dir(
     config.backup_block_bytes = array.backup_block_bytes;
     config.segment_rounds = array.segment_rounds;
     config.read_group_rounds = group_rounds;
+    config.drive_prefetch = args.policy.drive_prefetch();
     config.round_robin_counter = array.round_robin_counter;
     config.bound = BoundKind::Rondo;
     config.round_duration_ns = array.round_duration_ns;

@@ -80,6 +80,11 @@ pub struct DiskCommand {
     /// first command's.
     #[serde(default)]
     pub joins_previous: bool,
+    /// Bytes after the command's last extent the drive reads on into its
+    /// cache before its next command (seed 003's prefetch: the next round of
+    /// a drive-cache pair, read from the cache in its own round); 0: none.
+    #[serde(default)]
+    pub prefetch_bytes: u64,
 }
 
 impl DiskCommand {
@@ -92,7 +97,8 @@ impl DiskCommand {
     /// model places every extent of a request anyway; the command completes
     /// with its last. Both executors time a batch with these.
     pub fn batch_requests(&self) -> Vec<BatchRequest> {
-        self.extents
+        let mut requests: Vec<BatchRequest> = self
+            .extents
             .iter()
             .filter(|x| x.length_bytes > 0)
             .map(|x| {
@@ -104,7 +110,12 @@ impl DiskCommand {
                     prefetch_sectors: 0,
                 }
             })
-            .collect()
+            .collect();
+        // The prefetch follows the command's last extent.
+        if let Some(last) = requests.last_mut() {
+            last.prefetch_sectors = self.prefetch_bytes.div_ceil(crate::units::SECTOR_BYTES);
+        }
+        requests
     }
 }
 

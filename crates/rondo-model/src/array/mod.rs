@@ -43,7 +43,7 @@ use crate::health::{ArrayHealth, DiskState, ExtentKey, HealthPolicy};
 use crate::layout::{Replica, TitleLayout};
 use crate::rebuild::{CopyFailure, RebuildProgress, RebuildQueue, rebuild_tasks};
 use crate::reservation::{
-    Admission, Bound, Burst, PlannedRead, Rejection, ReservationConfig, Reservations,
+    Admission, Bound, Burst, Pairs, PlannedRead, Rejection, ReservationConfig, Reservations,
     replica_after_error,
 };
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
@@ -97,6 +97,25 @@ pub struct ArrayConfig {
     /// everything the disks were given for it ([`Array::admit_now`]). Off
     /// in seed 000 (streams start at round boundaries) and the simulator.
     pub late_start: bool,
+    /// Seed 003's drive-cache prefetching: which streams read in
+    /// drive-cache pairs (the reservation config's `drive_cache_segments`
+    /// bounds how many prefetched blocks a disk holds).
+    pub drive_prefetch: DrivePrefetch,
+}
+
+/// Seed 003's policies that prefetch into the drive's cache.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DrivePrefetch {
+    /// No prefetching (Sweep; GPMP prefetches into host memory instead).
+    #[default]
+    None,
+    /// Sweep&Prefetch: a stream reads in pairs only when it no longer fits
+    /// reading one block per round.
+    SweepPrefetch,
+    /// Gradual Prefetching: every other admitted stream reads in pairs
+    /// (the rest as Sweep&Prefetch does).
+    Gradual,
 }
 
 /// Which part of a title a stream plays.
@@ -590,12 +609,18 @@ impl Array {
         let Admission {
             stream,
             start_round,
-        } = self.reservations.try_admit_span(
+        } = self.reservations.try_admit_shaped(
             request.title,
             first_playback_round..end_playback_round,
             earliest_round,
             lookahead_rounds,
             self.config.burst,
+            match self.config.drive_prefetch {
+                DrivePrefetch::None => Pairs::Never,
+                DrivePrefetch::SweepPrefetch => Pairs::Fallback,
+                DrivePrefetch::Gradual if self.counters.admitted % 2 == 1 => Pairs::First,
+                DrivePrefetch::Gradual => Pairs::Fallback,
+            },
         )?;
         if self.delivering {
             let span = self
@@ -951,6 +976,7 @@ impl Array {
             extents,
             charge_ns: read.cost_ns,
             joins_previous: read.joins_previous,
+            prefetch_bytes: read.prefetch_bytes,
         })
     }
 
@@ -1311,6 +1337,7 @@ impl Array {
                 backup_entry,
                 cost_ns: c.cost_ns,
                 joins_previous: false,
+                prefetch_bytes: 0,
             })
             .collect();
             if reads.iter().any(|r| self.reservations.is_failed(r.disk)) {
@@ -1775,5 +1802,6 @@ fn copy_command(
             .collect(),
         charge_ns,
         joins_previous: false,
+        prefetch_bytes: 0,
     }
 }

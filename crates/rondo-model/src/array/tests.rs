@@ -35,6 +35,7 @@ fn config(disks: u32, scheme: Scheme) -> ArrayConfig {
         write_bound: bound,
         burst: Default::default(),
         late_start: false,
+        drive_prefetch: DrivePrefetch::None,
     }
 }
 

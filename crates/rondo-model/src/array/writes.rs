@@ -174,6 +174,7 @@ fn round_writes(
             charge_ns: write_bound.extents_ns(&[extent.sectors()]),
             extents: vec![extent],
             joins_previous: false,
+            prefetch_bytes: 0,
         });
     };
     for x in l.primary.as_slice() {

@@ -244,6 +244,29 @@ impl RondoBound {
         }
     }
 
+    /// The charge for a read of `sectors` the drive's cache holds whole (a
+    /// block prefetched into it, seed 003): the largest controller overhead
+    /// and every sector over the bus, no positioning; a flash device, which
+    /// has no cache here, is charged a read.
+    pub fn cache_hit_ns(&self, sectors: u64) -> u64 {
+        match &self.model {
+            RondoModel::SolidState(ssd) => ssd.slot_ns(self.op, sectors),
+            RondoModel::Mechanical(m) => {
+                (m.overhead_max_ns + sectors as f64 * m.mech.bus_sector_ns + SLACK_PER_EXTENT_NS)
+                    .ceil() as u64
+            }
+        }
+    }
+
+    /// The cache segments a prefetch may use and how many sectors each
+    /// holds (0 and 0 for a flash device or a drive without a cache).
+    pub fn cache_segments(&self) -> (u32, u64) {
+        match &self.model {
+            RondoModel::SolidState(_) => (0, 0),
+            RondoModel::Mechanical(m) => (m.mech.segments, m.mech.segment_sectors as u64),
+        }
+    }
+
     /// The charge for one extent of `sectors` from `lbn`, which must lie on the disk.
     pub fn extent_ns(&self, lbn: u64, sectors: u64) -> u64 {
         match &self.model {

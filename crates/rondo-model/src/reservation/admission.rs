@@ -6,9 +6,23 @@ use std::sync::Arc;
 
 use super::{
     Admission, Burst, Charge, DiskSlot, Rejection, Reservations, RoundChoice, Scheme, Shape,
-    StreamRecord, TitleCharges, read_charges,
+    SlotCharge, StreamRecord, TitleCharges, read_charges,
 };
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
+
+/// When admission tries a stream in drive-cache pairs
+/// ([`Reservations::try_admit_shaped`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pairs {
+    /// Never (seed 000, GPMP).
+    #[default]
+    Never,
+    /// Before the plain stream.
+    First,
+    /// After the plain stream.
+    Fallback,
+}
 
 impl Reservations {
     /// Tries start rounds `earliest_round`, `earliest_round + 1`, … up to
@@ -81,6 +95,30 @@ impl Reservations {
         lookahead_rounds: u64,
         burst: Burst,
     ) -> Result<Admission, Rejection> {
+        self.try_admit_shaped(
+            title,
+            playback_rounds,
+            earliest_round,
+            lookahead_rounds,
+            burst,
+            Pairs::Never,
+        )
+    }
+
+    /// Like [`Reservations::try_admit_span`], with drive-cache pairs tried
+    /// as `pairs` says (seed 003): at each start round, `First` tries the
+    /// stream in pairs before it tries it plain (Gradual Prefetching's
+    /// streams that prefetch), `Fallback` after (Sweep&Prefetch: pairs only
+    /// once plain reads no longer fit).
+    pub fn try_admit_shaped(
+        &mut self,
+        title: TitleId,
+        playback_rounds: std::ops::Range<PlaybackRound>,
+        earliest_round: Round,
+        lookahead_rounds: u64,
+        burst: Burst,
+        pairs: Pairs,
+    ) -> Result<Admission, Rejection> {
         let charges = Arc::clone(
             self.titles
                 .get(&title)
@@ -108,6 +146,18 @@ impl Reservations {
             if k > 0 && shape != shapes[0] {
                 shapes.insert(0, shape);
             }
+        }
+        let paired = plain.with_pairs();
+        let has_pairs = paired.pairs
+            && self.config.drive_cache_segments > 0
+            && (first..end).any(|i| charges.pair(i).is_some());
+        match pairs {
+            Pairs::First if has_pairs => {
+                let at = shapes.len() - 1;
+                shapes.insert(at, paired);
+            }
+            Pairs::Fallback if has_pairs => shapes.push(paired),
+            _ => {}
         }
         let stream_rounds = plain.stream_rounds(&charges) as u64;
         let earliest_round = earliest_round.max(self.current_round);
@@ -194,7 +244,7 @@ impl Reservations {
         // disk: they are checked against the tables plus the burst's own
         // reads so far (copies of the slots they touch). Every other round
         // has one read of the stream, checked against the tables alone.
-        let mut scratch: BTreeMap<DiskIndex, DiskSlot> = BTreeMap::new();
+        // Which replica each round reads (a group's rounds its first's).
         let mut choice = Vec::with_capacity(shape.end - shape.first);
         for i in shape.first..shape.end {
             if !shape.is_read_start(i) {
@@ -204,19 +254,29 @@ impl Reservations {
                 continue;
             }
             let round = start.plus(shape.read_offset(i) as u64);
-            let in_burst = shape.is_early(i);
-            let round_choice = self.choose(
+            choice.push(self.choose(
                 charges.primary(i),
                 charges.backup(i),
                 round,
                 PlaybackRound(i as u32),
-            )?;
-            for (disk, charge) in read_charges(cfg.scheme, charges, i, round_choice) {
+            )?);
+        }
+        let mut scratch: BTreeMap<DiskIndex, DiskSlot> = BTreeMap::new();
+        for i in (shape.first..shape.end).filter(|&i| shape.is_read_start(i)) {
+            let round = start.plus(shape.read_offset(i) as u64);
+            let in_burst = shape.is_early(i);
+            let kind = shape.read_kind(charges, &choice, i);
+            let round_choice = choice[i - shape.first];
+            for (disk, charge) in read_charges(cfg.scheme, charges, i, round_choice, kind) {
                 let slot = match scratch.get(&disk) {
                     Some(slot) if in_burst => slot,
                     _ => self.slot(disk, round),
                 };
                 if slot.reserved_with(charge, cfg.scheme) > budget_ns {
+                    return Err(disk_full(disk, round));
+                }
+                if charge == SlotCharge::CacheBlock && slot.cache_blocks >= cfg.drive_cache_segments
+                {
                     return Err(disk_full(disk, round));
                 }
                 if in_burst {
@@ -226,7 +286,6 @@ impl Reservations {
                         .charge(charge, 1);
                 }
             }
-            choice.push(round_choice);
         }
         Ok(choice)
     }

@@ -44,6 +44,25 @@ pub struct TitleCharges {
     /// unless built by [`Bound::title_charges_grouped`]).
     #[serde(default)]
     pub(super) grouping: Grouping,
+    /// Drive-cache pairs (seed 003's Sweep&Prefetch and Gradual
+    /// Prefetching): `pairs[i]` when round i can be read with round i + 1
+    /// prefetched into the drive cache ([`Bound::with_cache_pairs`]); empty
+    /// when never built.
+    #[serde(default)]
+    pub(super) pairs: Vec<Option<PairCost>>,
+}
+
+/// A drive-cache pair from round i: round i read from the media with round
+/// i + 1 read on into a cache segment, and i + 1 read from the cache in its
+/// own round.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PairCost {
+    /// The read of round i that prefetches i + 1: one media access over both.
+    pub first_ns: u64,
+    /// The read of round i + 1 from the cache.
+    pub hit_ns: u64,
+    /// What the prefetch reads after round i's extent (round i + 1's).
+    pub prefetch_bytes: u64,
 }
 
 /// Read groups (seed 003's GPMP): a stream reads `group_rounds`
@@ -170,7 +189,13 @@ impl TitleCharges {
             network_bytes,
             read_bytes,
             grouping: Grouping::NONE,
+            pairs: Vec::new(),
         })
+    }
+
+    /// The drive-cache pair starting at round `i`, if there is one.
+    pub fn pair(&self, i: usize) -> Option<PairCost> {
+        self.pairs.get(i).copied().flatten()
     }
 
     /// How this title's streams group their reads.
@@ -383,6 +408,65 @@ impl Bound {
             TitleCharges::new(primary, backups, buffer_bytes, &schedule.client_bytes)?;
         charges.grouping = grouping;
         Ok(charges)
+    }
+
+    /// `charges` with drive-cache pairs (seed 003's Sweep&Prefetch and
+    /// Gradual Prefetching): round i starts a pair when it is the first of
+    /// two rounds of a segment (pairs restart at each segment, as read
+    /// groups of two do), both rounds' primaries are one extent each, i + 1's
+    /// begins where i's ends, and it fits one of the drive's cache segments.
+    /// The first read is charged the bound of one access over both extents;
+    /// the second a cache hit. Only the rondo bound knows the cache, so the
+    /// paper bound gets no pairs.
+    pub fn with_cache_pairs(
+        &self,
+        mut charges: TitleCharges,
+        layout: &TitleLayout,
+        segment_rounds: u32,
+    ) -> TitleCharges {
+        let Bound::Rondo(b) = self else {
+            return charges;
+        };
+        let (segments, segment_sectors) = b.cache_segments();
+        let rounds = charges.rounds();
+        if segments == 0 || segment_rounds < 2 {
+            return charges;
+        }
+        charges.pairs = (0..rounds)
+            .map(|i| {
+                if group_start(i, segment_rounds, 2) != i || i + 1 >= rounds {
+                    return None;
+                }
+                if group_start(i + 1, segment_rounds, 2) != i {
+                    return None; // a segment's last round alone
+                }
+                let (a, b2) = (
+                    layout.request_extents(i, None),
+                    layout.request_extents(i + 1, None),
+                );
+                let ([(lbn, sectors)], [(next_lbn, next_sectors)]) = (&a[..], &b2[..]) else {
+                    return None;
+                };
+                if lbn + sectors != *next_lbn || *next_sectors > segment_sectors {
+                    return None;
+                }
+                Some(PairCost {
+                    first_ns: b.extents_ns(&[(*lbn, sectors + next_sectors)]),
+                    hit_ns: b.cache_hit_ns(*next_sectors),
+                    prefetch_bytes: next_sectors * crate::units::SECTOR_BYTES,
+                })
+            })
+            .collect();
+        charges
+    }
+
+    /// Drive cache segments a prefetch may use on each disk (0: the bound
+    /// knows no cache, as the paper's).
+    pub fn drive_cache_segments(&self) -> u32 {
+        match self {
+            Bound::Paper(_) => 0,
+            Bound::Rondo(b) => b.cache_segments().0,
+        }
     }
 
     /// Whether the bound needs the request's extents (LBNs), i.e. a placed layout.

@@ -35,9 +35,10 @@ use thiserror::Error;
 use crate::layout::Replica;
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
-pub use charges::{Bound, Charge, ChargesError, Grouping, TitleCharges, group_start};
+pub use admission::Pairs;
+pub use charges::{Bound, Charge, ChargesError, Grouping, PairCost, TitleCharges, group_start};
 pub use degraded::replica_after_error;
-pub(crate) use shape::Shape;
+pub(crate) use shape::{ReadKind, Shape};
 use tables::{DiskSlot, SlotCharge};
 
 /// Disk bandwidth reservation scheme (seed 000 §3: `none`, `unreserved`,
@@ -117,6 +118,10 @@ pub struct ReservationConfig {
     pub network_capacity_bytes_per_round: Option<u64>,
     /// Longest stream (in stream rounds) the tables can hold, plus look-ahead.
     pub horizon_rounds: u64,
+    /// Drive cache segments per disk that prefetched blocks may hold at once
+    /// (seed 003's drive-cache pairs); 0: no pairs.
+    #[serde(default)]
+    pub drive_cache_segments: u32,
 }
 
 impl ReservationConfig {
@@ -143,6 +148,7 @@ impl ReservationConfig {
             buffer_capacity_bytes: buffer_per_disk_bytes * u64::from(disks),
             network_capacity_bytes_per_round: None,
             horizon_rounds: longest_stream_rounds + lookahead_rounds + 2,
+            drive_cache_segments: 0,
         }
     }
 }
@@ -201,6 +207,10 @@ pub struct PlannedRead {
     /// (a read group): the disk reads both in one request, whose charge the
     /// first carries.
     pub joins_previous: bool,
+    /// Bytes after this read that the drive reads on into its cache (the
+    /// first of a drive-cache pair: the next round, read from the cache in
+    /// its own round); 0: none.
+    pub prefetch_bytes: u64,
 }
 
 /// How one admitted stream reads each round, kept so its reservations can be
@@ -277,6 +287,8 @@ pub struct StreamSpan {
     pub burst_rounds: u32,
     /// Its title's read groups (`Grouping::NONE`: one round per read).
     pub grouping: Grouping,
+    /// Whether it reads in drive-cache pairs (its timing is a plain stream's).
+    pub pairs: bool,
 }
 
 impl StreamSpan {
@@ -286,6 +298,7 @@ impl StreamSpan {
             end: self.end_playback_round.index(),
             burst: self.burst_rounds as usize,
             grouping: self.grouping,
+            pairs: self.pairs,
         }
     }
 
@@ -397,6 +410,7 @@ impl Reservations {
             end_playback_round: PlaybackRound(r.shape.end as u32),
             burst_rounds: r.shape.burst as u32,
             grouping: r.shape.grouping,
+            pairs: r.shape.pairs,
         })
     }
 
@@ -496,7 +510,8 @@ impl Reservations {
                     continue;
                 }
                 let choice = record.choice[i - record.shape.first];
-                for (disk, charge) in read_charges(scheme, &charges, i, choice) {
+                let kind = record.shape.read_kind(&charges, &record.choice, i);
+                for (disk, charge) in read_charges(scheme, &charges, i, choice, kind) {
                     let idx = self.slot_index(disk, round);
                     self.slots[idx].charge(charge, sign);
                 }
@@ -569,16 +584,23 @@ fn read_charges(
     charges: &TitleCharges,
     i: usize,
     choice: RoundChoice,
+    kind: ReadKind,
 ) -> impl Iterator<Item = (DiskIndex, SlotCharge)> + '_ {
     let primary = charges.primary(i);
     let reads_primary = choice == RoundChoice::Primary;
     let reserves_backup = reads_primary && matches!(scheme, Scheme::Mirroring | Scheme::Minimum);
-    let primary_read = reads_primary.then_some((
-        primary.disk,
-        SlotCharge::Read {
-            cost_ns: primary.cost_ns,
-        },
-    ));
+    // A drive-cache pair reads the primary at its own cost and holds a
+    // cache segment on its disk in both its rounds; its backups are
+    // reserved as plain reads (after a failure the pair is two plain reads).
+    let (cost_ns, cache) = match kind {
+        ReadKind::Single => (primary.cost_ns, None),
+        ReadKind::PairFirst(p) => (p.first_ns, Some((primary.disk, SlotCharge::CacheBlock))),
+        ReadKind::PairSecond(p) => (p.hit_ns, Some((primary.disk, SlotCharge::CacheBlock))),
+    };
+    let primary_read = reads_primary
+        .then_some((primary.disk, SlotCharge::Read { cost_ns }))
+        .into_iter()
+        .chain(cache);
     let backup = charges.backup(i).iter().filter_map(move |piece| {
         let charge = if !reads_primary {
             SlotCharge::Read {
@@ -594,7 +616,7 @@ fn read_charges(
         };
         Some((piece.disk, charge))
     });
-    primary_read.into_iter().chain(backup)
+    primary_read.chain(backup)
 }
 
 fn add_signed(value: u64, delta: u64, sign: i8) -> u64 {

@@ -1,7 +1,7 @@
 //! Round planning: which reads each disk does in a round, from the stream
 //! records and the failed disks.
 
-use super::{PlannedRead, Reservations, RoundChoice, StreamRecord, TitleCharges};
+use super::{PlannedRead, ReadKind, Reservations, RoundChoice, StreamRecord, TitleCharges};
 use crate::layout::Replica;
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId};
 
@@ -69,6 +69,7 @@ impl Reservations {
                 backup_entry: backup_entry as u16,
                 cost_ns: if joins { 0 } else { cost_ns },
                 joins_previous: joins,
+                prefetch_bytes: 0,
             };
         let primary = charges.primary(i);
         let backup = charges.backup(i);
@@ -87,12 +88,18 @@ impl Reservations {
                 ));
             }
         } else if primary_ok {
-            per_disk[primary.disk.index()].push(read(
-                primary.disk,
-                Replica::Primary,
-                0,
-                primary.cost_ns,
-            ));
+            // A drive-cache pair: its first read prefetches the second round,
+            // which is then read from the drive cache.
+            let (cost_ns, prefetch_bytes) = match record.shape.read_kind(charges, &record.choice, i)
+            {
+                ReadKind::Single => (primary.cost_ns, 0),
+                ReadKind::PairFirst(p) => (p.first_ns, p.prefetch_bytes),
+                ReadKind::PairSecond(p) => (p.hit_ns, 0),
+            };
+            per_disk[primary.disk.index()].push(PlannedRead {
+                prefetch_bytes,
+                ..read(primary.disk, Replica::Primary, 0, cost_ns)
+            });
         } else {
             lost.push(read(primary.disk, Replica::Primary, 0, primary.cost_ns));
         }

@@ -26,7 +26,19 @@
 
 use std::ops::Range;
 
-use super::{Grouping, TitleCharges, stream_end};
+use super::{Grouping, PairCost, RoundChoice, TitleCharges, stream_end};
+
+/// How a stream reads one playback round.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ReadKind {
+    /// Its own request (or a read group's, `Shape::is_read_start`).
+    Single,
+    /// The first of a drive-cache pair: read from the media with the next
+    /// round read on into a cache segment.
+    PairFirst(PairCost),
+    /// The second of a pair: read from the drive cache.
+    PairSecond(PairCost),
+}
 
 /// Which playback rounds a stream reads, and how (see the module docs).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -40,6 +52,11 @@ pub(crate) struct Shape {
     pub burst: usize,
     /// The title's read groups ([`Grouping::NONE`]: one round per read).
     pub grouping: Grouping,
+    /// Reads in drive-cache pairs where the title has them (seed 003's
+    /// Sweep&Prefetch and Gradual Prefetching): each pair's second round is
+    /// prefetched into the drive cache with its first and read from there
+    /// in its own round. Timing is a plain stream's.
+    pub pairs: bool,
 }
 
 impl Shape {
@@ -60,7 +77,50 @@ impl Shape {
             end,
             burst,
             grouping,
+            pairs: false,
         }
+    }
+
+    /// This shape reading in drive-cache pairs (a plain stream's only: no
+    /// burst, no read groups).
+    pub fn with_pairs(self) -> Shape {
+        Shape {
+            pairs: self.burst == 0 && !self.grouping.is_grouped(),
+            ..self
+        }
+    }
+
+    /// How playback round `i` is read, given the replica chosen for each
+    /// round (`choice[i − first]`): a pair only where the title has one,
+    /// both its rounds are in the span and both read the primary.
+    pub(super) fn read_kind(
+        &self,
+        charges: &TitleCharges,
+        choice: &[RoundChoice],
+        i: usize,
+    ) -> ReadKind {
+        if !self.pairs {
+            return ReadKind::Single;
+        }
+        let primary = |j: usize| {
+            j >= self.first
+                && j < self.end
+                && choice.get(j - self.first) == Some(&RoundChoice::Primary)
+        };
+        if let Some(p) = charges.pair(i)
+            && primary(i)
+            && primary(i + 1)
+        {
+            return ReadKind::PairFirst(p);
+        }
+        if i > self.first
+            && let Some(p) = charges.pair(i - 1)
+            && primary(i - 1)
+            && primary(i)
+        {
+            return ReadKind::PairSecond(p);
+        }
+        ReadKind::Single
     }
 
     /// The start burst, in playback rounds from `first`, of a stream of

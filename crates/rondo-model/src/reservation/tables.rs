@@ -12,8 +12,16 @@ use crate::units::DiskIndex;
 /// backup time for a read whose primary lies on `source`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(super) enum SlotCharge {
-    Read { cost_ns: u64 },
-    Backup { source: DiskIndex, cost_ns: u64 },
+    Read {
+        cost_ns: u64,
+    },
+    Backup {
+        source: DiskIndex,
+        cost_ns: u64,
+    },
+    /// A block held in one of the drive's cache segments through the round
+    /// (a drive-cache pair's prefetched block: from its prefetch to its hit).
+    CacheBlock,
 }
 
 /// One disk's reserved time in one round.
@@ -27,6 +35,8 @@ pub(super) struct DiskSlot {
     /// source; its maximum is cached in `backup_max_ns`.
     pub(super) backup_by_source: Vec<(DiskIndex, u64)>,
     pub(super) backup_max_ns: u64,
+    /// Drive cache segments held by prefetched blocks in the round.
+    pub(super) cache_blocks: u32,
 }
 
 impl DiskSlot {
@@ -50,6 +60,7 @@ impl DiskSlot {
                 }
                 Scheme::None | Scheme::Unreserved | Scheme::Dynamic => self.reserved_ns(scheme),
             },
+            SlotCharge::CacheBlock => self.reserved_ns(scheme),
         }
     }
 
@@ -65,6 +76,13 @@ impl DiskSlot {
             }
             (SlotCharge::Backup { source, cost_ns }, true) => self.add_backup(source, cost_ns),
             (SlotCharge::Backup { source, cost_ns }, false) => self.remove_backup(source, cost_ns),
+            (SlotCharge::CacheBlock, true) => self.cache_blocks += 1,
+            (SlotCharge::CacheBlock, false) => {
+                self.cache_blocks = self
+                    .cache_blocks
+                    .checked_sub(1)
+                    .expect("released a cache block never reserved")
+            }
         }
     }
 
@@ -113,5 +131,6 @@ impl DiskSlot {
         self.backup_max_ns = 0;
         self.backup_by_source.clear();
         self.backup_by_source.shrink_to(4);
+        self.cache_blocks = 0;
     }
 }

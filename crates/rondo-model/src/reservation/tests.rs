@@ -12,6 +12,7 @@ fn config(disks: u32, scheme: Scheme) -> ReservationConfig {
         buffer_capacity_bytes: u64::MAX,
         network_capacity_bytes_per_round: None,
         horizon_rounds: 64,
+        drive_cache_segments: 0,
     }
 }
 
