@@ -597,3 +597,76 @@ fn gpmp_admits_more_than_sweep_at_short_rounds_on_segments() {
         "needs the segments layout",
     );
 }
+
+/// Seed 003's drive-cache policies executed on the detailed model with the
+/// paper's cache switches (`seed003-table1-c8-s8`): prefetched blocks are
+/// read from the drive's cache (hits counted), and no admitted stream
+/// misses a deadline, through a disk failure under `minimum` too.
+#[test]
+fn sweep_prefetch_and_gradual_read_from_the_drive_cache_without_a_miss() {
+    for (policy, scheme, fail) in [
+        ("sweep-prefetch", "none", false),
+        ("gradual", "none", false),
+        ("gradual", "minimum", true),
+    ] {
+        let mut cmd = rondo();
+        cmd.args([
+            "simulate",
+            "--profile",
+            "seed003-table1-c8-s8",
+            "--layout",
+            "segments",
+            "--policy",
+            policy,
+            "--scheme",
+            scheme,
+            "--disks",
+            "4",
+            "--load",
+            "1.5",
+            "--mode",
+            "simulated-disk",
+            "--warmup-rounds",
+            "1000",
+            "--end-round",
+            "4000",
+            "--replications",
+            "1",
+            "--max-replications",
+            "1",
+            "--no-capacity",
+            "--json",
+        ]);
+        if fail {
+            cmd.args(["--fail-disk", "1", "--fail-round", "2000"]);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let at = &v["at_load"];
+        for key in ["deadline_misses", "disk_round_overruns", "streams_aborted"] {
+            assert_eq!(at[key].as_u64(), Some(0), "{policy} {scheme}: {key}");
+        }
+        assert!(at["cache_hits"].as_u64().unwrap() > 1000, "{policy}: {at}");
+    }
+    assert_fails_with(
+        rondo().args(["simulate", "--policy", "gradual"]),
+        "needs the segments layout",
+    );
+    assert_fails_with(
+        rondo().args([
+            "simulate",
+            "--layout",
+            "segments",
+            "--policy",
+            "gradual",
+            "--profile",
+            "nvme-gen4",
+        ]),
+        "profile with a cache",
+    );
+}

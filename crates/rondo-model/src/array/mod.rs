@@ -825,7 +825,12 @@ impl Array {
             if !stopped.is_empty() {
                 reads.retain(|r| stopped.binary_search(&r.stream).is_err());
             }
-            let reads = self.policy.disk_reads(disk, round, reads);
+            let mut reads = self.policy.disk_reads(disk, round, reads);
+            // Reads from the drive cache first: a block prefetched for one
+            // stream must not go to another's read of it (requested data is
+            // not kept, so the first read takes it), and the executors keep
+            // this order among reads of the same place.
+            reads.sort_by_key(|r| !r.cache_hit);
             let serving = !self.reservations.is_failed(disk);
             let mut commands = Vec::with_capacity(reads.len());
             for read in reads {
@@ -1338,6 +1343,7 @@ impl Array {
                 cost_ns: c.cost_ns,
                 joins_previous: false,
                 prefetch_bytes: 0,
+                cache_hit: false,
             })
             .collect();
             if reads.iter().any(|r| self.reservations.is_failed(r.disk)) {

@@ -1274,3 +1274,123 @@ fn a_read_group_is_one_request_and_its_rounds_are_released_in_their_own_rounds()
     );
     assert_eq!(rounds[1].1, [0]);
 }
+
+/// Seed 003's drive-cache pairs executed by the array and timed by the
+/// disk model: under Gradual Prefetching every other stream reads in pairs,
+/// its first read prefetching the next round into the drive cache (charged
+/// one access over both) and the next round read from the cache (charged a
+/// hit, far less than a read); the model serves that read as a full hit. A
+/// disk holds no more prefetched blocks than `drive_cache_segments`: a
+/// stream that would need one more reads plainly.
+#[test]
+fn drive_cache_pairs_prefetch_the_next_round_and_read_it_from_the_cache() {
+    use crate::disk::{Disk, RondoBound, ServiceKind, seed003_table1_prefetching};
+    let profile = seed003_table1_prefetching(2 << 20, 8);
+    let bound = Bound::Rondo(RondoBound::new(&profile).unwrap());
+    let client_bytes = [100 * KIB; 12];
+    let schedule = Schedule::from_client_bytes(client_bytes.to_vec(), NS_PER_S, 16 * KIB).unwrap();
+    let params = LayoutParams {
+        disk_count: 1,
+        stride_bytes: 2048 * KIB,
+        block_bytes: 16 * KIB,
+        backup: None,
+        segment_rounds: 6,
+    };
+    let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 1).unwrap();
+    let layout = ArrayAllocator::uniform(1, 1000).place(&plan).unwrap();
+    let charges = bound
+        .title_charges(&plan, Some(&layout), &schedule)
+        .unwrap();
+    let charges = bound.with_cache_pairs(charges, &layout, 6);
+    // Pairs from rounds 0, 2, 4 of each segment of 6.
+    let starts: Vec<usize> = (0..12).filter(|&i| charges.pair(i).is_some()).collect();
+    assert_eq!(starts, [0, 2, 4, 6, 8, 10]);
+    let pair = charges.pair(0).unwrap();
+    assert!(pair.hit_ns * 3 < charges.primary(1).cost_ns, "{pair:?}");
+    assert!(pair.first_ns < charges.primary(0).cost_ns + charges.primary(1).cost_ns);
+    let array_with = |segments: u32| {
+        let mut cfg = config(1, Scheme::None);
+        cfg.read_bound = bound.clone();
+        cfg.reservation.round_fixed_ns = bound.fixed_ns();
+        cfg.reservation.drive_cache_segments = segments;
+        cfg.drive_prefetch = DrivePrefetch::Gradual;
+        let mut a = Array::new(cfg);
+        a.add_title(ArrayTitle::new(
+            TitleId(0),
+            charges.clone(),
+            Some(layout.clone()),
+            None,
+            &client_bytes,
+            NS_PER_S,
+        ));
+        a
+    };
+    let mut a = array_with(8);
+    let plain = a.admit(&whole(0)).unwrap();
+    let paired = a.admit(&whole(0)).unwrap();
+    let span = |a: &Array, s: StreamId| a.reservations().stream_span(s).unwrap();
+    assert!(!span(&a, plain.stream).pairs && span(&a, paired.stream).pairs);
+    a.check_invariants();
+    let mut disk = Disk::new(profile.clone()).unwrap();
+    for r in 0..4u64 {
+        let plan = a.begin_round(Round(r));
+        let commands = &plan.disks[0].commands;
+        let of = |s: StreamId| {
+            commands
+                .iter()
+                .position(|c| matches!(c.purpose, Purpose::Deliver { stream, .. } if stream == s))
+                .unwrap()
+        };
+        let (p, q) = (of(plain.stream), of(paired.stream));
+        assert_eq!(commands[p].prefetch_bytes, 0);
+        let batch = batch_plan(commands);
+        let outcome = disk
+            .execute_batch(&batch.requests, plan.start_ns, plan.disks[0].scheduler)
+            .unwrap();
+        let service = |c: usize| {
+            outcome
+                .commands
+                .iter()
+                .find(|(i, _)| batch.owners[*i].iter().any(|&(o, _)| o == c))
+                .unwrap()
+                .1
+                .service
+        };
+        if r % 2 == 0 {
+            // The pair's first: read and prefetch the next round.
+            assert!(commands[q].prefetch_bytes > 0);
+            assert_eq!(
+                commands[q].charge_ns,
+                charges.pair(r as usize).unwrap().first_ns
+            );
+            assert_eq!(service(q), ServiceKind::Miss);
+        } else {
+            // The pair's second: from the drive cache.
+            assert_eq!(commands[q].prefetch_bytes, 0);
+            assert_eq!(
+                commands[q].charge_ns,
+                charges.pair(r as usize - 1).unwrap().hit_ns
+            );
+            assert_eq!(service(q), ServiceKind::FullHit, "round {r}");
+        }
+        assert!(
+            outcome.busy_ns <= plan.disks[0].reserved_ns.unwrap(),
+            "round {r}"
+        );
+        for c in deliveries(&plan) {
+            a.complete(&ok(c));
+        }
+    }
+    a.check_invariants();
+    // One cache segment: the second pair stream cannot hold a block in
+    // round 0 and starts there plainly instead.
+    let mut b = array_with(1);
+    b.admit(&whole(0)).unwrap(); // plain (Gradual: first of two)
+    let first = b.admit(&whole(0)).unwrap();
+    b.admit(&whole(0)).unwrap(); // plain
+    let second = b.admit(&whole(0)).unwrap();
+    assert!(span(&b, first.stream).pairs);
+    assert!(!span(&b, second.stream).pairs);
+    assert_eq!(first.start_round, second.start_round);
+    b.check_invariants();
+}

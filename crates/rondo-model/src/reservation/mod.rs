@@ -211,6 +211,10 @@ pub struct PlannedRead {
     /// first of a drive-cache pair: the next round, read from the cache in
     /// its own round); 0: none.
     pub prefetch_bytes: u64,
+    /// Read from the drive cache (the second of a drive-cache pair): the
+    /// array puts it before the disk-round's other reads, so that no other
+    /// stream's read of the same block takes it from the cache first.
+    pub cache_hit: bool,
 }
 
 /// How one admitted stream reads each round, kept so its reservations can be

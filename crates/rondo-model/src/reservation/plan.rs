@@ -70,6 +70,7 @@ impl Reservations {
                 cost_ns: if joins { 0 } else { cost_ns },
                 joins_previous: joins,
                 prefetch_bytes: 0,
+                cache_hit: false,
             };
         let primary = charges.primary(i);
         let backup = charges.backup(i);
@@ -90,14 +91,15 @@ impl Reservations {
         } else if primary_ok {
             // A drive-cache pair: its first read prefetches the second round,
             // which is then read from the drive cache.
-            let (cost_ns, prefetch_bytes) = match record.shape.read_kind(charges, &record.choice, i)
-            {
-                ReadKind::Single => (primary.cost_ns, 0),
-                ReadKind::PairFirst(p) => (p.first_ns, p.prefetch_bytes),
-                ReadKind::PairSecond(p) => (p.hit_ns, 0),
-            };
+            let (cost_ns, prefetch_bytes, cache_hit) =
+                match record.shape.read_kind(charges, &record.choice, i) {
+                    ReadKind::Single => (primary.cost_ns, 0, false),
+                    ReadKind::PairFirst(p) => (p.first_ns, p.prefetch_bytes, false),
+                    ReadKind::PairSecond(p) => (p.hit_ns, 0, true),
+                };
             per_disk[primary.disk.index()].push(PlannedRead {
                 prefetch_bytes,
+                cache_hit,
                 ..read(primary.disk, Replica::Primary, 0, cost_ns)
             });
         } else {
