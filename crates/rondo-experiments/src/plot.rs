@@ -226,6 +226,11 @@ where
             let x = if log_x { 2f64.powf(*v) } else { *v };
             if x.abs() >= 1e5 {
                 format!("{x:.2e}")
+            } else if x != 0.0 && x.abs() < 0.1 {
+                // Small axes (arrival rates per second) keep two significant digits.
+                format!("{x:.1e}")
+            } else if x.fract().abs() > 1e-9 && x.abs() < 10.0 {
+                format!("{x:.2}")
             } else {
                 format!("{x:.0}")
             }

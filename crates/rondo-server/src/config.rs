@@ -95,6 +95,11 @@ pub struct ServerConfig {
     /// data directory, whose consecutive rounds lie next to each other.
     /// A grouped stream has no start burst.
     pub read_group_rounds: u32,
+    /// Seed 003's prefetching into the drive cache (Sweep&Prefetch,
+    /// Gradual): needs a `segments` directory whose disk profile has a
+    /// cache (e.g. `seed003-table1-c8-s8`) and emulated disks, whose model
+    /// has the cache; a real drive's cache cannot be commanded so.
+    pub drive_prefetch: rondo_model::array::DrivePrefetch,
     /// Server buffer admission may reserve, per disk.
     pub buffer_per_disk_bytes: u64,
     /// Longest title the reservation tables can hold.
@@ -126,6 +131,7 @@ impl Default for ServerConfig {
             start_burst_bytes: DEFAULT_START_BURST_BYTES,
             late_start: true,
             read_group_rounds: 1,
+            drive_prefetch: rondo_model::array::DrivePrefetch::None,
             buffer_per_disk_bytes: DEFAULT_BUFFER_PER_DISK_BYTES,
             max_title_duration: DEFAULT_MAX_TITLE_DURATION,
             connections: Default::default(),

@@ -802,7 +802,11 @@ async fn upload(
         let loaded = load_title(
             &shared.store,
             &shared.bound,
-            shared.config.read_group_rounds.max(1),
+            rondo_store::titles::ReadCharging {
+                group_rounds: shared.config.read_group_rounds.max(1),
+                cache_pairs: shared.config.drive_prefetch
+                    != rondo_model::array::DrivePrefetch::None,
+            },
             record.id,
         )
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;

@@ -145,6 +145,8 @@ pub enum IoEvent {
         bytes: u64,
         /// The granted rebuild and ingest commands and their bytes.
         granted_commands: usize,
+        /// Stream reads the model served wholly from the drive's cache.
+        cache_hits: usize,
         granted_bytes: u64,
         /// The model's service time of those commands (start to completion
         /// of each), part of `model_busy_ns`.
@@ -279,7 +281,7 @@ impl Worker {
                         let failed = ReadOutcome::IoError(reason.clone());
                         self.report(batch.round, 0, command, failed, None, None);
                     }
-                    self.done(&batch, arrived_at, 0, 0, 0);
+                    self.done(&batch, arrived_at, 0, 0, 0, 0);
                     return;
                 }
             };
@@ -355,12 +357,23 @@ impl Worker {
         }
         let busy_from = round_start.max(arrived_at);
         let measured_busy_ns = ended_at.saturating_duration_since(busy_from).as_nanos() as u64;
+        let cache_hits = outcome
+            .commands
+            .iter()
+            .filter(|(r, t)| {
+                t.service == rondo_model::disk::ServiceKind::FullHit
+                    && plan.owners[*r]
+                        .iter()
+                        .any(|&(c, _)| is_delivery(&batch.commands[c]))
+            })
+            .count();
         self.done(
             &batch,
             ended_at,
             outcome.busy_ns,
             measured_busy_ns,
             granted_model_ns,
+            cache_hits,
         );
     }
 
@@ -417,6 +430,7 @@ impl Worker {
         model_busy_ns: u64,
         measured_busy_ns: u64,
         granted_model_ns: u64,
+        cache_hits: usize,
     ) {
         let (reads, other): (Vec<&DiskCommand>, Vec<&DiskCommand>) =
             batch.commands.iter().partition(|c| is_delivery(c));
@@ -430,6 +444,7 @@ impl Worker {
             granted_commands: other.iter().map(|c| c.extents.len()).sum(),
             granted_bytes: other.iter().map(|c| c.bytes()).sum(),
             granted_model_ns,
+            cache_hits,
             ended_at,
             late: batch.late_start_ns.is_some(),
             model_busy_ns,

@@ -53,6 +53,9 @@ pub struct DiskMetrics {
     /// their bytes.
     pub granted_commands: AtomicU64,
     pub granted_bytes: AtomicU64,
+    /// Reads the disk model served wholly from the drive's cache (seed
+    /// 003's prefetched blocks).
+    pub cache_hits: AtomicU64,
     pub model_busy_ns_total: AtomicU64,
     pub measured_busy_ns_total: AtomicU64,
     /// Rounds whose batch ended after the round did (disk-round overruns).
@@ -94,6 +97,7 @@ impl Default for DiskMetrics {
             granted_model_ns_total: AtomicU64::new(0),
             granted_commands: AtomicU64::new(0),
             granted_bytes: AtomicU64::new(0),
+            cache_hits: AtomicU64::new(0),
             model_busy_ns_total: AtomicU64::new(0),
             measured_busy_ns_total: AtomicU64::new(0),
             overruns: AtomicU64::new(0),
@@ -543,6 +547,7 @@ impl Metrics {
                     granted_model_ns_total: g(&d.granted_model_ns_total),
                     granted_commands: g(&d.granted_commands),
                     granted_bytes: g(&d.granted_bytes),
+                    cache_hits: g(&d.cache_hits),
                     model_busy_ns_total: g(&d.model_busy_ns_total),
                     measured_busy_ns_total: g(&d.measured_busy_ns_total),
                     overruns: g(&d.overruns),
@@ -614,6 +619,7 @@ pub struct DiskSnapshot {
     pub granted_model_ns_total: u64,
     pub granted_commands: u64,
     pub granted_bytes: u64,
+    pub cache_hits: u64,
     pub model_busy_ns_total: u64,
     pub measured_busy_ns_total: u64,
     pub overruns: u64,

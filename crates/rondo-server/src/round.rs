@@ -304,6 +304,7 @@ impl Driver {
                 granted_commands,
                 granted_bytes,
                 granted_model_ns,
+                cache_hits,
                 ended_at,
                 late,
                 model_busy_ns,
@@ -311,6 +312,7 @@ impl Driver {
             } => {
                 let metrics = &self.shared.metrics;
                 let d = &metrics.disks[disk.index()];
+                d.cache_hits.fetch_add(cache_hits as u64, Relaxed);
                 d.reads.fetch_add(requests as u64, Relaxed);
                 d.bytes_read.fetch_add(bytes, Relaxed);
                 // Every batch of the round, a late start's too, must end

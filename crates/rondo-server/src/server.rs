@@ -17,7 +17,7 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rondo_model::array::{Array, ArrayConfig, DeliveryConfig, rondo_write_bound};
+use rondo_model::array::{Array, ArrayConfig, DeliveryConfig, DrivePrefetch, rondo_write_bound};
 use rondo_model::disk::{Disk, DiskError, profile_by_name};
 use rondo_model::health::HealthPolicy;
 use rondo_model::reservation::{Burst, ReservationConfig};
@@ -37,7 +37,7 @@ use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::ops::{OpsState, spawn_copier};
 use crate::round::Driver;
 use crate::state::{Core, Shared};
-use crate::titles::{LoadError, load_titles, rondo_bound};
+use crate::titles::{LoadError, ReadCharging, load_titles, rondo_bound};
 
 /// The file `rondo ingest` reads to find the server owning a data directory.
 pub use crate::ingest::handoff::SERVER_INFO_FILE as SERVER_JSON;
@@ -71,6 +71,12 @@ pub enum ServerError {
          variable-grain (create one with `rondo init --layout segments`)"
     )]
     GroupsNeedSegments { group_rounds: u32 },
+    #[error(
+        "prefetching into the drive cache ({policy}) needs emulated disks whose profile has a \
+         cache (e.g. --disk-profile seed003-table1-c8-s8) and a segments data directory: a real \
+         drive's cache cannot be told to hold a block for the next round ({why})"
+    )]
+    DrivePrefetchUnavailable { policy: String, why: String },
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -137,7 +143,31 @@ impl RunningServer {
         if group_rounds > 1 && array.segment_rounds <= 1 {
             return Err(ServerError::GroupsNeedSegments { group_rounds });
         }
-        let titles = load_titles(&store, &bound, group_rounds)?;
+        let prefetch = config.drive_prefetch;
+        if prefetch != DrivePrefetch::None {
+            let why = if config.disk_timing != crate::config::DiskTiming::Emulated {
+                Some("the disks are timed natively")
+            } else if bound.drive_cache_segments() == 0 {
+                Some("the profile has no cache")
+            } else if array.segment_rounds <= 1 {
+                Some("the directory is variable-grain")
+            } else if group_rounds > 1 {
+                Some("read groups (GPMP) are another policy")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(ServerError::DrivePrefetchUnavailable {
+                    policy: format!("{prefetch:?}"),
+                    why: why.into(),
+                });
+            }
+        }
+        let reads = ReadCharging {
+            group_rounds,
+            cache_pairs: prefetch != DrivePrefetch::None,
+        };
+        let titles = load_titles(&store, &bound, reads)?;
         let round_duration_ns = array.round_duration_ns;
         let longest_stream_rounds = titles
             .iter()
@@ -149,15 +179,23 @@ impl RunningServer {
         let fixed_ns = bound.fixed_ns();
         // Titles ingested while serving may be as long as the configured maximum.
         let mut core_array = Array::new(ArrayConfig {
-            reservation: ReservationConfig::for_array(
-                array.disk_count,
-                array.scheme,
-                round_duration_ns,
-                fixed_ns,
-                config.buffer_per_disk_bytes,
-                longest_stream_rounds.max(max_title_rounds + 1),
-                config.lookahead_rounds,
-            ),
+            reservation: ReservationConfig {
+                // The drive caches' segments, for prefetched blocks.
+                drive_cache_segments: if prefetch == DrivePrefetch::None {
+                    0
+                } else {
+                    bound.drive_cache_segments()
+                },
+                ..ReservationConfig::for_array(
+                    array.disk_count,
+                    array.scheme,
+                    round_duration_ns,
+                    fixed_ns,
+                    config.buffer_per_disk_bytes,
+                    longest_stream_rounds.max(max_title_rounds + 1),
+                    config.lookahead_rounds,
+                )
+            },
             lookahead_rounds: config.lookahead_rounds,
             health: HealthPolicy::default(),
             read_bound: bound.clone(),
@@ -172,7 +210,7 @@ impl RunningServer {
                 bytes: config.start_burst_bytes,
             },
             late_start: config.late_start,
-            drive_prefetch: rondo_model::array::DrivePrefetch::None,
+            drive_prefetch: prefetch,
         });
         let mut loaded = std::collections::BTreeMap::new();
         for title in titles {

@@ -1074,3 +1074,63 @@ async fn gpmp_refuses_a_variable_grain_directory() {
     .expect("refused");
     assert!(err.to_string().contains("segments layout"), "{err}");
 }
+
+/// Seed 003's Gradual Prefetching in the server, on emulated disks whose
+/// model has seed 003's drive cache (`seed003-table1-c8-s8`): every other
+/// stream reads in drive-cache pairs, the disk model serves their second
+/// reads from the cache (counted in the metrics), and every client plays
+/// whole with 0 stalls and no deadline missed, also after a disk failure.
+/// Natively timed disks are refused (a real drive's cache cannot be told to
+/// hold a block).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gradual_prefetching_reads_from_the_drive_cache_and_plays_whole() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let media = make_media(tmp.path(), "clip", MediaKind::Ts, 14);
+    let config = rondo_store::StoreConfig {
+        round_duration_ns: TEST_ROUND_DURATION_NS,
+        segment_rounds: 6,
+        disk_profile: "seed003-table1-c8-s8".into(),
+        ..rondo_server::titles::default_store_config()
+    };
+    let store = Store::create(&dir, config).unwrap();
+    let record = ingest(&store, &media, "clip");
+    let failed = store.load_title(record.id).unwrap().layout.rounds()[0]
+        .primary_disk
+        .0;
+    let titles = store.titles().unwrap();
+    let server_config = rondo_server::ServerConfig {
+        drive_prefetch: rondo_model::array::DrivePrefetch::Gradual,
+        ..test_config()
+    };
+    let server = start(store, server_config.clone()).await;
+    play_all(&server, &titles).await;
+    let hits: u64 = server.metrics().disks.iter().map(|d| d.cache_hits).sum();
+    assert!(hits > 0, "no read was served from the drive cache");
+    let http = reqwest::Client::new();
+    let (status, answer) = admin_post(
+        &http,
+        &format!("{}/api/admin/disks/{failed}/fail", server.url()),
+        Some(server.token()),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    play_all(&server, &titles).await;
+    assert_eq!(server.metrics().stream_round_misses, 0);
+    server.shutdown().await;
+    let store = Store::open(&dir).unwrap();
+    let err = rondo_server::RunningServer::start(
+        store,
+        rondo_server::ServerConfig {
+            disk_timing: rondo_server::DiskTiming::Native,
+            ..server_config
+        },
+    )
+    .await
+    .err()
+    .expect("refused");
+    assert!(err.to_string().contains("timed natively"), "{err}");
+}

@@ -202,7 +202,7 @@ fn mp4_faststart_moov_at_end_and_ts_store_and_read_back_byte_for_byte() {
     let store = Store::open(dir.path().join("data")).unwrap();
     assert!(store.fsck().passed());
     let bound = rondo_bound(store.config()).unwrap();
-    let loaded = load_titles(&store, &bound, 1).unwrap();
+    let loaded = load_titles(&store, &bound, rondo_store::titles::ReadCharging::SWEEP).unwrap();
     assert_eq!(loaded.len(), 3);
     for (title, stream) in loaded.iter().zip(&streams) {
         assert_eq!(title.charges.rounds(), title.record.client_bytes.len());

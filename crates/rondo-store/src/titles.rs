@@ -232,13 +232,30 @@ fn read_header(store: &Store, stored: &StoredTitle, rounds: usize) -> Result<Byt
     Ok(Bytes::from(header))
 }
 
-/// Loads the complete title `id` with its charges under `bound`, its
-/// streams reading `group_rounds` rounds of a segment per request (1: one
-/// round per read; `Bound::title_charges_grouped`).
+/// How a title's streams read, for its charges (seed 003's policies).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ReadCharging {
+    /// Rounds of a segment read per request (1: one round per read;
+    /// `Bound::title_charges_grouped`).
+    pub group_rounds: u32,
+    /// Drive-cache pairs charged too (`Bound::with_cache_pairs`).
+    pub cache_pairs: bool,
+}
+
+impl ReadCharging {
+    /// Seed 000's: one round per read, no pairs.
+    pub const SWEEP: ReadCharging = ReadCharging {
+        group_rounds: 1,
+        cache_pairs: false,
+    };
+}
+
+/// Loads the complete title `id` with its charges under `bound`, as its
+/// streams read under `reads`.
 pub fn load_title(
     store: &Store,
     bound: &Bound,
-    group_rounds: u32,
+    reads: ReadCharging,
     id: TitleId,
 ) -> Result<LoadedTitle, LoadError> {
     let stored = store.load_title(id)?;
@@ -256,12 +273,17 @@ pub fn load_title(
     })?;
     let plan = store.title_plan(&record)?;
     let charges = bound
-        .title_charges_grouped(&plan, Some(&stored.layout), &schedule, group_rounds)
+        .title_charges_grouped(&plan, Some(&stored.layout), &schedule, reads.group_rounds)
         .map_err(|source| LoadError::Charges {
             id,
             name: record.name.clone(),
             source,
         })?;
+    let charges = if reads.cache_pairs {
+        bound.with_cache_pairs(charges, &stored.layout, plan.params().segment_rounds)
+    } else {
+        charges
+    };
     let index = RoundIndex::new(&record.client_bytes, record.round_duration_ns);
     let keyframes = store.title_keyframes(id)?;
     let is_mp4 = record.content_type != MPEG_TS_CONTENT_TYPE
@@ -302,17 +324,17 @@ pub fn load_title(
 }
 
 /// Loads every complete title of `store`, by id, with its charges under
-/// `bound` with read groups of `group_rounds` ([`load_title`]). Called by
+/// `bound` as its streams read under `reads` ([`load_title`]). Called by
 /// the server at start and after each ingest.
 pub fn load_titles(
     store: &Store,
     bound: &Bound,
-    group_rounds: u32,
+    reads: ReadCharging,
 ) -> Result<Vec<LoadedTitle>, LoadError> {
     store
         .titles()?
         .iter()
-        .map(|record| load_title(store, bound, group_rounds, record.id))
+        .map(|record| load_title(store, bound, reads, record.id))
         .collect()
 }
 

@@ -261,6 +261,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         start_burst: Duration::from_secs_f64(args.start_burst_s),
         start_burst_bytes: args.start_burst_bytes,
         read_group_rounds: args.policy.read_group_rounds(config.segment_rounds)?,
+        drive_prefetch: args.policy.drive_prefetch(),
         connections: ConnectionLimits {
             connections_max: args.connections_max,
             connections_per_client_max: args.connections_per_client_max,

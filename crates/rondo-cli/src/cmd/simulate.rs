@@ -571,7 +571,11 @@ fn load_data_dir(
         .with_context(|| format!("disk profile {}", array.disk_profile))?;
     // Charged as the server charges them under the same --policy.
     let group_rounds = args.policy.read_group_rounds(array.segment_rounds)?;
-    let loaded = rondo_store::titles::load_titles(&store, &bound, group_rounds)?;
+    let reads = rondo_store::titles::ReadCharging {
+        group_rounds,
+        cache_pairs: args.policy.drive_prefetch() != rondo_model::array::DrivePrefetch::None,
+    };
+    let loaded = rondo_store::titles::load_titles(&store, &bound, reads)?;
     drop(store);
     anyhow::ensure!(
         !loaded.is_empty(),

@@ -18,7 +18,8 @@ pub enum Pairs {
     /// Never (seed 000, GPMP).
     #[default]
     Never,
-    /// Before the plain stream.
+    /// Before the plain stream (and before a start burst: a paired stream
+    /// has none).
     First,
     /// After the plain stream.
     Fallback,
@@ -152,10 +153,8 @@ impl Reservations {
             && self.config.drive_cache_segments > 0
             && (first..end).any(|i| charges.pair(i).is_some());
         match pairs {
-            Pairs::First if has_pairs => {
-                let at = shapes.len() - 1;
-                shapes.insert(at, paired);
-            }
+            // Before any burst too: a stream reads in pairs or has a burst.
+            Pairs::First if has_pairs => shapes.insert(0, paired),
             Pairs::Fallback if has_pairs => shapes.push(paired),
             _ => {}
         }

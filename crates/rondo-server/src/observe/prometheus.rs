@@ -266,7 +266,13 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
     // Per disk: one family at a time, a sample per disk.
     let disk_labels: Vec<String> = (0..metrics.disks.len()).map(|d| d.to_string()).collect();
     type DiskValue = fn(&crate::metrics::DiskMetrics) -> f64;
-    let per_disk: [(&str, &str, &str, DiskValue); 17] = [
+    let per_disk: [(&str, &str, &str, DiskValue); 18] = [
+        (
+            "rondo_disk_cache_hits_total",
+            "counter",
+            "Stream reads the disk model served wholly from the drive's cache (prefetched blocks).",
+            |d| d.cache_hits.load(Relaxed) as f64,
+        ),
         (
             "rondo_disk_reserved_seconds",
             "gauge",
