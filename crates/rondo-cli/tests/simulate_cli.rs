@@ -14,6 +14,43 @@ fn assert_fails_with(command: &mut Command, message: &str) {
     assert!(stderr.contains(message), "{command:?}: {stderr}");
 }
 
+/// `rondo simulate ARGS --replications 1 --max-replications 1
+/// --no-capacity --json` in simulated-disk mode on the segments layout;
+/// asserts no deadline miss, overrun or stopped stream and returns the
+/// report's `at_load`.
+fn simulated_disk_at_load(args: &[&str]) -> serde_json::Value {
+    let out = rondo()
+        .args([
+            "simulate",
+            "--layout",
+            "segments",
+            "--mode",
+            "simulated-disk",
+        ])
+        .args(args)
+        .args([
+            "--replications",
+            "1",
+            "--max-replications",
+            "1",
+            "--no-capacity",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let at = v["at_load"].clone();
+    for key in ["deadline_misses", "disk_round_overruns", "streams_aborted"] {
+        assert_eq!(at[key].as_u64(), Some(0), "{args:?}: {key}");
+    }
+    at
+}
+
 #[test]
 fn simulate_json_reports_load_and_capacity() {
     let out = rondo()
@@ -543,11 +580,7 @@ fn gpmp_admits_more_than_sweep_at_short_rounds_on_segments() {
     // Executed on the detailed disk model: every group one request, no
     // deadline missed, also through a disk failure under `minimum`.
     let run = |policy: &str, scheme: &str, fail: bool| {
-        let mut cmd = rondo();
-        cmd.args([
-            "simulate",
-            "--layout",
-            "segments",
+        let mut args = vec![
             "--scheme",
             scheme,
             "--round-ms",
@@ -560,34 +593,17 @@ fn gpmp_admits_more_than_sweep_at_short_rounds_on_segments() {
             policy,
             "--prefetch-depth",
             "3",
-            "--mode",
-            "simulated-disk",
             "--warmup-rounds",
             "1000",
             "--end-round",
             "6000",
-            "--replications",
-            "1",
-            "--max-replications",
-            "1",
-            "--no-capacity",
-            "--json",
-        ]);
+        ];
         if fail {
-            cmd.args(["--fail-disk", "3", "--fail-round", "3000"]);
+            args.extend(["--fail-disk", "3", "--fail-round", "3000"]);
         }
-        let out = cmd.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let at = &v["at_load"];
-        for key in ["deadline_misses", "disk_round_overruns", "streams_aborted"] {
-            assert_eq!(at[key].as_u64(), Some(0), "{policy} {scheme}: {key}");
-        }
-        at["mean_active_streams"].as_f64().unwrap()
+        simulated_disk_at_load(&args)["mean_active_streams"]
+            .as_f64()
+            .unwrap()
     };
     let (sweep, gpmp) = (run("sweep", "none", false), run("gpmp", "none", false));
     assert!(gpmp > 1.05 * sweep, "GPMP {gpmp} against Sweep {sweep}");
@@ -609,13 +625,9 @@ fn sweep_prefetch_and_gradual_read_from_the_drive_cache_without_a_miss() {
         ("gradual", "none", false),
         ("gradual", "minimum", true),
     ] {
-        let mut cmd = rondo();
-        cmd.args([
-            "simulate",
+        let mut args = vec![
             "--profile",
             "seed003-table1-c8-s8",
-            "--layout",
-            "segments",
             "--policy",
             policy,
             "--scheme",
@@ -624,33 +636,15 @@ fn sweep_prefetch_and_gradual_read_from_the_drive_cache_without_a_miss() {
             "4",
             "--load",
             "1.5",
-            "--mode",
-            "simulated-disk",
             "--warmup-rounds",
             "1000",
             "--end-round",
             "4000",
-            "--replications",
-            "1",
-            "--max-replications",
-            "1",
-            "--no-capacity",
-            "--json",
-        ]);
+        ];
         if fail {
-            cmd.args(["--fail-disk", "1", "--fail-round", "2000"]);
+            args.extend(["--fail-disk", "1", "--fail-round", "2000"]);
         }
-        let out = cmd.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let at = &v["at_load"];
-        for key in ["deadline_misses", "disk_round_overruns", "streams_aborted"] {
-            assert_eq!(at[key].as_u64(), Some(0), "{policy} {scheme}: {key}");
-        }
+        let at = simulated_disk_at_load(&args);
         assert!(at["cache_hits"].as_u64().unwrap() > 1000, "{policy}: {at}");
     }
     assert_fails_with(

@@ -601,6 +601,25 @@ async fn play_all(server: &rondo_server::RunningServer, titles: &[rondo_store::T
     assert_eq!(server.metrics().stream_round_misses, 0);
 }
 
+/// Fails disk `disk` through the admin API, then plays every title again
+/// as [`play_all`] does: whole, paced, no stall, no deadline missed.
+async fn fail_and_play_all(
+    server: &rondo_server::RunningServer,
+    disk: u32,
+    titles: &[rondo_store::TitleRecord],
+) {
+    let http = reqwest::Client::new();
+    let (status, answer) = admin_post(
+        &http,
+        &format!("{}/api/admin/disks/{disk}/fail", server.url()),
+        Some(server.token()),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    play_all(server, titles).await;
+}
+
 /// Waits until disk `disk` is healthy again after a restore.
 async fn wait_restored(http: &reqwest::Client, url: &str, disk: usize) {
     let started = Instant::now();
@@ -984,17 +1003,7 @@ async fn a_segments_directory_plays_whole_and_through_a_disk_failure() {
     let titles = store.titles().unwrap();
     let server = start(store, test_config()).await;
     play_all(&server, &titles).await;
-    let http = reqwest::Client::new();
-    let (status, answer) = admin_post(
-        &http,
-        &format!("{}/api/admin/disks/{failed}/fail", server.url()),
-        Some(server.token()),
-        None,
-    )
-    .await;
-    assert_eq!(status, 200, "{answer}");
-    play_all(&server, &titles).await;
-    assert_eq!(server.metrics().stream_round_misses, 0);
+    fail_and_play_all(&server, failed, &titles).await;
     server.shutdown().await;
 }
 
@@ -1042,17 +1051,7 @@ async fn gpmp_on_a_segments_directory_plays_whole_and_through_a_disk_failure() {
     .await
     .unwrap();
     assert_eq!(over_http, from_file);
-    let http = reqwest::Client::new();
-    let (status, answer) = admin_post(
-        &http,
-        &format!("{}/api/admin/disks/{failed}/fail", server.url()),
-        Some(server.token()),
-        None,
-    )
-    .await;
-    assert_eq!(status, 200, "{answer}");
-    play_all(&server, &titles).await;
-    assert_eq!(server.metrics().stream_round_misses, 0);
+    fail_and_play_all(&server, failed, &titles).await;
     server.shutdown().await;
 }
 
@@ -1109,17 +1108,7 @@ async fn gradual_prefetching_reads_from_the_drive_cache_and_plays_whole() {
     play_all(&server, &titles).await;
     let hits: u64 = server.metrics().disks.iter().map(|d| d.cache_hits).sum();
     assert!(hits > 0, "no read was served from the drive cache");
-    let http = reqwest::Client::new();
-    let (status, answer) = admin_post(
-        &http,
-        &format!("{}/api/admin/disks/{failed}/fail", server.url()),
-        Some(server.token()),
-        None,
-    )
-    .await;
-    assert_eq!(status, 200, "{answer}");
-    play_all(&server, &titles).await;
-    assert_eq!(server.metrics().stream_round_misses, 0);
+    fail_and_play_all(&server, failed, &titles).await;
     server.shutdown().await;
     let store = Store::open(&dir).unwrap();
     let err = rondo_server::RunningServer::start(
