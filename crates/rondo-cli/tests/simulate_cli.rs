@@ -664,3 +664,72 @@ fn sweep_prefetch_and_gradual_read_from_the_drive_cache_without_a_miss() {
         "profile with a cache",
     );
 }
+
+/// `--compare-policies` answers the planner's question on one drive: every
+/// policy the array executes, on the same titles and arrivals, with its
+/// capacity, memory and start-up latency, and the best one named.
+#[test]
+fn compare_policies_lists_every_policy_and_names_the_best() {
+    let out = rondo()
+        .args([
+            "simulate",
+            "--compare-policies",
+            "--profile",
+            "seed003-table1-c8-s8",
+            "--layout",
+            "segments",
+            "--disks",
+            "2",
+            "--scheme",
+            "none",
+            "--round-ms",
+            "500",
+            "--warmup-rounds",
+            "1000",
+            "--end-round",
+            "3000",
+            "--replications",
+            "2",
+            "--max-replications",
+            "2",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "sweep",
+            "gpmp u=1",
+            "gpmp u=2",
+            "gpmp u=3",
+            "gpmp u=4",
+            "gpmp u=5",
+            "sweep-prefetch",
+            "gradual"
+        ]
+    );
+    assert!(names.contains(&v["best"].as_str().unwrap()), "{v}");
+    for r in rows {
+        assert!(r["capacity_streams"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["startup_latency_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["deadline_misses"].as_u64(), Some(0), "{r}");
+    }
+    // GPMP holds rounds longer: more memory than Sweep at capacity.
+    assert!(
+        rows[5]["capacity_buffer_bytes"].as_f64() > rows[0]["capacity_buffer_bytes"].as_f64(),
+        "{v}"
+    );
+    assert_fails_with(
+        rondo().args(["simulate", "--compare-policies"]),
+        "need --layout segments",
+    );
+}

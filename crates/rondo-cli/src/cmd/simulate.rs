@@ -178,6 +178,14 @@ pub struct SimulateArgs {
     /// Skip the saturation run (ρ = 1.5) that measures capacity.
     #[arg(long)]
     no_capacity: bool,
+    /// Answer "which retrieval policy suits this drive?": run Sweep, GPMP
+    /// with u = 1..5 and, on a profile with a drive cache, Sweep&Prefetch
+    /// and Gradual on the same titles, array and arrivals, and print each
+    /// one's capacity (ρ = 1.5), its memory there and its start-up latency
+    /// at the given load, naming the best (needs --layout segments;
+    /// synthetic titles). docs/retrieval.md.
+    #[arg(long, conflicts_with_all = ["data_dir", "no_capacity"])]
+    compare_policies: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -408,6 +416,35 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let at_load_x = args
         .rate
         .map_or(args.load, |_| setup.arrival_rate_per_s / setup.mu_per_s);
+    if args.compare_policies {
+        let Titles::Synthetic(t) = &titles else {
+            unreachable!("--compare-policies conflicts with --data-dir")
+        };
+        anyhow::ensure!(
+            config.segment_rounds > 1,
+            "--compare-policies compares policies that read a stream's next rounds together: \
+             they need --layout segments"
+        );
+        let comparison = compare_policies(
+            &config,
+            t,
+            &|c, load, rate, label| {
+                let p = Point {
+                    config: c.clone(),
+                    ..point(load, rate, label)
+                };
+                run_point(&p, t, "mean_active_streams", rule, args.seed, &counter)
+            },
+            at_load_x,
+        )?;
+        bar.finish_and_clear();
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&comparison)?);
+        } else {
+            print_comparison(&comparison);
+        }
+        return Ok(());
+    }
     let at_load = run_at(&point(at_load_x, config.arrival_rate_per_round, "at load"))?;
     let capacity = if args.no_capacity {
         None
@@ -705,4 +742,158 @@ fn parse_bad_extent(text: &str) -> Result<BadExtentSpec, String> {
         piece,
         round: Round(from),
     })
+}
+
+/// One policy's figures in a `--compare-policies` run.
+#[derive(serde::Serialize)]
+struct PolicyRow {
+    policy: String,
+    /// Mean streams in playback at ρ = 1.5, with its CI half-width.
+    capacity_streams: f64,
+    capacity_ci_half_width: f64,
+    /// Server buffer reserved at capacity, mean over rounds.
+    capacity_buffer_bytes: f64,
+    /// Start-up latency at the offered load.
+    startup_latency_s: f64,
+    rejection_ratio: f64,
+    deadline_misses: u64,
+}
+
+#[derive(serde::Serialize)]
+struct Comparison {
+    load: f64,
+    rows: Vec<PolicyRow>,
+    /// The policy with the most streams at capacity (the least memory
+    /// among those within the best's CI), and why.
+    best: String,
+    why: String,
+}
+
+/// Runs every policy the array executes on `config`'s drive and titles.
+fn compare_policies(
+    config: &SimConfig,
+    titles: &[SimTitle],
+    run: &dyn Fn(
+        &SimConfig,
+        f64,
+        Option<f64>,
+        &str,
+    ) -> Result<PointResult, rondo_experiments::spec::SpecError>,
+    load: f64,
+) -> anyhow::Result<Comparison> {
+    use rondo_model::array::DrivePrefetch;
+    let profile = profile_by_name(&config.profile)?;
+    let has_cache = matches!(&profile.model,
+        rondo_model::disk::DiskModelSpec::Mechanical(m) if m.cache.segments > 0)
+        && config.bound == BoundKind::Rondo;
+    let mut candidates: Vec<(String, SimConfig)> = vec![(
+        "sweep".into(),
+        SimConfig {
+            read_group_rounds: 1,
+            drive_prefetch: DrivePrefetch::None,
+            ..config.clone()
+        },
+    )];
+    for u in 1..=5u32 {
+        candidates.push((
+            format!("gpmp u={u}"),
+            SimConfig {
+                read_group_rounds: u + 1,
+                drive_prefetch: DrivePrefetch::None,
+                ..config.clone()
+            },
+        ));
+    }
+    if has_cache {
+        for (name, prefetch) in [
+            ("sweep-prefetch", DrivePrefetch::SweepPrefetch),
+            ("gradual", DrivePrefetch::Gradual),
+        ] {
+            candidates.push((
+                name.into(),
+                SimConfig {
+                    read_group_rounds: 1,
+                    drive_prefetch: prefetch,
+                    ..config.clone()
+                },
+            ));
+        }
+    }
+    let mut rows = Vec::new();
+    for (name, c) in candidates {
+        // The same titles under every policy (their charges follow it).
+        rondo_sim::run::prepare(&c, titles)?;
+        let at_load = run(&c, load, c.arrival_rate_per_round, &name)?;
+        let capacity = run(&c, 1.5, None, &name)?;
+        rows.push(PolicyRow {
+            policy: name,
+            capacity_streams: capacity.mean_active_streams,
+            capacity_ci_half_width: capacity.ci_half_width,
+            capacity_buffer_bytes: capacity.mean_buffer_bytes,
+            startup_latency_s: at_load.mean_startup_latency_s,
+            rejection_ratio: at_load.rejection_ratio,
+            deadline_misses: at_load.deadline_misses + capacity.deadline_misses,
+        });
+    }
+    let top = rows
+        .iter()
+        .map(|r| r.capacity_streams)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let margin = rows
+        .iter()
+        .find(|r| r.capacity_streams == top)
+        .map_or(0.0, |r| r.capacity_ci_half_width);
+    let leader = rows
+        .iter()
+        .find(|r| r.capacity_streams == top)
+        .map(|r| r.policy.clone())
+        .unwrap_or_default();
+    let best = rows
+        .iter()
+        .filter(|r| r.capacity_streams >= top - margin)
+        .min_by(|a, b| a.capacity_buffer_bytes.total_cmp(&b.capacity_buffer_bytes))
+        .map(|r| r.policy.clone())
+        .unwrap_or_default();
+    let why = if best == leader {
+        "the most streams at capacity".to_string()
+    } else {
+        format!(
+            "no policy carries significantly more streams ({leader}'s {top:.1} ± {margin:.1} \
+             is the most) and it needs the least memory among those that come close"
+        )
+    };
+    Ok(Comparison {
+        load,
+        rows,
+        best,
+        why,
+    })
+}
+
+fn print_comparison(c: &Comparison) {
+    let mut table = comfy_table::Table::new();
+    table.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
+    table.set_header(vec![
+        "policy".to_string(),
+        "streams at capacity".into(),
+        "memory there (MiB)".into(),
+        format!("start-up at ρ = {} (s)", c.load),
+        "rejection at ρ".into(),
+        "misses".into(),
+    ]);
+    for r in &c.rows {
+        table.add_row(vec![
+            r.policy.clone(),
+            format!(
+                "{:.1} ± {:.1}",
+                r.capacity_streams, r.capacity_ci_half_width
+            ),
+            format!("{:.1}", r.capacity_buffer_bytes / (1u64 << 20) as f64),
+            format!("{:.2}", r.startup_latency_s),
+            format!("{:.3}", r.rejection_ratio),
+            r.deadline_misses.to_string(),
+        ]);
+    }
+    println!("{table}");
+    println!("best: {} ({})", c.best, c.why);
 }
