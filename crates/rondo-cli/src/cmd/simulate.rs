@@ -769,16 +769,19 @@ struct Comparison {
     why: String,
 }
 
+/// Runs one configuration at a load (or a rate per round) under a label.
+type RunPoint<'a> = &'a dyn Fn(
+    &SimConfig,
+    f64,
+    Option<f64>,
+    &str,
+) -> Result<PointResult, rondo_experiments::spec::SpecError>;
+
 /// Runs every policy the array executes on `config`'s drive and titles.
 fn compare_policies(
     config: &SimConfig,
     titles: &[SimTitle],
-    run: &dyn Fn(
-        &SimConfig,
-        f64,
-        Option<f64>,
-        &str,
-    ) -> Result<PointResult, rondo_experiments::spec::SpecError>,
+    run: RunPoint<'_>,
     load: f64,
 ) -> anyhow::Result<Comparison> {
     use rondo_model::array::DrivePrefetch;
