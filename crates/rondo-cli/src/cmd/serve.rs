@@ -206,6 +206,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         // Devices hold whole strides.
         create.capacity_bytes = create.capacity_bytes / stride_bytes * stride_bytes;
     }
+    if !args.data_dir.exists() {
+        // Refuse a policy the new directory's layout cannot serve before
+        // creating it.
+        args.policy.read_group_rounds(create.segment_rounds)?;
+    }
     let (store, created) = open_or_create(&args.data_dir, create)
         .with_context(|| format!("cannot open data directory {}", args.data_dir.display()))?;
     let config = store.config().clone();
