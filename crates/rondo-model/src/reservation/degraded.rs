@@ -87,6 +87,15 @@ impl Reservations {
     /// Marks a disk serving again (after rebuild).
     pub fn restore_disk(&mut self, disk: DiskIndex) {
         self.failed[disk.index()] = false;
+        self.restored_at[disk.index()] = Some(self.current_round);
+    }
+
+    /// Whether `disk` served (was not failed) when round `round − 1`'s
+    /// reads were planned: a drive-cache pair's block read then is in its
+    /// cache in `round`.
+    pub(super) fn served_previous_round(&self, disk: DiskIndex, round: Round) -> bool {
+        !self.failed[disk.index()]
+            && self.restored_at[disk.index()].is_none_or(|at| at.0 + 1 < round.0)
     }
 }
 

@@ -349,6 +349,10 @@ pub struct Reservations {
     /// Every round before this one is in the past and its slots are cleared.
     current_round: Round,
     failed: Vec<bool>,
+    /// Per disk, the current round when it last came back from a rebuild:
+    /// a drive-cache pair whose first round it missed (read from the
+    /// backup) has no block in its cache.
+    restored_at: Vec<Option<Round>>,
 }
 
 impl Reservations {
@@ -361,6 +365,7 @@ impl Reservations {
             buffer_bytes: vec![0; config.horizon_rounds as usize],
             network_bytes: vec![0; config.horizon_rounds as usize],
             failed: vec![false; config.disks as usize],
+            restored_at: vec![None; config.disks as usize],
             slots,
             titles: BTreeMap::new(),
             streams: BTreeMap::new(),

@@ -79,7 +79,15 @@ impl Reservations {
         let backup_ok = !backup0.is_empty() && backup0.iter().all(|p| !self.failed[p.disk.index()]);
         let primary_ok = !self.failed[primary0.disk.index()];
         let wants_backup = record.choice[i0 - record.shape.first] != RoundChoice::Primary;
-        if backup_ok && (wants_backup || !primary_ok) {
+        let kind = record.shape.read_kind(charges, &record.choice, i);
+        // A pair's block is in the drive's cache only if the disk served
+        // the pair's first round; one back from a rebuild since has none,
+        // and the round is read from the backup, whose time the failure
+        // reservation holds, rather than from the media at a hit's charge.
+        let round = record.start_round.plus(record.shape.read_offset(i) as u64);
+        let cache_lost = matches!(kind, ReadKind::PairSecond(_))
+            && !self.served_previous_round(primary0.disk, round);
+        if backup_ok && (wants_backup || !primary_ok || cache_lost) {
             for (n, piece) in backup.iter().enumerate() {
                 per_disk[piece.disk.index()].push(read(
                     piece.disk,
@@ -91,12 +99,11 @@ impl Reservations {
         } else if primary_ok {
             // A drive-cache pair: its first read prefetches the second round,
             // which is then read from the drive cache.
-            let (cost_ns, prefetch_bytes, cache_hit) =
-                match record.shape.read_kind(charges, &record.choice, i) {
-                    ReadKind::Single => (primary.cost_ns, 0, false),
-                    ReadKind::PairFirst(p) => (p.first_ns, p.prefetch_bytes, false),
-                    ReadKind::PairSecond(p) => (p.hit_ns, 0, true),
-                };
+            let (cost_ns, prefetch_bytes, cache_hit) = match kind {
+                ReadKind::Single => (primary.cost_ns, 0, false),
+                ReadKind::PairFirst(p) => (p.first_ns, p.prefetch_bytes, false),
+                ReadKind::PairSecond(p) => (p.hit_ns, 0, true),
+            };
             per_disk[primary.disk.index()].push(PlannedRead {
                 prefetch_bytes,
                 cache_hit,

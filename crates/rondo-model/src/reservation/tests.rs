@@ -627,3 +627,75 @@ fn a_burst_is_charged_in_its_first_round_and_gives_way_to_a_plain_stream() {
     assert_eq!(r.reserved_ns(DiskIndex(0), Round(0)), 900 * MS);
     r.check_invariants();
 }
+
+/// A drive-cache pair whose first round was read from the backup (its
+/// disk failed) finds no block in the cache of a disk back from a rebuild
+/// since: its second round is read from the backup too, then pairs resume
+/// on the primary (prefetch, then a cache hit).
+#[test]
+fn a_pair_split_by_a_rebuild_reads_its_second_round_from_the_backup() {
+    use crate::disk::{RondoBound, seed003_table1_prefetching};
+    use crate::layout::{ArrayAllocator, BackupParams, LayoutParams, ReplicaPlacement, TitlePlan};
+    use crate::schedule::Schedule;
+    const KIB: u64 = 1024;
+    let bound = Bound::Rondo(RondoBound::new(&seed003_table1_prefetching(8 << 20, 8)).unwrap());
+    let schedule =
+        Schedule::from_client_bytes(vec![100 * KIB; 12], crate::units::NS_PER_S, 16 * KIB).unwrap();
+    let params = LayoutParams {
+        disk_count: 2,
+        stride_bytes: 2048 * KIB,
+        block_bytes: 16 * KIB,
+        backup: Some(BackupParams {
+            placement: ReplicaPlacement::Deterministic,
+            backup_block_bytes: None,
+            fragment_sequence: Default::default(),
+            round_robin_counter: Default::default(),
+        }),
+        segment_rounds: 6,
+    };
+    let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 1).unwrap();
+    let layout = ArrayAllocator::uniform(2, 1000).place(&plan).unwrap();
+    let charges = bound.with_cache_pairs(
+        bound
+            .title_charges(&plan, Some(&layout), &schedule)
+            .unwrap(),
+        &layout,
+        6,
+    );
+    let mut r = Reservations::new(ReservationConfig {
+        round_fixed_ns: bound.fixed_ns(),
+        drive_cache_segments: 8,
+        ..config(2, Scheme::Minimum)
+    });
+    r.add_title(TitleId(0), charges);
+    let all = PlaybackRound(0)..PlaybackRound(12);
+    let a = r
+        .try_admit_shaped(TitleId(0), all, Round(0), 1, Burst::default(), Pairs::First)
+        .unwrap();
+    assert!(r.stream_span(a.stream).unwrap().pairs);
+    let primary = DiskIndex(0);
+    let reads = |r: &Reservations, round: u64| -> Vec<(Replica, bool, u64)> {
+        let (per_disk, lost) = r.plan_round(Round(round));
+        assert!(lost.is_empty());
+        per_disk
+            .concat()
+            .iter()
+            .map(|x| (x.replica, x.cache_hit, x.prefetch_bytes))
+            .collect()
+    };
+    // Round 0: the primary's disk has failed; the pair's first from the backup.
+    r.fail_disk(primary);
+    assert_eq!(reads(&r, 0), [(Replica::Backup, false, 0)]);
+    // It is rebuilt before round 1: the pair's second is not in its cache.
+    r.restore_disk(primary);
+    r.advance_to(Round(1));
+    assert_eq!(reads(&r, 1), [(Replica::Backup, false, 0)]);
+    // The next pair on the primary: a prefetch, then a hit.
+    r.advance_to(Round(2));
+    let first = reads(&r, 2);
+    assert_eq!((first[0].0, first[0].1), (Replica::Primary, false));
+    assert!(first[0].2 > 0);
+    r.advance_to(Round(3));
+    assert_eq!(reads(&r, 3), [(Replica::Primary, true, 0)]);
+    r.check_invariants();
+}
