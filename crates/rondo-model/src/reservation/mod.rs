@@ -570,6 +570,14 @@ impl Reservations {
                     a.backup_by_source, b.backup_by_source,
                     "disk {disk} round {round}"
                 );
+                assert_eq!(
+                    a.cache_blocks, b.cache_blocks,
+                    "cache blocks disk {disk} round {round}"
+                );
+                assert!(
+                    a.cache_blocks <= self.config.drive_cache_segments,
+                    "disk {disk} holds more prefetched blocks than cache segments in round {round}"
+                );
                 assert!(
                     self.config.round_fixed_ns + a.reserved_ns(self.config.scheme)
                         <= self.config.round_duration_ns,
