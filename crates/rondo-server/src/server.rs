@@ -144,24 +144,20 @@ impl RunningServer {
             return Err(ServerError::GroupsNeedSegments { group_rounds });
         }
         let prefetch = config.drive_prefetch;
-        if prefetch != DrivePrefetch::None {
-            let why = if config.disk_timing != crate::config::DiskTiming::Emulated {
-                Some("the disks are timed natively")
-            } else if bound.drive_cache_segments() == 0 {
-                Some("the profile has no cache")
-            } else if array.segment_rounds <= 1 {
-                Some("the directory is variable-grain")
-            } else if group_rounds > 1 {
-                Some("read groups (GPMP) are another policy")
-            } else {
-                None
-            };
-            if let Some(why) = why {
-                return Err(ServerError::DrivePrefetchUnavailable {
-                    policy: format!("{prefetch:?}"),
-                    why: why.into(),
-                });
-            }
+        // The model's own refusals, and one of the executor's: a real
+        // drive's cache cannot be told to keep a block.
+        let why = if prefetch != DrivePrefetch::None
+            && config.disk_timing != crate::config::DiskTiming::Emulated
+        {
+            Some("the disks are timed natively")
+        } else {
+            prefetch.unavailable(&bound, array.segment_rounds, group_rounds)
+        };
+        if let Some(why) = why {
+            return Err(ServerError::DrivePrefetchUnavailable {
+                policy: format!("{prefetch:?}"),
+                why: why.into(),
+            });
         }
         let reads = ReadCharging {
             group_rounds,
@@ -181,11 +177,7 @@ impl RunningServer {
         let mut core_array = Array::new(ArrayConfig {
             reservation: ReservationConfig {
                 // The drive caches' segments, for prefetched blocks.
-                drive_cache_segments: if prefetch == DrivePrefetch::None {
-                    0
-                } else {
-                    bound.drive_cache_segments()
-                },
+                drive_cache_segments: prefetch.cache_segments(&bound),
                 ..ReservationConfig::for_array(
                     array.disk_count,
                     array.scheme,

@@ -1122,10 +1122,7 @@ pub fn place_titles(
     } else {
         vec![None; plans.len()]
     };
-    let bound = match config.bound {
-        BoundKind::Paper => Bound::Paper(PaperBound::seed000_table2()),
-        BoundKind::Rondo => Bound::Rondo(RondoBound::new(profile)?),
-    };
+    let bound = config.read_bound(profile)?;
     let placed = titles
         .iter()
         .zip(plans)
@@ -1262,21 +1259,17 @@ pub fn prepare_placed(
         longest,
         lookahead_rounds,
     );
-    if config.drive_prefetch != DrivePrefetch::None {
-        reservation.drive_cache_segments = bound.drive_cache_segments();
-        if reservation.drive_cache_segments == 0 || config.segment_rounds < 2 {
-            return Err(SimError::Config(format!(
-                "drive prefetching ({:?}) needs the rondo bound on a profile with a cache \
-                 (e.g. seed003-table1-c2-s8) and the segments layout",
-                config.drive_prefetch
-            )));
-        }
-        if config.read_group_rounds > 1 {
-            return Err(SimError::Config(
-                "drive prefetching and read groups (GPMP) are two policies; choose one".into(),
-            ));
-        }
+    if let Some(why) =
+        config
+            .drive_prefetch
+            .unavailable(bound, config.segment_rounds, config.read_group_rounds)
+    {
+        return Err(SimError::Config(format!(
+            "drive prefetching ({:?}) is unavailable: {why}",
+            config.drive_prefetch
+        )));
     }
+    reservation.drive_cache_segments = config.drive_prefetch.cache_segments(bound);
     let mut array = Array::new(ArrayConfig {
         reservation,
         lookahead_rounds,
@@ -1320,6 +1313,15 @@ pub fn prepare_placed(
 }
 
 impl SimConfig {
+    /// The bound admission charges reads with on `profile`'s disks: seed
+    /// 000 Table 2's paper bound, or the profile's rondo bound.
+    pub fn read_bound(&self, profile: &disk::DiskProfile) -> Result<Bound, disk::DiskError> {
+        Ok(match self.bound {
+            BoundKind::Paper => Bound::Paper(PaperBound::seed000_table2()),
+            BoundKind::Rondo => Bound::Rondo(RondoBound::new(profile)?),
+        })
+    }
+
     /// Layout seeds are drawn from the run's seed so replications also vary
     /// random placement.
     fn seed_layout(&self) -> u64 {

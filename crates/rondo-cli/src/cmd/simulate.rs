@@ -427,7 +427,6 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         );
         let comparison = compare_policies(
             &config,
-            t,
             &|c, load, rate, label| {
                 let p = Point {
                     config: c.clone(),
@@ -780,15 +779,14 @@ type RunPoint<'a> = &'a dyn Fn(
 /// Runs every policy the array executes on `config`'s drive and titles.
 fn compare_policies(
     config: &SimConfig,
-    titles: &[SimTitle],
     run: RunPoint<'_>,
     load: f64,
 ) -> anyhow::Result<Comparison> {
     use rondo_model::array::DrivePrefetch;
-    let profile = profile_by_name(&config.profile)?;
-    let has_cache = matches!(&profile.model,
-        rondo_model::disk::DiskModelSpec::Mechanical(m) if m.cache.segments > 0)
-        && config.bound == BoundKind::Rondo;
+    let bound = config.read_bound(&profile_by_name(&config.profile)?)?;
+    let has_cache = DrivePrefetch::SweepPrefetch
+        .unavailable(&bound, config.segment_rounds, 1)
+        .is_none();
     let mut candidates: Vec<(String, SimConfig)> = vec![(
         "sweep".into(),
         SimConfig {
@@ -824,8 +822,8 @@ fn compare_policies(
     }
     let mut rows = Vec::new();
     for (name, c) in candidates {
-        // The same titles under every policy (their charges follow it).
-        rondo_sim::run::prepare(&c, titles)?;
+        // `run` runs the same titles under every policy (their charges
+        // follow it).
         let at_load = run(&c, load, c.arrival_rate_per_round, &name)?;
         let capacity = run(&c, 1.5, None, &name)?;
         rows.push(PolicyRow {

@@ -118,6 +118,40 @@ pub enum DrivePrefetch {
     Gradual,
 }
 
+impl DrivePrefetch {
+    /// Why an array read with `bound`, on a layout of `segment_rounds`
+    /// rounds per run and read groups of `group_rounds`, cannot prefetch
+    /// into the drive cache (`None`: it can, or no prefetching is asked).
+    /// The simulator and the server refuse a configuration with it.
+    pub fn unavailable(
+        self,
+        bound: &Bound,
+        segment_rounds: u32,
+        group_rounds: u32,
+    ) -> Option<&'static str> {
+        if self == DrivePrefetch::None {
+            None
+        } else if bound.drive_cache_segments() == 0 {
+            Some("it needs the rondo bound on a profile with a cache (e.g. seed003-table1-c8-s8)")
+        } else if segment_rounds < 2 {
+            Some("it needs the segments layout (the directory or array is variable-grain)")
+        } else if group_rounds > 1 {
+            Some("read groups (GPMP) are another policy; choose one")
+        } else {
+            None
+        }
+    }
+
+    /// The drive cache segments the reservation lets prefetched blocks
+    /// hold per disk (0 without prefetching).
+    pub fn cache_segments(self, bound: &Bound) -> u32 {
+        match self {
+            DrivePrefetch::None => 0,
+            _ => bound.drive_cache_segments(),
+        }
+    }
+}
+
 /// Which part of a title a stream plays.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum Span {
