@@ -382,6 +382,7 @@ mod tests {
             network_capacity_bytes_per_round: None,
             horizon_rounds: 8,
             drive_cache_segments: 0,
+            bus_share_ppm: 0,
         });
         // A stream reserving 700 of disk 1's 900 unreserved ns in round 0.
         let one = TitleCharges::new(
@@ -433,6 +434,7 @@ mod tests {
             network_capacity_bytes_per_round: None,
             horizon_rounds: 8,
             drive_cache_segments: 0,
+            bus_share_ppm: 0,
         });
         r.fail_disk(DiskIndex(0));
         r.fail_disk(DiskIndex(1));

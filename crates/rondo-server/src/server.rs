@@ -174,20 +174,19 @@ impl RunningServer {
             (config.max_title_duration.as_nanos() as u64).div_ceil(round_duration_ns);
         let fixed_ns = bound.fixed_ns();
         // Titles ingested while serving may be as long as the configured maximum.
+        let mut reservation = ReservationConfig::for_array(
+            array.disk_count,
+            array.scheme,
+            round_duration_ns,
+            fixed_ns,
+            config.buffer_per_disk_bytes,
+            longest_stream_rounds.max(max_title_rounds + 1),
+            config.lookahead_rounds,
+        );
+        // The drive caches' segments for prefetched blocks, and their bus.
+        prefetch.configure(&bound, &mut reservation);
         let mut core_array = Array::new(ArrayConfig {
-            reservation: ReservationConfig {
-                // The drive caches' segments, for prefetched blocks.
-                drive_cache_segments: prefetch.cache_segments(&bound),
-                ..ReservationConfig::for_array(
-                    array.disk_count,
-                    array.scheme,
-                    round_duration_ns,
-                    fixed_ns,
-                    config.buffer_per_disk_bytes,
-                    longest_stream_rounds.max(max_title_rounds + 1),
-                    config.lookahead_rounds,
-                )
-            },
+            reservation,
             lookahead_rounds: config.lookahead_rounds,
             health: HealthPolicy::default(),
             read_bound: bound.clone(),

@@ -121,6 +121,11 @@ pub struct SimConfig {
     /// groups.
     #[serde(default)]
     pub drive_prefetch: DrivePrefetch,
+    /// Re-cut the drive cache into segments of one block each, the block
+    /// being the largest round any title reads (`disk::with_cache_segments_
+    /// for`): as many prefetched blocks as the cache has room for.
+    #[serde(default)]
+    pub fit_drive_segments: bool,
     /// ρ: arrivals at ρ·μ per round (seed 000 §6.2).
     pub load: f64,
     /// R_disk in μ = D·R_disk·T/S_tot (equation 1); seed 000 uses Table 2's
@@ -182,6 +187,7 @@ impl SimConfig {
             read_group_rounds: 1,
             burst_rounds: 0,
             drive_prefetch: DrivePrefetch::None,
+            fit_drive_segments: false,
             load: 0.8,
             // Seed 000 Table 2: 11.3 MB/s inner-zone sustained rate.
             mu_rate_bytes_per_s: 11.3e6,
@@ -394,14 +400,14 @@ impl PreparedArray {
 /// Plans, places and charges every title and configures admission, as
 /// [`run`] does before its first round.
 pub fn prepare(config: &SimConfig, titles: &[SimTitle]) -> Result<PreparedArray, SimError> {
-    let profile = disk::profile_by_name(&config.profile)?;
+    let profile = config.disk_profile(titles.iter().map(|t| &t.schedule))?;
     let (bound, placed) = place_titles(config, &profile, titles)?;
     prepare_placed(config, &bound, &placed)
 }
 
 /// Runs one simulation: [`place_titles`], then [`run_placed`].
 pub fn run(config: &SimConfig, titles: &[SimTitle]) -> Result<SimResult, SimError> {
-    let profile = disk::profile_by_name(&config.profile)?;
+    let profile = config.disk_profile(titles.iter().map(|t| &t.schedule))?;
     let (bound, placed) = place_titles(config, &profile, titles)?;
     run_placed(config, &bound, &placed)
 }
@@ -522,7 +528,7 @@ fn run_placed_inner(
     titles: &[PlacedTitle],
     logged: bool,
 ) -> Result<(SimResult, Option<RunLog>), SimError> {
-    let profile = disk::profile_by_name(&config.profile)?;
+    let profile = config.disk_profile(titles.iter().map(|t| &t.schedule))?;
     let prepared = prepare_placed(config, bound, titles)?;
     let faults = &config.faults;
     if config.mode == Mode::AdmissionOnly && faults.needs_simulated_disks() {
@@ -1225,7 +1231,7 @@ pub fn prepare_placed(
             )));
         }
     }
-    let profile = disk::profile_by_name(&config.profile)?;
+    let profile = config.disk_profile(titles.iter().map(|t| &t.schedule))?;
     let round_fixed_ns = bound.fixed_ns();
     let total_bytes: u64 = titles.iter().map(|t| t.schedule.total_bytes()).sum();
     let s_tot = total_bytes as f64 / titles.len() as f64;
@@ -1269,7 +1275,7 @@ pub fn prepare_placed(
             config.drive_prefetch
         )));
     }
-    reservation.drive_cache_segments = config.drive_prefetch.cache_segments(bound);
+    config.drive_prefetch.configure(bound, &mut reservation);
     let mut array = Array::new(ArrayConfig {
         reservation,
         lookahead_rounds,
@@ -1313,6 +1319,25 @@ pub fn prepare_placed(
 }
 
 impl SimConfig {
+    /// The disks' profile: the named one, its cache re-cut into one segment
+    /// per block of the largest round of `schedules` when
+    /// `fit_drive_segments` is set.
+    pub fn disk_profile<'a>(
+        &self,
+        schedules: impl IntoIterator<Item = &'a Schedule>,
+    ) -> Result<disk::DiskProfile, disk::DiskError> {
+        let profile = disk::profile_by_name(&self.profile)?;
+        if !self.fit_drive_segments {
+            return Ok(profile);
+        }
+        let block_bytes = schedules
+            .into_iter()
+            .flat_map(|s| s.disk_read_bytes.iter().copied())
+            .max()
+            .unwrap_or(0);
+        Ok(disk::with_cache_segments_for(profile, block_bytes))
+    }
+
     /// The bound admission charges reads with on `profile`'s disks: seed
     /// 000 Table 2's paper bound, or the profile's rondo bound.
     pub fn read_bound(&self, profile: &disk::DiskProfile) -> Result<Bound, disk::DiskError> {

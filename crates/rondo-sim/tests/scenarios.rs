@@ -377,3 +377,93 @@ fn a_round_with_both_replicas_bad_is_lost_and_only_its_streams_stop() {
         "the other streams play: {r:?}"
     );
 }
+
+/// Four CBR titles of 2 Mbit/s in 1 s rounds (250 kB each), `rounds` long.
+fn cbr_titles(rounds: usize) -> Vec<SimTitle> {
+    use rondo_model::schedule::Schedule;
+    (0..4)
+        .map(|k| SimTitle {
+            name: format!("cbr-{k}"),
+            schedule: Schedule::from_client_bytes(
+                vec![250_000; rounds],
+                rondo_model::units::NS_PER_S,
+                16 * 1024,
+            )
+            .unwrap(),
+        })
+        .collect()
+}
+
+/// Sweep&Prefetch on seed 003's drive with command queueing, executed on
+/// the detailed model: the switch into prefetch mode carries more streams
+/// than Sweep with no missed deadline, also through a disk failure. With
+/// admission that believes the drive's cache has four times the segments
+/// (the switched streams' prefetched blocks not reserved in the cache they
+/// wait in: the transition's extra buffer), the drive drops prefetched
+/// blocks, reads them again from the media, and deadlines are missed.
+#[test]
+fn sweep_prefetch_switches_without_a_miss_and_misses_when_its_cache_is_not_reserved() {
+    use rondo_model::array::DrivePrefetch;
+    use rondo_model::reservation::Bound;
+    let seed = seeds(1, 3);
+    for seed in seed {
+        let mut c = SimConfig::seed000(2, Scheme::None, ReplicaPlacement::Deterministic);
+        c.profile = "seed003-table1-c8-s32-q".into();
+        c.bound = BoundKind::Rondo;
+        c.mode = Mode::SimulatedDisk;
+        c.segment_rounds = 60;
+        c.load = 2.0;
+        c.warmup_rounds = 300;
+        c.end_round = 1200;
+        c.seed = seed;
+        let replay = format!(
+            "RONDO_SEED={seed} cargo test -p rondo-sim --test scenarios sweep_prefetch_switches"
+        );
+        let titles = cbr_titles(400);
+        let sweep = run(&c, &titles).unwrap();
+        let sp_config = SimConfig {
+            drive_prefetch: DrivePrefetch::SweepPrefetch,
+            ..c.clone()
+        };
+        let sp = run(&sp_config, &titles).unwrap();
+        assert_eq!(sp.deadline_misses, 0, "{replay}: {sp:?}");
+        assert_eq!(sp.busy_over_reserved_disk_rounds, 0, "{replay}: {sp:?}");
+        assert!(sp.cache_hits > 1000, "{replay}: {sp:?}");
+        assert!(
+            sp.mean_active_streams > 1.05 * sweep.mean_active_streams,
+            "{replay}: Sweep {} streams, Sweep&Prefetch {}",
+            sweep.mean_active_streams,
+            sp.mean_active_streams
+        );
+        // Through a disk failure (mirroring: the failed disk's reads on
+        // its backups, pairs split by it read plain).
+        let failed = SimConfig {
+            scheme: Scheme::Mirroring,
+            failure: Some(FailureSpec {
+                disk: DiskIndex(1),
+                round: Round(600),
+            }),
+            ..sp_config.clone()
+        };
+        let f = run(&failed, &titles).unwrap();
+        assert_eq!(f.deadline_misses, 0, "{replay}: {f:?}");
+        assert!(f.cache_hits > 0, "{replay}: {f:?}");
+        // Drives with 8 segments, admission that believes in 32 of the same
+        // size (what the tables would hold if they did not reserve them).
+        let small = SimConfig {
+            profile: "seed003-table1-c2-s8-q".into(),
+            ..sp_config.clone()
+        };
+        let profile = small
+            .disk_profile(titles.iter().map(|t| &t.schedule))
+            .unwrap();
+        let (_, placed) = rondo_sim::run::place_titles(&small, &profile, &titles).unwrap();
+        let believed = disk::profile_by_name("seed003-table1-c8-s32-q").unwrap();
+        let bound = Bound::Rondo(disk::RondoBound::new(&believed).unwrap());
+        let unreserved = rondo_sim::run::run_placed(&small, &bound, &placed).unwrap();
+        assert!(
+            unreserved.deadline_misses > 0,
+            "{replay}: prefetched blocks beyond the cache, yet no miss: {unreserved:?}"
+        );
+    }
+}

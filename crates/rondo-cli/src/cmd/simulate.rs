@@ -82,6 +82,12 @@ pub struct SimulateArgs {
     layout: crate::cmd::layout_args::LayoutArgs,
     #[command(flatten)]
     policy: crate::cmd::policy_args::PolicyArgs,
+    /// Re-cut the drive cache into one segment per block of the largest
+    /// round (the host sets the segmentation, as SCSI's caching mode page
+    /// allows): as many prefetched blocks as the cache holds. For
+    /// `--policy sweep-prefetch|gradual`; docs/retrieval.md.
+    #[arg(long, conflicts_with = "data_dir")]
+    fit_drive_segments: bool,
     /// Server buffer per disk in MiB [default: 64, seed 000 §6.3]; GPMP
     /// trades it for disk time (seed 003 Figure 4).
     #[arg(long, value_name = "MIB", conflicts_with = "data_dir")]
@@ -318,6 +324,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             }
             config.read_group_rounds = args.policy.read_group_rounds(config.segment_rounds)?;
             config.drive_prefetch = args.policy.drive_prefetch();
+            config.fit_drive_segments = args.fit_drive_segments;
             config.round_robin_counter = match args.round_robin_counter {
                 Some(CounterArg::PerDisk) => RoundRobinCounter::PerDisk,
                 Some(CounterArg::PerTitle) | None => RoundRobinCounter::PerTitle,

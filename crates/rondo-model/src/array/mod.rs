@@ -142,13 +142,15 @@ impl DrivePrefetch {
         }
     }
 
-    /// The drive cache segments the reservation lets prefetched blocks
-    /// hold per disk (0 without prefetching).
-    pub fn cache_segments(self, bound: &Bound) -> u32 {
-        match self {
-            DrivePrefetch::None => 0,
-            _ => bound.drive_cache_segments(),
-        }
+    /// Sets what the reservation needs for drive-cache pairs: the drive
+    /// cache segments prefetched blocks may hold per disk and, on a drive
+    /// that sends hits while its heads work, the bus share that bounds a
+    /// disk-round's bus time (both 0 without prefetching). The simulator
+    /// and the server both configure their tables here.
+    pub fn configure(self, bound: &Bound, reservation: &mut ReservationConfig) {
+        let on = self != DrivePrefetch::None;
+        reservation.drive_cache_segments = if on { bound.drive_cache_segments() } else { 0 };
+        reservation.bus_share_ppm = if on { bound.bus_share_ppm() } else { 0 };
     }
 }
 
@@ -651,7 +653,7 @@ impl Array {
             self.config.burst,
             match self.config.drive_prefetch {
                 DrivePrefetch::None => Pairs::Never,
-                DrivePrefetch::SweepPrefetch => Pairs::Fallback,
+                DrivePrefetch::SweepPrefetch => Pairs::Switch,
                 DrivePrefetch::Gradual if self.counters.admitted % 2 == 1 => Pairs::First,
                 DrivePrefetch::Gradual => Pairs::Fallback,
             },

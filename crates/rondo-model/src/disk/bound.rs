@@ -246,15 +246,47 @@ impl RondoBound {
 
     /// The charge for a read of `sectors` the drive's cache holds whole (a
     /// block prefetched into it, seed 003): the largest controller overhead
-    /// and every sector over the bus, no positioning; a flash device, which
-    /// has no cache here, is charged a read.
+    /// and every sector over the bus, no positioning; on a drive that sends
+    /// hits while its heads work (`CacheSpec::command_queueing`), the
+    /// overhead only, the bus time going to [`RondoBound::hit_bus_ns`]. A
+    /// flash device, which has no cache here, is charged a read.
     pub fn cache_hit_ns(&self, sectors: u64) -> u64 {
         match &self.model {
             RondoModel::SolidState(ssd) => ssd.slot_ns(self.op, sectors),
+            RondoModel::Mechanical(m) if m.mech.command_queueing => {
+                (m.overhead_max_ns + SLACK_PER_EXTENT_NS).ceil() as u64
+            }
             RondoModel::Mechanical(m) => {
                 (m.overhead_max_ns + sectors as f64 * m.mech.bus_sector_ns + SLACK_PER_EXTENT_NS)
                     .ceil() as u64
             }
+        }
+    }
+
+    /// On a drive that sends hits while its heads work: a hit's bus time
+    /// as the bus bound counts it (the largest overhead, after which its
+    /// data may go, and every sector over the bus); 0 on any other drive.
+    pub fn hit_bus_ns(&self, sectors: u64) -> u64 {
+        match &self.model {
+            RondoModel::Mechanical(m) if m.mech.command_queueing => {
+                (m.overhead_max_ns + sectors as f64 * m.mech.bus_sector_ns + SLACK_PER_EXTENT_NS)
+                    .ceil() as u64
+            }
+            _ => 0,
+        }
+    }
+
+    /// On a drive that sends hits while its heads work: the largest share
+    /// of the bus the media's data takes while the heads read (bus sector
+    /// time over the fastest zone's sector time), in parts per million,
+    /// rounded up; 0 on any other drive. A read's bus time is at most this
+    /// share of its charge, which holds at least its media time.
+    pub fn bus_share_ppm(&self) -> u32 {
+        match &self.model {
+            RondoModel::Mechanical(m) if m.mech.command_queueing => {
+                (m.mech.bus_media_ratio() * 1e6).ceil() as u32
+            }
+            _ => 0,
         }
     }
 

@@ -88,11 +88,13 @@ impl SegmentCache {
     /// keeps data the host has yet to read (a prefetched block) as long as
     /// any segment is free (assumption: seed 003 does not say how its
     /// modified DiskSim replaces segments; docs/disk-model.md).
-    pub fn victim(&self) -> usize {
+    /// Segments in `pinned` (hits whose data has not crossed the bus yet)
+    /// are taken only when every segment is pinned.
+    pub fn victim(&self, pinned: &[usize]) -> usize {
         (0..self.segments.len())
             .min_by_key(|&i| {
                 let s = &self.segments[i];
-                (s.start < s.end, s.last_use)
+                (pinned.contains(&i), s.start < s.end, s.last_use)
             })
             .expect("victim() needs an enabled cache")
     }
@@ -175,11 +177,11 @@ mod tests {
         assert_eq!(c.find_start(204), Some((1, 205)));
         assert_eq!(c.find_start(205), None);
         // Segment 2 was never used; then 0 (filled before 1).
-        assert_eq!(c.victim(), 2);
+        assert_eq!(c.victim(&[]), 2);
         c.fill(2, 300, 301);
-        assert_eq!(c.victim(), 0);
+        assert_eq!(c.victim(&[]), 0);
         c.touch(0);
-        assert_eq!(c.victim(), 1);
+        assert_eq!(c.victim(&[]), 1);
         c.invalidate(204, 10);
         assert_eq!(c.find_start(200), None);
         assert_eq!(c.find_start(100), Some((0, 108)));

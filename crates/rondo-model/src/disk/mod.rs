@@ -38,6 +38,7 @@ pub use bound::{PaperBound, RondoBound, RoundBound};
 pub use profiles::{
     CacheSpec, ControllerOverheads, DiskModelSpec, DiskProfile, MechanicalSpec, PROFILE_NAMES,
     SolidStateSpec, by_name as profile_by_name, seed003_table1_prefetching,
+    with_cache_segments_for, with_command_queueing,
 };
 pub use queue::Scheduler;
 pub use summary::DiskSummary;
@@ -267,6 +268,12 @@ impl Disk {
         self.free_ns
     }
 
+    /// Keeps the disk busy until at least `t_ns` (a queued batch whose
+    /// hits' data is still crossing the bus).
+    fn hold_until(&mut self, t_ns: u64) {
+        self.free_ns = self.free_ns.max(t_ns);
+    }
+
     /// The LBN of the last command dispatched (C-SCAN continues from it).
     pub fn last_dispatched_lbn(&self) -> u64 {
         self.last_dispatched_lbn
@@ -332,10 +339,24 @@ impl Disk {
         Ok(timing)
     }
 
+    /// Whether the drive queues a round's commands and overlaps its hits'
+    /// bus transfers with the next commands (`CacheSpec::command_queueing`,
+    /// on a bus at least as fast as the media).
+    pub fn queues_commands(&self) -> bool {
+        self.mechanism().is_some_and(|m| m.command_queueing)
+    }
+
     /// The compiled mechanism of a rotating disk (for bounds and summaries).
     pub(crate) fn mechanism(&self) -> Option<&Mechanism> {
         match &self.engine {
             Engine::Mechanical(m) => Some(&m.mech),
+            Engine::SolidState(_) => None,
+        }
+    }
+
+    fn mechanical_mut(&mut self) -> Option<&mut MechanicalDisk> {
+        match &mut self.engine {
+            Engine::Mechanical(m) => Some(m),
             Engine::SolidState(_) => None,
         }
     }

@@ -112,6 +112,16 @@ pub struct CacheSpec {
     /// buffer is a hit.
     #[serde(default)]
     pub almost_read_hits: bool,
+    /// Command queueing with hits first: the drive takes a round's commands
+    /// at once, serves the reads it holds wholly in its cache first, and
+    /// sends a hit's data over the bus while the mechanism works on the next
+    /// command (seed 003: hits "can be transferred by I/O controllers to the
+    /// host in parallel to other, disk surface-to-buffer transfers"). When
+    /// `false` (the default when absent, DiskSim's Cheetah validation set-up
+    /// with one command in the drive) commands run one after the other,
+    /// a hit's bus transfer included.
+    #[serde(default)]
+    pub command_queueing: bool,
 }
 
 fn keep_requested_default() -> bool {
@@ -126,6 +136,7 @@ impl CacheSpec {
         max_read_ahead_sectors: 0,
         keep_requested: true,
         almost_read_hits: false,
+        command_queueing: false,
     };
 }
 
@@ -281,10 +292,18 @@ pub fn builtin() -> Vec<DiskProfile> {
 
 /// A built-in profile by name; the error lists the known names. Besides
 /// the listed ones, `seed003-table1-c<MIB>-s<N>` is seed 003's drive set as
-/// its Sweep&Prefetch experiments set DiskSim ([`seed003_table1_prefetching`]).
+/// its Sweep&Prefetch experiments set DiskSim ([`seed003_table1_prefetching`]),
+/// and any of them with a cache followed by `-q` is that drive with command
+/// queueing ([`with_command_queueing`]).
 pub fn by_name(name: &str) -> Result<DiskProfile, DiskError> {
     if let Some(profile) = parse_seed003_prefetching(name) {
         return Ok(profile);
+    }
+    if let Some(base) = name.strip_suffix("-q")
+        && let Ok(profile) = by_name(base)
+        && matches!(&profile.model, DiskModelSpec::Mechanical(m) if m.cache.segments > 0)
+    {
+        return Ok(with_command_queueing(profile));
     }
     builtin()
         .into_iter()
@@ -292,7 +311,9 @@ pub fn by_name(name: &str) -> Result<DiskProfile, DiskError> {
         .ok_or_else(|| DiskError::UnknownProfile {
             name: name.to_string(),
             known: format!(
-                "{}, or seed003-table1-c<MIB>-s<SEGMENTS> (e.g. seed003-table1-c2-s8)",
+                "{}, or seed003-table1-c<MIB>-s<SEGMENTS> (e.g. seed003-table1-c2-s8); any of \
+                 them with a cache followed by -q: command queueing, hits overlapping the next \
+                 command (e.g. hdd-7200-q)",
                 PROFILE_NAMES.join(", ")
             ),
         })
@@ -413,6 +434,7 @@ pub fn cheetah_4lp() -> DiskProfile {
                 max_read_ahead_sectors: 282, // cheetah4LP.diskspecs: Maximum read-ahead (blks)
                 keep_requested: true, // DiskSim keeps it; cheetah4LP.diskspecs: Enable caching in buffer = 1
                 almost_read_hits: false, // cheetah4LP.diskspecs: Allow almost read hits = 0
+                command_queueing: false, // DiskSim's validation set-up: Max queue length = 1
             },
         }),
         // Seed 000 Table 2 (datasheet): T_fullSeek 18.2 ms, T_trackSeek 0.98 ms,
@@ -510,6 +532,7 @@ pub fn seed003_table1_with_cache(cache_bytes: u64, segments: u32) -> DiskProfile
                 max_read_ahead_sectors: segment_sectors,
                 keep_requested: true, // assumption: DiskSim keeps it (seed 003 switches it)
                 almost_read_hits: false, // assumption: the Cheetah 4LP's (DiskSim's) rule
+                command_queueing: false, // DiskSim's validation set-up: Max queue length = 1
             },
         }),
         datasheet_bound: None,
@@ -543,6 +566,48 @@ pub fn seed003_table1_prefetching(cache_bytes: u64, segments: u32) -> DiskProfil
     if let DiskModelSpec::Mechanical(m) = &mut profile.model {
         m.cache.keep_requested = false; // seed 003: requested-data caching off
         m.cache.max_read_ahead_sectors = 0; // seed 003: prefetch depth set by the host
+    }
+    profile
+}
+
+/// A profile whose drive queues commands and sends its cache hits over the
+/// bus while the mechanism works on the next command
+/// ([`CacheSpec::command_queueing`]); named with `-q` after the original
+/// name (`seed003-table1-c8-s32-q`).
+pub fn with_command_queueing(mut profile: DiskProfile) -> DiskProfile {
+    if let DiskModelSpec::Mechanical(m) = &mut profile.model {
+        m.cache.command_queueing = true;
+        profile.name = format!("{}-q", profile.name);
+        profile.summary = format!(
+            "{}; command queueing, hits first, a hit's bus transfer overlapping the next \
+             command (seed 003's assumption)",
+            profile.summary
+        );
+    }
+    profile
+}
+
+/// `profile` with its drive cache re-cut into as many equal segments as it
+/// has room for blocks of `block_bytes` (at least one): the host sets the
+/// segmentation (SCSI's caching mode page has the number of segments and
+/// their size) so that each segment holds one prefetched block and the
+/// cache as many blocks as fit. Unchanged without a cache.
+pub fn with_cache_segments_for(mut profile: DiskProfile, block_bytes: u64) -> DiskProfile {
+    if let DiskModelSpec::Mechanical(m) = &mut profile.model
+        && m.cache.segments > 0
+    {
+        let cache_sectors = u64::from(m.cache.segments) * u64::from(m.cache.segment_sectors);
+        let block_sectors = block_bytes.div_ceil(SECTOR_BYTES).max(1);
+        let segments = (cache_sectors / block_sectors).clamp(1, u64::from(u32::MAX));
+        m.cache.segments = segments as u32;
+        m.cache.segment_sectors = (cache_sectors / segments) as u32;
+        profile.summary = format!(
+            "{}; cache re-cut into {} segments of {} KiB (one block of {} KiB each)",
+            profile.summary,
+            m.cache.segments,
+            u64::from(m.cache.segment_sectors) * SECTOR_BYTES / 1024,
+            block_bytes / 1024
+        );
     }
     profile
 }
@@ -624,6 +689,7 @@ pub fn hdd_7200() -> DiskProfile {
                 max_read_ahead_sectors: 2048, // assumption: 1 MiB read-ahead
                 keep_requested: true,    // assumption: as DiskSim
                 almost_read_hits: false, // assumption: as DiskSim's Cheetah 4LP
+                command_queueing: false, // DiskSim's validation set-up: Max queue length = 1
             },
         }),
         datasheet_bound: None,
@@ -675,6 +741,7 @@ mod tests {
                 max_read_ahead_sectors: 282,
                 keep_requested: true,
                 almost_read_hits: false,
+                command_queueing: false,
             }
         );
     }

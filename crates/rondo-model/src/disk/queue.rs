@@ -16,7 +16,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{BatchOutcome, BatchRequest, CommandTiming, Disk, DiskError, Extent, TimedRequest};
+use super::{
+    BatchOutcome, BatchRequest, CommandTiming, Disk, DiskError, Extent, Op, ServiceKind,
+    TimedRequest,
+};
 
 /// Queue discipline.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -128,18 +131,37 @@ impl Disk {
                 commands.push((i, e, prefetch));
             }
         }
-        let order: Vec<usize> = match scheduler {
-            Scheduler::Fcfs => (0..commands.len()).collect(),
-            Scheduler::Cscan => {
-                let keys: Vec<(u64, usize)> = commands
-                    .iter()
-                    .enumerate()
-                    .map(|(k, (_, e, _))| (e.lbn, k))
-                    .collect();
-                cscan_order(&keys, self.last_dispatched_lbn())
-            }
-        };
         let service_start_ns = start_ns.max(self.free_ns());
+        // A drive that queues the batch serves what it holds whole first
+        // (their data then crosses the bus while the heads work on the rest).
+        let queued = self.queues_commands()
+            && requests.iter().all(|r| r.op == Op::Read)
+            && self
+                .mechanical_mut()
+                .is_some_and(|m| m.begin_queued_batch());
+        let held: Vec<bool> = commands
+            .iter()
+            .map(|(_, e, _)| {
+                queued
+                    && self
+                        .mechanical_mut()
+                        .is_some_and(|m| m.holds_whole(e.lbn, e.sectors, service_start_ns as f64))
+            })
+            .collect();
+        let rest: Vec<usize> = (0..commands.len()).filter(|&k| !held[k]).collect();
+        let mut order: Vec<usize> = (0..commands.len()).filter(|&k| held[k]).collect();
+        match scheduler {
+            Scheduler::Fcfs => order.extend(rest),
+            Scheduler::Cscan => {
+                let keys: Vec<(u64, usize)> =
+                    rest.iter().map(|&k| (commands[k].1.lbn, k)).collect();
+                order.extend(
+                    cscan_order(&keys, self.last_dispatched_lbn())
+                        .into_iter()
+                        .map(|p| rest[p]),
+                );
+            }
+        }
         let mut completion_ns = vec![service_start_ns; requests.len()];
         let mut timings = Vec::with_capacity(commands.len());
         let mut end_ns = service_start_ns;
@@ -150,6 +172,24 @@ impl Disk {
             // The disk is busy until a prefetch ends, after the host has its data.
             end_ns = end_ns.max(t.completion_ns).max(t.ready_ns);
             timings.push((i, t));
+        }
+        if queued {
+            // The hits' data crossed the bus in the media's gaps: their
+            // completions, in the order they ran (all first).
+            let done = self
+                .mechanical_mut()
+                .map(|m| m.end_queued_batch())
+                .unwrap_or_default();
+            for ((i, t), done_ns) in timings
+                .iter_mut()
+                .filter(|(_, t)| t.service == ServiceKind::FullHit)
+                .zip(done)
+            {
+                t.completion_ns = (done_ns.ceil() as u64).max(t.ready_ns);
+                completion_ns[*i] = completion_ns[*i].max(t.completion_ns);
+                end_ns = end_ns.max(t.completion_ns);
+            }
+            self.hold_until(end_ns);
         }
         Ok(BatchOutcome {
             completion_ns,

@@ -88,6 +88,10 @@ pub(crate) struct Mechanism {
     pub keep_requested: bool,
     /// `CacheSpec::almost_read_hits`.
     pub almost_read_hits: bool,
+    /// `CacheSpec::command_queueing`, kept only when the bus is at least as
+    /// fast as the media in every zone: the overlap gives the media's data
+    /// the bus first, and a slower bus could not carry it as it comes.
+    pub command_queueing: bool,
 }
 
 impl Mechanism {
@@ -110,7 +114,22 @@ impl Mechanism {
             },
             keep_requested: spec.cache.keep_requested,
             almost_read_hits: spec.cache.almost_read_hits,
-        })
+            command_queueing: false,
+        }
+        .with_command_queueing(spec.cache.command_queueing))
+    }
+
+    fn with_command_queueing(mut self, asked: bool) -> Mechanism {
+        self.command_queueing = asked && self.segments > 0 && self.bus_media_ratio() <= 1.0;
+        self
+    }
+
+    /// The largest share of the bus the media's data can take while the
+    /// heads read (bus sector time over the fastest zone's sector time).
+    pub fn bus_media_ratio(&self) -> f64 {
+        (0..self.geometry.zone_count())
+            .map(|z| self.bus_sector_ns / self.sector_ns(z))
+            .fold(0.0, f64::max)
     }
 
     /// Time to move the heads from one track to another: a seek (which hides
@@ -307,6 +326,26 @@ impl ReadAhead {
     }
 }
 
+/// A cache hit of a queued batch whose data waits for the bus.
+#[derive(Clone, Debug)]
+struct HitTransfer {
+    /// When its data may start crossing (the end of its controller overhead).
+    release_ns: f64,
+    bus_ns: f64,
+    segment: usize,
+    end_lbn: u64,
+}
+
+/// A batch the drive holds whole (`CacheSpec::command_queueing`): its hits
+/// were served first, their data crossing the bus whenever the media's data
+/// leaves it free; `media` is when the media read data for the host
+/// (start, end, sector time), in time order.
+#[derive(Clone, Debug, Default)]
+struct QueuedBatch {
+    hits: Vec<HitTransfer>,
+    media: Vec<(f64, f64, f64)>,
+}
+
 /// A rotating disk: its parameters and its state (arm, cache, read-ahead).
 #[derive(Clone, Debug)]
 pub(crate) struct MechanicalDisk {
@@ -315,6 +354,8 @@ pub(crate) struct MechanicalDisk {
     cache: SegmentCache,
     read_ahead: Option<ReadAhead>,
     last_op: Op,
+    /// The batch in progress when the drive queues commands.
+    queued: Option<QueuedBatch>,
 }
 
 impl MechanicalDisk {
@@ -330,7 +371,82 @@ impl MechanicalDisk {
             cache,
             read_ahead: None,
             last_op: Op::Read,
+            queued: None,
         }
+    }
+
+    /// Whether the drive holds all of `[lbn, lbn + sectors)` at `t_ns` (a
+    /// full hit if read then).
+    pub fn holds_whole(&self, lbn: u64, sectors: u64, t_ns: f64) -> bool {
+        let filling = self
+            .read_ahead
+            .as_ref()
+            .map(|ra| (ra.segment, ra.progress(t_ns)));
+        self.cache.find_whole(lbn, sectors, filling).is_some()
+    }
+
+    /// Starts a batch the drive takes whole: until `end_queued_batch`, a
+    /// full hit costs the drive its overhead only, and its data crosses the
+    /// bus in the time the media's data leaves (`CacheSpec::command_queueing`).
+    /// Returns false (and changes nothing) when the drive does not queue.
+    pub fn begin_queued_batch(&mut self) -> bool {
+        if self.mech.command_queueing {
+            self.queued = Some(QueuedBatch::default());
+        }
+        self.mech.command_queueing
+    }
+
+    /// Ends a queued batch: when each of its hits' data has crossed the
+    /// bus, in the order the hits ran. The media's data has the bus first
+    /// (it cannot wait: the media does not stop), so while the heads read
+    /// a zone of sector time s the hits get 1 − bus/s of the bus, and all of
+    /// it otherwise. A hit's segment stays in use until then; its data is
+    /// dropped after (requested data not kept).
+    pub fn end_queued_batch(&mut self) -> Vec<f64> {
+        let Some(batch) = self.queued.take() else {
+            return vec![];
+        };
+        let bus = self.mech.bus_sector_ns;
+        let mut done = Vec::with_capacity(batch.hits.len());
+        let mut t = f64::NEG_INFINITY;
+        let mut next_media = 0;
+        for hit in &batch.hits {
+            t = t.max(hit.release_ns);
+            let mut left_ns = hit.bus_ns;
+            while left_ns > 0.0 {
+                while next_media < batch.media.len() && batch.media[next_media].1 <= t {
+                    next_media += 1;
+                }
+                match batch.media.get(next_media) {
+                    // Before the next media transfer: the whole bus.
+                    Some(&(start, _, _)) if start > t => {
+                        let step = left_ns.min(start - t);
+                        t += step;
+                        left_ns -= step;
+                    }
+                    // During it: what the media's data leaves.
+                    Some(&(_, end, sector_ns)) => {
+                        let share = (1.0 - bus / sector_ns).max(0.0);
+                        if share * (end - t) >= left_ns {
+                            t += left_ns / share;
+                            left_ns = 0.0;
+                        } else {
+                            left_ns -= share * (end - t);
+                            t = end;
+                        }
+                    }
+                    None => {
+                        t += left_ns;
+                        left_ns = 0.0;
+                    }
+                }
+            }
+            done.push(t);
+        }
+        for hit in &batch.hits {
+            self.release_requested(hit.segment, hit.end_lbn);
+        }
+        done
     }
 
     /// The heads' track now (ignoring read-ahead still running).
@@ -361,6 +477,11 @@ impl MechanicalDisk {
         self.last_op = op;
         let completion_ns = (outcome.completion_ns.ceil() as u64).max(start_ns);
         let mut ready_ns = completion_ns;
+        if self.queued.is_some() && outcome.service == ServiceKind::FullHit {
+            // Its data waits for the bus; the drive takes the next command
+            // once the overhead is done (the batch's end settles the completion).
+            ready_ns = ((t + outcome.overhead_ns).ceil() as u64).max(start_ns);
+        }
         if prefetch_sectors > 0 {
             let until = lbn + sectors + prefetch_sectors;
             let reach = self
@@ -414,8 +535,19 @@ impl MechanicalDisk {
         // (a prefetch asked of a hit starts its own, after the overhead).
         if let Some(seg) = self.cache.find_whole(lbn, sectors, filling) {
             self.cache.touch(seg);
-            self.release_requested(seg, lbn + sectors);
             let overhead = self.overhead_ns(true);
+            if let Some(batch) = self.queued.as_mut() {
+                // Queued: the data waits for the bus, which the batch's end
+                // settles; the drive goes on after the overhead.
+                batch.hits.push(HitTransfer {
+                    release_ns: t + overhead,
+                    bus_ns: sectors as f64 * bus,
+                    segment: seg,
+                    end_lbn: lbn + sectors,
+                });
+            } else {
+                self.release_requested(seg, lbn + sectors);
+            }
             if prefetch_sectors > 0 && filling.is_none_or(|(s, _)| s != seg) {
                 self.stop_read_ahead(t);
                 self.start_read_ahead(seg, end, read_ahead_end, t + overhead);
@@ -456,7 +588,14 @@ impl MechanicalDisk {
         let keeps_anything = self.mech.keep_requested || read_ahead_end > end;
         let (seg, cached) = match self.cache.find_start(lbn) {
             Some((seg, end)) => (Some(seg), (end - lbn).min(sectors)),
-            None if self.cache.enabled() && keeps_anything => (Some(self.cache.victim()), 0),
+            None if self.cache.enabled() && keeps_anything => {
+                let pinned: Vec<usize> = self
+                    .queued
+                    .iter()
+                    .flat_map(|b| b.hits.iter().map(|h| h.segment))
+                    .collect();
+                (Some(self.cache.victim(&pinned)), 0)
+            }
             None => (None, 0),
         };
         debug_assert!(cached < sectors, "a wholly cached read is a full hit");
@@ -476,6 +615,11 @@ impl MechanicalDisk {
                 .map(|r| (r.start_ns + r.sector_ns, r.sector_ns, r.sectors)),
         );
         let completion = bus_finish_ns(bus_start, bus, pieces);
+        if let Some(batch) = self.queued.as_mut() {
+            batch
+                .media
+                .extend(runs.iter().map(|r| (r.start_ns, r.end_ns(), r.sector_ns)));
+        }
         if let Some(seg) = seg {
             let (old_start, _) = self.cache.window(seg, None);
             let start = if cached > 0 { old_start } else { lbn };
@@ -877,6 +1021,7 @@ mod tests {
         max_read_ahead_sectors: 20,
         keep_requested: true,
         almost_read_hits: false,
+        command_queueing: false,
     };
 
     #[test]

@@ -1190,3 +1190,110 @@ fn a_prefetched_block_waits_in_its_segment_and_is_a_full_hit() {
         .unwrap();
     assert_eq!(last.service, ServiceKind::FullHit);
 }
+
+#[test]
+fn a_queueing_drive_serves_hits_first_and_sends_them_while_the_heads_move() {
+    const BLOCK: u64 = 512; // 256 KiB, one segment of 2 MiB in 8
+    let serial = profile_by_name("seed003-table1-c2-s8").unwrap();
+    let queueing = profile_by_name("seed003-table1-c2-s8-q").unwrap();
+    assert_eq!(queueing, with_command_queueing(serial.clone()));
+    let mut disks = [Disk::new(serial).unwrap(), Disk::new(queueing).unwrap()];
+    assert!(!disks[0].queues_commands() && disks[1].queues_commands());
+    let capacity = disks[0].capacity_sectors();
+    let starts: Vec<u64> = (0..8).map(|i| i * (capacity / 9)).collect();
+    // Round 1: eight streams read a block and prefetch the next.
+    let prefetching: Vec<BatchRequest> = starts
+        .iter()
+        .map(|&lbn| BatchRequest {
+            prefetch_sectors: BLOCK,
+            ..BatchRequest::read(lbn, BLOCK)
+        })
+        .collect();
+    // Round 2: the eight prefetched blocks (listed last) and eight random reads.
+    let mut round2: Vec<BatchRequest> = (0..8)
+        .map(|i| BatchRequest::read(capacity / 17 + i * (capacity / 8), BLOCK))
+        .collect();
+    round2.extend(
+        starts
+            .iter()
+            .map(|&lbn| BatchRequest::read(lbn + BLOCK, BLOCK)),
+    );
+    let bus_ns = (BLOCK * 512) as f64 * 1e9 / 40e6; // 13.1 ms over the 40 MB/s bus
+    let mut outcomes = vec![];
+    for disk in &mut disks {
+        disk.execute_batch(&prefetching, 0, Scheduler::Cscan)
+            .unwrap();
+        outcomes.push(
+            disk.execute_batch(&round2, 1_000_000_000, Scheduler::Cscan)
+                .unwrap(),
+        );
+    }
+    let (s, q) = (&outcomes[0], &outcomes[1]);
+    for o in [s, q] {
+        let hits = o
+            .commands
+            .iter()
+            .filter(|(_, t)| t.service == ServiceKind::FullHit)
+            .count();
+        assert_eq!(hits, 8, "{o:?}");
+    }
+    // The queueing drive took the hits first, each holding it for its
+    // overhead only; the serial one in C-SCAN order among the misses.
+    assert!(q.commands[..8].iter().all(|(i, _)| *i >= 8), "{q:?}");
+    assert!(s.commands[..8].iter().any(|(i, _)| *i < 8), "{s:?}");
+    let overheads_ns: u64 = q.commands[..8].iter().map(|(_, t)| t.overhead_ns).sum();
+    assert!(q.commands[8].1.start_ns <= q.service_start_ns + overheads_ns + 8);
+    // Each hit's data crossed the bus after its overhead, the eight one after
+    // the other at most at the bus's speed, all within the batch.
+    let mut last_ns = 0;
+    for (i, t) in &q.commands[..8] {
+        assert!(t.completion_ns as f64 >= t.ready_ns as f64 + bus_ns - 1.0);
+        assert!(t.completion_ns >= last_ns + bus_ns as u64);
+        assert_eq!(q.completion_ns[*i], t.completion_ns);
+        last_ns = t.completion_ns;
+    }
+    assert!(last_ns <= q.end_ns);
+    // The misses took the same media time on both drives; the queueing
+    // drive saved about the hits' bus time: at least six of eight blocks'.
+    let media_ns = |o: &BatchOutcome| -> u64 {
+        o.commands
+            .iter()
+            .filter(|(_, t)| t.service == ServiceKind::Miss)
+            .map(|(_, t)| t.transfer_ns)
+            .sum()
+    };
+    assert!(media_ns(s).abs_diff(media_ns(q)) < 1_000_000);
+    assert!(
+        (q.busy_ns as f64) < s.busy_ns as f64 - 6.0 * bus_ns,
+        "queued {} ns, serial {} ns",
+        q.busy_ns,
+        s.busy_ns
+    );
+    // The hits' segments are free again once their data is gone: eight new
+    // prefetches fit, and all eight are hits in the next round.
+    let next: Vec<u64> = (0..8).map(|i| i * (capacity / 9) + 40_000).collect();
+    let disk = &mut disks[1];
+    let prefetching: Vec<BatchRequest> = next
+        .iter()
+        .map(|&lbn| BatchRequest {
+            prefetch_sectors: BLOCK,
+            ..BatchRequest::read(lbn, BLOCK)
+        })
+        .collect();
+    disk.execute_batch(&prefetching, 2_000_000_000, Scheduler::Cscan)
+        .unwrap();
+    let hits: Vec<BatchRequest> = next
+        .iter()
+        .map(|&lbn| BatchRequest::read(lbn + BLOCK, BLOCK))
+        .collect();
+    let o = disk
+        .execute_batch(&hits, 3_000_000_000, Scheduler::Cscan)
+        .unwrap();
+    assert!(
+        o.commands
+            .iter()
+            .all(|(_, t)| t.service == ServiceKind::FullHit)
+    );
+    // With no media work the hits share nothing: back to back on the bus.
+    assert!((o.busy_ns as f64) < 8.0 * (bus_ns + 1_000_000.0));
+}

@@ -23,7 +23,19 @@ pub enum Pairs {
     First,
     /// After the plain stream.
     Fallback,
+    /// After the plain stream, and when neither fits: seed 003's switch
+    /// into prefetch mode. The admitted streams that read plain are
+    /// switched into pairs from the earliest round (two of opposite phase
+    /// at a time, so that one's pair read meets the other's cache hit),
+    /// each switch kept only if every round still fits; then the new
+    /// stream is tried again (Sweep&Prefetch).
+    Switch,
 }
+
+/// How many switches (of one or two streams) one admission may make to
+/// fit a new stream (assumption: a bound on the work of one admission; each
+/// switch frees one disk-round, and a stream that needs more is refused).
+const SWITCHES_PER_ADMISSION_MAX: usize = 16;
 
 impl Reservations {
     /// Tries start rounds `earliest_round`, `earliest_round + 1`, … up to
@@ -155,7 +167,7 @@ impl Reservations {
         match pairs {
             // Before any burst too: a stream reads in pairs or has a burst.
             Pairs::First if has_pairs => shapes.insert(0, paired),
-            Pairs::Fallback if has_pairs => shapes.push(paired),
+            Pairs::Fallback | Pairs::Switch if has_pairs => shapes.push(paired),
             _ => {}
         }
         let stream_rounds = plain.stream_rounds(&charges) as u64;
@@ -168,17 +180,55 @@ impl Reservations {
                 horizon_rounds: self.config.horizon_rounds,
             });
         }
+        let first_try =
+            self.admit_first_fit(title, &charges, &shapes, earliest_round, lookahead_rounds);
+        if pairs != Pairs::Switch || !has_pairs {
+            return first_try;
+        }
+        // Sweep&Prefetch's switch into prefetch mode, where the new stream
+        // found a disk full, until it fits; undone if it never does.
+        let mut result = first_try;
+        let mut switched = Vec::new();
+        for _ in 0..SWITCHES_PER_ADMISSION_MAX {
+            let Err(Rejection::DiskTime { disk, round, .. }) = result else {
+                break;
+            };
+            let more = self.switch_at(disk, round, earliest_round);
+            if more.is_empty() {
+                break;
+            }
+            switched.extend(more);
+            result =
+                self.admit_first_fit(title, &charges, &shapes, earliest_round, lookahead_rounds);
+        }
+        if result.is_err() {
+            self.undo_switches(switched);
+        }
+        result
+    }
+
+    /// Admits a stream of `title` in the first of `shapes` that fits at the
+    /// first start round from `earliest_round` on that has one.
+    fn admit_first_fit(
+        &mut self,
+        title: TitleId,
+        charges: &Arc<TitleCharges>,
+        shapes: &[Shape],
+        earliest_round: Round,
+        lookahead_rounds: u64,
+    ) -> Result<Admission, Rejection> {
+        let window_end = self.current_round.plus(self.config.horizon_rounds);
         let mut last = Rejection::DiskTime {
             lookahead_rounds,
             disk: DiskIndex(0),
             round: earliest_round,
         };
         for start in Round::range(earliest_round, earliest_round.plus(lookahead_rounds)) {
-            for &shape in &shapes {
-                if start.plus(shape.stream_rounds(&charges) as u64) > window_end {
+            for &shape in shapes {
+                if start.plus(shape.stream_rounds(charges) as u64) > window_end {
                     continue;
                 }
-                match self.fits(&charges, shape, start, lookahead_rounds) {
+                match self.fits(charges, shape, start, lookahead_rounds) {
                     Ok(choice) => {
                         let stream = StreamId(self.next_stream);
                         self.next_stream += 1;
@@ -271,10 +321,11 @@ impl Reservations {
                     Some(slot) if in_burst => slot,
                     _ => self.slot(disk, round),
                 };
-                if slot.reserved_with(charge, cfg.scheme) > budget_ns {
+                if slot.reserved_with(charge, cfg.scheme, cfg.bus_share_ppm) > budget_ns {
                     return Err(disk_full(disk, round));
                 }
-                if charge == SlotCharge::CacheBlock && slot.cache_blocks >= cfg.drive_cache_segments
+                if matches!(charge, SlotCharge::CacheBlock { .. })
+                    && slot.cache_blocks >= cfg.drive_cache_segments
                 {
                     return Err(disk_full(disk, round));
                 }
@@ -324,10 +375,17 @@ impl Reservations {
             // loaded, judged by the reservations made so far. Ties keep the
             // primary. A declustered backup is judged by its busiest piece.
             let scheme = self.config.scheme;
-            let primary_load = self.slot(primary.disk, round).reserved_ns(scheme) + primary.cost_ns;
+            let primary_load = self
+                .slot(primary.disk, round)
+                .reserved_ns(scheme, self.config.bus_share_ppm)
+                + primary.cost_ns;
             let backup_load = backup
                 .iter()
-                .map(|p| self.slot(p.disk, round).reserved_ns(scheme) + p.cost_ns)
+                .map(|p| {
+                    self.slot(p.disk, round)
+                        .reserved_ns(scheme, self.config.bus_share_ppm)
+                        + p.cost_ns
+                })
                 .max()
                 .unwrap_or(u64::MAX);
             if backup_load < primary_load {

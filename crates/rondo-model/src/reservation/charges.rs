@@ -59,8 +59,11 @@ pub struct TitleCharges {
 pub struct PairCost {
     /// The read of round i that prefetches i + 1: one media access over both.
     pub first_ns: u64,
-    /// The read of round i + 1 from the cache.
+    /// The read of round i + 1 from the cache: the drive's time.
     pub hit_ns: u64,
+    /// Its bus time when the drive sends it while its heads work on other
+    /// commands (`RondoBound::hit_bus_ns`; 0 when the drive serves it alone).
+    pub hit_bus_ns: u64,
     /// What the prefetch reads after round i's extent (round i + 1's).
     pub prefetch_bytes: u64,
 }
@@ -453,11 +456,22 @@ impl Bound {
                 Some(PairCost {
                     first_ns: b.extents_ns(&[(*lbn, sectors + next_sectors)]),
                     hit_ns: b.cache_hit_ns(*next_sectors),
+                    hit_bus_ns: b.hit_bus_ns(*next_sectors),
                     prefetch_bytes: next_sectors * crate::units::SECTOR_BYTES,
                 })
             })
             .collect();
         charges
+    }
+
+    /// The share of the bus a drive that overlaps hits with its heads'
+    /// work lets the media's data take, in parts per million (0: the
+    /// drive serves hits alone, or the bound is the paper's).
+    pub fn bus_share_ppm(&self) -> u32 {
+        match self {
+            Bound::Paper(_) => 0,
+            Bound::Rondo(b) => b.bus_share_ppm(),
+        }
     }
 
     /// Drive cache segments a prefetch may use on each disk (0: the bound

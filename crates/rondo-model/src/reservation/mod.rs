@@ -22,6 +22,7 @@ mod charges;
 mod degraded;
 mod plan;
 mod shape;
+mod switch;
 mod tables;
 #[cfg(test)]
 mod tests;
@@ -122,6 +123,12 @@ pub struct ReservationConfig {
     /// (seed 003's drive-cache pairs); 0: no pairs.
     #[serde(default)]
     pub drive_cache_segments: u32,
+    /// On a drive that sends its cache hits over the bus while its heads
+    /// work (`CacheSpec::command_queueing`): the largest share of the bus
+    /// the media's data takes, in parts per million
+    /// (`RondoBound::bus_share_ppm`); 0 otherwise.
+    #[serde(default)]
+    pub bus_share_ppm: u32,
 }
 
 impl ReservationConfig {
@@ -149,6 +156,7 @@ impl ReservationConfig {
             network_capacity_bytes_per_round: None,
             horizon_rounds: longest_stream_rounds + lookahead_rounds + 2,
             drive_cache_segments: 0,
+            bus_share_ppm: 0,
         }
     }
 }
@@ -293,6 +301,11 @@ pub struct StreamSpan {
     pub grouping: Grouping,
     /// Whether it reads in drive-cache pairs (its timing is a plain stream's).
     pub pairs: bool,
+    /// The first playback round that may start a pair (later than the
+    /// first for a stream switched into pairs).
+    pub pairs_from: PlaybackRound,
+    /// The playback round after the last that may be read in a pair.
+    pub pairs_end: PlaybackRound,
 }
 
 impl StreamSpan {
@@ -303,6 +316,8 @@ impl StreamSpan {
             burst: self.burst_rounds as usize,
             grouping: self.grouping,
             pairs: self.pairs,
+            pairs_from: self.pairs_from.index(),
+            pairs_end: self.pairs_end.index(),
         }
     }
 
@@ -420,6 +435,8 @@ impl Reservations {
             burst_rounds: r.shape.burst as u32,
             grouping: r.shape.grouping,
             pairs: r.shape.pairs,
+            pairs_from: PlaybackRound(r.shape.pairs_from as u32),
+            pairs_end: PlaybackRound(r.shape.pairs_end as u32),
         })
     }
 
@@ -449,7 +466,8 @@ impl Reservations {
     /// Disk time reserved on `disk` in `round`, without the fixed term.
     pub fn reserved_ns(&self, disk: DiskIndex, round: Round) -> u64 {
         self.check_window(round);
-        self.slot(disk, round).reserved_ns(self.config.scheme)
+        self.slot(disk, round)
+            .reserved_ns(self.config.scheme, self.config.bus_share_ppm)
     }
 
     /// The part of `reserved_ns` that is for primary (planned) reads.
@@ -574,12 +592,17 @@ impl Reservations {
                     a.cache_blocks, b.cache_blocks,
                     "cache blocks disk {disk} round {round}"
                 );
+                assert_eq!(
+                    a.hit_bus_ns, b.hit_bus_ns,
+                    "hit bus time disk {disk} round {round}"
+                );
                 assert!(
                     a.cache_blocks <= self.config.drive_cache_segments,
                     "disk {disk} holds more prefetched blocks than cache segments in round {round}"
                 );
                 assert!(
-                    self.config.round_fixed_ns + a.reserved_ns(self.config.scheme)
+                    self.config.round_fixed_ns
+                        + a.reserved_ns(self.config.scheme, self.config.bus_share_ppm)
                         <= self.config.round_duration_ns,
                     "disk {disk} over-reserved in round {round}"
                 );
@@ -611,8 +634,19 @@ fn read_charges(
     // reserved as plain reads (after a failure the pair is two plain reads).
     let (cost_ns, cache) = match kind {
         ReadKind::Single => (primary.cost_ns, None),
-        ReadKind::PairFirst(p) => (p.first_ns, Some((primary.disk, SlotCharge::CacheBlock))),
-        ReadKind::PairSecond(p) => (p.hit_ns, Some((primary.disk, SlotCharge::CacheBlock))),
+        ReadKind::PairFirst(p) => (
+            p.first_ns,
+            Some((primary.disk, SlotCharge::CacheBlock { hit_bus_ns: 0 })),
+        ),
+        ReadKind::PairSecond(p) => (
+            p.hit_ns,
+            Some((
+                primary.disk,
+                SlotCharge::CacheBlock {
+                    hit_bus_ns: p.hit_bus_ns,
+                },
+            )),
+        ),
     };
     let primary_read = reads_primary
         .then_some((primary.disk, SlotCharge::Read { cost_ns }))

@@ -57,6 +57,13 @@ pub(crate) struct Shape {
     /// prefetched into the drive cache with its first and read from there
     /// in its own round. Timing is a plain stream's.
     pub pairs: bool,
+    /// The first playback round that may start a pair: `first`, or where
+    /// a stream admitted plain was switched into pairs (seed 003's switch
+    /// into prefetch mode, [`Shape::switched_to_pairs`]).
+    pub pairs_from: usize,
+    /// The playback round after the last that may be read in a pair:
+    /// `end`, or where a switched stream's partner ends.
+    pub pairs_end: usize,
 }
 
 impl Shape {
@@ -78,6 +85,8 @@ impl Shape {
             burst,
             grouping,
             pairs: false,
+            pairs_from: first,
+            pairs_end: end,
         }
     }
 
@@ -87,6 +96,17 @@ impl Shape {
         Shape {
             pairs: self.burst == 0 && !self.grouping.is_grouped(),
             ..self
+        }
+    }
+
+    /// This (plain) shape reading its playback rounds `from..end` in
+    /// drive-cache pairs and the others as before: nothing it reads or
+    /// sends moves, only how those rounds are read.
+    pub fn switched_to_pairs(self, from: usize, end: usize) -> Shape {
+        Shape {
+            pairs_from: from.max(self.first),
+            pairs_end: end.min(self.end),
+            ..self.with_pairs()
         }
     }
 
@@ -103,8 +123,8 @@ impl Shape {
             return ReadKind::Single;
         }
         let primary = |j: usize| {
-            j >= self.first
-                && j < self.end
+            j >= self.pairs_from
+                && j < self.pairs_end
                 && choice.get(j - self.first) == Some(&RoundChoice::Primary)
         };
         if let Some(p) = charges.pair(i)

@@ -20,8 +20,12 @@ pub(super) enum SlotCharge {
         cost_ns: u64,
     },
     /// A block held in one of the drive's cache segments through the round
-    /// (a drive-cache pair's prefetched block: from its prefetch to its hit).
-    CacheBlock,
+    /// (a drive-cache pair's prefetched block: from its prefetch to its
+    /// hit), and, for the hit on a drive that sends hits while its heads
+    /// work (`CacheSpec::command_queueing`), the hit's bus time.
+    CacheBlock {
+        hit_bus_ns: u64,
+    },
 }
 
 /// One disk's reserved time in one round.
@@ -37,10 +41,22 @@ pub(super) struct DiskSlot {
     pub(super) backup_max_ns: u64,
     /// Drive cache segments held by prefetched blocks in the round.
     pub(super) cache_blocks: u32,
+    /// Bus time of the round's hits on a drive that overlaps them with its
+    /// heads' work (0 on any other drive).
+    pub(super) hit_bus_ns: u64,
 }
 
 impl DiskSlot {
-    pub(super) fn reserved_ns(&self, scheme: Scheme) -> u64 {
+    /// The disk time reserved: the reads' charges (primaries and the
+    /// scheme's backup time) or, on a drive that sends its hits over the bus
+    /// while the heads work, the bus time if larger: the hits' bus time
+    /// plus `bus_share_ppm` (the largest share of the bus the media's data
+    /// takes) of the reads' charges (docs/retrieval.md derives it).
+    pub(super) fn reserved_ns(&self, scheme: Scheme, bus_share_ppm: u32) -> u64 {
+        disk_or_bus_ns(self.disk_ns(scheme), self.hit_bus_ns, bus_share_ppm)
+    }
+
+    fn disk_ns(&self, scheme: Scheme) -> u64 {
         self.primary_ns
             + match scheme {
                 Scheme::Mirroring => self.backup_sum_ns,
@@ -50,18 +66,28 @@ impl DiskSlot {
     }
 
     /// The reserved time (as `reserved_ns` counts it) once `charge` is added.
-    pub(super) fn reserved_with(&self, charge: SlotCharge, scheme: Scheme) -> u64 {
-        match charge {
-            SlotCharge::Read { cost_ns } => self.reserved_ns(scheme) + cost_ns,
+    pub(super) fn reserved_with(
+        &self,
+        charge: SlotCharge,
+        scheme: Scheme,
+        bus_share_ppm: u32,
+    ) -> u64 {
+        let disk_ns = match charge {
+            SlotCharge::Read { cost_ns } => self.disk_ns(scheme) + cost_ns,
             SlotCharge::Backup { source, cost_ns } => match scheme {
-                Scheme::Mirroring => self.reserved_ns(scheme) + cost_ns,
+                Scheme::Mirroring => self.disk_ns(scheme) + cost_ns,
                 Scheme::Minimum => {
                     self.primary_ns + self.backup_max_ns.max(self.backup_from(source) + cost_ns)
                 }
-                Scheme::None | Scheme::Unreserved | Scheme::Dynamic => self.reserved_ns(scheme),
+                Scheme::None | Scheme::Unreserved | Scheme::Dynamic => self.disk_ns(scheme),
             },
-            SlotCharge::CacheBlock => self.reserved_ns(scheme),
-        }
+            SlotCharge::CacheBlock { .. } => self.disk_ns(scheme),
+        };
+        let hit_bus_ns = match charge {
+            SlotCharge::CacheBlock { hit_bus_ns } => self.hit_bus_ns + hit_bus_ns,
+            _ => self.hit_bus_ns,
+        };
+        disk_or_bus_ns(disk_ns, hit_bus_ns, bus_share_ppm)
     }
 
     /// Adds (`sign` = 1) or removes (`sign` = -1) `charge`.
@@ -76,12 +102,19 @@ impl DiskSlot {
             }
             (SlotCharge::Backup { source, cost_ns }, true) => self.add_backup(source, cost_ns),
             (SlotCharge::Backup { source, cost_ns }, false) => self.remove_backup(source, cost_ns),
-            (SlotCharge::CacheBlock, true) => self.cache_blocks += 1,
-            (SlotCharge::CacheBlock, false) => {
+            (SlotCharge::CacheBlock { hit_bus_ns }, true) => {
+                self.cache_blocks += 1;
+                self.hit_bus_ns += hit_bus_ns;
+            }
+            (SlotCharge::CacheBlock { hit_bus_ns }, false) => {
                 self.cache_blocks = self
                     .cache_blocks
                     .checked_sub(1)
-                    .expect("released a cache block never reserved")
+                    .expect("released a cache block never reserved");
+                self.hit_bus_ns = self
+                    .hit_bus_ns
+                    .checked_sub(hit_bus_ns)
+                    .expect("released hit bus time never reserved");
             }
         }
     }
@@ -132,5 +165,18 @@ impl DiskSlot {
         self.backup_by_source.clear();
         self.backup_by_source.shrink_to(4);
         self.cache_blocks = 0;
+        self.hit_bus_ns = 0;
     }
+}
+
+/// A disk-round's time on a drive that overlaps hits' bus transfers with
+/// its heads' work: the later of the heads' work (`disk_ns`) and the bus's
+/// (the hits' plus at most `bus_share_ppm` of the heads' work). Without
+/// such hits it is `disk_ns`.
+fn disk_or_bus_ns(disk_ns: u64, hit_bus_ns: u64, bus_share_ppm: u32) -> u64 {
+    if hit_bus_ns == 0 {
+        return disk_ns;
+    }
+    let media_bus_ns = (u128::from(disk_ns) * u128::from(bus_share_ppm)).div_ceil(1_000_000);
+    disk_ns.max(hit_bus_ns + media_bus_ns as u64)
 }

@@ -13,6 +13,7 @@ fn config(disks: u32, scheme: Scheme) -> ReservationConfig {
         network_capacity_bytes_per_round: None,
         horizon_rounds: 64,
         drive_cache_segments: 0,
+        bus_share_ppm: 0,
     }
 }
 
@@ -698,4 +699,105 @@ fn a_pair_split_by_a_rebuild_reads_its_second_round_from_the_backup() {
     r.advance_to(Round(3));
     assert_eq!(reads(&r, 3), [(Replica::Primary, true, 0)]);
     r.check_invariants();
+}
+
+/// Seed 003's switch into prefetch mode: on one full disk of a drive that
+/// sends hits while its heads work, Sweep&Prefetch switches admitted plain
+/// streams into drive-cache pairs (two of opposite phase at a time) and
+/// admits more streams than Sweep; nothing a switched stream reads or sends
+/// moves in time, and every disk-round keeps within its disk time, bus time
+/// and cache segments (`check_invariants`). How many more is measured in
+/// the simulator (docs/retrieval.md); here the disk fills in a few rounds.
+#[test]
+fn the_switch_into_prefetch_mode_makes_room_on_a_full_disk() {
+    use crate::disk::{RondoBound, profile_by_name};
+    use crate::layout::{ArrayAllocator, LayoutParams, TitlePlan};
+    use crate::schedule::Schedule;
+    const KIB: u64 = 1024;
+    const ROUNDS: usize = 40;
+    // 125 KiB per 0.5 s round (2 Mbit/s), 64 segments of 128 KiB.
+    let profile = profile_by_name("seed003-table1-c8-s64-q").unwrap();
+    let bound = Bound::Rondo(RondoBound::new(&profile).unwrap());
+    assert!(bound.bus_share_ppm() > 300_000 && bound.bus_share_ppm() < 1_000_000);
+    let round_ns = crate::units::NS_PER_S / 2;
+    let schedule = Schedule::from_client_bytes(vec![125 * KIB; ROUNDS], round_ns, 512).unwrap();
+    let params = LayoutParams {
+        disk_count: 1,
+        // One stride holds a whole title: no round is cut in two.
+        stride_bytes: 8192 * KIB,
+        block_bytes: 512,
+        backup: None,
+        segment_rounds: ROUNDS as u32,
+    };
+    let mut allocator = ArrayAllocator::uniform(1, 20_000);
+    let titles: Vec<TitleCharges> = (0..4)
+        .map(|_| {
+            let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 1).unwrap();
+            let layout = allocator.place(&plan).unwrap();
+            let charges = bound
+                .title_charges(&plan, Some(&layout), &schedule)
+                .unwrap();
+            bound.with_cache_pairs(charges, &layout, ROUNDS as u32)
+        })
+        .collect();
+    let run = |pairs: Pairs| {
+        let mut config = ReservationConfig {
+            round_duration_ns: round_ns,
+            round_fixed_ns: bound.fixed_ns(),
+            horizon_rounds: 2 * ROUNDS as u64 + 4,
+            ..config(1, Scheme::None)
+        };
+        crate::array::DrivePrefetch::SweepPrefetch.configure(&bound, &mut config);
+        assert_eq!(config.drive_cache_segments, 64);
+        let mut r = Reservations::new(config);
+        for (t, c) in titles.iter().enumerate() {
+            r.add_title(TitleId(t as u64), c.clone());
+        }
+        let mut admitted = vec![];
+        // Three requests a round for the length of a title: the disk fills.
+        for round in 0..ROUNDS as u64 {
+            r.advance_to(Round(round));
+            for k in 0..3 {
+                let title = TitleId((round + k) % 4);
+                let all = PlaybackRound(0)..PlaybackRound(ROUNDS as u32);
+                if let Ok(a) =
+                    r.try_admit_shaped(title, all, Round(round), 4, Burst::default(), pairs)
+                {
+                    admitted.push((a.stream, r.stream_span(a.stream).unwrap()));
+                }
+            }
+            r.check_invariants();
+        }
+        (r, admitted)
+    };
+    let (sweep, _) = run(Pairs::Never);
+    let (sp, admitted) = run(Pairs::Switch);
+    let (n_sweep, n_sp) = (sweep.active_streams(), sp.active_streams());
+    assert!(
+        n_sp > n_sweep,
+        "Sweep {n_sweep} streams, Sweep&Prefetch {n_sp}"
+    );
+    // Some streams were admitted plain and switched later; they read and
+    // send every round when they did before.
+    let switched: Vec<_> = admitted
+        .iter()
+        .filter_map(|(s, before)| Some((before, sp.stream_span(*s)?)))
+        .filter(|(before, now)| !before.pairs && now.pairs)
+        .collect();
+    let mid_stream = switched
+        .iter()
+        .filter(|(_, now)| now.pairs_from > now.first_playback_round)
+        .count();
+    assert!(
+        mid_stream >= 4,
+        "{} switched, {mid_stream} mid-stream",
+        switched.len()
+    );
+    for (before, now) in switched {
+        for i in before.first_playback_round.0..before.end_playback_round.0 {
+            let i = PlaybackRound(i);
+            assert_eq!(before.read_round(i), now.read_round(i));
+            assert_eq!(before.send_round(i), now.send_round(i));
+        }
+    }
 }
