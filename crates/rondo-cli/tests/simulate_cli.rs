@@ -661,7 +661,7 @@ fn sweep_prefetch_and_gradual_read_from_the_drive_cache_without_a_miss() {
             "--profile",
             "nvme-gen4",
         ]),
-        "profile with a cache",
+        "cache holds only what the host",
     );
 }
 

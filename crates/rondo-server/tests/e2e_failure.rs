@@ -1075,7 +1075,8 @@ async fn gpmp_refuses_a_variable_grain_directory() {
 }
 
 /// Seed 003's Gradual Prefetching in the server, on emulated disks whose
-/// model has seed 003's drive cache (`seed003-table1-c8-s8`): every other
+/// model has seed 003's drive cache and command queueing
+/// (`seed003-table1-c8-s8-q`, hits sent while the heads work): every other
 /// stream reads in drive-cache pairs, the disk model serves their second
 /// reads from the cache (counted in the metrics), and every client plays
 /// whole with 0 stalls and no deadline missed, also after a disk failure.
@@ -1091,7 +1092,7 @@ async fn gradual_prefetching_reads_from_the_drive_cache_and_plays_whole() {
     let config = rondo_store::StoreConfig {
         round_duration_ns: TEST_ROUND_DURATION_NS,
         segment_rounds: 6,
-        disk_profile: "seed003-table1-c8-s8".into(),
+        disk_profile: "seed003-table1-c8-s8-q".into(),
         ..rondo_server::titles::default_store_config()
     };
     let store = Store::create(&dir, config).unwrap();

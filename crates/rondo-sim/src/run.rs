@@ -117,8 +117,8 @@ pub struct SimConfig {
     pub burst_rounds: u32,
     /// Seed 003's prefetching into the drive cache (`ArrayConfig::
     /// drive_prefetch`): needs the segments layout, the rondo bound and a
-    /// profile with a cache (e.g. `seed003-table1-c2-s8`); not with read
-    /// groups.
+    /// profile whose cache holds only what the host prefetches (e.g.
+    /// `seed003-table1-c2-s8`); not with read groups.
     #[serde(default)]
     pub drive_prefetch: DrivePrefetch,
     /// Re-cut the drive cache into segments of one block each, the block

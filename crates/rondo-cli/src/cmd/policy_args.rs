@@ -29,8 +29,9 @@ pub struct PolicyArgs {
     /// and holds them in host memory until they are sent (a grouped stream
     /// gets no start burst); `sweep-prefetch` and `gradual` have streams read
     /// in pairs whose second block the drive prefetches into its cache (a
-    /// disk profile with a cache, e.g. seed003-table1-c2-s8). All but
-    /// `sweep` need the `segments` layout. docs/retrieval.md.
+    /// disk profile whose cache holds only what the host prefetches, e.g.
+    /// seed003-table1-c2-s8; add -q for command queueing). All but `sweep`
+    /// need the `segments` layout. docs/retrieval.md.
     #[arg(long, value_enum, default_value_t = PolicyArg::Sweep)]
     pub policy: PolicyArg,
     /// GPMP's u: rounds read ahead per stream with each read (k = u + 1).

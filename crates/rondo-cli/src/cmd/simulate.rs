@@ -790,7 +790,16 @@ fn compare_policies(
     load: f64,
 ) -> anyhow::Result<Comparison> {
     use rondo_model::array::DrivePrefetch;
-    let bound = config.read_bound(&profile_by_name(&config.profile)?)?;
+    let profile = profile_by_name(&config.profile)?;
+    let bound = config.read_bound(&profile)?;
+    // Loads are relative to this drive: a drive faster than seed 000's
+    // (whose R_disk sets μ by default) would not be saturated at ρ = 1.5.
+    let config = &SimConfig {
+        mu_rate_bytes_per_s: config
+            .mu_rate_bytes_per_s
+            .max(profile.paper_bound()?.rate_bytes_per_s as f64),
+        ..config.clone()
+    };
     let has_cache = DrivePrefetch::SweepPrefetch
         .unavailable(&bound, config.segment_rounds, 1)
         .is_none();

@@ -132,7 +132,11 @@ impl DrivePrefetch {
         if self == DrivePrefetch::None {
             None
         } else if bound.drive_cache_segments() == 0 {
-            Some("it needs the rondo bound on a profile with a cache (e.g. seed003-table1-c8-s8)")
+            Some(
+                "it needs the rondo bound on a profile whose cache holds only what the host \
+                 prefetches (requested data not kept, no read-ahead of its own; e.g. \
+                 seed003-table1-c8-s8)",
+            )
         } else if segment_rounds < 2 {
             Some("it needs the segments layout (the directory or array is variable-grain)")
         } else if group_rounds > 1 {
@@ -653,7 +657,11 @@ impl Array {
             self.config.burst,
             match self.config.drive_prefetch {
                 DrivePrefetch::None => Pairs::Never,
-                DrivePrefetch::SweepPrefetch => Pairs::Switch,
+                // The switch changes admitted streams' reads from the
+                // earliest round on: never a round already planned (a late
+                // start's, `admit_now`).
+                DrivePrefetch::SweepPrefetch if earliest_round >= self.next_round => Pairs::Switch,
+                DrivePrefetch::SweepPrefetch => Pairs::Fallback,
                 DrivePrefetch::Gradual if self.counters.admitted % 2 == 1 => Pairs::First,
                 DrivePrefetch::Gradual => Pairs::Fallback,
             },

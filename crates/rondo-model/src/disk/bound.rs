@@ -291,11 +291,18 @@ impl RondoBound {
     }
 
     /// The cache segments a prefetch may use and how many sectors each
-    /// holds (0 and 0 for a flash device or a drive without a cache).
+    /// holds: those of a drive whose cache holds only what the host asks it
+    /// to prefetch (requested data not kept, no read-ahead of its own, as
+    /// seed 003 set DiskSim). 0 and 0 for any other drive, where another
+    /// read's data could take a prefetched block's segment, and for flash.
     pub fn cache_segments(&self) -> (u32, u64) {
         match &self.model {
-            RondoModel::SolidState(_) => (0, 0),
-            RondoModel::Mechanical(m) => (m.mech.segments, m.mech.segment_sectors as u64),
+            RondoModel::Mechanical(m)
+                if !m.mech.keep_requested && m.mech.max_read_ahead_sectors == 0 =>
+            {
+                (m.mech.segments, m.mech.segment_sectors as u64)
+            }
+            _ => (0, 0),
         }
     }
 

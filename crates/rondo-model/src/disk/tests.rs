@@ -1297,3 +1297,72 @@ fn a_queueing_drive_serves_hits_first_and_sends_them_while_the_heads_move() {
     // With no media work the hits share nothing: back to back on the bus.
     assert!((o.busy_ns as f64) < 8.0 * (bus_ns + 1_000_000.0));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// On a drive with command queueing, a C-SCAN batch of cache hits
+    /// (blocks a prior batch prefetched), misses and new prefetching reads
+    /// ends within the later of the heads' bound A (the fixed part, every
+    /// hit's overhead and every other read's extent charge) and the bus's
+    /// B (the hits' bus time plus the media's share of A):
+    /// docs/disk-model.md, "Hits on a drive with command queueing".
+    #[test]
+    fn a_queued_batch_ends_within_the_heads_or_the_bus_bound(
+        prefetched in prop::collection::vec((0.0f64..1.0, 1u64..=512, 1u64..=512), 1..16),
+        misses in prop::collection::vec((0.0f64..1.0, 1u64..2048, 0u64..=512), 0..20),
+        gap_ns in 0u64..30_000_000,
+    ) {
+        let p = profile_by_name("seed003-table1-c8-s32-q").unwrap();
+        let bound = RondoBound::new(&p).unwrap();
+        let mut disk = Disk::new(p).unwrap();
+        let capacity = disk.capacity_sectors();
+        let at = |x: f64, n: u64| ((capacity - 2048 - n) as f64 * x) as u64;
+        // Round 1: reads that prefetch the blocks after them.
+        let prior: Vec<BatchRequest> = prefetched
+            .iter()
+            .map(|&(x, n, m)| BatchRequest {
+                prefetch_sectors: m,
+                ..BatchRequest::read(at(x, n + m), n)
+            })
+            .collect();
+        let before = disk.execute_batch(&prior, 0, Scheduler::Cscan).unwrap();
+        // Round 2: the prefetched blocks, random reads, some prefetching.
+        let hits: Vec<BatchRequest> = prior
+            .iter()
+            .map(|r| BatchRequest::read(r.first.lbn + r.first.sectors, r.prefetch_sectors))
+            .collect();
+        let others: Vec<BatchRequest> = misses
+            .iter()
+            .map(|&(x, n, m)| BatchRequest {
+                prefetch_sectors: m,
+                ..BatchRequest::read(at(x, n + m), n)
+            })
+            .collect();
+        let batch: Vec<BatchRequest> = hits.iter().chain(&others).cloned().collect();
+        let out = disk
+            .execute_batch(&batch, before.end_ns + gap_ns, Scheduler::Cscan)
+            .unwrap();
+        // A prefetched block another round-1 read overwrote is no hit.
+        let all_hit = out
+            .commands
+            .iter()
+            .filter(|(i, _)| *i < hits.len())
+            .all(|(_, t)| t.service == ServiceKind::FullHit);
+        let charge = |r: &BatchRequest| bound.extent_ns(r.first.lbn, r.first.sectors + r.prefetch_sectors);
+        let a_ns = bound.fixed_ns()
+            + hits.iter().map(|r| bound.cache_hit_ns(r.first.sectors)).sum::<u64>()
+            + others.iter().map(charge).sum::<u64>();
+        let b_ns = hits.iter().map(|r| bound.hit_bus_ns(r.first.sectors)).sum::<u64>()
+            + (a_ns as f64 * bound.bus_share_ppm() as f64 / 1e6).ceil() as u64;
+        // A hit that turned out a miss is outside the bound's premise
+        // (admission charges a hit only for a block sure to be cached).
+        prop_assert!(all_hit || prior.len() > 1, "a lone prefetched block must hit");
+        if all_hit {
+            prop_assert!(
+                out.busy_ns <= a_ns.max(b_ns),
+                "busy {} ns > max(A {} ns, B {} ns)", out.busy_ns, a_ns, b_ns
+            );
+        }
+    }
+}
