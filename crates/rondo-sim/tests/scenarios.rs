@@ -467,3 +467,26 @@ fn sweep_prefetch_switches_without_a_miss_and_misses_when_its_cache_is_not_reser
         );
     }
 }
+
+/// GPMP on a modern HDD at saturation: every disk-round stays within its
+/// reservation on the detailed model. Read groups whose rounds are cut at
+/// stride boundaries are one media access, as admission charged them
+/// (before `batch_plan` joined a round's own adjacent extents, 71 of these
+/// disk-rounds ran over and deadlines were missed).
+#[test]
+fn gpmp_groups_on_a_modern_hdd_stay_within_their_reservation() {
+    let mut c = SimConfig::seed000(4, Scheme::None, ReplicaPlacement::Deterministic);
+    c.profile = "hdd-7200".into();
+    c.bound = BoundKind::Rondo;
+    c.mode = Mode::SimulatedDisk;
+    c.segment_rounds = 32;
+    c.read_group_rounds = 2;
+    c.buffer_per_disk_bytes = 4 << 30;
+    c.arrival_rate_per_round = Some(1.0);
+    c.warmup_rounds = 300;
+    c.end_round = if slow() { 2500 } else { 900 };
+    let r = run(&c, &titles(1800)).unwrap();
+    assert!(r.mean_active_streams > 200.0, "{r:?}");
+    assert_eq!(r.busy_over_reserved_disk_rounds, 0, "{r:?}");
+    assert_eq!(r.deadline_misses, 0, "{r:?}");
+}

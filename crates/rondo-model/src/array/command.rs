@@ -147,26 +147,33 @@ impl BatchPlan {
 
 /// The requests one disk executes for `commands`: each extent its own
 /// request, placed in the C-SCAN order on its own ([`DiskCommand::
-/// batch_requests`]), except that a command joining the previous one
-/// (a read group) continues the previous command's last request when its
-/// first extent starts where that request ends, so a group's contiguous
-/// rounds are one media access, as admission charged them. Both executors
+/// batch_requests`]), except that an extent continues the request before it
+/// when it starts where that request ends and that request is its own
+/// command's previous extent (a round cut at a stride boundary whose next
+/// stride happens to follow on the disk) or, for a command joining the
+/// previous one (a read group), the previous command's last. A group's
+/// contiguous rounds are then one media access, as admission charged them
+/// (`Bound::title_charges_grouped` merges adjacent extents). Both executors
 /// time a batch with this.
 pub fn batch_plan(commands: &[DiskCommand]) -> BatchPlan {
     let mut plan = BatchPlan::default();
     for (c, command) in commands.iter().enumerate() {
         for (e, request) in command.batch_requests().into_iter().enumerate() {
-            if e == 0
-                && command.joins_previous
-                && c > 0
-                && let (Some(last), Some(owners)) =
-                    (plan.requests.last_mut(), plan.owners.last_mut())
-                && owners.last().is_some_and(|&(owner, _)| owner == c - 1)
+            let continues = |&(owner, extent): &(usize, usize)| {
+                if e > 0 {
+                    owner == c && extent == e - 1
+                } else {
+                    command.joins_previous && c > 0 && owner == c - 1
+                }
+            };
+            if let (Some(last), Some(owners)) = (plan.requests.last_mut(), plan.owners.last_mut())
+                && owners.last().is_some_and(continues)
                 && last.op == request.op
                 && last.second.is_none()
                 && last.first.lbn + last.first.sectors == request.first.lbn
             {
                 last.first.sectors += request.first.sectors;
+                last.prefetch_sectors = request.prefetch_sectors;
                 owners.push((c, e));
                 continue;
             }

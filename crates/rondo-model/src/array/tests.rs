@@ -1394,3 +1394,66 @@ fn drive_cache_pairs_prefetch_the_next_round_and_read_it_from_the_cache() {
     assert_eq!(first.start_round, second.start_round);
     b.check_invariants();
 }
+
+/// A round cut at a stride boundary whose next stride follows on the disk
+/// is two adjacent extents: `batch_plan` reads them in one media access,
+/// and a read group goes on through them into its next round, so a group is
+/// one access as `Bound::title_charges_grouped` charged it (found on
+/// `hdd-7200`, where two accesses cost a revolution more than admission held).
+#[test]
+fn adjacent_extents_of_a_round_and_of_a_group_are_one_request() {
+    use crate::array::command::{CommandExtent, DiskCommand, Purpose};
+    use crate::disk::Op;
+    let command = |round: u32, extents: &[(u64, u64)], joins_previous: bool| DiskCommand {
+        disk: DiskIndex(0),
+        round: Round(7),
+        op: Op::Read,
+        purpose: Purpose::Deliver {
+            stream: StreamId(1),
+            title: TitleId(0),
+            playback_round: PlaybackRound(round),
+            replica: Replica::Primary,
+            piece: 0,
+            recovery: false,
+        },
+        extents: extents
+            .iter()
+            .map(|&(at, len)| CommandExtent {
+                device_offset_bytes: at,
+                length_bytes: len,
+                crc32c: None,
+            })
+            .collect(),
+        charge_ns: 0,
+        joins_previous,
+        prefetch_bytes: 0,
+    };
+    const K: u64 = 1024;
+    let commands = [
+        // A group's first round, cut in two adjacent extents.
+        command(10, &[(1024 * K, 300 * K), (1324 * K, 200 * K)], false),
+        // Its second round, adjacent, then a third not adjacent.
+        command(11, &[(1524 * K, 500 * K)], true),
+        command(12, &[(4096 * K, 500 * K)], true),
+        // A plain read cut in two extents that are not adjacent.
+        command(13, &[(8192 * K, 100 * K), (9000 * K, 100 * K)], false),
+    ];
+    let plan = batch_plan(&commands);
+    let sectors = |k: u64| k * K / crate::units::SECTOR_BYTES;
+    let got: Vec<(u64, u64)> = plan
+        .requests
+        .iter()
+        .map(|r| (r.first.lbn, r.first.sectors))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (sectors(1024), sectors(1000)),
+            (sectors(4096), sectors(500)),
+            (sectors(8192), sectors(100)),
+            (sectors(9000), sectors(100)),
+        ]
+    );
+    assert_eq!(plan.owners[0], [(0, 0), (0, 1), (1, 0)]);
+    assert_eq!(plan.owners[1], [(2, 0)]);
+}
