@@ -723,6 +723,21 @@ fn compare_policies_lists_every_policy_and_names_the_best() {
         assert!(r["startup_latency_s"].as_f64().unwrap() > 0.0, "{r}");
         assert_eq!(r["deadline_misses"].as_u64(), Some(0), "{r}");
     }
+    // Capacity is measured where every policy refuses (or at the largest
+    // load tried), and the start-up runs offer 0.8 of Sweep's capacity: Sweep
+    // refuses less there than at capacity.
+    for r in rows {
+        assert!(
+            r["capacity_rejection_ratio"].as_f64().unwrap() >= 0.05
+                || r["capacity_load"].as_f64() == Some(24.0),
+            "{r}"
+        );
+    }
+    assert!(
+        rows[0]["rejection_ratio"].as_f64().unwrap()
+            < rows[0]["capacity_rejection_ratio"].as_f64().unwrap(),
+        "{v}"
+    );
     // GPMP holds rounds longer: more memory than Sweep at capacity.
     assert!(
         rows[5]["capacity_buffer_bytes"].as_f64() > rows[0]["capacity_buffer_bytes"].as_f64(),

@@ -187,9 +187,10 @@ pub struct SimulateArgs {
     /// Answer "which retrieval policy suits this drive?": run Sweep, GPMP
     /// with u = 1..5 and, on a profile with a drive cache, Sweep&Prefetch
     /// and Gradual on the same titles, array and arrivals, and print each
-    /// one's capacity (ρ = 1.5), its memory there and its start-up latency
-    /// at the given load, naming the best (needs --layout segments;
-    /// synthetic titles). docs/retrieval.md.
+    /// one's capacity (at ρ = 1.5, or 6 or 24 until it refuses 5% of its
+    /// arrivals), its memory there and its start-up latency with arrivals
+    /// at --load times Sweep's capacity (or --rate), naming the best
+    /// (needs --layout segments; synthetic titles). docs/retrieval.md.
     #[arg(long, conflicts_with_all = ["data_dir", "no_capacity"])]
     compare_policies: bool,
     /// Print JSON instead of a table.
@@ -427,6 +428,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         let Titles::Synthetic(t) = &titles else {
             unreachable!("--compare-policies conflicts with --data-dir")
         };
+        let mean_title_rounds =
+            t.iter().map(|t| t.schedule.rounds() as f64).sum::<f64>() / t.len().max(1) as f64;
         anyhow::ensure!(
             config.segment_rounds > 1,
             "--compare-policies compares policies that read a stream's next rounds together: \
@@ -436,12 +439,17 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             &config,
             &|c, load, rate, label| {
                 let p = Point {
-                    config: c.clone(),
+                    config: SimConfig {
+                        load,
+                        arrival_rate_per_round: rate,
+                        ..c.clone()
+                    },
                     ..point(load, rate, label)
                 };
                 run_point(&p, t, "mean_active_streams", rule, args.seed, &counter)
             },
             at_load_x,
+            mean_title_rounds,
         )?;
         bar.finish_and_clear();
         if args.json {
@@ -754,12 +762,17 @@ fn parse_bad_extent(text: &str) -> Result<BadExtentSpec, String> {
 #[derive(serde::Serialize)]
 struct PolicyRow {
     policy: String,
-    /// Mean streams in playback at ρ = 1.5, with its CI half-width.
+    /// Mean streams in playback at capacity, with its CI half-width.
     capacity_streams: f64,
     capacity_ci_half_width: f64,
     /// Server buffer reserved at capacity, mean over rounds.
     capacity_buffer_bytes: f64,
-    /// Start-up latency at the offered load.
+    /// The load (of the drive's bandwidth) capacity was measured at, and
+    /// the share of arrivals refused there.
+    capacity_load: f64,
+    capacity_rejection_ratio: f64,
+    /// Start-up latency, and the share refused, at `load` times Sweep's
+    /// capacity.
     startup_latency_s: f64,
     rejection_ratio: f64,
     deadline_misses: u64,
@@ -767,13 +780,25 @@ struct PolicyRow {
 
 #[derive(serde::Serialize)]
 struct Comparison {
+    /// The start-up runs' offered load, as a fraction of Sweep's capacity
+    /// (unless `--rate` set `arrival_rate_per_round`).
     load: f64,
+    arrival_rate_per_round: f64,
     rows: Vec<PolicyRow>,
     /// The policy with the most streams at capacity (the least memory
     /// among those within the best's CI), and why.
     best: String,
     why: String,
 }
+
+/// The load capacity is first measured at (seed 000's ρ = 1.5), how much it
+/// grows while a policy refuses fewer than `SATURATED_REJECTION_MIN` of
+/// its arrivals (at most twice), and that share. Assumption: refusing 5%
+/// of arrivals means the array is full (a policy below it is carrying what
+/// it is offered, and its count would say nothing about its capacity).
+const CAPACITY_LOAD: f64 = 1.5;
+const CAPACITY_LOAD_GROWTH: f64 = 4.0;
+const SATURATED_REJECTION_MIN: f64 = 0.05;
 
 /// Runs one configuration at a load (or a rate per round) under a label.
 type RunPoint<'a> = &'a dyn Fn(
@@ -788,6 +813,7 @@ fn compare_policies(
     config: &SimConfig,
     run: RunPoint<'_>,
     load: f64,
+    mean_title_rounds: f64,
 ) -> anyhow::Result<Comparison> {
     use rondo_model::array::DrivePrefetch;
     let profile = profile_by_name(&config.profile)?;
@@ -836,17 +862,46 @@ fn compare_policies(
             ));
         }
     }
+    // Capacity is measured where the policy refuses streams: a policy
+    // that carries far more than Sweep (GPMP with much memory) would not be
+    // saturated at ρ = 1.5 of the drive's bandwidth, and a memory-bound
+    // array is saturated long before it.
+    let saturated = |c: &SimConfig, name: &str| -> anyhow::Result<(f64, PointResult)> {
+        let mut capacity_load = CAPACITY_LOAD;
+        loop {
+            let result = run(c, capacity_load, None, name)?;
+            if result.rejection_ratio >= SATURATED_REJECTION_MIN
+                || capacity_load >= CAPACITY_LOAD * CAPACITY_LOAD_GROWTH.powi(2)
+            {
+                return Ok((capacity_load, result));
+            }
+            capacity_load *= CAPACITY_LOAD_GROWTH;
+        }
+    };
+    let mut capacities = Vec::new();
+    for (name, c) in &candidates {
+        capacities.push(saturated(c, name)?);
+    }
+    // Every policy meets the same arrivals: `load` times Sweep's capacity
+    // (Little's law over the titles' mean length), so start-up latencies
+    // compare at one offered load that Sweep could carry.
+    // (`--rate` instead sets the arrivals itself.)
+    let sweep_capacity = capacities[0].1.mean_active_streams;
+    let arrival_rate_per_round = config
+        .arrival_rate_per_round
+        .unwrap_or(load * sweep_capacity / mean_title_rounds.max(1.0));
     let mut rows = Vec::new();
-    for (name, c) in candidates {
+    for ((name, c), (capacity_load, capacity)) in candidates.into_iter().zip(capacities) {
         // `run` runs the same titles under every policy (their charges
         // follow it).
-        let at_load = run(&c, load, c.arrival_rate_per_round, &name)?;
-        let capacity = run(&c, 1.5, None, &name)?;
+        let at_load = run(&c, load, Some(arrival_rate_per_round), &name)?;
         rows.push(PolicyRow {
             policy: name,
             capacity_streams: capacity.mean_active_streams,
             capacity_ci_half_width: capacity.ci_half_width,
             capacity_buffer_bytes: capacity.mean_buffer_bytes,
+            capacity_load,
+            capacity_rejection_ratio: capacity.rejection_ratio,
             startup_latency_s: at_load.mean_startup_latency_s,
             rejection_ratio: at_load.rejection_ratio,
             deadline_misses: at_load.deadline_misses + capacity.deadline_misses,
@@ -881,6 +936,7 @@ fn compare_policies(
     };
     Ok(Comparison {
         load,
+        arrival_rate_per_round,
         rows,
         best,
         why,
@@ -894,8 +950,9 @@ fn print_comparison(c: &Comparison) {
         "policy".to_string(),
         "streams at capacity".into(),
         "memory there (MiB)".into(),
-        format!("start-up at ρ = {} (s)", c.load),
-        "rejection at ρ".into(),
+        "capacity at ρ (refused)".into(),
+        format!("start-up at {} × Sweep's capacity (s)", c.load),
+        "refused there".into(),
         "misses".into(),
     ]);
     for r in &c.rows {
@@ -906,6 +963,16 @@ fn print_comparison(c: &Comparison) {
                 r.capacity_streams, r.capacity_ci_half_width
             ),
             format!("{:.1}", r.capacity_buffer_bytes / (1u64 << 20) as f64),
+            format!(
+                "{} ({:.3}){}",
+                r.capacity_load,
+                r.capacity_rejection_ratio,
+                if r.capacity_rejection_ratio < SATURATED_REJECTION_MIN {
+                    " not full"
+                } else {
+                    ""
+                }
+            ),
             format!("{:.2}", r.startup_latency_s),
             format!("{:.3}", r.rejection_ratio),
             r.deadline_misses.to_string(),
