@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 pub use scheduler::{
     CombinationParams, CycleConfig, CycleOp, CyclePlan, CycleRead, CycleScheduler, Policy,
-    Rejection, Trigger,
+    Pressure, Rejection, Trigger,
 };
 pub use stretch::FixedStretch;
 

@@ -85,6 +85,48 @@ impl Default for CombinationParams {
     }
 }
 
+/// Which resource Figure 2's Reschedule relieves.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pressure {
+    /// u_m > u_t: split a combined stream or shrink the cycle.
+    Memory,
+    /// Otherwise: combine two streams or double the cycle.
+    Time,
+}
+
+impl CombinationParams {
+    /// Figure 2's CheckSchedule: whether Reschedule runs at memory
+    /// utilisation `u_m` and time utilisation `u_t` (or because it is
+    /// `forced`: SFLAG, a doubling in preparation), and which way.
+    pub fn check(&self, u_m: f64, u_t: f64, forced: bool) -> Option<Pressure> {
+        let (m_t, t_t) = (
+            f64::from(self.memory_threshold_permille) / 1000.0,
+            f64::from(self.time_threshold_permille) / 1000.0,
+        );
+        let over = u_m > m_t || u_t > t_t;
+        let trigger = match self.trigger {
+            Trigger::Prose => over && self.apart(u_m, u_t),
+            Trigger::PseudoCode => over && (u_m - u_t).abs() < self.difference(),
+        };
+        (trigger || forced).then_some(if u_m > u_t {
+            Pressure::Memory
+        } else {
+            Pressure::Time
+        })
+    }
+
+    /// Whether the two utilisations differ by more than u_dT (after an
+    /// operation this sets SFLAG).
+    pub fn apart(&self, u_m: f64, u_t: f64) -> bool {
+        (u_m - u_t).abs() > self.difference()
+    }
+
+    fn difference(&self) -> f64 {
+        f64::from(self.difference_threshold_permille) / 1000.0
+    }
+}
+
 /// A scheduler's configuration.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CycleConfig {
@@ -449,22 +491,12 @@ impl CycleScheduler {
     fn check_schedule(&mut self) {
         let c = self.config.combination;
         let (u_m, u_t) = self.utilisations(&self.streams, self.cycle_ns);
-        let (m_t, t_t, d_t) = (
-            f64::from(c.memory_threshold_permille) / 1000.0,
-            f64::from(c.time_threshold_permille) / 1000.0,
-            f64::from(c.difference_threshold_permille) / 1000.0,
-        );
-        let over = u_m > m_t || u_t > t_t;
-        let trigger = match c.trigger {
-            Trigger::Prose => over && (u_m - u_t).abs() > d_t,
-            Trigger::PseudoCode => over && (u_m - u_t).abs() < d_t,
-        };
-        if !(trigger || self.sflag || self.pending_double) {
+        let Some(pressure) = c.check(u_m, u_t, self.sflag || self.pending_double) else {
             return;
-        }
-        self.reschedule(u_m > u_t);
+        };
+        self.reschedule(pressure == Pressure::Memory);
         let (u_m, u_t) = self.utilisations(&self.streams, self.next_cycle_ns);
-        if (u_m - u_t).abs() > d_t {
+        if c.apart(u_m, u_t) {
             self.sflag = true;
         }
     }

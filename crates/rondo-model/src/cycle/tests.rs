@@ -364,3 +364,26 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn check_schedule_acts_by_the_prose_or_the_pseudo_code_and_names_the_pressure() {
+    let prose = CombinationParams::default();
+    // Below both thresholds: nothing, unless forced (SFLAG).
+    assert_eq!(prose.check(0.5, 0.3, false), None);
+    assert_eq!(prose.check(0.5, 0.3, true), Some(Pressure::Memory));
+    assert_eq!(prose.check(0.3, 0.5, true), Some(Pressure::Time));
+    // Over u_tT and apart by more than u_dT: relieve the disk.
+    assert_eq!(prose.check(0.5, 0.85, false), Some(Pressure::Time));
+    assert_eq!(prose.check(0.9, 0.2, false), Some(Pressure::Memory));
+    // Over a threshold but within u_dT: the prose waits.
+    assert_eq!(prose.check(0.82, 0.85, false), None);
+    assert!(!prose.apart(0.82, 0.85));
+    assert!(prose.apart(0.5, 0.85));
+    // The pseudo-code's `abs(u_m - u_t) < u_dT` acts exactly there.
+    let pseudo = CombinationParams {
+        trigger: Trigger::PseudoCode,
+        ..prose
+    };
+    assert_eq!(pseudo.check(0.82, 0.85, false), Some(Pressure::Time));
+    assert_eq!(pseudo.check(0.5, 0.85, false), None);
+}
