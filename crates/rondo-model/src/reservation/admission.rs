@@ -132,11 +132,57 @@ impl Reservations {
         burst: Burst,
         pairs: Pairs,
     ) -> Result<Admission, Rejection> {
-        let charges = Arc::clone(
-            self.titles
-                .get(&title)
-                .ok_or(Rejection::UnknownTitle(title))?,
-        );
+        self.try_admit_with(
+            title,
+            playback_rounds,
+            earliest_round,
+            lookahead_rounds,
+            burst,
+            pairs,
+            None,
+        )
+    }
+
+    /// Like [`Reservations::try_admit_span`], the stream read in groups of
+    /// `group_rounds` (its title's own length or one registered with
+    /// [`Reservations::add_title_grouping`]): the dynamic cycle admits new
+    /// streams at its current cycle. A grouped stream has no start burst.
+    pub fn try_admit_grouped(
+        &mut self,
+        title: TitleId,
+        playback_rounds: std::ops::Range<PlaybackRound>,
+        earliest_round: Round,
+        lookahead_rounds: u64,
+        burst: Burst,
+        group_rounds: u32,
+    ) -> Result<Admission, Rejection> {
+        self.try_admit_with(
+            title,
+            playback_rounds,
+            earliest_round,
+            lookahead_rounds,
+            burst,
+            Pairs::Never,
+            Some(group_rounds),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn try_admit_with(
+        &mut self,
+        title: TitleId,
+        playback_rounds: std::ops::Range<PlaybackRound>,
+        earliest_round: Round,
+        lookahead_rounds: u64,
+        burst: Burst,
+        pairs: Pairs,
+        group_rounds: Option<u32>,
+    ) -> Result<Admission, Rejection> {
+        let charges = match group_rounds {
+            None => self.titles.get(&title),
+            Some(g) => self.grouped(title, g),
+        };
+        let charges = Arc::clone(charges.ok_or(Rejection::UnknownTitle(title))?);
         let first_playback_round = playback_rounds.start.index();
         let end_playback_round = playback_rounds.end.index().min(charges.rounds());
         if first_playback_round >= end_playback_round {

@@ -21,6 +21,7 @@ mod admission;
 mod charges;
 mod degraded;
 mod plan;
+mod regroup;
 mod shape;
 mod switch;
 mod tables;
@@ -39,6 +40,7 @@ use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 pub use admission::Pairs;
 pub use charges::{Bound, Charge, ChargesError, Grouping, PairCost, TitleCharges, group_start};
 pub use degraded::replica_after_error;
+pub use regroup::RegroupRefusal;
 pub(crate) use shape::{ReadKind, Shape};
 use tables::{DiskSlot, SlotCharge};
 
@@ -284,6 +286,15 @@ pub struct Burst {
     pub bytes: u64,
 }
 
+/// A grouping's length in rounds per read (1: not grouped).
+fn group_length(grouping: Grouping) -> u32 {
+    if grouping.is_grouped() {
+        grouping.group_rounds
+    } else {
+        1
+    }
+}
+
 /// An admitted stream's place in time.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamSpan {
@@ -297,8 +308,14 @@ pub struct StreamSpan {
     /// Playback rounds read in its first round and sent as soon as read (0:
     /// none, a plain stream; see `reservation::shape`).
     pub burst_rounds: u32,
-    /// Its title's read groups (`Grouping::NONE`: one round per read).
+    /// Its read groups (`Grouping::NONE`: one round per read) from
+    /// `regroup_from` on; before it, `grouping_before` (a stream regrouped
+    /// by the dynamic cycle, `Reservations::regroup`).
     pub grouping: Grouping,
+    #[serde(default)]
+    pub regroup_from: PlaybackRound,
+    #[serde(default)]
+    pub grouping_before: Grouping,
     /// Whether it reads in drive-cache pairs (its timing is a plain stream's).
     pub pairs: bool,
     /// The first playback round that may start a pair (later than the
@@ -315,6 +332,8 @@ impl StreamSpan {
             end: self.end_playback_round.index(),
             burst: self.burst_rounds as usize,
             grouping: self.grouping,
+            regroup_from: self.regroup_from.index(),
+            grouping_before: self.grouping_before,
             pairs: self.pairs,
             pairs_from: self.pairs_from.index(),
             pairs_end: self.pairs_end.index(),
@@ -355,6 +374,9 @@ pub struct Admission {
 pub struct Reservations {
     config: ReservationConfig,
     titles: BTreeMap<TitleId, Arc<TitleCharges>>,
+    /// A title's charges for read groups of another length than its own
+    /// (the dynamic cycle regroups streams), by title and group length.
+    group_charges: BTreeMap<(TitleId, u32), Arc<TitleCharges>>,
     /// `slots[disk * horizon + round % horizon]`.
     slots: Vec<DiskSlot>,
     buffer_bytes: Vec<u64>,
@@ -383,6 +405,7 @@ impl Reservations {
             restored_at: vec![None; config.disks as usize],
             slots,
             titles: BTreeMap::new(),
+            group_charges: BTreeMap::new(),
             streams: BTreeMap::new(),
             next_stream: 0,
             current_round: Round(0),
@@ -416,11 +439,58 @@ impl Reservations {
         self.titles.get(&title).map(|c| c.as_ref())
     }
 
+    /// Registers a title's charges for read groups of another length
+    /// (`Bound::title_charges_grouped` with that length; one round per read
+    /// when it is 1), so that its streams can be admitted or regrouped at
+    /// it. The title must be registered.
+    pub fn add_title_grouping(&mut self, title: TitleId, charges: TitleCharges) {
+        let own = &self.titles[&title];
+        assert_eq!(own.rounds(), charges.rounds(), "the same title");
+        for r in 0..charges.rounds() {
+            assert_eq!(own.primary(r).disk, charges.primary(r).disk, "same layout");
+        }
+        let key = (title, group_length(charges.grouping()));
+        self.group_charges.insert(key, Arc::new(charges));
+    }
+
+    /// The group lengths `title` can be read in: its own and those
+    /// registered with [`Reservations::add_title_grouping`].
+    pub fn group_lengths(&self, title: TitleId) -> Vec<u32> {
+        let mut lengths: Vec<u32> = self
+            .group_charges
+            .range((title, 0)..=(title, u32::MAX))
+            .map(|((_, g), _)| *g)
+            .chain(self.titles.get(&title).map(|c| group_length(c.grouping())))
+            .collect();
+        lengths.sort_unstable();
+        lengths.dedup();
+        lengths
+    }
+
+    /// `title`'s charges when read in groups of `group_rounds`, if known.
+    fn grouped(&self, title: TitleId, group_rounds: u32) -> Option<&Arc<TitleCharges>> {
+        let own = self.titles.get(&title)?;
+        if group_length(own.grouping()) == group_rounds {
+            Some(own)
+        } else {
+            self.group_charges.get(&(title, group_rounds))
+        }
+    }
+
+    /// The charges of a stream's playback round `i`: those of the read
+    /// groups `i` is read in.
+    fn charges_for(&self, record: &StreamRecord, i: usize) -> &Arc<TitleCharges> {
+        let g = group_length(record.shape.grouping_at(i));
+        self.grouped(record.title, g)
+            .expect("a stream's group lengths are registered")
+    }
+
     /// Removes a title; refused (returns false) while a stream plays it.
     pub fn remove_title(&mut self, title: TitleId) -> bool {
         if self.streams.values().any(|s| s.title == title) {
             return false;
         }
+        self.group_charges.retain(|(t, _), _| *t != title);
         self.titles.remove(&title).is_some()
     }
 
@@ -434,6 +504,8 @@ impl Reservations {
             end_playback_round: PlaybackRound(r.shape.end as u32),
             burst_rounds: r.shape.burst as u32,
             grouping: r.shape.grouping,
+            regroup_from: PlaybackRound(r.shape.regroup_from as u32),
+            grouping_before: r.shape.grouping_before,
             pairs: r.shape.pairs,
             pairs_from: PlaybackRound(r.shape.pairs_from as u32),
             pairs_end: PlaybackRound(r.shape.pairs_end as u32),
@@ -522,13 +594,16 @@ impl Reservations {
     /// Adds (`sign` = 1) or removes (`sign` = -1) a stream's reservations for
     /// rounds at or after the current round.
     fn apply(&mut self, record: &StreamRecord, sign: i8) {
-        let charges = Arc::clone(&self.titles[&record.title]);
+        let title_charges = Arc::clone(&self.titles[&record.title]);
         let scheme = self.config.scheme;
         let horizon = self.config.horizon_rounds;
         let first = self.current_round.max(record.start_round);
-        for round in Round::range(first, record.end_round(&charges)) {
+        for round in Round::range(first, record.end_round(&title_charges)) {
             let q = record.offset(round);
-            let (buffer_bytes, network_bytes) = record.shape.charges_at(&charges, q);
+            // What it holds and sends follows the groups of the round it
+            // plays (a burst's stream is never regrouped).
+            let held = Arc::clone(self.charges_for(record, record.shape.first + q));
+            let (buffer_bytes, network_bytes) = record.shape.charges_at(&held, q);
             let ring = (round.0 % horizon) as usize;
             self.buffer_bytes[ring] = add_signed(self.buffer_bytes[ring], buffer_bytes, sign);
             self.network_bytes[ring] = add_signed(self.network_bytes[ring], network_bytes, sign);
@@ -537,6 +612,7 @@ impl Reservations {
                     continue;
                 }
                 let choice = record.choice[i - record.shape.first];
+                let charges = Arc::clone(self.charges_for(record, i));
                 let kind = record.shape.read_kind(&charges, &record.choice, i);
                 for (disk, charge) in read_charges(scheme, &charges, i, choice, kind) {
                     let idx = self.slot_index(disk, round);
@@ -563,6 +639,7 @@ impl Reservations {
     pub fn check_invariants(&self) {
         let mut fresh = Reservations::new(self.config.clone());
         fresh.titles = self.titles.clone();
+        fresh.group_charges = self.group_charges.clone();
         fresh.current_round = self.current_round;
         fresh.failed = self.failed.clone();
         for record in self.streams.values() {

@@ -17,9 +17,8 @@ impl Reservations {
             if round < record.start_round {
                 continue;
             }
-            let charges = &self.titles[&record.title];
             for i in record.shape.reads_at(record.offset(round)) {
-                self.plan_read(stream, record, charges, i, &mut per_disk, &mut lost);
+                self.plan_read(stream, record, i, &mut per_disk, &mut lost);
             }
         }
         (per_disk, lost)
@@ -37,9 +36,8 @@ impl Reservations {
         if let Some(record) = self.streams.get(&stream)
             && round >= record.start_round
         {
-            let charges = &self.titles[&record.title];
             for i in record.shape.reads_at(record.offset(round)) {
-                self.plan_read(stream, record, charges, i, &mut per_disk, &mut lost);
+                self.plan_read(stream, record, i, &mut per_disk, &mut lost);
             }
         }
         (per_disk, lost)
@@ -50,7 +48,6 @@ impl Reservations {
         &self,
         stream: StreamId,
         record: &StreamRecord,
-        charges: &TitleCharges,
         i: usize,
         per_disk: &mut [Vec<PlannedRead>],
         lost: &mut Vec<PlannedRead>,
@@ -59,6 +56,7 @@ impl Reservations {
         // replica, in the same request on each disk, charged nothing more.
         let joins = !record.shape.is_read_start(i);
         let i0 = record.shape.read_start(i);
+        let charges: &TitleCharges = self.charges_for(record, i0);
         let read =
             |disk: DiskIndex, replica: Replica, backup_entry: usize, cost_ns: u64| PlannedRead {
                 stream,

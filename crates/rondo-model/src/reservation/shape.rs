@@ -50,8 +50,16 @@ pub(crate) struct Shape {
     /// Playback rounds read in the first stream round: 0 for a plain
     /// stream; otherwise 2 or more, or 1 for a one-round span.
     pub burst: usize,
-    /// The title's read groups ([`Grouping::NONE`]: one round per read).
+    /// The read groups of playback rounds from `regroup_from` on
+    /// ([`Grouping::NONE`]: one round per read): the title's, or another
+    /// length where the stream was regrouped (seed 004's stream combination
+    /// in the array, [`Shape::regrouped`]).
     pub grouping: Grouping,
+    /// Where the stream's groups last changed length: rounds before it are
+    /// read in groups of `grouping_before`, cut at it. `first` (or less) for
+    /// a stream never regrouped.
+    pub regroup_from: usize,
+    pub grouping_before: Grouping,
     /// Reads in drive-cache pairs where the title has them (seed 003's
     /// Sweep&Prefetch and Gradual Prefetching): each pair's second round is
     /// prefetched into the drive cache with its first and read from there
@@ -84,6 +92,8 @@ impl Shape {
             end,
             burst,
             grouping,
+            regroup_from: first,
+            grouping_before: grouping,
             pairs: false,
             pairs_from: first,
             pairs_end: end,
@@ -94,7 +104,7 @@ impl Shape {
     /// burst, no read groups).
     pub fn with_pairs(self) -> Shape {
         Shape {
-            pairs: self.burst == 0 && !self.grouping.is_grouped(),
+            pairs: self.burst == 0 && !self.is_grouped(),
             ..self
         }
     }
@@ -107,6 +117,49 @@ impl Shape {
             pairs_from: from.max(self.first),
             pairs_end: end.min(self.end),
             ..self.with_pairs()
+        }
+    }
+
+    /// This (grouped, burst-free) shape reading its playback rounds from
+    /// `from` on in groups of `grouping`, the rounds before as before. `from`
+    /// must start a request of the current shape, and rounds before the
+    /// last regroup must no longer matter (the caller's rule: they have
+    /// been sent), since only one earlier grouping is kept.
+    pub fn regrouped(self, from: usize, grouping: Grouping) -> Shape {
+        debug_assert!(!self.is_burst() && !self.pairs, "a plain stream");
+        debug_assert!(
+            from >= self.end || self.is_read_start(from),
+            "a regroup starts a request"
+        );
+        Shape {
+            grouping_before: self.grouping_at(from.saturating_sub(1)),
+            regroup_from: from,
+            grouping,
+            ..self
+        }
+    }
+
+    /// The read groups playback round `i` belongs to.
+    pub fn grouping_at(&self, i: usize) -> Grouping {
+        if i < self.regroup_from {
+            self.grouping_before
+        } else {
+            self.grouping
+        }
+    }
+
+    /// Whether any of its rounds are read in groups.
+    pub fn is_grouped(&self) -> bool {
+        self.grouping.is_grouped() || self.grouping_before.is_grouped()
+    }
+
+    /// The round after the last of `i`'s request (not cut to `end`).
+    fn group_end(&self, i: usize) -> usize {
+        let end = self.grouping_at(i).end(i);
+        if i < self.regroup_from {
+            end.min(self.regroup_from)
+        } else {
+            end
         }
     }
 
@@ -177,7 +230,12 @@ impl Shape {
     /// The playback round whose request reads playback round `i`: `i`
     /// itself unless `i` is read with the rest of its group.
     pub fn read_start(&self, i: usize) -> usize {
-        self.grouping.start(i).max(self.first)
+        let start = self.grouping_at(i).start(i).max(self.first);
+        if i >= self.regroup_from {
+            start.max(self.regroup_from)
+        } else {
+            start
+        }
     }
 
     /// Whether playback round `i` is read by a request of its own (or is
@@ -219,7 +277,7 @@ impl Shape {
             if !self.is_read_start(i) {
                 return i..i;
             }
-            return i..self.grouping.end(i).min(self.end);
+            return i..self.group_end(i).min(self.end);
         }
         if q == 0 {
             return self.first..self.first + self.burst;
@@ -240,7 +298,7 @@ impl Shape {
             if self.is_read_start(i) {
                 i
             } else {
-                self.grouping.end(i).min(self.end)
+                self.group_end(i).min(self.end)
             }
         } else if q == 0 {
             self.first

@@ -57,11 +57,7 @@ impl Reservations {
         let mut phases: [Vec<StreamId>; 2] = [Vec::new(), Vec::new()];
         for (&id, record) in &self.streams {
             let shape = record.shape;
-            if shape.pairs
-                || shape.is_burst()
-                || shape.grouping.is_grouped()
-                || round < record.start_round
-            {
+            if shape.pairs || shape.is_burst() || shape.is_grouped() || round < record.start_round {
                 continue;
             }
             let charges = &self.titles[&record.title];
@@ -199,18 +195,18 @@ impl Reservations {
     /// Whether every disk-round a stream reads in from `from` on is within
     /// its budget (disk and bus time) and its drive's cache segments, with
     /// everything now reserved (the stream's own reads included).
-    fn fits_from(&self, record: &StreamRecord, from: Round) -> bool {
+    pub(super) fn fits_from(&self, record: &StreamRecord, from: Round) -> bool {
         let cfg = &self.config;
         let budget_ns = cfg.round_duration_ns.saturating_sub(cfg.round_fixed_ns);
-        let charges = &self.titles[&record.title];
         let first = from.max(record.start_round);
-        Round::range(first, record.end_round(charges)).all(|round| {
+        Round::range(first, record.end_round(&self.titles[&record.title])).all(|round| {
             let q = record.offset(round);
             record
                 .shape
                 .reads_at(q)
                 .filter(|&i| record.shape.is_read_start(i))
                 .all(|i| {
+                    let charges = self.charges_for(record, i);
                     let choice = record.choice[i - record.shape.first];
                     let kind = record.shape.read_kind(charges, &record.choice, i);
                     read_charges(cfg.scheme, charges, i, choice, kind).all(|(disk, _)| {

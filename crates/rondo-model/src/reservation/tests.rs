@@ -801,3 +801,125 @@ fn the_switch_into_prefetch_mode_makes_room_on_a_full_disk() {
         }
     }
 }
+
+/// The dynamic cycle's regroup (seed 004's combine and split in the
+/// array's rounds): from its next request a stream reads in groups of
+/// another length; the tables follow exactly (the invariant check rebuilds
+/// them from the records), rounds before keep their reads, and a regroup
+/// that does not fit, or comes before the last one's rounds are sent,
+/// changes nothing.
+#[test]
+fn a_regrouped_stream_reads_longer_groups_from_its_next_request_or_nothing_changes() {
+    use crate::disk::{RondoBound, profile_by_name};
+    use crate::layout::{ArrayAllocator, LayoutParams, TitlePlan};
+    use crate::schedule::Schedule;
+    const KIB: u64 = 1024;
+    let schedule =
+        Schedule::from_client_bytes(vec![64 * KIB; 32], crate::units::NS_PER_S, 16 * KIB).unwrap();
+    let params = LayoutParams {
+        disk_count: 2,
+        stride_bytes: 8 * 1024 * KIB,
+        block_bytes: 16 * KIB,
+        backup: None,
+        segment_rounds: 8,
+    };
+    let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 0).unwrap();
+    let layout = ArrayAllocator::uniform(2, 200).place(&plan).unwrap();
+    let bound = Bound::Rondo(RondoBound::new(&profile_by_name("cheetah-4lp").unwrap()).unwrap());
+    let grouped = |g| {
+        bound
+            .title_charges_grouped(&plan, Some(&layout), &schedule, g)
+            .unwrap()
+    };
+    let (g2, g4) = (grouped(2), grouped(4));
+    let setup = |buffer_capacity_bytes| {
+        let mut r = Reservations::new(ReservationConfig {
+            buffer_capacity_bytes,
+            ..config(2, Scheme::None)
+        });
+        r.add_title(TitleId(0), g2.clone());
+        r.add_title_grouping(TitleId(0), g4.clone());
+        r.add_title_grouping(TitleId(0), grouped(1));
+        r
+    };
+    let mut r = setup(u64::MAX);
+    assert_eq!(r.group_lengths(TitleId(0)), [1, 2, 4]);
+    let all = PlaybackRound(0)..PlaybackRound(32);
+    let a = r
+        .try_admit_grouped(TitleId(0), all.clone(), Round(0), 1, Burst::default(), 2)
+        .unwrap();
+    assert_eq!(a.start_round, Round(0));
+    assert_eq!(r.stream_group_rounds(a.stream), Some(2));
+    r.advance_to(Round(3));
+    let buffer_before: Vec<u64> = (3..40).map(|q| r.reserved_buffer_bytes(Round(q))).collect();
+    // Round 3 is read with round 2's group: the new groups start at 4.
+    assert_eq!(r.regroup(a.stream, 4, Round(3)), Ok(4));
+    r.check_invariants();
+    assert_eq!(r.stream_group_rounds(a.stream), Some(4));
+    let span = r.stream_span(a.stream).unwrap();
+    assert_eq!(span.read_round(PlaybackRound(3)), Round(2));
+    assert_eq!(span.read_round(PlaybackRound(5)), Round(4));
+    assert_eq!(span.read_round(PlaybackRound(9)), Round(8));
+    // One request of four rounds at 4, none at 6 (where two were read).
+    assert_eq!(r.reserved_ns(DiskIndex(0), Round(4)), g4.primary(4).cost_ns);
+    assert_eq!(r.reserved_ns(DiskIndex(0), Round(6)), 0);
+    assert!(g4.primary(4).cost_ns < g2.primary(4).cost_ns + g2.primary(6).cost_ns);
+    // Longer groups hold more: never less in any round, more in some.
+    let buffer_after: Vec<u64> = (3..40).map(|q| r.reserved_buffer_bytes(Round(q))).collect();
+    assert!(buffer_after.iter().zip(&buffer_before).all(|(a, b)| a >= b));
+    assert!(buffer_after.iter().sum::<u64>() > buffer_before.iter().sum::<u64>());
+    // Back to two is refused until the regroup's rounds are sent (round 3
+    // is sent in round 4).
+    r.advance_to(Round(3));
+    assert_eq!(
+        r.regroup(a.stream, 2, Round(3)),
+        Err(RegroupRefusal::Unsettled)
+    );
+    r.advance_to(Round(5));
+    // At round 5 the next request is at 8: split back to two from there.
+    assert_eq!(r.regroup(a.stream, 2, Round(5)), Ok(8));
+    r.check_invariants();
+    let span = r.stream_span(a.stream).unwrap();
+    assert_eq!(span.read_round(PlaybackRound(7)), Round(4));
+    assert_eq!(span.read_round(PlaybackRound(9)), Round(8));
+    assert_eq!(span.read_round(PlaybackRound(11)), Round(10));
+    assert_eq!(
+        r.regroup(a.stream, 3, Round(5)),
+        Err(RegroupRefusal::NoCharges)
+    );
+    // With the buffer the groups of two need and no more, the longer
+    // groups do not fit and the tables are as they were.
+    let mut tight = setup(0);
+    let peak: u64 = (0..40)
+        .map(|q| g2.buffer_bytes.get(q).copied().unwrap_or(0))
+        .max()
+        .unwrap();
+    tight.config.buffer_capacity_bytes = peak;
+    let b = tight
+        .try_admit_grouped(TitleId(0), all, Round(0), 1, Burst::default(), 2)
+        .unwrap();
+    tight.advance_to(Round(1));
+    let before: Vec<(u64, u64)> = (1..40)
+        .map(|q| {
+            (
+                tight.reserved_ns(DiskIndex(0), Round(q)),
+                tight.reserved_buffer_bytes(Round(q)),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tight.regroup(b.stream, 4, Round(1)),
+        Err(RegroupRefusal::DoesNotFit)
+    );
+    tight.check_invariants();
+    let after: Vec<(u64, u64)> = (1..40)
+        .map(|q| {
+            (
+                tight.reserved_ns(DiskIndex(0), Round(q)),
+                tight.reserved_buffer_bytes(Round(q)),
+            )
+        })
+        .collect();
+    assert_eq!(before, after);
+    assert_eq!(tight.stream_group_rounds(b.stream), Some(2));
+}
