@@ -202,6 +202,7 @@ impl RunningServer {
             },
             late_start: config.late_start,
             drive_prefetch: prefetch,
+            cycle: None,
         });
         let mut loaded = std::collections::BTreeMap::new();
         for title in titles {

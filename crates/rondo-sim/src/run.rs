@@ -26,8 +26,8 @@ use thiserror::Error;
 
 use rondo_model::array::{
     Aborted, AdmitRequest, Array, ArrayConfig, ArrayTitle, Completion, CompletionOrder,
-    DeliveryConfig, DiskCommand, DrivePrefetch, Effect, ExtentChecksums, FailCause, Purpose,
-    ReadOutcome, RoundPlan, Span, batch_plan, rondo_write_bound,
+    CycleStatus, DeliveryConfig, DiskCommand, DrivePrefetch, DynamicCycle, Effect, ExtentChecksums,
+    FailCause, Purpose, ReadOutcome, RoundPlan, Span, batch_plan, rondo_write_bound,
 };
 use rondo_model::disk::{self, Disk, DiskError, DiskProfile, PaperBound, RondoBound};
 use rondo_model::health::{ExtentKey, HealthPolicy};
@@ -126,6 +126,11 @@ pub struct SimConfig {
     /// for`): as many prefetched blocks as the cache has room for.
     #[serde(default)]
     pub fit_drive_segments: bool,
+    /// Seed 004's dynamic cycle in the array's rounds (`ArrayConfig::
+    /// cycle`): needs the segments layout; titles are charged for every
+    /// group length it may use.
+    #[serde(default)]
+    pub dynamic_cycle: Option<DynamicCycle>,
     /// ρ: arrivals at ρ·μ per round (seed 000 §6.2).
     pub load: f64,
     /// R_disk in μ = D·R_disk·T/S_tot (equation 1); seed 000 uses Table 2's
@@ -188,6 +193,7 @@ impl SimConfig {
             burst_rounds: 0,
             drive_prefetch: DrivePrefetch::None,
             fit_drive_segments: false,
+            dynamic_cycle: None,
             load: 0.8,
             // Seed 000 Table 2: 11.3 MB/s inner-zone sustained rate.
             mu_rate_bytes_per_s: 11.3e6,
@@ -227,6 +233,8 @@ pub struct PlacedTitle {
     pub layout: Option<TitleLayout>,
     /// What admission reserves for a stream of the title.
     pub charges: TitleCharges,
+    /// Its charges for other read-group lengths (the dynamic cycle's).
+    pub group_charges: Vec<TitleCharges>,
     /// Every extent's checksum, when the title's bytes exist (the commands
     /// carry them; the simulated disks do not read bytes).
     pub checksums: Option<ExtentChecksums>,
@@ -354,6 +362,16 @@ pub struct SimResult {
     /// cache over the run (seed 003's prefetched blocks).
     #[serde(default)]
     pub cache_hits: u64,
+    /// The dynamic cycle: its length in rounds averaged over the measured
+    /// rounds, and its state at the run's end (operations counted).
+    #[serde(default)]
+    pub mean_cycle_group_rounds: Option<f64>,
+    /// Measured disk-rounds whose reservation (with the fixed term) exceeds
+    /// the round: never, unless an operation was made unchecked.
+    #[serde(default)]
+    pub overcommitted_disk_rounds: u64,
+    #[serde(default)]
+    pub cycle: Option<CycleStatus>,
 }
 
 /// A prepared array: titles planned, placed and charged, admission
@@ -631,6 +649,7 @@ fn run_placed_inner(
             if in_window {
                 exec.m
                     .observe_reservations(exec.prepared.array.reservations(), round);
+                exec.m.observe_cycle(&exec.prepared.array);
             }
             exec.execute(plan, in_window)?;
         } else {
@@ -638,6 +657,7 @@ fn run_placed_inner(
             if in_window {
                 exec.m
                     .observe_reservations(exec.prepared.array.reservations(), round);
+                exec.m.observe_cycle(&exec.prepared.array);
             }
         }
         if config.check_invariants {
@@ -1145,11 +1165,23 @@ pub fn place_titles(
                     name: title.name.clone(),
                     source,
                 })?;
+            let group_charges = config
+                .dynamic_cycle
+                .map(|cycle| cycle.group_lengths())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|g| bound.title_charges_grouped(&plan, layout.as_ref(), &title.schedule, g))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|source| SimError::Charges {
+                    name: title.name.clone(),
+                    source,
+                })?;
             Ok(PlacedTitle {
                 name: title.name.clone(),
                 schedule: title.schedule.clone(),
                 layout,
                 charges,
+                group_charges,
                 checksums: None,
             })
         })
@@ -1292,6 +1324,7 @@ pub fn prepare_placed(
         // Arrivals come at round boundaries in the simulator.
         late_start: false,
         drive_prefetch: config.drive_prefetch,
+        cycle: config.dynamic_cycle,
     });
     let pairs = config.drive_prefetch != DrivePrefetch::None;
     for (t, title) in titles.iter().enumerate() {
@@ -1301,14 +1334,17 @@ pub fn prepare_placed(
             }
             _ => title.charges.clone(),
         };
-        array.add_title(ArrayTitle::new(
-            TitleId(t as u64),
-            charges,
-            title.layout.clone(),
-            title.checksums.clone(),
-            &title.schedule.client_bytes,
-            config.round_duration_ns,
-        ));
+        array.add_title(
+            ArrayTitle::new(
+                TitleId(t as u64),
+                charges,
+                title.layout.clone(),
+                title.checksums.clone(),
+                &title.schedule.client_bytes,
+                config.round_duration_ns,
+            )
+            .with_group_charges(title.group_charges.clone()),
+        );
     }
     Ok(PreparedArray {
         array,
@@ -1368,6 +1404,8 @@ struct Measure {
     reserved_working_fraction_sum: f64,
     buffer_bytes_sum: f64,
     cache_hits: u64,
+    cycle_group_rounds_sum: u64,
+    overcommitted_disk_rounds: u64,
     observed_rounds: u64,
     busy_fraction_sum: f64,
     busy_rounds: u64,
@@ -1392,6 +1430,12 @@ struct Measure {
 }
 
 impl Measure {
+    fn observe_cycle(&mut self, array: &Array) {
+        if let Some(g) = array.admission_cycle_rounds() {
+            self.cycle_group_rounds_sum += u64::from(g);
+        }
+    }
+
     fn observe_reservations(&mut self, r: &Reservations, round: Round) {
         let (fixed_ns, t) = (r.config().round_fixed_ns, r.config().round_duration_ns);
         let disks = r.config().disks;
@@ -1404,6 +1448,9 @@ impl Measure {
             primary += fixed_ns + r.reserved_primary_ns(d, round);
             most = most.max(reserved);
             least = least.min(reserved);
+            if reserved > t {
+                self.overcommitted_disk_rounds += 1;
+            }
             if !r.is_failed(d) {
                 working += 1;
                 working_total += reserved;
@@ -1478,6 +1525,12 @@ impl Measure {
             rounds_measured,
             mean_buffer_bytes: per_round(self.buffer_bytes_sum),
             cache_hits: self.cache_hits,
+            mean_cycle_group_rounds: array
+                .array
+                .cycle_status()
+                .map(|_| per_round(self.cycle_group_rounds_sum as f64)),
+            cycle: array.array.cycle_status(),
+            overcommitted_disk_rounds: self.overcommitted_disk_rounds,
         }
     }
 }

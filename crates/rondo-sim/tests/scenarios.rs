@@ -490,3 +490,114 @@ fn gpmp_groups_on_a_modern_hdd_stay_within_their_reservation() {
     assert_eq!(r.busy_over_reserved_disk_rounds, 0, "{r:?}");
     assert_eq!(r.deadline_misses, 0, "{r:?}");
 }
+
+/// Titles of 128–1024 kbit/s (seed 004 §3's range), CBR, `rounds` rounds
+/// of `round_ns`.
+fn multi_bitrate_titles(rounds: usize, round_ns: u64) -> Vec<SimTitle> {
+    use rondo_model::schedule::Schedule;
+    (1..=8u64)
+        .map(|k| {
+            let bitrate_bps = 128_000 * k;
+            let bytes = bitrate_bps * round_ns / 8 / rondo_model::units::NS_PER_S;
+            SimTitle {
+                name: format!("cbr-{}k", bitrate_bps / 1000),
+                schedule: Schedule::from_client_bytes(vec![bytes; rounds], round_ns, 16 * 1024)
+                    .unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Seed 004's dynamic cycle executed by the array on the detailed model
+/// (2 Cheetah disks, 0.5 s rounds, segments of 32 rounds, 8 MiB of buffer
+/// per disk, titles of 128–1024 kbit/s): it combines streams and doubles
+/// its cycle with no missed deadline and no disk-round over its
+/// reservation, carries far more than the fixed cycle of one round per read
+/// and at least as much as the best fixed group length in hindsight (low
+/// bitrates combined, high ones not). With its operations unchecked (the
+/// transitory reads ignored), rounds are over-committed.
+#[test]
+fn dynamic_cycle_combines_streams_without_a_miss_and_beats_every_fixed_cycle() {
+    use rondo_model::array::DynamicCycle;
+    let round_ns = 500_000_000;
+    let titles = multi_bitrate_titles(1200, round_ns);
+    for seed in seeds(1, 3) {
+        let replay =
+            format!("RONDO_SEED={seed} cargo test -p rondo-sim --test scenarios dynamic_cycle");
+        let mut c = SimConfig::seed000(2, Scheme::None, ReplicaPlacement::Deterministic);
+        c.profile = "cheetah-4lp".into();
+        c.bound = BoundKind::Rondo;
+        c.mode = Mode::SimulatedDisk;
+        c.round_duration_ns = round_ns;
+        c.segment_rounds = 32;
+        c.buffer_per_disk_bytes = 8 << 20;
+        c.arrival_rate_per_round = Some(2.0);
+        c.warmup_rounds = 600;
+        c.end_round = 2000;
+        c.seed = seed;
+        let fixed = |group| {
+            run(
+                &SimConfig {
+                    read_group_rounds: group,
+                    ..c.clone()
+                },
+                &titles,
+            )
+            .unwrap()
+        };
+        let (one, two, four) = (fixed(1), fixed(2), fixed(4));
+        let dynamic = run(
+            &SimConfig {
+                dynamic_cycle: Some(DynamicCycle::new(16)),
+                ..c.clone()
+            },
+            &titles,
+        )
+        .unwrap();
+        let status = dynamic.cycle.clone().expect("a dynamic cycle");
+        println!(
+            "seed {seed}: fixed 1/2/4 rounds {:.1}/{:.1}/{:.1} streams, dynamic {:.1} \
+             (cycle {:.2} rounds on average, {} combines, {} doubles, {} refused)",
+            one.mean_active_streams,
+            two.mean_active_streams,
+            four.mean_active_streams,
+            dynamic.mean_active_streams,
+            dynamic.mean_cycle_group_rounds.unwrap(),
+            status.combines,
+            status.doubles,
+            status.refusals
+        );
+        assert_eq!(dynamic.deadline_misses, 0, "{replay}: {dynamic:?}");
+        assert_eq!(dynamic.busy_over_reserved_disk_rounds, 0, "{replay}");
+        assert_eq!(dynamic.overcommitted_disk_rounds, 0, "{replay}");
+        assert!(
+            status.combines > 10 && status.doubles >= 1,
+            "{replay}: {status:?}"
+        );
+        assert!(
+            dynamic.mean_active_streams > 1.3 * one.mean_active_streams,
+            "{replay}"
+        );
+        let best_fixed = two.mean_active_streams.max(four.mean_active_streams);
+        assert!(
+            dynamic.mean_active_streams >= 0.95 * best_fixed,
+            "{replay}: dynamic {} against the best fixed {best_fixed}",
+            dynamic.mean_active_streams
+        );
+        let unchecked = run(
+            &SimConfig {
+                dynamic_cycle: Some(DynamicCycle {
+                    check_operations: false,
+                    ..DynamicCycle::new(16)
+                }),
+                ..c.clone()
+            },
+            &titles,
+        )
+        .unwrap();
+        assert!(
+            unchecked.overcommitted_disk_rounds > 0,
+            "{replay}: {unchecked:?}"
+        );
+    }
+}

@@ -641,6 +641,7 @@ fn load_data_dir(
             schedule: t.schedule,
             layout: Some(t.layout),
             charges: t.charges,
+            group_charges: Vec::new(),
             // The simulated disks read no bytes.
             checksums: None,
         })

@@ -354,6 +354,8 @@ pub struct RoundPlan {
     /// Ingest rounds granted this round: `(title, title round, bytes)`;
     /// written once the round's batches are done.
     pub ingest_grants: Vec<(TitleId, PlaybackRound, u64)>,
+    /// The dynamic cycle's operation at this boundary (seed 004), if any.
+    pub cycle_event: Option<crate::array::CycleEvent>,
 }
 
 /// How a command ended.

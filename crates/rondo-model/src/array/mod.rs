@@ -22,6 +22,7 @@
 //! ([`command`]: plain data that a storage node could execute behind RPC).
 
 pub mod command;
+mod cycle;
 pub mod delivery;
 pub mod policy;
 pub mod repair;
@@ -53,6 +54,7 @@ pub use command::{
     DiskRoundPlan, Effect, FailCause, Miss, Purpose, ReadOutcome, RoundPlan, RoundReady,
     batch_plan,
 };
+pub use cycle::{CycleEvent, CycleStatus, DynamicCycle};
 pub use delivery::{DeliveryConfig, Release};
 pub use policy::{OneReadPerStream, RetrievalPolicy};
 pub use repair::{ExtentFaults, LostRound, Marked, Repairs};
@@ -101,6 +103,10 @@ pub struct ArrayConfig {
     /// drive-cache pairs (the reservation config's `drive_cache_segments`
     /// bounds how many prefetched blocks a disk holds).
     pub drive_prefetch: DrivePrefetch,
+    /// Seed 004's dynamic cycle (`None`: every stream reads in its title's
+    /// groups, a fixed cycle). Needs titles with charges for every group
+    /// length it may use (`ArrayTitle::group_charges`).
+    pub cycle: Option<DynamicCycle>,
 }
 
 /// Seed 003's policies that prefetch into the drive's cache.
@@ -370,6 +376,8 @@ pub struct Array {
     late_horizon_ns: Vec<u64>,
     next_copy: u64,
     counters: ArrayCounters,
+    /// Seed 004's dynamic cycle, when configured.
+    cycle: Option<cycle::CycleState>,
 }
 
 impl Array {
@@ -397,6 +405,7 @@ impl Array {
             late_horizon_ns: Vec::new(),
             next_copy: 0,
             counters: ArrayCounters::default(),
+            cycle: config.cycle.map(cycle::CycleState::new),
             config,
         }
     }
@@ -443,6 +452,15 @@ impl Array {
         let title = Arc::new(title);
         self.reservations
             .add_title(title.id, title.charges.as_ref().clone());
+        for charges in &title.group_charges {
+            self.reservations
+                .add_title_grouping(title.id, charges.as_ref().clone());
+        }
+        if let Some(cycle) = self.cycle.as_mut() {
+            cycle
+                .title_bytes_per_round
+                .insert(title.id, title.charges.mean_read_bytes());
+        }
         self.titles.insert(title.id, Arc::clone(&title));
         title
     }
@@ -646,26 +664,43 @@ impl Array {
         {
             return Err(Rejection::DataLost { round });
         }
+        let group_rounds = self
+            .admission_group_rounds()
+            .filter(|&g| self.reservations.group_lengths(request.title).contains(&g));
         let Admission {
             stream,
             start_round,
-        } = self.reservations.try_admit_shaped(
-            request.title,
-            first_playback_round..end_playback_round,
-            earliest_round,
-            lookahead_rounds,
-            self.config.burst,
-            match self.config.drive_prefetch {
-                DrivePrefetch::None => Pairs::Never,
-                // The switch changes admitted streams' reads from the
-                // earliest round on: never a round already planned (a late
-                // start's, `admit_now`).
-                DrivePrefetch::SweepPrefetch if earliest_round >= self.next_round => Pairs::Switch,
-                DrivePrefetch::SweepPrefetch => Pairs::Fallback,
-                DrivePrefetch::Gradual if self.counters.admitted % 2 == 1 => Pairs::First,
-                DrivePrefetch::Gradual => Pairs::Fallback,
-            },
-        )?;
+        } = if let Some(g) = group_rounds {
+            // The dynamic cycle: the stream reads groups of the cycle.
+            self.reservations.try_admit_grouped(
+                request.title,
+                first_playback_round..end_playback_round,
+                earliest_round,
+                lookahead_rounds,
+                self.config.burst,
+                g,
+            )?
+        } else {
+            self.reservations.try_admit_shaped(
+                request.title,
+                first_playback_round..end_playback_round,
+                earliest_round,
+                lookahead_rounds,
+                self.config.burst,
+                match self.config.drive_prefetch {
+                    DrivePrefetch::None => Pairs::Never,
+                    // The switch changes admitted streams' reads from the
+                    // earliest round on: never a round already planned (a late
+                    // start's, `admit_now`).
+                    DrivePrefetch::SweepPrefetch if earliest_round >= self.next_round => {
+                        Pairs::Switch
+                    }
+                    DrivePrefetch::SweepPrefetch => Pairs::Fallback,
+                    DrivePrefetch::Gradual if self.counters.admitted % 2 == 1 => Pairs::First,
+                    DrivePrefetch::Gradual => Pairs::Fallback,
+                },
+            )?
+        };
         if self.delivering {
             let span = self
                 .reservations
@@ -772,6 +807,7 @@ impl Array {
         self.deliveries = delivery::Deliveries::new(self.config.delivery);
         self.reservations.advance_to(round);
         self.next_round = round.next();
+        self.cycle_step(round);
     }
 
     /// Begins round `round` (the next one): counts the misses of the round
@@ -824,9 +860,11 @@ impl Array {
             };
             plan.aborted.extend(self.abort(s.stream, reason));
         }
-        // 3. Time moves on.
+        // 3. Time moves on; the dynamic cycle's operation, if one is due,
+        // changes streams' reads from this round on (not yet planned).
         self.reservations.advance_to(round);
         self.next_round = round.next();
+        plan.cycle_event = self.cycle_step(round);
         // 4. The streams' reads.
         let (planned, lost) = self.reservations.plan_round(round);
         self.counters.lost_reads += lost.len() as u64;

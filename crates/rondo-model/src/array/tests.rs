@@ -36,6 +36,7 @@ fn config(disks: u32, scheme: Scheme) -> ArrayConfig {
         burst: Default::default(),
         late_start: false,
         drive_prefetch: DrivePrefetch::None,
+        cycle: None,
     }
 }
 

@@ -133,6 +133,9 @@ pub struct ArrayTitle {
     /// written (simulated titles).
     pub checksums: Option<Arc<ExtentChecksums>>,
     pub index: RoundIndex,
+    /// Its charges for read groups of other lengths (seed 004's dynamic
+    /// cycle regroups streams among them; empty otherwise).
+    pub group_charges: Vec<Arc<TitleCharges>>,
 }
 
 impl ArrayTitle {
@@ -156,6 +159,16 @@ impl ArrayTitle {
             layout: layout.map(Arc::new),
             checksums: checksums.map(Arc::new),
             index: RoundIndex::new(client_bytes, round_duration_ns),
+            group_charges: Vec::new(),
+        }
+    }
+
+    /// This title with charges for read groups of other lengths
+    /// (`Bound::title_charges_grouped` of the same plan and layout).
+    pub fn with_group_charges(self, group_charges: Vec<TitleCharges>) -> ArrayTitle {
+        ArrayTitle {
+            group_charges: group_charges.into_iter().map(Arc::new).collect(),
+            ..self
         }
     }
 

@@ -249,6 +249,12 @@ impl TitleCharges {
         )
     }
 
+    /// Mean bytes read per round: a stream's bitrate in the dynamic
+    /// cycle's choice of which streams to combine or split.
+    pub fn mean_read_bytes(&self) -> u64 {
+        self.read_bytes.iter().sum::<u64>() / self.read_bytes.len().max(1) as u64
+    }
+
     pub fn rounds(&self) -> usize {
         self.primary.len()
     }

@@ -46,6 +46,70 @@ impl Reservations {
         group_rounds: u32,
         from: Round,
     ) -> Result<u32, RegroupRefusal> {
+        self.regroup_together(&[stream], group_rounds, from, true)
+            .map(|starts| starts[0])
+    }
+
+    /// Regroups all of `streams` as [`Reservations::regroup`] does, or none
+    /// of them. With `checked` false the regroups are kept even where a
+    /// round no longer fits: only to show what an unchecked operation does
+    /// (misses), never in a configuration that serves.
+    pub fn regroup_together(
+        &mut self,
+        streams: &[StreamId],
+        group_rounds: u32,
+        from: Round,
+        checked: bool,
+    ) -> Result<Vec<u32>, RegroupRefusal> {
+        let mut old: Vec<(StreamId, StreamRecord)> = Vec::with_capacity(streams.len());
+        let mut starts = Vec::with_capacity(streams.len());
+        for &stream in streams {
+            match self.regrouped(stream, group_rounds, from) {
+                Ok((record, new, p)) => {
+                    self.apply(&record, -1);
+                    self.apply(&new, 1);
+                    self.streams.insert(stream, new);
+                    old.push((stream, record));
+                    starts.push(p as u32);
+                }
+                Err(refusal) => {
+                    self.restore(old);
+                    return Err(refusal);
+                }
+            }
+        }
+        let fits = streams.iter().all(|id| {
+            let record = &self.streams[id];
+            self.fits_from(record, from) && self.memory_fits_from(record, from)
+        });
+        if checked && !fits {
+            self.restore(old);
+            return Err(RegroupRefusal::DoesNotFit);
+        }
+        Ok(starts)
+    }
+
+    /// Whether `stream` could be regrouped from `from` (its reads plain,
+    /// its last regroup settled, a request left), fit aside.
+    pub fn regroupable(&self, stream: StreamId, from: Round) -> bool {
+        self.streams.get(&stream).is_some_and(|record| {
+            let from = from.max(self.current_round).max(record.start_round);
+            let shape = record.shape;
+            let q = record.offset(from);
+            !shape.is_burst()
+                && !shape.pairs
+                && shape.regroup_from <= shape.first + q
+                && shape.first_read_from(q) < shape.end
+        })
+    }
+
+    /// A stream's record now and regrouped, and where the new groups start.
+    fn regrouped(
+        &self,
+        stream: StreamId,
+        group_rounds: u32,
+        from: Round,
+    ) -> Result<(StreamRecord, StreamRecord, usize), RegroupRefusal> {
         let record = self
             .streams
             .get(&stream)
@@ -74,16 +138,15 @@ impl Reservations {
             shape: shape.regrouped(p, grouping),
             ..record.clone()
         };
-        self.apply(&record, -1);
-        self.apply(&new, 1);
-        self.streams.insert(stream, new.clone());
-        if self.fits_from(&new, from) && self.memory_fits_from(&new, from) {
-            Ok(p as u32)
-        } else {
-            self.apply(&new, -1);
+        Ok((record, new, p))
+    }
+
+    /// Puts regrouped streams back as they were.
+    fn restore(&mut self, old: Vec<(StreamId, StreamRecord)>) {
+        for (id, record) in old.into_iter().rev() {
+            let now = self.streams.insert(id, record.clone()).expect("regrouped");
+            self.apply(&now, -1);
             self.apply(&record, 1);
-            self.streams.insert(stream, record);
-            Err(RegroupRefusal::DoesNotFit)
         }
     }
 
