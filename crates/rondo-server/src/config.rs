@@ -100,6 +100,9 @@ pub struct ServerConfig {
     /// cache (e.g. `seed003-table1-c8-s8`) and emulated disks, whose model
     /// has the cache; a real drive's cache cannot be commanded so.
     pub drive_prefetch: rondo_model::array::DrivePrefetch,
+    /// Seed 004's dynamic cycle (`None`: fixed): needs a `segments`
+    /// directory and one round per read (`read_group_rounds` 1).
+    pub cycle: Option<rondo_model::array::DynamicCycle>,
     /// Server buffer admission may reserve, per disk.
     pub buffer_per_disk_bytes: u64,
     /// Longest title the reservation tables can hold.
@@ -132,6 +135,7 @@ impl Default for ServerConfig {
             late_start: true,
             read_group_rounds: 1,
             drive_prefetch: rondo_model::array::DrivePrefetch::None,
+            cycle: None,
             buffer_per_disk_bytes: DEFAULT_BUFFER_PER_DISK_BYTES,
             max_title_duration: DEFAULT_MAX_TITLE_DURATION,
             connections: Default::default(),

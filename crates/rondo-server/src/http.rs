@@ -806,6 +806,7 @@ async fn upload(
                 group_rounds: shared.config.read_group_rounds.max(1),
                 cache_pairs: shared.config.drive_prefetch
                     != rondo_model::array::DrivePrefetch::None,
+                cycle_max_group_rounds: shared.config.cycle.map_or(0, |c| c.max_group_rounds),
             },
             record.id,
         )

@@ -382,6 +382,9 @@ pub struct Metrics {
     pub round_lateness: LatencyHistogram,
     /// Per-title counters, by title id.
     pub titles: RwLock<BTreeMap<TitleId, Arc<TitleCounters>>>,
+    /// Seed 004's dynamic cycle as of the last round begun (`None`: a
+    /// fixed cycle); written by the round driver once a round.
+    pub cycle: std::sync::Mutex<Option<rondo_model::array::CycleStatus>>,
 }
 
 impl Metrics {
@@ -425,7 +428,13 @@ impl Metrics {
             stream_start: LatencyHistogram::new(STREAM_START_BOUNDS_NS),
             round_lateness: LatencyHistogram::new(ROUND_LATENESS_BOUNDS_NS),
             titles: RwLock::new(BTreeMap::new()),
+            cycle: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The dynamic cycle's last status (`None`: a fixed cycle).
+    pub fn cycle(&self) -> Option<rondo_model::array::CycleStatus> {
+        self.cycle.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The counters of title `id` (named `name`), created on first use.
@@ -556,6 +565,7 @@ impl Metrics {
                     min_headroom_ns: d.min_headroom(),
                 })
                 .collect(),
+            cycle: self.cycle(),
         }
     }
 }
@@ -597,6 +607,8 @@ pub struct MetricsSnapshot {
     pub connections_closed_idle: u64,
     pub connections_closed_stream_stopped: u64,
     pub disks: Vec<DiskSnapshot>,
+    /// Seed 004's dynamic cycle (`None`: a fixed cycle).
+    pub cycle: Option<rondo_model::array::CycleStatus>,
 }
 
 /// One disk in a [`MetricsSnapshot`].

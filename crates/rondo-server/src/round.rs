@@ -215,6 +215,17 @@ impl Driver {
         // steady load, and memory goes back to the system when they leave.
         shared.pool.trim(in_use_bytes);
         let plan = core.array.begin_round(round);
+        if let Some(status) = core.array.cycle_status() {
+            if let Some(event) = &plan.cycle_event {
+                tracing::info!(
+                    round = round.0,
+                    ?event,
+                    cycle_rounds = status.group_rounds,
+                    "time-cycle operation"
+                );
+            }
+            *metrics.cycle.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
+        }
         for miss in &plan.missed {
             if !core.streams.contains_key(&miss.stream) {
                 continue;

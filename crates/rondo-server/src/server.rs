@@ -77,6 +77,12 @@ pub enum ServerError {
          drive's cache cannot be told to hold a block for the next round ({why})"
     )]
     DrivePrefetchUnavailable { policy: String, why: String },
+    #[error(
+        "the dynamic cycle combines a stream's next rounds into one read: it needs a segments \
+         data directory (create one with `rondo init --layout segments`) and one round per \
+         read (--policy sweep)"
+    )]
+    CycleNeedsSegments,
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -159,9 +165,13 @@ impl RunningServer {
                 why: why.into(),
             });
         }
+        if config.cycle.is_some() && (array.segment_rounds <= 1 || group_rounds > 1) {
+            return Err(ServerError::CycleNeedsSegments);
+        }
         let reads = ReadCharging {
             group_rounds,
             cache_pairs: prefetch != DrivePrefetch::None,
+            cycle_max_group_rounds: config.cycle.map_or(0, |c| c.max_group_rounds),
         };
         let titles = load_titles(&store, &bound, reads)?;
         let round_duration_ns = array.round_duration_ns;
@@ -202,7 +212,7 @@ impl RunningServer {
             },
             late_start: config.late_start,
             drive_prefetch: prefetch,
-            cycle: None,
+            cycle: config.cycle,
         });
         let mut loaded = std::collections::BTreeMap::new();
         for title in titles {

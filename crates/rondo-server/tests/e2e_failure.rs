@@ -1055,6 +1055,75 @@ async fn gpmp_on_a_segments_directory_plays_whole_and_through_a_disk_failure() {
     server.shutdown().await;
 }
 
+/// Seed 004's dynamic cycle in the server: a `segments` directory (runs of
+/// 8 rounds) with thresholds at 0, so that CheckSchedule acts every cycle
+/// with even one stream (combining, doubling the cycle). Every title plays
+/// whole and on schedule with no stall and no deadline miss, ffprobe reads
+/// every frame over HTTP, `/metrics` shows the cycle and its operations,
+/// and so it goes on through a disk failure under `minimum`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_cycle_on_a_segments_directory_plays_whole_and_through_a_disk_failure() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let media = make_media(tmp.path(), "clip", MediaKind::Ts, 14);
+    let config = rondo_store::StoreConfig {
+        round_duration_ns: TEST_ROUND_DURATION_NS,
+        segment_rounds: 8,
+        ..rondo_server::titles::default_store_config()
+    };
+    let store = Store::create(&dir, config).unwrap();
+    let record = ingest(&store, &media, "clip");
+    let failed = store.load_title(record.id).unwrap().layout.rounds()[0]
+        .primary_disk
+        .0;
+    let titles = store.titles().unwrap();
+    let mut cycle = rondo_model::array::DynamicCycle::new(8);
+    cycle.combination.memory_threshold_permille = 0;
+    cycle.combination.time_threshold_permille = 0;
+    cycle.combination.difference_threshold_permille = 0;
+    let server = start(
+        store,
+        rondo_server::ServerConfig {
+            cycle: Some(cycle),
+            ..test_config()
+        },
+    )
+    .await;
+    play_all(&server, &titles).await;
+    let url = format!("{}/stream/{}.ts", server.url(), record.id.0);
+    let source = media.to_str().unwrap().to_string();
+    let (over_http, from_file) = tokio::task::spawn_blocking(move || {
+        (
+            rondo_testkit::media::ffprobe_frames(&url),
+            rondo_testkit::media::ffprobe_frames(&source),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(over_http, from_file);
+    let status = server.metrics().cycle.expect("a dynamic cycle");
+    assert!(
+        status.combines + status.doubles > 0,
+        "the cycle changed: {status:?}"
+    );
+    let text = reqwest::get(format!("{}/metrics", server.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("rondo_cycle_seconds "), "{text}");
+    assert!(
+        text.contains("rondo_cycle_operations_total{op=\"combine\"}"),
+        "{text}"
+    );
+    fail_and_play_all(&server, failed, &titles).await;
+    assert_eq!(server.metrics().stream_round_misses, 0);
+    server.shutdown().await;
+}
+
 /// `read_group_rounds` above 1 needs the segments layout: refused, with
 /// what to do, on a variable-grain directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

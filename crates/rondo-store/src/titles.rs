@@ -121,6 +121,9 @@ pub struct LoadedTitle {
     /// What admission reserves for a stream of this title
     /// (`Reservations::add_title(record.id, charges.clone())`).
     pub charges: TitleCharges,
+    /// Its charges for the dynamic cycle's group lengths (empty for a
+    /// fixed cycle; `ReadCharging::cycle_max_group_rounds`).
+    pub group_charges: Vec<TitleCharges>,
     /// The record, layout and extent checksums in the form
     /// `Store::read_round` takes (`stored.record == record`,
     /// `stored.layout == layout`).
@@ -168,6 +171,7 @@ impl LoadedTitle {
             &self.record.client_bytes,
             self.record.round_duration_ns,
         )
+        .with_group_charges(self.group_charges.clone())
     }
 
     /// Number of playback rounds.
@@ -240,6 +244,10 @@ pub struct ReadCharging {
     pub group_rounds: u32,
     /// Drive-cache pairs charged too (`Bound::with_cache_pairs`).
     pub cache_pairs: bool,
+    /// Seed 004's dynamic cycle up to this many rounds per read: the title
+    /// is also charged for every group length it may use
+    /// (`DynamicCycle::group_lengths`; 0: a fixed cycle).
+    pub cycle_max_group_rounds: u32,
 }
 
 impl ReadCharging {
@@ -247,6 +255,7 @@ impl ReadCharging {
     pub const SWEEP: ReadCharging = ReadCharging {
         group_rounds: 1,
         cache_pairs: false,
+        cycle_max_group_rounds: 0,
     };
 }
 
@@ -279,6 +288,20 @@ pub fn load_title(
             name: record.name.clone(),
             source,
         })?;
+    let group_charges = if reads.cycle_max_group_rounds > 0 {
+        rondo_model::array::DynamicCycle::new(reads.cycle_max_group_rounds)
+            .group_lengths()
+            .into_iter()
+            .map(|g| bound.title_charges_grouped(&plan, Some(&stored.layout), &schedule, g))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| LoadError::Charges {
+                id,
+                name: record.name.clone(),
+                source,
+            })?
+    } else {
+        Vec::new()
+    };
     let charges = if reads.cache_pairs {
         bound.with_cache_pairs(charges, &stored.layout, plan.params().segment_rounds)
     } else {
@@ -318,6 +341,7 @@ pub fn load_title(
         schedule,
         plan,
         charges,
+        group_charges,
         stored,
         index,
     })

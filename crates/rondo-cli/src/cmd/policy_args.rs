@@ -37,6 +37,27 @@ pub struct PolicyArgs {
     /// GPMP's u: rounds read ahead per stream with each read (k = u + 1).
     #[arg(long, value_name = "U", default_value_t = 5, requires = "policy")]
     pub prefetch_depth: u32,
+    /// The time-cycle (seed 004): `fixed` reads every stream as --policy
+    /// says; `dynamic` changes each stream's cycle (rounds read per
+    /// request) at run time, combining low-bitrate streams into longer
+    /// reads while the disks are the pressure and splitting them while
+    /// memory is, doubling or halving the cycle new streams start at. Every
+    /// change is admitted like a stream, so none can make a deadline miss.
+    /// Needs the segments layout and --policy sweep. docs/cycle.md.
+    #[arg(long, value_enum, default_value_t = CycleArg::Fixed)]
+    pub cycle: CycleArg,
+    /// The dynamic cycle's longest cycle, in rounds (a power of two, at
+    /// most the layout's segment).
+    #[arg(long, value_name = "ROUNDS", default_value_t = 16)]
+    pub cycle_max_rounds: u32,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CycleArg {
+    /// Every stream reads as --policy says.
+    Fixed,
+    /// Seed 004's stream combination and dynamic cycle.
+    Dynamic,
 }
 
 impl PolicyArgs {
@@ -67,6 +88,33 @@ impl PolicyArgs {
                 Ok(self.prefetch_depth + 1)
             }
         }
+    }
+
+    /// Seed 004's dynamic cycle, when asked, on a layout of
+    /// `segment_rounds` rounds per run: its longest cycle is the largest
+    /// power of two within both --cycle-max-rounds and the segment.
+    pub fn dynamic_cycle(
+        &self,
+        segment_rounds: u32,
+    ) -> anyhow::Result<Option<rondo_model::array::DynamicCycle>> {
+        if self.cycle == CycleArg::Fixed {
+            return Ok(None);
+        }
+        anyhow::ensure!(
+            segment_rounds > 1,
+            "--cycle dynamic combines a stream's next rounds into one read: they must lie next \
+             to each other, so it needs the segments layout (--layout segments)"
+        );
+        anyhow::ensure!(
+            self.policy == PolicyArg::Sweep,
+            "--cycle dynamic chooses each stream's rounds per read itself: use it with --policy \
+             sweep (the default), not --policy {}",
+            self.name()
+        );
+        let limit = self.cycle_max_rounds.min(segment_rounds);
+        anyhow::ensure!(limit >= 2, "--cycle-max-rounds must be at least 2");
+        let max = 1u32 << (31 - limit.leading_zeros());
+        Ok(Some(rondo_model::array::DynamicCycle::new(max)))
     }
 
     /// The drive-cache prefetching the policy asks of the array.

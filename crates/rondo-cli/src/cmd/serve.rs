@@ -210,6 +210,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         // Refuse a policy the new directory's layout cannot serve before
         // creating it.
         args.policy.read_group_rounds(create.segment_rounds)?;
+        args.policy.dynamic_cycle(create.segment_rounds)?;
     }
     let (store, created) = open_or_create(&args.data_dir, create)
         .with_context(|| format!("cannot open data directory {}", args.data_dir.display()))?;
@@ -267,6 +268,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         start_burst_bytes: args.start_burst_bytes,
         read_group_rounds: args.policy.read_group_rounds(config.segment_rounds)?,
         drive_prefetch: args.policy.drive_prefetch(),
+        cycle: args.policy.dynamic_cycle(config.segment_rounds)?,
         connections: ConnectionLimits {
             connections_max: args.connections_max,
             connections_per_client_max: args.connections_per_client_max,

@@ -325,6 +325,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             }
             config.read_group_rounds = args.policy.read_group_rounds(config.segment_rounds)?;
             config.drive_prefetch = args.policy.drive_prefetch();
+            config.dynamic_cycle = args.policy.dynamic_cycle(config.segment_rounds)?;
             config.fit_drive_segments = args.fit_drive_segments;
             config.round_robin_counter = match args.round_robin_counter {
                 Some(CounterArg::PerDisk) => RoundRobinCounter::PerDisk,
@@ -622,9 +623,11 @@ fn load_data_dir(
         .with_context(|| format!("disk profile {}", array.disk_profile))?;
     // Charged as the server charges them under the same --policy.
     let group_rounds = args.policy.read_group_rounds(array.segment_rounds)?;
+    let cycle = args.policy.dynamic_cycle(array.segment_rounds)?;
     let reads = rondo_store::titles::ReadCharging {
         group_rounds,
         cache_pairs: args.policy.drive_prefetch() != rondo_model::array::DrivePrefetch::None,
+        cycle_max_group_rounds: cycle.map_or(0, |c| c.max_group_rounds),
     };
     let loaded = rondo_store::titles::load_titles(&store, &bound, reads)?;
     drop(store);
@@ -641,7 +644,7 @@ fn load_data_dir(
             schedule: t.schedule,
             layout: Some(t.layout),
             charges: t.charges,
-            group_charges: Vec::new(),
+            group_charges: t.group_charges,
             // The simulated disks read no bytes.
             checksums: None,
         })
@@ -653,6 +656,7 @@ fn load_data_dir(
     config.segment_rounds = array.segment_rounds;
     config.read_group_rounds = group_rounds;
     config.drive_prefetch = args.policy.drive_prefetch();
+    config.dynamic_cycle = cycle;
     config.round_robin_counter = array.round_robin_counter;
     config.bound = BoundKind::Rondo;
     config.round_duration_ns = array.round_duration_ns;

@@ -118,6 +118,51 @@ function makeHealthChart() {
   return new uPlot(opts, [[], [], [], [], []], box);
 }
 
+// Seed 004's dynamic cycle: its length (s) and u_m, u_t (fractions), on
+// two scales; shown only when the server runs one.
+function makeCycleChart() {
+  const box = $("cycleChart");
+  box.innerHTML = "";
+  const opts = baseOpts(box, [
+    { label: "cycle (s)", stroke: "#2e7d32", width: 2, scale: "s", paths: uPlot.paths.stepped({ align: 1 }) },
+    { label: "memory u_m", stroke: "#6a1b9a", width: 2, scale: "u" },
+    { label: "disk time u_t", stroke: "#1565c0", width: 2, scale: "u" },
+  ], "s");
+  opts.scales = {
+    x: { time: false },
+    s: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] },
+    u: { range: [0, 1.05] },
+  };
+  opts.axes = [
+    { label: "round", size: 36, labelSize: 14 },
+    { label: "cycle (s)", scale: "s", size: 46, labelSize: 14 },
+    { label: "utilisation", scale: "u", side: 1, size: 50, labelSize: 14, grid: { show: false } },
+  ];
+  return new uPlot(opts, [[], [], [], []], box);
+}
+
+function drawCycle(x, last) {
+  const c = last.cycle;
+  $("cycleSection").hidden = !c;
+  if (!c) return;
+  if (!charts.cycle) charts.cycle = makeCycleChart();
+  charts.cycle.setData([x,
+    samples.map(s => s.cycle ? s.cycle.cycle_ns / 1e9 : null),
+    samples.map(s => s.cycle ? s.cycle.memory_utilisation : null),
+    samples.map(s => s.cycle ? s.cycle.time_utilisation : null)]);
+  const byLength = c.streams_by_group_rounds.map(([g, n]) => n + " at " + g).join(", ");
+  let lastOp = "none yet";
+  if (c.last_event) {
+    const [round, e] = c.last_event;
+    lastOp = e.op + (e.streams ? " streams " + e.streams.join(", ") : e.stream !== undefined ? " stream " + e.stream : "") +
+      (e.to_rounds ? " to " + e.to_rounds + " rounds" : e.group_rounds ? " to " + e.group_rounds + " rounds" : "") +
+      " at round " + round;
+  }
+  $("cycleText").textContent = "cycle " + c.group_rounds + " rounds (" + (c.cycle_ns / 1e9).toFixed(2) + " s); streams by rounds per read: " +
+    (byLength || "none") + "; operations: " + c.combines + " combines, " + c.splits + " splits, " + c.doubles + " doubles, " +
+    c.halves + " halves, " + c.refusals + " refused; last: " + lastOp;
+}
+
 function countState(s, state) {
   return s.disks.filter(d => d.state === state).length;
 }
@@ -142,6 +187,7 @@ function redraw() {
       samples.map(s => s.disks[d] ? frac(s.disks[d].model_busy_ns, s) : null),
     ]);
   });
+  drawCycle(x, last);
   charts.streams.setData([x, samples.map(s => s.active_streams)]);
   charts.admissions.setData([x, samples.map(s => s.admitted), samples.map(rejected)]);
   charts.misses.setData([x, samples.map(s => s.misses), samples.map(s => s.overruns)]);
@@ -213,7 +259,8 @@ function connect() {
 
 window.addEventListener("resize", () => {
   if (!charts) return;
-  const all = charts.disks.concat([charts.streams, charts.admissions, charts.misses, charts.buffers, charts.health]);
+  const all = charts.disks.concat([charts.streams, charts.admissions, charts.misses, charts.buffers, charts.health])
+    .concat(charts.cycle ? [charts.cycle] : []);
   all.forEach(c => c.setSize({ width: chartWidth(c.root.parentElement), height: c.height }));
 });
 

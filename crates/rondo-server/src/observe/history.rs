@@ -81,6 +81,8 @@ pub struct RoundSample {
     pub buffer_bytes_in_use: u64,
     pub disks: Vec<DiskSample>,
     pub rebuild: Option<RebuildSample>,
+    /// Seed 004's dynamic cycle now (`None`: a fixed cycle).
+    pub cycle: Option<rondo_model::array::CycleStatus>,
 }
 
 /// The running totals a sample is the difference of.
@@ -177,6 +179,7 @@ pub fn sample(
             done_bytes: metrics.rebuild_done_bytes.load(Relaxed),
             total_bytes: metrics.rebuild_total_bytes.load(Relaxed),
         }),
+        cycle: metrics.cycle(),
     }
 }
 

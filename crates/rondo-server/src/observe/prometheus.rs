@@ -77,6 +77,55 @@ impl Writer {
     }
 }
 
+/// Seed 004's dynamic cycle: its length, the utilisations CheckSchedule
+/// reads, streams by cycle and the operations made.
+fn render_cycle(w: &mut Writer, cycle: &rondo_model::array::CycleStatus) {
+    w.single(
+        "rondo_cycle_seconds",
+        "gauge",
+        "The dynamic time-cycle new streams start at (seed 004): rounds per read times T.",
+        seconds(cycle.cycle_ns),
+    );
+    w.single(
+        "rondo_cycle_memory_utilisation",
+        "gauge",
+        "u_m: server buffer reserved over its capacity, over the coming rounds.",
+        cycle.memory_utilisation,
+    );
+    w.single(
+        "rondo_cycle_time_utilisation",
+        "gauge",
+        "u_t: the busiest disk's reserved time over the round, over the coming rounds.",
+        cycle.time_utilisation,
+    );
+    w.family(
+        "rondo_cycle_streams",
+        "gauge",
+        "Admitted streams by their cycle (rounds read per request).",
+    );
+    for (rounds, count) in &cycle.streams_by_group_rounds {
+        w.sample(
+            "rondo_cycle_streams",
+            &[("rounds", &rounds.to_string())],
+            count,
+        );
+    }
+    w.family(
+        "rondo_cycle_operations_total",
+        "counter",
+        "Time-cycle operations made (combine, split, double, halve), and those due that did not fit (refused).",
+    );
+    for (op, count) in [
+        ("combine", cycle.combines),
+        ("split", cycle.splits),
+        ("double", cycle.doubles),
+        ("halve", cycle.halves),
+        ("refused", cycle.refusals),
+    ] {
+        w.sample("rondo_cycle_operations_total", &[("op", op)], count);
+    }
+}
+
 fn seconds(ns: u64) -> f64 {
     ns as f64 / NS_PER_S as f64
 }
@@ -94,6 +143,9 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         "The round length T.",
         seconds(round_duration_ns),
     );
+    if let Some(cycle) = metrics.cycle() {
+        render_cycle(&mut w, &cycle);
+    }
     w.single(
         "rondo_rounds_total",
         "counter",
