@@ -1018,27 +1018,41 @@ async fn gpmp_on_a_segments_directory_plays_whole_and_through_a_disk_failure() {
     let _serial = SERIAL.lock().await;
     init_logs();
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("data");
-    let media = make_media(tmp.path(), "clip", MediaKind::Ts, 14);
-    let config = rondo_store::StoreConfig {
+    let config = rondo_server::ServerConfig {
+        read_group_rounds: 3,
+        ..test_config()
+    };
+    let (server, failed, titles) = segments_clip_served(tmp.path(), 6, config).await;
+    fail_and_play_all(&server, failed, &titles).await;
+    server.shutdown().await;
+}
+
+/// Serves a 14-round MPEG-TS clip from a new `segments` directory (runs of
+/// `segment_rounds`) under `config`, plays every title whole and checks
+/// that ffprobe reads every frame over HTTP; returns the server, the disk
+/// of the clip's first round and the titles.
+async fn segments_clip_served(
+    tmp: &Path,
+    segment_rounds: u32,
+    config: rondo_server::ServerConfig,
+) -> (
+    rondo_server::RunningServer,
+    u32,
+    Vec<rondo_store::TitleRecord>,
+) {
+    let media = make_media(tmp, "clip", MediaKind::Ts, 14);
+    let store_config = rondo_store::StoreConfig {
         round_duration_ns: TEST_ROUND_DURATION_NS,
-        segment_rounds: 6,
+        segment_rounds,
         ..rondo_server::titles::default_store_config()
     };
-    let store = Store::create(&dir, config).unwrap();
+    let store = Store::create(tmp.join("data"), store_config).unwrap();
     let record = ingest(&store, &media, "clip");
     let failed = store.load_title(record.id).unwrap().layout.rounds()[0]
         .primary_disk
         .0;
     let titles = store.titles().unwrap();
-    let server = start(
-        store,
-        rondo_server::ServerConfig {
-            read_group_rounds: 3,
-            ..test_config()
-        },
-    )
-    .await;
+    let server = start(store, config).await;
     play_all(&server, &titles).await;
     let url = format!("{}/stream/{}.ts", server.url(), record.id.0);
     let source = media.to_str().unwrap().to_string();
@@ -1051,8 +1065,7 @@ async fn gpmp_on_a_segments_directory_plays_whole_and_through_a_disk_failure() {
     .await
     .unwrap();
     assert_eq!(over_http, from_file);
-    fail_and_play_all(&server, failed, &titles).await;
-    server.shutdown().await;
+    (server, failed, titles)
 }
 
 /// Seed 004's dynamic cycle in the server: a `segments` directory (runs of
@@ -1066,43 +1079,15 @@ async fn dynamic_cycle_on_a_segments_directory_plays_whole_and_through_a_disk_fa
     let _serial = SERIAL.lock().await;
     init_logs();
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("data");
-    let media = make_media(tmp.path(), "clip", MediaKind::Ts, 14);
-    let config = rondo_store::StoreConfig {
-        round_duration_ns: TEST_ROUND_DURATION_NS,
-        segment_rounds: 8,
-        ..rondo_server::titles::default_store_config()
-    };
-    let store = Store::create(&dir, config).unwrap();
-    let record = ingest(&store, &media, "clip");
-    let failed = store.load_title(record.id).unwrap().layout.rounds()[0]
-        .primary_disk
-        .0;
-    let titles = store.titles().unwrap();
     let mut cycle = rondo_model::array::DynamicCycle::new(8);
     cycle.combination.memory_threshold_permille = 0;
     cycle.combination.time_threshold_permille = 0;
     cycle.combination.difference_threshold_permille = 0;
-    let server = start(
-        store,
-        rondo_server::ServerConfig {
-            cycle: Some(cycle),
-            ..test_config()
-        },
-    )
-    .await;
-    play_all(&server, &titles).await;
-    let url = format!("{}/stream/{}.ts", server.url(), record.id.0);
-    let source = media.to_str().unwrap().to_string();
-    let (over_http, from_file) = tokio::task::spawn_blocking(move || {
-        (
-            rondo_testkit::media::ffprobe_frames(&url),
-            rondo_testkit::media::ffprobe_frames(&source),
-        )
-    })
-    .await
-    .unwrap();
-    assert_eq!(over_http, from_file);
+    let config = rondo_server::ServerConfig {
+        cycle: Some(cycle),
+        ..test_config()
+    };
+    let (server, failed, titles) = segments_clip_served(tmp.path(), 8, config).await;
     let status = server.metrics().cycle.expect("a dynamic cycle");
     assert!(
         status.combines + status.doubles > 0,
