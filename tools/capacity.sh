@@ -25,8 +25,11 @@
 # default /tmp; /dev/shm keeps the device files off the host's shared disk),
 # LAYOUT ("" or e.g. "--layout segments --segment-rounds 32": the data
 # directory's layout), POLICY ("" or e.g. "--policy gpmp --prefetch-depth 2":
-# the retrieval policy, given to both rondo simulate and rondo serve).
-# Needs: ffmpeg, curl, jq. Wall time ≈ WARMUP_S + MEASURE_S + TITLE_SECONDS
+# the retrieval policy, given to both rondo simulate and rondo serve;
+# "--cycle dynamic" for seed 004's dynamic cycle), COMPARE_POLICY (another
+# policy run after it on the same directory and load, "fixed" for none:
+# $OUT/compare/ and $OUT/comparison.json).
+# Needs: ffmpeg, curl, jq. Wall time ≈ WARMUP_S + MEASURE_S + TITLE_SECONDS (twice with COMPARE_POLICY)
 # + a minute.
 set -euo pipefail
 
@@ -71,118 +74,146 @@ DATA="$WORK/data"
 # shellcheck disable=SC2086 # LAYOUT and POLICY are lists of flags
 "$RONDO" ingest --data-dir "$DATA" $LAYOUT "${files[@]}" >&2
 
-# 3. Prediction, same titles, popularity, seed and window.
-END_ROUND=$((WARMUP_S + MEASURE_S))
-say "rondo simulate --data-dir (rounds $WARMUP_S..$END_ROUND, ρ = 1.5, Zipf $ZIPF)"
-# shellcheck disable=SC2086
-"$RONDO" simulate --data-dir "$DATA" $POLICY --load 1.5 --no-capacity --zipf "$ZIPF" \
-    --seed "$SEED" --warmup-rounds "$WARMUP_S" --end-round "$END_ROUND" \
-    --mode simulated-disk --replications 5 --max-replications 30 --ci 0.01 \
-    --json > "$OUT/simulate.json"
-RATE=$(jq '.setup.arrival_rate_per_s' "$OUT/simulate.json")
-say "predicted $(jq -r '.at_load | "\(.mean_active_streams) ± \(.ci_half_width) streams (\(.replications) replications)"' "$OUT/simulate.json"); arrivals $RATE/s"
+# 3–5 for one policy: prediction, the server under load, the summary, in
+# $OUT/$2 (or $OUT when $2 is empty).
+run_phase() {
+    local POLICY=$1
+    local OUT=$OUT${2:+/$2}
+    mkdir -p "$OUT"
+    uptime > "$OUT/uptime-start.txt"
+    # 3. Prediction, same titles, popularity, seed and window.
+    END_ROUND=$((WARMUP_S + MEASURE_S))
+    say "rondo simulate --data-dir (rounds $WARMUP_S..$END_ROUND, ρ = 1.5, Zipf $ZIPF)"
+    # shellcheck disable=SC2086
+    "$RONDO" simulate --data-dir "$DATA" $POLICY --load 1.5 --no-capacity --zipf "$ZIPF" \
+        --seed "$SEED" --warmup-rounds "$WARMUP_S" --end-round "$END_ROUND" \
+        --mode simulated-disk --replications 5 --max-replications 30 --ci 0.01 \
+        --json > "$OUT/simulate.json"
+    RATE=$(jq '.setup.arrival_rate_per_s' "$OUT/simulate.json")
+    say "predicted $(jq -r '.at_load | "\(.mean_active_streams) ± \(.ci_half_width) streams (\(.replications) replications)"' "$OUT/simulate.json"); arrivals $RATE/s"
 
-# 4. The server and the load.
-# shellcheck disable=SC2086
-"$RONDO" serve --data-dir "$DATA" $POLICY --listen "127.0.0.1:$PORT" --no-samples --connections-per-client-max 0 \
-    > "$OUT/serve.log" 2>&1 &
-SERVER_PID=$!
-for _ in $(seq 100); do
-    curl -sf "$URL/api/titles" >/dev/null && break
-    sleep 0.2
-done
-curl -sf "$URL/api/titles" >/dev/null || { say "the server did not start; see $OUT/serve.log"; exit 1; }
-say "rondo serve up (pid $SERVER_PID); rondo load --rate $RATE for $END_ROUND s"
-"$RONDO" load --url "$URL" --rate "$RATE" --duration "$END_ROUND" --warmup "$WARMUP_S" \
-    --zipf "$ZIPF" --seed "$SEED" --json > "$OUT/load.json" 2> "$OUT/load.err" &
-LOAD_PID=$!
-T0=$(date +%s)
-: > "$OUT/history.jsonl"
-poll_history() { curl -sf "$URL/api/history" | jq -c '.[]' >> "$OUT/history.jsonl" || true; }
-wait_until() { # seconds since T0
-    while (( $(date +%s) - T0 < $1 )); do sleep 1; done
-}
-for ((t = 60; t <= WARMUP_S; t += 60)); do wait_until "$t"; poll_history; done
-wait_until "$WARMUP_S"
-curl -sf "$URL/api/metrics" > "$OUT/metrics-window-start.json"
-say "window opens (round $(jq .rounds "$OUT/metrics-window-start.json"))"
-for ((t = WARMUP_S + 60; t < END_ROUND; t += 60)); do
-    wait_until "$t"; poll_history
-    say "t = ${t} s: $(curl -sf "$URL/api/metrics" | jq -r '"\(.active_streams) streams, \(.admitted) admitted, \(.stream_round_misses) misses"')"
-done
-wait_until "$END_ROUND"
-curl -sf "$URL/api/metrics" > "$OUT/metrics-window-end.json"
-poll_history
-say "window closes (round $(jq .rounds "$OUT/metrics-window-end.json")); draining"
-wait "$LOAD_PID"
-curl -sf "$URL/api/metrics" > "$OUT/metrics-end.json"
-kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
-SERVER_PID=""
-uptime > "$OUT/uptime-end.txt"
+    # 4. The server and the load.
+    # shellcheck disable=SC2086
+    "$RONDO" serve --data-dir "$DATA" $POLICY --listen "127.0.0.1:$PORT" --no-samples --connections-per-client-max 0 \
+        > "$OUT/serve.log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 100); do
+        curl -sf "$URL/api/titles" >/dev/null && break
+        sleep 0.2
+    done
+    curl -sf "$URL/api/titles" >/dev/null || { say "the server did not start; see $OUT/serve.log"; exit 1; }
+    say "rondo serve up (pid $SERVER_PID); rondo load --rate $RATE for $END_ROUND s"
+    "$RONDO" load --url "$URL" --rate "$RATE" --duration "$END_ROUND" --warmup "$WARMUP_S" \
+        --zipf "$ZIPF" --seed "$SEED" --json > "$OUT/load.json" 2> "$OUT/load.err" &
+    LOAD_PID=$!
+    T0=$(date +%s)
+    : > "$OUT/history.jsonl"
+    poll_history() { curl -sf "$URL/api/history" | jq -c '.[]' >> "$OUT/history.jsonl" || true; }
+    wait_until() { # seconds since T0
+        while (( $(date +%s) - T0 < $1 )); do sleep 1; done
+    }
+    for ((t = 60; t <= WARMUP_S; t += 60)); do wait_until "$t"; poll_history; done
+    wait_until "$WARMUP_S"
+    curl -sf "$URL/api/metrics" > "$OUT/metrics-window-start.json"
+    say "window opens (round $(jq .rounds "$OUT/metrics-window-start.json"))"
+    for ((t = WARMUP_S + 60; t < END_ROUND; t += 60)); do
+        wait_until "$t"; poll_history
+        say "t = ${t} s: $(curl -sf "$URL/api/metrics" | jq -r '"\(.active_streams) streams, \(.admitted) admitted, \(.stream_round_misses) misses"')"
+    done
+    wait_until "$END_ROUND"
+    curl -sf "$URL/api/metrics" > "$OUT/metrics-window-end.json"
+    poll_history
+    say "window closes (round $(jq .rounds "$OUT/metrics-window-end.json")); draining"
+    wait "$LOAD_PID"
+    curl -sf "$URL/api/metrics" > "$OUT/metrics-end.json"
+    kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+    uptime > "$OUT/uptime-end.txt"
 
-# 5. Summary.
-jq -n \
-    --slurpfile sim "$OUT/simulate.json" --slurpfile load "$OUT/load.json" \
-    --slurpfile m0 "$OUT/metrics-window-start.json" --slurpfile m1 "$OUT/metrics-window-end.json" \
-    --slurpfile mend "$OUT/metrics-end.json" \
-    --slurpfile hist <(jq -s '.' "$OUT/history.jsonl") \
-    --arg load_start "$(cat "$OUT/uptime-start.txt")" --arg load_end "$(cat "$OUT/uptime-end.txt")" '
-    ($sim[0]) as $s | ($load[0]) as $l | ($m0[0]) as $a | ($m1[0]) as $b |
-    ($a.rounds) as $r0 | ($b.rounds) as $r1 |
-    ($hist[0] | map(select(.round >= $r0 and .round < $r1)) | unique_by(.round)) as $h |
-    {
-      predicted_mean_active_streams: $s.at_load.mean_active_streams,
-      predicted_ci_half_width: $s.at_load.ci_half_width,
-      predicted_replications: $s.at_load.replications,
-      predicted_seed_replication: $s.at_load.replication_values[0],
-      predicted_rejection_ratio: $s.at_load.rejection_ratio,
-      predicted_busy_fraction: $s.at_load.busy_fraction,
-      predicted_reserved_fraction: $s.at_load.reserved_fraction,
-      predicted_deadline_misses: $s.at_load.deadline_misses,
-      mu_per_s: $s.setup.mu_per_s,
-      arrival_rate_per_s: $s.setup.arrival_rate_per_s,
-      measured_mean_active_streams: $l.mean_active_streams,
-      measured_max_active_streams: $l.max_active_streams,
-      difference_fraction: (($l.mean_active_streams - $s.at_load.mean_active_streams) / $s.at_load.mean_active_streams),
-      server_mean_registered_streams: (if ($h | length) > 0 then ($h | map(.active_streams) | add / length) else null end),
-      history_samples_in_window: ($h | length),
-      window_rounds: [$r0, $r1],
-      streams_requested: $l.streams_requested,
-      streams_started: $l.streams_started,
-      streams_rejected: $l.streams_rejected,
-      streams_errors: $l.streams_errors,
-      streams_broken: $l.streams_broken,
-      measured_rejection_ratio: $l.rejection_ratio,
-      stalls: $l.stalls,
-      stalls_without_delay: $l.stalls_without_delay,
-      min_slack_ms: $l.min_slack_ms,
-      startup_latency_ms_p50: $l.startup_latency_ms_p50,
-      startup_latency_ms_p99: $l.startup_latency_ms_p99,
-      deadline_misses_run: $l.deadline_misses,
-      disk_round_overruns_since_window: ($mend[0].disk_round_overruns - $a.disk_round_overruns),
-      server_misses_window: ($b.stream_round_misses - $a.stream_round_misses),
-      disks: [range(0; $b.disks | length) as $k |
-        ($b.disks[$k]) as $e | ($a.disks[$k]) as $f |
+    # 5. Summary.
+    jq -n \
+        --slurpfile sim "$OUT/simulate.json" --slurpfile load "$OUT/load.json" \
+        --slurpfile m0 "$OUT/metrics-window-start.json" --slurpfile m1 "$OUT/metrics-window-end.json" \
+        --slurpfile mend "$OUT/metrics-end.json" \
+        --slurpfile hist <(jq -s '.' "$OUT/history.jsonl") \
+        --arg load_start "$(cat "$OUT/uptime-start.txt")" --arg load_end "$(cat "$OUT/uptime-end.txt")" '
+        ($sim[0]) as $s | ($load[0]) as $l | ($m0[0]) as $a | ($m1[0]) as $b |
+        ($a.rounds) as $r0 | ($b.rounds) as $r1 |
+        ($hist[0] | map(select(.round >= $r0 and .round < $r1)) | unique_by(.round)) as $h |
         {
-          disk: $k,
-          reserved_fraction: (($e.reserved_ns_total - $f.reserved_ns_total) / (($r1 - $r0) * 1e9)),
-          model_busy_fraction: (($e.model_busy_ns_total - $f.model_busy_ns_total) / (($r1 - $r0) * 1e9)),
-          measured_busy_fraction: (($e.measured_busy_ns_total - $f.measured_busy_ns_total) / (($r1 - $r0) * 1e9)),
-          rounds_measured_over_reserved: (if $e.rounds_over_reserved then $e.rounds_over_reserved - $f.rounds_over_reserved else null end),
-          history_rounds_measured_over_reserved: ($h | map(select(.disks[$k].measured_busy_ns > .disks[$k].reserved_ns)) | length),
-          history_rounds_max_measured_over_reserved: ($h | map(.disks[$k].measured_busy_ns / .disks[$k].reserved_ns) | max)
-        }],
-      uptime_start: $load_start,
-      uptime_end: $load_end
-    }' > "$OUT/summary.json"
+          predicted_mean_active_streams: $s.at_load.mean_active_streams,
+          predicted_ci_half_width: $s.at_load.ci_half_width,
+          predicted_replications: $s.at_load.replications,
+          predicted_seed_replication: $s.at_load.replication_values[0],
+          predicted_rejection_ratio: $s.at_load.rejection_ratio,
+          predicted_busy_fraction: $s.at_load.busy_fraction,
+          predicted_reserved_fraction: $s.at_load.reserved_fraction,
+          predicted_deadline_misses: $s.at_load.deadline_misses,
+          mu_per_s: $s.setup.mu_per_s,
+          arrival_rate_per_s: $s.setup.arrival_rate_per_s,
+          measured_mean_active_streams: $l.mean_active_streams,
+          measured_max_active_streams: $l.max_active_streams,
+          difference_fraction: (($l.mean_active_streams - $s.at_load.mean_active_streams) / $s.at_load.mean_active_streams),
+          server_mean_registered_streams: (if ($h | length) > 0 then ($h | map(.active_streams) | add / length) else null end),
+          history_samples_in_window: ($h | length),
+          window_rounds: [$r0, $r1],
+          streams_requested: $l.streams_requested,
+          streams_started: $l.streams_started,
+          streams_rejected: $l.streams_rejected,
+          streams_errors: $l.streams_errors,
+          streams_broken: $l.streams_broken,
+          measured_rejection_ratio: $l.rejection_ratio,
+          stalls: $l.stalls,
+          stalls_without_delay: $l.stalls_without_delay,
+          min_slack_ms: $l.min_slack_ms,
+          startup_latency_ms_p50: $l.startup_latency_ms_p50,
+          startup_latency_ms_p99: $l.startup_latency_ms_p99,
+          deadline_misses_run: $l.deadline_misses,
+          disk_round_overruns_since_window: ($mend[0].disk_round_overruns - $a.disk_round_overruns),
+          server_misses_window: ($b.stream_round_misses - $a.stream_round_misses),
+          disks: [range(0; $b.disks | length) as $k |
+            ($b.disks[$k]) as $e | ($a.disks[$k]) as $f |
+            {
+              disk: $k,
+              reserved_fraction: (($e.reserved_ns_total - $f.reserved_ns_total) / (($r1 - $r0) * 1e9)),
+              model_busy_fraction: (($e.model_busy_ns_total - $f.model_busy_ns_total) / (($r1 - $r0) * 1e9)),
+              measured_busy_fraction: (($e.measured_busy_ns_total - $f.measured_busy_ns_total) / (($r1 - $r0) * 1e9)),
+              rounds_measured_over_reserved: (if $e.rounds_over_reserved then $e.rounds_over_reserved - $f.rounds_over_reserved else null end),
+              history_rounds_measured_over_reserved: ($h | map(select(.disks[$k].measured_busy_ns > .disks[$k].reserved_ns)) | length),
+              history_rounds_max_measured_over_reserved: ($h | map(.disks[$k].measured_busy_ns / .disks[$k].reserved_ns) | max)
+            }],
+          uptime_start: $load_start,
+          uptime_end: $load_end
+        }' > "$OUT/summary.json"
 
-jq -r '
-  "capacity (mean streams in playback, ρ = 1.5, rounds \(.window_rounds[0])..\(.window_rounds[1]) of the server)",
-  "  predicted (rondo simulate --data-dir): \(.predicted_mean_active_streams * 10 | round / 10) ± \(.predicted_ci_half_width * 10 | round / 10) (\(.predicted_replications) replications; seed replication \(.predicted_seed_replication * 10 | round / 10))",
-  "  measured (rondo load, clients in playback): \(.measured_mean_active_streams * 10 | round / 10)  difference \(.difference_fraction * 1000 | round / 10)%",
-  "  server registered streams (admitted .. released), mean: \(.server_mean_registered_streams)",
-  "  rejection ratio: predicted \(.predicted_rejection_ratio * 1000 | round / 1000), measured \(.measured_rejection_ratio * 1000 | round / 1000)",
-  "  stalls \(.stalls); deadline misses: \(.server_misses_window) in the window, \(.deadline_misses_run) over the whole load run; disk-round overruns from the window on \(.disk_round_overruns_since_window); errors \(.streams_errors), broken \(.streams_broken)",
-  (.disks[] | "  disk \(.disk): reserved \(.reserved_fraction * 1000 | round / 10)%, measured busy \(.measured_busy_fraction * 1000 | round / 10)%, model busy \(.model_busy_fraction * 1000 | round / 10)%, rounds measured > reserved \(.rounds_measured_over_reserved) (history samples: \(.history_rounds_measured_over_reserved), max ratio \(.history_rounds_max_measured_over_reserved * 1000 | round / 1000))"),
-  "  load average: \(.uptime_start) -> \(.uptime_end)"' "$OUT/summary.json"
-say "results in $OUT"
+    jq -r '
+      "capacity (mean streams in playback, ρ = 1.5, rounds \(.window_rounds[0])..\(.window_rounds[1]) of the server)",
+      "  predicted (rondo simulate --data-dir): \(.predicted_mean_active_streams * 10 | round / 10) ± \(.predicted_ci_half_width * 10 | round / 10) (\(.predicted_replications) replications; seed replication \(.predicted_seed_replication * 10 | round / 10))",
+      "  measured (rondo load, clients in playback): \(.measured_mean_active_streams * 10 | round / 10)  difference \(.difference_fraction * 1000 | round / 10)%",
+      "  server registered streams (admitted .. released), mean: \(.server_mean_registered_streams)",
+      "  rejection ratio: predicted \(.predicted_rejection_ratio * 1000 | round / 1000), measured \(.measured_rejection_ratio * 1000 | round / 1000)",
+      "  stalls \(.stalls); deadline misses: \(.server_misses_window) in the window, \(.deadline_misses_run) over the whole load run; disk-round overruns from the window on \(.disk_round_overruns_since_window); errors \(.streams_errors), broken \(.streams_broken)",
+      (.disks[] | "  disk \(.disk): reserved \(.reserved_fraction * 1000 | round / 10)%, measured busy \(.measured_busy_fraction * 1000 | round / 10)%, model busy \(.model_busy_fraction * 1000 | round / 10)%, rounds measured > reserved \(.rounds_measured_over_reserved) (history samples: \(.history_rounds_measured_over_reserved), max ratio \(.history_rounds_max_measured_over_reserved * 1000 | round / 1000))"),
+      "  load average: \(.uptime_start) -> \(.uptime_end)"' "$OUT/summary.json"
+    say "results in $OUT"
+}
+
+run_phase "$POLICY" ""
+if [[ -n ${COMPARE_POLICY:-} ]]; then
+    # The same directory, arrivals, popularity, seed and window under the
+    # other policy ("fixed": none), in the same run of the script.
+    OTHER=$COMPARE_POLICY
+    [[ $OTHER == fixed ]] && OTHER=""
+    say "the same load under ${COMPARE_POLICY}"
+    run_phase "$OTHER" compare
+    jq -n --slurpfile a "$OUT/summary.json" --slurpfile b "$OUT/compare/summary.json" \
+        --arg policy "${POLICY:-sweep}" --arg other "$COMPARE_POLICY" '
+        {policy: $policy, compare_policy: $other,
+         measured_mean_active_streams: $a[0].measured_mean_active_streams,
+         compare_measured_mean_active_streams: $b[0].measured_mean_active_streams,
+         ratio: ($a[0].measured_mean_active_streams / $b[0].measured_mean_active_streams),
+         stalls: [$a[0].stalls, $b[0].stalls],
+         deadline_misses: [$a[0].deadline_misses_run, $b[0].deadline_misses_run]}' \
+        > "$OUT/comparison.json"
+    jq -r '"\(.policy): \(.measured_mean_active_streams * 10 | round / 10) streams; \(.compare_policy): \(.compare_measured_mean_active_streams * 10 | round / 10) (ratio \(.ratio * 1000 | round / 1000)); stalls \(.stalls), deadline misses \(.deadline_misses)"' "$OUT/comparison.json"
+fi
