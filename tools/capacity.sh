@@ -28,7 +28,10 @@
 # the retrieval policy, given to both rondo simulate and rondo serve;
 # "--cycle dynamic" for seed 004's dynamic cycle), COMPARE_POLICY (another
 # policy run after it on the same directory and load, "fixed" for none:
-# $OUT/compare/ and $OUT/comparison.json).
+# $OUT/compare/ and $OUT/comparison.json), START_BURST_ROUNDS (the start
+# burst the prediction assumes: 0, as runs before it; rondo serve's default
+# --start-burst-s 6 is 6 at 1 s rounds, which matters under --cycle dynamic:
+# docs/cycle.md).
 # Needs: ffmpeg, curl, jq. Wall time ≈ WARMUP_S + MEASURE_S + TITLE_SECONDS (twice with COMPARE_POLICY)
 # + a minute.
 set -euo pipefail
@@ -45,6 +48,7 @@ MEASURE_S=${MEASURE_S:-600}
 PORT=${PORT:-18080}
 LAYOUT=${LAYOUT:-}
 POLICY=${POLICY:-}
+START_BURST_ROUNDS=${START_BURST_ROUNDS:-0}
 URL="http://127.0.0.1:$PORT"
 
 # shellcheck source=tools/lib.sh
@@ -86,6 +90,7 @@ run_phase() {
     say "rondo simulate --data-dir (rounds $WARMUP_S..$END_ROUND, ρ = 1.5, Zipf $ZIPF)"
     # shellcheck disable=SC2086
     "$RONDO" simulate --data-dir "$DATA" $POLICY --load 1.5 --no-capacity --zipf "$ZIPF" \
+        --start-burst-rounds "$START_BURST_ROUNDS" \
         --seed "$SEED" --warmup-rounds "$WARMUP_S" --end-round "$END_ROUND" \
         --mode simulated-disk --replications 5 --max-replications 30 --ci 0.01 \
         --json > "$OUT/simulate.json"
