@@ -565,3 +565,85 @@ async fn dashboard_renders_with_data_in_headless_chromium() {
     }
     server.shutdown().await;
 }
+
+/// Seed 004's dynamic cycle on the dashboard: on a `segments` directory
+/// with thresholds at 0 (an operation every cycle), the snapshot page shows
+/// the time-cycle section with the cycle, the streams by rounds per read
+/// and the operations, and draws its chart beside the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dashboard_shows_the_dynamic_cycle_in_headless_chromium() {
+    init_logs();
+    if !chromium_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = rondo_store::Store::create(
+        dir.path().join("data"),
+        rondo_store::StoreConfig {
+            round_duration_ns: TEST_ROUND_DURATION_NS,
+            segment_rounds: 8,
+            ..rondo_server::titles::default_store_config()
+        },
+    )
+    .unwrap();
+    let samples =
+        rondo_server::ingest::ingest_sample_titles(&store, 0, &rondo_server::ingest::Unthrottled)
+            .unwrap();
+    let ids: Vec<u64> = samples.iter().map(|r| r.id.0).collect();
+    let mut cycle = rondo_model::array::DynamicCycle::new(8);
+    cycle.combination.memory_threshold_permille = 0;
+    cycle.combination.time_threshold_permille = 0;
+    cycle.combination.difference_threshold_permille = 0;
+    let server = start(
+        store,
+        rondo_server::ServerConfig {
+            start_burst_bytes: 0,
+            cycle: Some(cycle),
+            ..test_config()
+        },
+    )
+    .await;
+    let base = server.url();
+    let client = reqwest::Client::new();
+    scrape(&client, &base).await;
+    let players = play(&base, &[ids[0], ids[1], ids[2], ids[0]]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let history = get_json(&client, &format!("{base}/api/history")).await;
+        let operations = history
+            .as_array()
+            .unwrap()
+            .last()
+            .and_then(|s| {
+                s["cycle"]["combines"]
+                    .as_u64()
+                    .zip(s["cycle"]["doubles"].as_u64())
+            })
+            .map_or(0, |(c, d)| c + d);
+        if (history.as_array().unwrap().len() >= 6 && operations > 0) || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let profile = tempfile::tempdir().unwrap();
+    let dom = chromium_once(
+        profile.path(),
+        &["--virtual-time-budget=5000", "--dump-dom"],
+        &format!("{base}/dashboard?snapshot"),
+    );
+    assert!(
+        dom.contains("<section id=\"cycleSection\">"),
+        "the time-cycle section is shown:\n{dom}"
+    );
+    assert!(dom.contains("streams by rounds per read"), "{dom}");
+    assert!(dom.contains(" combines, "), "{dom}");
+    assert_eq!(
+        dom.matches("<canvas").count(),
+        4 + 5 + 1,
+        "a chart per disk, five more and the cycle's"
+    );
+    for p in players {
+        p.await.unwrap();
+    }
+    server.shutdown().await;
+}
