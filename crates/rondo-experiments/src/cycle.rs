@@ -18,6 +18,7 @@
 //! label = "kbit/s, 16 MB"
 //! bps_per_kbps = 1000
 //! memory_bytes = 16000000
+//! fixed_cycle_from = "workload"  # Fig. 5(b): or "uniform" (workload #1's mean)
 //! [combination]                  # optional: Figure 2's constants
 //! memory_threshold_permille = 800
 //! ```
@@ -115,6 +116,20 @@ pub struct CycleSpec {
     pub readings: Vec<Reading>,
     #[serde(default)]
     pub combination: CombinationOverrides,
+    /// Fig. 5(b): which mean bitrate the fixed cycle is chosen from.
+    #[serde(default)]
+    pub fixed_cycle_from: FixedCycleFrom,
+}
+
+/// Seed 004 §3 picks the fixed cycle "based on the average" bitrate without
+/// saying whose: each workload's own mean, or the uniform mix's (workload
+/// #1's) for every workload, as a server configured once would be.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FixedCycleFrom {
+    #[default]
+    Workload,
+    Uniform,
 }
 
 fn default_run_s() -> u64 {
@@ -360,13 +375,17 @@ pub fn run_cycle(
             CycleExperimentKind::Workloads => {
                 for &n in &spec.workloads {
                     let w = spec.workload(n, reading.bps_per_kbps);
+                    let from = match spec.fixed_cycle_from {
+                        FixedCycleFrom::Workload => w,
+                        FixedCycleFrom::Uniform => spec.workload(1, reading.bps_per_kbps),
+                    };
                     // The fixed cycle "based on the average" bitrate
                     // (seed 004 §3). Assumption: searched in 100 ms steps up
                     // to 20 s, finer than any cycle the paper names.
                     let (cycle_ns, _) = best_fixed_cycle_ns(
                         &CycleDisk::seed004(),
                         reading.memory_bytes,
-                        mean_bitrate_bps(&w),
+                        mean_bitrate_bps(&from),
                         100 * NS_PER_MS,
                         20 * NS_PER_S,
                     );
