@@ -748,3 +748,70 @@ fn compare_policies_lists_every_policy_and_names_the_best() {
         "need --layout segments",
     );
 }
+
+/// `--cycle dynamic` (seed 004's dynamic cycle in the array) reports its
+/// mean cycle and operations; under a saturating load it combines streams
+/// with no missed deadline. It needs the segments layout and --policy sweep.
+#[test]
+fn simulate_runs_the_dynamic_cycle_and_reports_its_operations() {
+    let args = [
+        "simulate",
+        "--layout",
+        "segments",
+        "--disks",
+        "2",
+        "--scheme",
+        "none",
+        "--round-ms",
+        "500",
+        "--rate",
+        "4",
+        "--mode",
+        "simulated-disk",
+        "--warmup-rounds",
+        "300",
+        "--end-round",
+        "900",
+        "--replications",
+        "1",
+        "--max-replications",
+        "1",
+        "--no-capacity",
+        "--json",
+    ];
+    let out = rondo()
+        .args(args)
+        .args(["--cycle", "dynamic"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let at = &v["at_load"];
+    assert!(
+        at["mean_cycle_group_rounds"].as_f64().unwrap() >= 1.0,
+        "{at}"
+    );
+    assert!(
+        at["cycle_operations"][0].as_u64().unwrap() > 0,
+        "combines: {at}"
+    );
+    assert_eq!(at["deadline_misses"].as_u64(), Some(0), "{at}");
+    // A fixed cycle reports none.
+    let out = rondo().args(args).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["at_load"]["cycle_operations"].is_null(), "{v}");
+    assert_fails_with(
+        rondo().args(["simulate", "--cycle", "dynamic"]),
+        "needs the segments layout",
+    );
+    assert_fails_with(
+        rondo().args([
+            "simulate", "--layout", "segments", "--cycle", "dynamic", "--policy", "gpmp",
+        ]),
+        "use it with --policy",
+    );
+}

@@ -52,6 +52,13 @@ pub struct PointResult {
     /// replications (simulated-disk mode; seed 003's prefetched blocks).
     #[serde(default)]
     pub cache_hits: u64,
+    /// Seed 004's dynamic cycle: its length in rounds (mean over the
+    /// measured rounds and the replications) and the operations made
+    /// (combines, splits, doubles, halves, refused; summed).
+    #[serde(default)]
+    pub mean_cycle_group_rounds: Option<f64>,
+    #[serde(default)]
+    pub cycle_operations: Option<[u64; 5]>,
     pub reserved_fraction: f64,
     pub reserved_primary_fraction: f64,
     pub reserved_spread_fraction: f64,
@@ -256,6 +263,22 @@ fn summarise(point: &Point, runs: &[SimResult], metric: &str) -> Result<PointRes
         mean_startup_latency_s: mean(&|r| r.mean_startup_latency_s),
         mean_buffer_bytes: mean(&|r| r.mean_buffer_bytes),
         cache_hits: runs.iter().map(|r| r.cache_hits).sum(),
+        mean_cycle_group_rounds: runs[0]
+            .mean_cycle_group_rounds
+            .map(|_| mean(&|r| r.mean_cycle_group_rounds.unwrap_or(0.0))),
+        cycle_operations: runs[0].cycle.as_ref().map(|_| {
+            runs.iter()
+                .filter_map(|r| r.cycle.as_ref())
+                .fold([0; 5], |mut sum, c| {
+                    for (s, v) in sum
+                        .iter_mut()
+                        .zip([c.combines, c.splits, c.doubles, c.halves, c.refusals])
+                    {
+                        *s += v;
+                    }
+                    sum
+                })
+        }),
         reserved_fraction: mean(&|r| r.reserved_fraction),
         reserved_primary_fraction: mean(&|r| r.reserved_primary_fraction),
         reserved_spread_fraction: mean(&|r| r.reserved_spread_fraction),

@@ -570,6 +570,20 @@ fn print_report(report: &Report) {
     if p.busy_fraction.is_some() {
         table.add_row(row("drive cache hits", &|r| r.cache_hits.to_string()));
     }
+    if p.mean_cycle_group_rounds.is_some() {
+        table.add_row(row("dynamic cycle, mean (rounds per read)", &|r| {
+            r.mean_cycle_group_rounds
+                .map_or("-".into(), |g| format!("{g:.2}"))
+        }));
+        table.add_row(row(
+            "  combines / splits / doubles / halves / refused",
+            &|r| {
+                r.cycle_operations.map_or("-".into(), |[c, s, d, h, x]| {
+                    format!("{c} / {s} / {d} / {h} / {x}")
+                })
+            },
+        ));
+    }
     if s.faults {
         table.add_row(row("streams stopped (data lost)", &|r| {
             r.streams_aborted.to_string()
