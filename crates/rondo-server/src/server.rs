@@ -17,7 +17,9 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rondo_model::array::{Array, ArrayConfig, DeliveryConfig, DrivePrefetch, rondo_write_bound};
+use rondo_model::array::{
+    Array, ArrayConfig, DeliveryConfig, DrivePrefetch, DynamicCycle, rondo_write_bound,
+};
 use rondo_model::disk::{Disk, DiskError, profile_by_name};
 use rondo_model::health::HealthPolicy;
 use rondo_model::reservation::{Burst, ReservationConfig};
@@ -77,12 +79,8 @@ pub enum ServerError {
          drive's cache cannot be told to hold a block for the next round ({why})"
     )]
     DrivePrefetchUnavailable { policy: String, why: String },
-    #[error(
-        "the dynamic cycle combines a stream's next rounds into one read: it needs a segments \
-         data directory (create one with `rondo init --layout segments`) and one round per \
-         read (--policy sweep)"
-    )]
-    CycleNeedsSegments,
+    #[error("the dynamic cycle {why}")]
+    CycleUnavailable { why: &'static str },
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -165,8 +163,11 @@ impl RunningServer {
                 why: why.into(),
             });
         }
-        if config.cycle.is_some() && (array.segment_rounds <= 1 || group_rounds > 1) {
-            return Err(ServerError::CycleNeedsSegments);
+        if config.cycle.is_some()
+            && let Some(why) =
+                DynamicCycle::unavailable(array.segment_rounds, group_rounds, prefetch)
+        {
+            return Err(ServerError::CycleUnavailable { why });
         }
         let reads = ReadCharging {
             group_rounds,

@@ -1165,17 +1165,15 @@ pub fn place_titles(
                     name: title.name.clone(),
                     source,
                 })?;
-            let group_charges = config
-                .dynamic_cycle
-                .map(|cycle| cycle.group_lengths())
-                .unwrap_or_default()
-                .into_iter()
-                .map(|g| bound.title_charges_grouped(&plan, layout.as_ref(), &title.schedule, g))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|source| SimError::Charges {
-                    name: title.name.clone(),
-                    source,
-                })?;
+            let group_charges = match config.dynamic_cycle {
+                Some(cycle) => cycle
+                    .title_charges(&bound, &plan, layout.as_ref(), &title.schedule)
+                    .map_err(|source| SimError::Charges {
+                        name: title.name.clone(),
+                        source,
+                    })?,
+                None => Vec::new(),
+            };
             Ok(PlacedTitle {
                 name: title.name.clone(),
                 schedule: title.schedule.clone(),
@@ -1306,6 +1304,15 @@ pub fn prepare_placed(
             "drive prefetching ({:?}) is unavailable: {why}",
             config.drive_prefetch
         )));
+    }
+    if config.dynamic_cycle.is_some()
+        && let Some(why) = DynamicCycle::unavailable(
+            config.segment_rounds,
+            config.read_group_rounds,
+            config.drive_prefetch,
+        )
+    {
+        return Err(SimError::Config(format!("the dynamic cycle {why}")));
     }
     config.drive_prefetch.configure(bound, &mut reservation);
     let mut array = Array::new(ArrayConfig {
@@ -1478,6 +1485,7 @@ impl Measure {
         round_duration_s: f64,
     ) -> SimResult {
         let per_round = |x: f64| x / self.observed_rounds.max(1) as f64;
+        let cycle = array.array.cycle_status();
         SimResult {
             mean_active_streams: active_sum as f64 / rounds_measured.max(1) as f64,
             arrivals: self.arrivals,
@@ -1525,11 +1533,10 @@ impl Measure {
             rounds_measured,
             mean_buffer_bytes: per_round(self.buffer_bytes_sum),
             cache_hits: self.cache_hits,
-            mean_cycle_group_rounds: array
-                .array
-                .cycle_status()
+            mean_cycle_group_rounds: cycle
+                .as_ref()
                 .map(|_| per_round(self.cycle_group_rounds_sum as f64)),
-            cycle: array.array.cycle_status(),
+            cycle,
             overcommitted_disk_rounds: self.overcommitted_disk_rounds,
         }
     }

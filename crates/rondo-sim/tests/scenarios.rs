@@ -595,6 +595,10 @@ fn dynamic_cycle_combines_streams_without_a_miss_and_beats_every_fixed_cycle() {
             &titles,
         )
         .unwrap();
+        println!(
+            "seed {seed}: unchecked operations, {} disk-rounds over-committed, {} deadline misses",
+            unchecked.overcommitted_disk_rounds, unchecked.deadline_misses
+        );
         assert!(
             unchecked.overcommitted_disk_rounds > 0,
             "{replay}: {unchecked:?}"

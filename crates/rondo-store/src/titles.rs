@@ -290,10 +290,7 @@ pub fn load_title(
         })?;
     let group_charges = if reads.cycle_max_group_rounds > 0 {
         rondo_model::array::DynamicCycle::new(reads.cycle_max_group_rounds)
-            .group_lengths()
-            .into_iter()
-            .map(|g| bound.title_charges_grouped(&plan, Some(&stored.layout), &schedule, g))
-            .collect::<Result<Vec<_>, _>>()
+            .title_charges(bound, &plan, Some(&stored.layout), &schedule)
             .map_err(|source| LoadError::Charges {
                 id,
                 name: record.name.clone(),

@@ -97,24 +97,21 @@ impl PolicyArgs {
         &self,
         segment_rounds: u32,
     ) -> anyhow::Result<Option<rondo_model::array::DynamicCycle>> {
+        use rondo_model::array::DynamicCycle;
         if self.cycle == CycleArg::Fixed {
             return Ok(None);
         }
-        anyhow::ensure!(
-            segment_rounds > 1,
-            "--cycle dynamic combines a stream's next rounds into one read: they must lie next \
-             to each other, so it needs the segments layout (--layout segments)"
-        );
-        anyhow::ensure!(
-            self.policy == PolicyArg::Sweep,
-            "--cycle dynamic chooses each stream's rounds per read itself: use it with --policy \
-             sweep (the default), not --policy {}",
-            self.name()
-        );
+        if let Some(why) = DynamicCycle::unavailable(
+            segment_rounds,
+            self.read_group_rounds(segment_rounds)?,
+            self.drive_prefetch(),
+        ) {
+            anyhow::bail!("--cycle dynamic {why}");
+        }
         let limit = self.cycle_max_rounds.min(segment_rounds);
         anyhow::ensure!(limit >= 2, "--cycle-max-rounds must be at least 2");
         let max = 1u32 << (31 - limit.leading_zeros());
-        Ok(Some(rondo_model::array::DynamicCycle::new(max)))
+        Ok(Some(DynamicCycle::new(max)))
     }
 
     /// The drive-cache prefetching the policy asks of the array.

@@ -34,8 +34,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::Array;
+use super::{Array, DrivePrefetch};
 use crate::cycle::{CombinationParams, Pressure};
+use crate::layout::{TitleLayout, TitlePlan};
+use crate::reservation::{Bound, ChargesError, TitleCharges};
+use crate::schedule::Schedule;
 use crate::units::{DiskIndex, Round, StreamId, TitleId};
 
 /// Candidate pairs (or streams) an operation tries before it gives up for
@@ -85,6 +88,46 @@ impl DynamicCycle {
         }
         lengths
     }
+
+    /// A title's charges for every group length the cycle may use
+    /// (`ArrayTitle::with_group_charges`), as the simulator and the store
+    /// load them.
+    pub fn title_charges(
+        &self,
+        bound: &Bound,
+        plan: &TitlePlan,
+        layout: Option<&TitleLayout>,
+        schedule: &Schedule,
+    ) -> Result<Vec<TitleCharges>, ChargesError> {
+        self.group_lengths()
+            .into_iter()
+            .map(|g| bound.title_charges_grouped(plan, layout, schedule, g))
+            .collect()
+    }
+
+    /// Why an array on a layout of `segment_rounds` rounds per run, whose
+    /// streams read `group_rounds` per request and prefetch as `prefetch`
+    /// says, cannot run the dynamic cycle (`None`: it can). The simulator
+    /// and the server refuse a configuration with it.
+    pub fn unavailable(
+        segment_rounds: u32,
+        group_rounds: u32,
+        prefetch: DrivePrefetch,
+    ) -> Option<&'static str> {
+        if segment_rounds <= 1 {
+            Some(
+                "combines a stream's next rounds into one read: they must lie next to each \
+                 other, so it needs the segments layout (--layout segments)",
+            )
+        } else if group_rounds > 1 || prefetch != DrivePrefetch::None {
+            Some(
+                "chooses each stream's rounds per read itself: use it with --policy sweep (one \
+                 round per read, no drive-cache prefetching)",
+            )
+        } else {
+            None
+        }
+    }
 }
 
 /// One operation of the dynamic cycle, as made at a round boundary.
@@ -129,13 +172,11 @@ pub struct CycleStatus {
 /// The array's dynamic-cycle state.
 #[derive(Clone, Debug)]
 pub(super) struct CycleState {
-    pub(super) config: DynamicCycle,
-    pub(super) group_rounds: u32,
+    config: DynamicCycle,
+    group_rounds: u32,
     sflag: bool,
     /// No operation before this round (one per cycle).
     next_check_round: Round,
-    /// Each title's mean read bytes per round: a stream's bitrate.
-    pub(super) title_bytes_per_round: BTreeMap<TitleId, u64>,
     status: CycleStatus,
 }
 
@@ -149,7 +190,6 @@ impl CycleState {
             group_rounds,
             sflag: false,
             next_check_round: Round(0),
-            title_bytes_per_round: BTreeMap::new(),
             status: CycleStatus::default(),
         }
     }
@@ -176,10 +216,6 @@ impl Array {
     /// The dynamic cycle in rounds: the group length new streams are
     /// admitted at (`None`: a fixed cycle, each title's own groups).
     pub fn admission_cycle_rounds(&self) -> Option<u32> {
-        self.admission_group_rounds()
-    }
-
-    pub(super) fn admission_group_rounds(&self) -> Option<u32> {
         self.cycle.as_ref().map(|c| c.group_rounds)
     }
 
@@ -237,9 +273,11 @@ impl Array {
             .round_duration_ns
             .saturating_sub(cfg.round_fixed_ns)
             .max(1);
+        // An unbounded buffer (tests) is never the pressure.
+        let bounded = cfg.buffer_capacity_bytes > 0 && cfg.buffer_capacity_bytes < u64::MAX;
         let (mut memory, mut time) = (0.0, 0.0);
         for r in Round::range(round, round.plus(window)) {
-            if cfg.buffer_capacity_bytes > 0 && cfg.buffer_capacity_bytes < u64::MAX {
+            if bounded {
                 memory += self.reservations.reserved_buffer_bytes(r) as f64
                     / cfg.buffer_capacity_bytes as f64;
             }
@@ -341,9 +379,10 @@ impl Array {
     }
 
     /// Streams that could be regrouped at `round` whose group length
-    /// satisfies `wanted`, with their bitrate (bytes per round).
+    /// satisfies `wanted`, with their bitrate (their title's mean bytes
+    /// read per round, worked out once per title here).
     fn candidates(&self, round: Round, wanted: impl Fn(u32) -> bool) -> Vec<(u64, StreamId)> {
-        let state = self.cycle.as_ref().expect("a dynamic cycle");
+        let mut bitrates: BTreeMap<TitleId, u64> = BTreeMap::new();
         self.reservations
             .stream_ids()
             .filter(|&s| {
@@ -354,7 +393,10 @@ impl Array {
             })
             .filter_map(|s| {
                 let title = self.reservations.stream_span(s)?.title;
-                Some((*state.title_bytes_per_round.get(&title)?, s))
+                let bytes = *bitrates
+                    .entry(title)
+                    .or_insert_with(|| self.titles[&title].charges.mean_read_bytes());
+                Some((bytes, s))
             })
             .collect()
     }

@@ -456,11 +456,6 @@ impl Array {
             self.reservations
                 .add_title_grouping(title.id, charges.as_ref().clone());
         }
-        if let Some(cycle) = self.cycle.as_mut() {
-            cycle
-                .title_bytes_per_round
-                .insert(title.id, title.charges.mean_read_bytes());
-        }
         self.titles.insert(title.id, Arc::clone(&title));
         title
     }
@@ -665,8 +660,8 @@ impl Array {
             return Err(Rejection::DataLost { round });
         }
         let group_rounds = self
-            .admission_group_rounds()
-            .filter(|&g| self.reservations.group_lengths(request.title).contains(&g));
+            .admission_cycle_rounds()
+            .filter(|&g| self.reservations.has_grouping(request.title, g));
         let Admission {
             stream,
             start_round,

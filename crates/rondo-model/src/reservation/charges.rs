@@ -99,6 +99,15 @@ impl Grouping {
         self.segment_rounds > 1 && self.group_rounds > 1
     }
 
+    /// Rounds per read (1: not grouped).
+    pub fn rounds_per_read(&self) -> u32 {
+        if self.is_grouped() {
+            self.group_rounds
+        } else {
+            1
+        }
+    }
+
     /// The first round of the group playback round `i` belongs to.
     pub fn start(&self, i: usize) -> usize {
         group_start(i, self.segment_rounds, self.group_rounds)

@@ -286,15 +286,6 @@ pub struct Burst {
     pub bytes: u64,
 }
 
-/// A grouping's length in rounds per read (1: not grouped).
-fn group_length(grouping: Grouping) -> u32 {
-    if grouping.is_grouped() {
-        grouping.group_rounds
-    } else {
-        1
-    }
-}
-
 /// An admitted stream's place in time.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamSpan {
@@ -449,7 +440,7 @@ impl Reservations {
         for r in 0..charges.rounds() {
             assert_eq!(own.primary(r).disk, charges.primary(r).disk, "same layout");
         }
-        let key = (title, group_length(charges.grouping()));
+        let key = (title, charges.grouping().rounds_per_read());
         self.group_charges.insert(key, Arc::new(charges));
     }
 
@@ -460,17 +451,27 @@ impl Reservations {
             .group_charges
             .range((title, 0)..=(title, u32::MAX))
             .map(|((_, g), _)| *g)
-            .chain(self.titles.get(&title).map(|c| group_length(c.grouping())))
+            .chain(
+                self.titles
+                    .get(&title)
+                    .map(|c| c.grouping().rounds_per_read()),
+            )
             .collect();
         lengths.sort_unstable();
         lengths.dedup();
         lengths
     }
 
+    /// Whether streams of `title` can read in groups of `group_rounds`
+    /// (its own length or one registered for it).
+    pub fn has_grouping(&self, title: TitleId, group_rounds: u32) -> bool {
+        self.grouped(title, group_rounds).is_some()
+    }
+
     /// `title`'s charges when read in groups of `group_rounds`, if known.
     fn grouped(&self, title: TitleId, group_rounds: u32) -> Option<&Arc<TitleCharges>> {
         let own = self.titles.get(&title)?;
-        if group_length(own.grouping()) == group_rounds {
+        if own.grouping().rounds_per_read() == group_rounds {
             Some(own)
         } else {
             self.group_charges.get(&(title, group_rounds))
@@ -480,7 +481,7 @@ impl Reservations {
     /// The charges of a stream's playback round `i`: those of the read
     /// groups `i` is read in.
     fn charges_for(&self, record: &StreamRecord, i: usize) -> &Arc<TitleCharges> {
-        let g = group_length(record.shape.grouping_at(i));
+        let g = record.shape.grouping_at(i).rounds_per_read();
         self.grouped(record.title, g)
             .expect("a stream's group lengths are registered")
     }
@@ -619,6 +620,25 @@ impl Reservations {
                     self.slots[idx].charge(charge, sign);
                 }
             }
+        }
+    }
+
+    /// Replaces a stream's record, its reservations from the current round
+    /// on following it; returns the record it had (a switch or a regroup).
+    fn replace_record(&mut self, id: StreamId, new: StreamRecord) -> StreamRecord {
+        let old = self
+            .streams
+            .insert(id, new.clone())
+            .expect("a known stream");
+        self.apply(&old, -1);
+        self.apply(&new, 1);
+        old
+    }
+
+    /// Puts streams' records back as they were, last replaced first.
+    fn restore_records(&mut self, old: Vec<(StreamId, StreamRecord)>) {
+        for (id, record) in old.into_iter().rev() {
+            self.replace_record(id, record);
         }
     }
 

@@ -65,15 +65,12 @@ impl Reservations {
         let mut starts = Vec::with_capacity(streams.len());
         for &stream in streams {
             match self.regrouped(stream, group_rounds, from) {
-                Ok((record, new, p)) => {
-                    self.apply(&record, -1);
-                    self.apply(&new, 1);
-                    self.streams.insert(stream, new);
-                    old.push((stream, record));
+                Ok((new, p)) => {
+                    old.push((stream, self.replace_record(stream, new)));
                     starts.push(p as u32);
                 }
                 Err(refusal) => {
-                    self.restore(old);
+                    self.restore_records(old);
                     return Err(refusal);
                 }
             }
@@ -83,7 +80,7 @@ impl Reservations {
             self.fits_from(record, from) && self.memory_fits_from(record, from)
         });
         if checked && !fits {
-            self.restore(old);
+            self.restore_records(old);
             return Err(RegroupRefusal::DoesNotFit);
         }
         Ok(starts)
@@ -92,33 +89,37 @@ impl Reservations {
     /// Whether `stream` could be regrouped from `from` (its reads plain,
     /// its last regroup settled, a request left), fit aside.
     pub fn regroupable(&self, stream: StreamId, from: Round) -> bool {
-        self.streams.get(&stream).is_some_and(|record| {
-            let from = from.max(self.current_round).max(record.start_round);
-            let shape = record.shape;
-            let q = record.offset(from);
-            !shape.is_burst()
-                && !shape.pairs
-                && shape.regroup_from <= shape.first + q
-                && shape.first_read_from(q) < shape.end
-        })
+        self.streams
+            .get(&stream)
+            .is_some_and(|record| self.regroup_point(record, from).is_ok())
     }
 
-    /// A stream's record now and regrouped, and where the new groups start.
+    /// A stream's record regrouped, and where the new groups start.
     fn regrouped(
         &self,
         stream: StreamId,
         group_rounds: u32,
         from: Round,
-    ) -> Result<(StreamRecord, StreamRecord, usize), RegroupRefusal> {
+    ) -> Result<(StreamRecord, usize), RegroupRefusal> {
         let record = self
             .streams
             .get(&stream)
-            .ok_or(RegroupRefusal::UnknownStream)?
-            .clone();
+            .ok_or(RegroupRefusal::UnknownStream)?;
         let grouping = self
             .grouped(record.title, group_rounds)
             .ok_or(RegroupRefusal::NoCharges)?
             .grouping();
+        let p = self.regroup_point(record, from)?;
+        let new = StreamRecord {
+            shape: record.shape.regrouped(p, grouping),
+            ..record.clone()
+        };
+        Ok((new, p))
+    }
+
+    /// The playback round a regroup of `record` from `from` would start at:
+    /// its first request there or later.
+    fn regroup_point(&self, record: &StreamRecord, from: Round) -> Result<usize, RegroupRefusal> {
         let shape = record.shape;
         if shape.is_burst() || shape.pairs {
             return Err(RegroupRefusal::NotPlain);
@@ -134,20 +135,7 @@ impl Reservations {
         if p >= shape.end {
             return Err(RegroupRefusal::NothingLeft);
         }
-        let new = StreamRecord {
-            shape: shape.regrouped(p, grouping),
-            ..record.clone()
-        };
-        Ok((record, new, p))
-    }
-
-    /// Puts regrouped streams back as they were.
-    fn restore(&mut self, old: Vec<(StreamId, StreamRecord)>) {
-        for (id, record) in old.into_iter().rev() {
-            let now = self.streams.insert(id, record.clone()).expect("regrouped");
-            self.apply(&now, -1);
-            self.apply(&record, 1);
-        }
+        Ok(p)
     }
 
     /// Whether the server buffer and the network hold every round a
@@ -170,6 +158,6 @@ impl Reservations {
     pub fn stream_group_rounds(&self, stream: StreamId) -> Option<u32> {
         self.streams
             .get(&stream)
-            .map(|r| super::group_length(r.shape.grouping))
+            .map(|r| r.shape.grouping.rounds_per_read())
     }
 }

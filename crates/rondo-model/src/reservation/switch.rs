@@ -156,11 +156,7 @@ impl Reservations {
 
     /// Puts switched streams back as they were.
     pub(super) fn undo_switches(&mut self, switched: Switched) {
-        for (id, record) in switched.into_iter().rev() {
-            let now = self.streams.insert(id, record.clone()).expect("switched");
-            self.apply(&now, -1);
-            self.apply(&record, 1);
-        }
+        self.restore_records(switched);
     }
 
     /// Switches `streams` (each with the playback rounds its pairs run
@@ -172,15 +168,12 @@ impl Reservations {
     ) -> Option<Switched> {
         let mut old: Switched = Vec::with_capacity(streams.len());
         for &(id, from_playback, end_playback) in streams {
-            let record = self.streams[&id].clone();
+            let record = &self.streams[&id];
             let new = StreamRecord {
                 shape: record.shape.switched_to_pairs(from_playback, end_playback),
                 ..record.clone()
             };
-            self.apply(&record, -1);
-            self.apply(&new, 1);
-            self.streams.insert(id, new);
-            old.push((id, record));
+            old.push((id, self.replace_record(id, new)));
         }
         if streams
             .iter()
