@@ -1795,6 +1795,54 @@ impl Array {
         self.writes.want(title, title_round);
     }
 
+    /// Rounds, from the next one, until every round of a new write of
+    /// `layout` (a title staged from a tier, say) would be granted: the
+    /// write queue's rule run ahead on a copy, behind the ingests queued
+    /// now, in the disk time that the streams admitted now leave, with the
+    /// writer keeping up. Streams admitted later, re-reads and a rebuild
+    /// can only make it later; a staging's predicted delay is this times
+    /// the round length. `None` when some round never fits (a write larger
+    /// than a round on a disk that stays busy past the tables' horizon
+    /// cannot happen: past it no stream is reserved).
+    pub fn predict_write_rounds(&self, layout: Arc<TitleLayout>) -> Option<u64> {
+        let rounds = layout.rounds().len();
+        if rounds == 0 {
+            return Some(0);
+        }
+        let probe = TitleId(u64::MAX);
+        let mut writes = self.writes.clone();
+        writes.begin(probe, layout);
+        let fixed_ns = self.config.reservation.round_fixed_ns;
+        let idle_round_ns = self
+            .config
+            .reservation
+            .round_duration_ns
+            .saturating_sub(fixed_ns);
+        let horizon = self.config.reservation.horizon_rounds;
+        let disks = self.disk_count() as usize;
+        let no_use = vec![0u64; disks];
+        let mut granted = 0usize;
+        // Past the horizon nothing is reserved, so every round fits within
+        // (horizon + rounds) rounds unless a round exceeds an idle round.
+        for k in 0..(horizon + rounds as u64 + 1) {
+            let round = Round(self.next_round.0 + k);
+            let credits = if k < horizon {
+                self.reservations.write_credits_ns(round, &no_use)
+            } else {
+                vec![idle_round_ns; disks]
+            };
+            let grant = writes.grant(round, &credits, idle_round_ns, &self.config.write_bound);
+            granted += grant.rounds.iter().filter(|(t, ..)| *t == probe).count();
+            for (title, playback_round, _) in &grant.rounds {
+                writes.want(*title, PlaybackRound(playback_round.0 + 1));
+            }
+            if granted >= rounds {
+                return Some(k + 1);
+            }
+        }
+        None
+    }
+
     /// The ingest of `title` ended.
     pub fn end_ingest(&mut self, title: TitleId) -> bool {
         self.writes.end(title)

@@ -1458,3 +1458,50 @@ fn adjacent_extents_of_a_round_and_of_a_group_are_one_request() {
     assert_eq!(plan.owners[0], [(0, 0), (0, 1), (1, 0)]);
     assert_eq!(plan.owners[1], [(2, 0)]);
 }
+
+/// The staging prediction runs the write queue's own rule ahead: with the
+/// writer keeping up, the array grants the last round in exactly the
+/// predicted round, with streams admitted and without.
+#[test]
+fn predicted_write_rounds_are_the_rounds_the_write_queue_takes() {
+    let mut predictions = Vec::new();
+    for streams in [0u64, 4, 12] {
+        let mut a = array(4, Scheme::Minimum, &[512 * KIB; 16]);
+        for _ in 0..streams {
+            a.admit(&whole(0)).unwrap();
+        }
+        let mut allocator = ArrayAllocator::uniform(4, 1000);
+        for d in 0..4 {
+            for s in 0..100 {
+                allocator.mark_allocated(DiskIndex(d), s).unwrap();
+            }
+        }
+        let ingest = title(1, 4, 1, &[1536 * KIB; 200], &mut allocator);
+        let layout = Arc::clone(ingest.layout.as_ref().unwrap());
+        let predicted = a.predict_write_rounds(Arc::clone(&layout)).unwrap();
+        a.begin_ingest(TitleId(1), layout);
+        let mut granted = 0;
+        let mut round = a.next_round().0;
+        let mut rounds_taken = 0;
+        while granted < 200 {
+            let plan = a.begin_round(Round(round));
+            for g in &plan.ingest_grants {
+                a.want_write(TitleId(1), PlaybackRound(g.1.0 + 1));
+            }
+            granted += plan.ingest_grants.len();
+            for c in deliveries(&plan) {
+                a.complete(&ok(c));
+            }
+            round += 1;
+            rounds_taken += 1;
+            assert!(rounds_taken < 500);
+        }
+        assert_eq!(predicted, rounds_taken, "{streams} streams admitted");
+        predictions.push(predicted);
+    }
+    // Streams' reservations leave less time to write in.
+    assert!(
+        predictions.windows(2).all(|w| w[0] < w[1]),
+        "{predictions:?}"
+    );
+}

@@ -168,11 +168,27 @@ impl JukeboxFarm {
             done_ns: arrival_ns,
             ..Served::default()
         };
+        for step in self.schedule(arrival_ns, extents) {
+            if step.exchange_start_ns.is_some() {
+                served.exchanges += 1;
+            } else {
+                served.loaded_hits += 1;
+            }
+            served.done_ns = served.done_ns.max(step.done_ns);
+        }
+        served
+    }
+
+    /// [`JukeboxFarm::submit`] with each extent file's own schedule: the
+    /// drive it takes, when the arm starts its exchange (none when the disc
+    /// is already in a drive), when its transfer starts and ends. The
+    /// emulated jukebox (rondo-tier) sleeps until these instants, so the
+    /// model is the one source of its timing.
+    pub fn schedule(&mut self, arrival_ns: u64, extents: &[(DiscId, u64)]) -> Vec<ExtentStep> {
+        let mut steps = Vec::with_capacity(extents.len());
         for &(disc, bytes) in extents {
             let p = self.params;
             let jukebox = &mut self.jukeboxes[disc.jukebox as usize];
-            // A drive that holds the disc already, else the one that frees
-            // first (lowest index on ties).
             let holding = jukebox.drives.iter().position(|d| d.loaded == Some(disc));
             let drive_index = holding.unwrap_or_else(|| {
                 (0..jukebox.drives.len())
@@ -180,23 +196,78 @@ impl JukeboxFarm {
                     .expect("a jukebox has drives")
             });
             let drive_free = jukebox.drives[drive_index].free_at_ns.max(arrival_ns);
-            let read_start = if holding.is_some() {
-                served.loaded_hits += 1;
-                drive_free + p.seek_ns + p.rotation_ns
+            let (exchange_start_ns, read_start) = if holding.is_some() {
+                (None, drive_free + p.seek_ns + p.rotation_ns)
             } else {
-                served.exchanges += 1;
                 let arm_start = drive_free.max(jukebox.arm_free_at_ns);
                 jukebox.arm_free_at_ns = arm_start + p.exchange_ns;
-                arm_start + p.exchange_ns + p.access_ns()
+                (Some(arm_start), arm_start + p.exchange_ns + p.access_ns())
             };
             let done = read_start + p.transfer_ns(bytes);
             let drive = &mut jukebox.drives[drive_index];
+            let unloaded = drive.loaded.filter(|&d| d != disc);
             drive.loaded = Some(disc);
             drive.free_at_ns = done;
-            served.done_ns = served.done_ns.max(done);
+            steps.push(ExtentStep {
+                disc,
+                drive: drive_index as u32,
+                unloaded: if holding.is_some() { None } else { unloaded },
+                exchange_start_ns,
+                transfer_start_ns: read_start,
+                done_ns: done,
+            });
         }
-        served
+        steps
     }
+
+    /// The disc each drive of `jukebox` holds.
+    pub fn loaded(&self, jukebox: u32) -> Vec<Option<DiscId>> {
+        self.jukeboxes[jukebox as usize]
+            .drives
+            .iter()
+            .map(|d| d.loaded)
+            .collect()
+    }
+
+    /// Drives busy at `now_ns` (serving or with work queued), over all
+    /// jukeboxes.
+    pub fn busy_drives(&self, now_ns: u64) -> u32 {
+        self.jukeboxes
+            .iter()
+            .flat_map(|j| &j.drives)
+            .filter(|d| d.free_at_ns > now_ns)
+            .count() as u32
+    }
+
+    /// When the last work queued so far ends.
+    pub fn idle_at_ns(&self) -> u64 {
+        self.jukeboxes
+            .iter()
+            .flat_map(|j| {
+                j.drives
+                    .iter()
+                    .map(|d| d.free_at_ns)
+                    .chain([j.arm_free_at_ns])
+            })
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// One extent file's part in a request: see [`JukeboxFarm::schedule`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ExtentStep {
+    pub disc: DiscId,
+    /// The drive of the disc's jukebox that reads it.
+    pub drive: u32,
+    /// The disc the exchange takes out of that drive, if it held one.
+    pub unloaded: Option<DiscId>,
+    /// When the arm starts the exchange; `None` when the disc was in the
+    /// drive already.
+    pub exchange_start_ns: Option<u64>,
+    /// When the transfer starts (after exchange, spin-up, seek and rotation).
+    pub transfer_start_ns: u64,
+    pub done_ns: u64,
 }
 
 #[cfg(test)]
