@@ -43,6 +43,10 @@ enum Command {
     Ingest(cmd::ingest::IngestArgs),
     /// Check a data directory: catalog against devices and every checksum.
     Fsck(cmd::fsck::FsckArgs),
+    /// Tiers below the array (seed 002): add an emulated jukebox farm, list
+    /// tier titles, pin titles on the array.
+    #[command(subcommand)]
+    Tier(cmd::tier::TierCommand),
     /// Benchmarks: admission decisions per second and memory, simulated
     /// stream-rounds per second.
     #[command(subcommand)]
@@ -66,6 +70,7 @@ fn main() {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Ingest(a) => cmd::ingest::run(a),
         Command::Fsck(a) => cmd::fsck::run(a),
+        Command::Tier(c) => cmd::tier::run(c),
         Command::Bench(c) => cmd::bench::run(c),
         Command::Load(a) => cmd::load::run(a),
         Command::Admin(c) => cmd::admin::run(c),

@@ -60,6 +60,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
             axum::routing::delete(delete_title),
         )
         .merge(crate::ops::admin_routes())
+        .merge(crate::tier_http::admin_routes())
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&shared),
             require_token,
@@ -76,6 +77,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .merge(admin)
         .merge(crate::ops::public_routes())
         .merge(crate::observe::public_routes())
+        .merge(crate::tier_http::public_routes())
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&shared),
@@ -129,13 +131,13 @@ async fn limit_body(State(shared): State<Arc<Shared>>, request: Request, next: N
 
 /// An error answer: status and JSON `{"error": message, ...}`.
 pub struct ApiError {
-    status: StatusCode,
-    body: Value,
-    headers: Vec<(header::HeaderName, HeaderValue)>,
+    pub(crate) status: StatusCode,
+    pub(crate) body: Value,
+    pub(crate) headers: Vec<(header::HeaderName, HeaderValue)>,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             body: json!({ "error": message.into() }),
@@ -143,11 +145,11 @@ impl ApiError {
         }
     }
 
-    fn bad_request(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
 
-    fn not_found(message: impl Into<String>) -> ApiError {
+    pub(crate) fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, message)
     }
 }
@@ -181,7 +183,7 @@ async fn api_index() -> axum::Json<Value> {
             {"method": "GET", "path": "/api/titles/{id}/schedule", "what": "per-round client bytes"},
             {"method": "GET", "path": "/api/metrics", "what": "admissions, deadline misses, bytes sent, per-disk time"},
             {"method": "GET, HEAD", "path": "/stream/{id}", "what": "the title, paced by its schedule; Range (one range); ?t=SECONDS starts at the video keyframe at or before t (MP4: a rewritten header, then the stored bytes from the first kept sample; MPEG-TS: from the keyframe's PAT/PMT)"},
-            {"method": "POST", "path": "/api/admin/titles?name=NAME", "what": "ingest the request body as a title (Authorization: Bearer <token>)"},
+            {"method": "POST", "path": "/api/admin/titles?name=NAME", "what": "ingest the request body as a title (Authorization: Bearer <token>); with &tier=TIER it is stored on that tier and staged onto the array when asked for"},
             {"method": "DELETE", "path": "/api/admin/titles/{id}", "what": "delete a title (Authorization: Bearer <token>)"},
             {"method": "GET", "path": "/api/disks", "what": "each disk's state and errors, and the rebuild's progress"},
             {"method": "GET", "path": "/api/admin/disks", "what": "as /api/disks, with each disk's device file (Authorization: Bearer <token>)"},
@@ -192,12 +194,15 @@ async fn api_index() -> axum::Json<Value> {
             {"method": "GET", "path": "/dashboard", "what": "live charts of reserved vs measured disk time, streams, admissions, failures"},
             {"method": "GET", "path": "/api/events", "what": "server-sent events: recent history, then one event per round"},
             {"method": "GET", "path": "/api/history", "what": "the recent per-round history as JSON"},
+            {"method": "GET, HEAD", "path": "/tier/{name}", "what": "a title whose home is a tier: redirects to its stream once staged onto the array; until then 503 with Retry-After, the predicted staging delay (staging starts at the first request)"},
+            {"method": "GET", "path": "/api/tiers", "what": "the tiers, their queues and the titles being staged"},
+            {"method": "POST", "path": "/api/admin/tier-titles/{name}/pin", "what": "keep a tier title on the array once staged (…/unpin to let it be evicted) (Authorization: Bearer <token>)"},
         ]
     }))
 }
 
 /// `http://host` as the client addressed us (for absolute URLs).
-fn base_url(shared: &Shared, headers: &HeaderMap) -> String {
+pub(crate) fn base_url(shared: &Shared, headers: &HeaderMap) -> String {
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
@@ -209,7 +214,7 @@ fn base_url(shared: &Shared, headers: &HeaderMap) -> String {
 }
 
 /// The file extension a title's stream URL carries.
-fn extension(title: &LoadedTitle) -> &'static str {
+pub(crate) fn extension(title: &LoadedTitle) -> &'static str {
     if title.record.content_type == MPEG_TS_CONTENT_TYPE {
         "ts"
     } else {
@@ -217,7 +222,7 @@ fn extension(title: &LoadedTitle) -> &'static str {
     }
 }
 
-fn stream_path(title: &LoadedTitle) -> String {
+pub(crate) fn stream_path(title: &LoadedTitle) -> String {
     format!("/stream/{}.{}", title.id().0, extension(title))
 }
 
@@ -257,11 +262,14 @@ fn title_entry(shared: &Shared, title: &LoadedTitle, base: &str) -> Value {
 
 async fn list_titles(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> axum::Json<Value> {
     let base = base_url(&shared, &headers);
-    let titles: Vec<Value> = shared
+    let mut titles: Vec<Value> = shared
         .titles()
         .iter()
         .map(|t| title_entry(&shared, t, &base))
         .collect();
+    // Titles whose home is a tier: their stable URL, and those not on the
+    // array now.
+    crate::tier_http::add_tier_entries(&shared, &base, &mut titles).await;
     axum::Json(Value::Array(titles))
 }
 
@@ -787,6 +795,40 @@ async fn upload(
         .unwrap_or(0);
     let task_shared = Arc::clone(&shared);
     let path = spool.0.clone();
+    if let Some(tier_name) = query.get("tier").cloned() {
+        // The title's home is a tier: store it there, not on the array.
+        let result = tokio::task::spawn_blocking(move || {
+            let shared = task_shared;
+            let Some(tier) = shared.staging.tier(&tier_name) else {
+                return Err(ApiError::bad_request(format!(
+                    "no tier named {tier_name:?} in this data directory's tiers.toml"
+                )));
+            };
+            crate::ingest::ingest_to_tier(
+                &shared.store,
+                tier.as_ref(),
+                &tier_name,
+                &path,
+                &source_file_name,
+                Some(&name),
+                created_unix_ns,
+            )
+            .map_err(|e| ApiError::new(ingest_status(&e), e.to_string()))
+        })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        drop(spool);
+        let record =
+            result.inspect_err(|e| tracing::warn!("upload refused: {}", e.body["error"]))?;
+        tracing::info!(name = %record.name, tier = %record.tier, "title stored on its tier");
+        let mut body = serde_json::to_value(&record).unwrap_or_default();
+        body["stream_url"] = json!(format!(
+            "{}{}",
+            base_url(&shared, &headers),
+            crate::tier_http::tier_path(&record.name)
+        ));
+        return Ok((StatusCode::CREATED, axum::Json(body)).into_response());
+    }
     let result = tokio::task::spawn_blocking(move || {
         let shared = task_shared;
         let record = ingest_file_as(
@@ -802,12 +844,7 @@ async fn upload(
         let loaded = load_title(
             &shared.store,
             &shared.bound,
-            rondo_store::titles::ReadCharging {
-                group_rounds: shared.config.read_group_rounds.max(1),
-                cache_pairs: shared.config.drive_prefetch
-                    != rondo_model::array::DrivePrefetch::None,
-                cycle_max_group_rounds: shared.config.cycle.map_or(0, |c| c.max_group_rounds),
-            },
+            shared.read_charging(),
             record.id,
         )
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
@@ -839,43 +876,21 @@ async fn delete_title(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
+    use crate::state::RemoveTitleError;
     let id = parse_id(&id)?;
-    if shared.title(id).is_none() {
-        return Err(ApiError::not_found(format!("no title with id {}", id.0)));
-    }
-    let removed = shared
-        .with_core(move |_, core| {
-            let removed = core.array.remove_title(id);
-            let playing = core.streams.values().filter(|s| s.title.id() == id).count();
-            (removed, playing)
-        })
-        .await;
-    match removed {
-        Some((true, _)) => {
-            shared.titles.write().expect("titles lock").remove(&id);
-        }
-        Some((false, playing)) => {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                format!(
-                    "title {} is being streamed ({playing} stream(s) hold reservations for it); \
-                     delete it when they have ended",
-                    id.0
-                ),
-            ));
-        }
-        None => {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the server is shutting down".to_string(),
-            ));
-        }
-    }
-    let store = shared.store.clone();
-    tokio::task::spawn_blocking(move || store.delete_title(id))
+    let task_shared = Arc::clone(&shared);
+    tokio::task::spawn_blocking(move || task_shared.remove_title_blocking(id))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        .map_err(|e| {
+            let status = match e {
+                RemoveTitleError::NotFound(_) => StatusCode::NOT_FOUND,
+                RemoveTitleError::Streaming { .. } => StatusCode::CONFLICT,
+                RemoveTitleError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+                RemoveTitleError::Store { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            ApiError::new(status, e.to_string())
+        })?;
     tracing::info!(id = id.0, "title deleted");
     Ok(axum::Json(json!({ "deleted": id.0 })))
 }

@@ -29,8 +29,10 @@ pub mod ops;
 pub mod round;
 pub mod server;
 pub mod session;
+pub mod staging;
 pub mod state;
 pub mod storage;
+pub mod tier_http;
 pub mod titles;
 
 pub use config::{DiskTiming, ServerConfig};

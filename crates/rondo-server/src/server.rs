@@ -81,6 +81,8 @@ pub enum ServerError {
     DrivePrefetchUnavailable { policy: String, why: String },
     #[error("the dynamic cycle {why}")]
     CycleUnavailable { why: &'static str },
+    #[error("opening the data directory's tiers: {0}")]
+    Tiers(#[from] rondo_tier::TierError),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -142,6 +144,7 @@ impl RunningServer {
             }
         }
         remove_stale_uploads(&data_dir);
+        let staging = crate::staging::Staging::open(&data_dir)?;
 
         let group_rounds = config.read_group_rounds.max(1);
         if group_rounds > 1 && array.segment_rounds <= 1 {
@@ -272,6 +275,7 @@ impl RunningServer {
             instance_id: crate::auth::new_instance_id()
                 .map_err(io_error("drawing the server's instance id"))?,
             base_url: base_url.clone(),
+            staging,
         });
         // Disks without a usable device start failed; disks failed before
         // a restart stay failed (disk-state.toml).

@@ -76,6 +76,25 @@ pub struct Shared {
     /// `http://` and the address the server listens on, for absolute URLs
     /// when a request has no Host header.
     pub base_url: String,
+    /// The tiers and the titles being staged from them (seed 002).
+    pub staging: crate::staging::Staging,
+}
+
+/// Why a title was not removed from the array.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoveTitleError {
+    #[error("no title with id {}", .0.0)]
+    NotFound(TitleId),
+    #[error(
+        "title {} is being streamed ({playing} stream(s) hold reservations for it); delete it \
+         when they have ended",
+        .id.0
+    )]
+    Streaming { id: TitleId, playing: usize },
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error("removing title {} from the store: {error}", .id.0)]
+    Store { id: TitleId, error: String },
 }
 
 impl Shared {
@@ -105,6 +124,43 @@ impl Shared {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// How titles' reads are charged under this server's retrieval policy
+    /// and cycle (what loading a title needs).
+    pub fn read_charging(&self) -> rondo_store::titles::ReadCharging {
+        rondo_store::titles::ReadCharging {
+            group_rounds: self.config.read_group_rounds.max(1),
+            cache_pairs: self.config.drive_prefetch != rondo_model::array::DrivePrefetch::None,
+            cycle_max_group_rounds: self.config.cycle.map_or(0, |c| c.max_group_rounds),
+        }
+    }
+
+    /// Removes title `id` from the array, the titles' view and the store,
+    /// unless a stream holds reservations for it (from a thread that may
+    /// block: the staging's eviction and the delete endpoint).
+    pub fn remove_title_blocking(&self, id: TitleId) -> Result<(), RemoveTitleError> {
+        if self.title(id).is_none() {
+            return Err(RemoveTitleError::NotFound(id));
+        }
+        let removed = self.with_core_blocking(move |_, core| {
+            let removed = core.array.remove_title(id);
+            let playing = core.streams.values().filter(|s| s.title.id() == id).count();
+            (removed, playing)
+        });
+        match removed {
+            Some((true, _)) => {
+                self.titles.write().expect("titles lock").remove(&id);
+            }
+            Some((false, playing)) => return Err(RemoveTitleError::Streaming { id, playing }),
+            None => return Err(RemoveTitleError::ShuttingDown),
+        }
+        self.store
+            .delete_title(id)
+            .map_err(|e| RemoveTitleError::Store {
+                id,
+                error: e.to_string(),
+            })
     }
 
     /// Streams the server holds sessions for.

@@ -89,6 +89,31 @@ const MIGRATIONS: &[Migration] = &[
         // NULL: stored before keyframes were kept (unknown, not "none").
         sql: "ALTER TABLE titles ADD COLUMN keyframes BLOB;",
     },
+    Migration {
+        to_version: 3,
+        // Titles whose home is a tier (seed 002): what the tier holds and
+        // what the array needs to predict and plan their staging. A staged
+        // copy is an ordinary row of `titles` with the same name.
+        sql: r#"
+        CREATE TABLE tier_titles (
+            name TEXT PRIMARY KEY NOT NULL,
+            tier TEXT NOT NULL,
+            object_key TEXT NOT NULL,
+            object_bytes INTEGER NOT NULL,
+            object_crc32c INTEGER NOT NULL,
+            source_file_name TEXT NOT NULL,
+            content_type TEXT NOT NULL,
+            duration_ns INTEGER NOT NULL,
+            stored_bytes INTEGER NOT NULL,
+            round_duration_ns INTEGER NOT NULL,
+            client_bytes BLOB NOT NULL,
+            pinned INTEGER NOT NULL DEFAULT 0,
+            request_count INTEGER NOT NULL DEFAULT 0,
+            last_request_unix_ns INTEGER NOT NULL DEFAULT 0,
+            created_unix_ns INTEGER NOT NULL
+        ) STRICT;
+    "#,
+    },
 ];
 
 /// The schema version this code reads and writes.

@@ -27,6 +27,7 @@ mod error;
 mod extent_faults;
 mod fsck;
 mod store;
+mod tier_titles;
 pub mod titles;
 
 pub use catalog::{
@@ -46,3 +47,4 @@ pub use store::{
     LOCK_FILE, LayoutInputs, MAX_TITLE_NAME_BYTES, Store, StoredTitle, TitleMeta, TitleRecord,
     TitleWriter, checksum, validate_title_name, verify_extent,
 };
+pub use tier_titles::TierTitleRecord;

@@ -218,9 +218,9 @@ pub struct LayoutInputs {
     pub seed: u64,
 }
 
-struct State {
-    conn: Connection,
-    allocator: ArrayAllocator,
+pub(crate) struct State {
+    pub(crate) conn: Connection,
+    pub(crate) allocator: ArrayAllocator,
     /// Titles abandoned while the catalog could not be written (a full
     /// filesystem): their rows are deleted and strides freed at the next
     /// catalog change that succeeds, not only at the next open.
@@ -687,7 +687,7 @@ impl Store {
         })
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave the catalog half
         // changed (transactions roll back), so a poisoned lock is usable.
         self.inner

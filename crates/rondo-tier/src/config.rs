@@ -133,11 +133,7 @@ mod tests {
         let text = std::fs::read_to_string(dir.path().join(TIERS_FILE)).unwrap();
         assert!(text.contains("kind = \"jukebox\""), "{text}");
         assert_eq!(TiersFile::read(dir.path()).unwrap(), file);
-        std::fs::write(
-            dir.path().join(TIERS_FILE),
-            format!("{text}\n{}", text.replace("[[tier]]", "[[tier]]")),
-        )
-        .unwrap();
+        std::fs::write(dir.path().join(TIERS_FILE), format!("{text}\n{text}")).unwrap();
         let err = TiersFile::read(dir.path()).unwrap_err().to_string();
         assert!(err.contains("two tiers are named \"vault\""), "{err}");
         std::fs::write(dir.path().join(TIERS_FILE), "[[tier]]\nname = 3\n").unwrap();

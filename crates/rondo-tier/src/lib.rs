@@ -17,7 +17,7 @@ pub mod jukebox;
 
 use std::io::Write;
 
-pub use config::{TIERS_FILE, TierConfig, TierKind, TiersFile};
+pub use config::{JukeboxTierConfig, TIERS_FILE, TierConfig, TierKind, TiersFile};
 pub use error::TierError;
 
 /// What a tier keeps about one stored object, and the catalog with it.

@@ -35,6 +35,12 @@ pub struct IngestArgs {
     /// Title name (one file only); default: the file name without extension.
     #[arg(long)]
     pub name: Option<String>,
+    /// Store the files on this tier (named in the data directory's
+    /// tiers.toml, see `rondo tier add`) instead of the disk array: each is
+    /// staged onto the array when a client first asks for it, and evicted
+    /// again by popularity when the array needs room.
+    #[arg(long, value_name = "TIER")]
+    pub tier: Option<String>,
     /// Print a JSON array of results (no progress bar).
     #[arg(long)]
     pub json: bool,
@@ -95,7 +101,7 @@ pub fn run(args: IngestArgs) -> anyhow::Result<()> {
                      is free again"
                 );
             }
-            ingest_locally(&store, &args)
+            ingest_locally(&store, &args)?
         }
         Err(StoreError::Locked { .. }) => upload_to_server(&args)?,
         Err(e) => {
@@ -134,8 +140,12 @@ fn progress_bar(file: &Path, total_bytes: u64, hidden: bool) -> ProgressBar {
     bar
 }
 
-fn ingest_locally(store: &Store, args: &IngestArgs) -> Vec<Outcome> {
-    args.files
+fn ingest_locally(store: &Store, args: &IngestArgs) -> anyhow::Result<Vec<Outcome>> {
+    if let Some(tier_name) = &args.tier {
+        return ingest_to_tier_locally(store, tier_name, args);
+    }
+    Ok(args
+        .files
         .iter()
         .map(|file| {
             let bar = progress_bar(file, 0, args.json);
@@ -157,7 +167,59 @@ fn ingest_locally(store: &Store, args: &IngestArgs) -> Vec<Outcome> {
                 result: result.map(|r| title_json(&r)).map_err(|e| e.to_string()),
             }
         })
-        .collect()
+        .collect())
+}
+
+/// `--tier`: each file becomes a tier object and a catalog record; nothing
+/// is written to the array.
+fn ingest_to_tier_locally(
+    store: &Store,
+    tier_name: &str,
+    args: &IngestArgs,
+) -> anyhow::Result<Vec<Outcome>> {
+    let tiers = rondo_tier::TiersFile::read(store.dir())?;
+    let Some(config) = tiers.get(tier_name) else {
+        bail!(
+            "{}: no tier named {tier_name:?} (tiers: {})",
+            store.dir().join(rondo_tier::TIERS_FILE).display(),
+            tiers.names()
+        );
+    };
+    let tier = rondo_tier::open(config, store.dir())?;
+    Ok(args
+        .files
+        .iter()
+        .map(|file| {
+            let source_file_name = file
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| file.display().to_string());
+            let result = rondo_server::ingest::ingest_to_tier(
+                store,
+                tier.as_ref(),
+                tier_name,
+                file,
+                &source_file_name,
+                args.name.as_deref(),
+                now_unix_ns(),
+            );
+            Outcome {
+                file: file.clone(),
+                result: result
+                    .map(|r| tier_title_json(&r))
+                    .map_err(|e| e.to_string()),
+            }
+        })
+        .collect())
+}
+
+/// A tier title as `rondo ingest --tier` and `rondo tier list` print it.
+pub fn tier_title_json(record: &rondo_store::TierTitleRecord) -> Value {
+    let mut value = serde_json::to_value(record).unwrap_or_default();
+    value["rounds"] = json!(record.client_bytes.len());
+    value["size_bytes"] = json!(record.stored_bytes);
+    value["container_kind"] = json!(record.content_type);
+    value
 }
 
 /// Counts the bytes read from a file into the progress bar.
@@ -260,6 +322,13 @@ fn upload_one(
     let response = client
         .post(&url)
         .query(&[("name", name.as_str()), ("file", source_file_name.as_str())])
+        .query(
+            &args
+                .tier
+                .iter()
+                .map(|t| ("tier", t.as_str()))
+                .collect::<Vec<_>>(),
+        )
         .bearer_auth(token)
         .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
         .body(body)
@@ -305,6 +374,16 @@ fn report(outcomes: &[Outcome], as_json: bool) -> anyhow::Result<()> {
     } else {
         for outcome in outcomes {
             match &outcome.result {
+                Ok(title) if title.get("tier").is_some() => println!(
+                    "stored {} as {} on tier {} ({} bytes; staged onto the array when first \
+                     asked for): {}, {} rounds",
+                    outcome.file.display(),
+                    title["name"],
+                    title["tier"],
+                    title["object_bytes"],
+                    seconds(title["duration_ns"].as_u64()),
+                    title["rounds"],
+                ),
                 Ok(title) => println!(
                     "stored {} as {} (title {}): {}, {} rounds, {} bytes, {}",
                     outcome.file.display(),

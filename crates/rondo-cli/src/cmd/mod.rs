@@ -11,4 +11,5 @@ pub mod load;
 pub mod policy_args;
 pub mod serve;
 pub mod simulate;
+pub mod tier;
 pub mod trace;

@@ -59,7 +59,7 @@ pub use delivery::{DeliveryConfig, Release};
 pub use policy::{OneReadPerStream, RetrievalPolicy};
 pub use repair::{ExtentFaults, LostRound, Marked, Repairs};
 pub use titles::{ArrayTitle, ExtentChecksums, RoundIndex, RoundPosition};
-pub use writes::{WRITE_LOOKAHEAD_ROUNDS, WriteQueue};
+pub use writes::{WRITE_LOOKAHEAD_ROUNDS, WritePrediction, WriteQueue};
 
 /// Extents per round the rondo-mode write bound's seek line is tuned for (a
 /// rebuild writes a few large extents per round; any value gives a valid
@@ -1795,19 +1795,20 @@ impl Array {
         self.writes.want(title, title_round);
     }
 
-    /// Rounds, from the next one, until every round of a new write of
-    /// `layout` (a title staged from a tier, say) would be granted: the
-    /// write queue's rule run ahead on a copy, behind the ingests queued
-    /// now, in the disk time that the streams admitted now leave, with the
-    /// writer keeping up. Streams admitted later, re-reads and a rebuild
-    /// can only make it later; a staging's predicted delay is this times
-    /// the round length. `None` when some round never fits (a write larger
-    /// than a round on a disk that stays busy past the tables' horizon
-    /// cannot happen: past it no stream is reserved).
-    pub fn predict_write_rounds(&self, layout: Arc<TitleLayout>) -> Option<u64> {
+    /// How a new write of `layout` (a title staged from a tier, say) would
+    /// go if it began now: the write queue's rule run ahead on a copy,
+    /// behind the ingests queued now, in the disk time that the streams
+    /// admitted now leave, with the writer keeping up. Streams admitted
+    /// later, re-reads and a rebuild can only make it later. `None` when
+    /// some round never fits (past the tables' horizon no stream is
+    /// reserved, so only a write larger than an idle round could).
+    pub fn predict_write(&self, layout: Arc<TitleLayout>) -> Option<WritePrediction> {
         let rounds = layout.rounds().len();
         if rounds == 0 {
-            return Some(0);
+            return Some(WritePrediction {
+                rounds: 0,
+                last_round_busy_ns: 0,
+            });
         }
         let probe = TitleId(u64::MAX);
         let mut writes = self.writes.clone();
@@ -1822,8 +1823,6 @@ impl Array {
         let disks = self.disk_count() as usize;
         let no_use = vec![0u64; disks];
         let mut granted = 0usize;
-        // Past the horizon nothing is reserved, so every round fits within
-        // (horizon + rounds) rounds unless a round exceeds an idle round.
         for k in 0..(horizon + rounds as u64 + 1) {
             let round = Round(self.next_round.0 + k);
             let credits = if k < horizon {
@@ -1837,7 +1836,23 @@ impl Array {
                 writes.want(*title, PlaybackRound(playback_round.0 + 1));
             }
             if granted >= rounds {
-                return Some(k + 1);
+                // The writer goes on when every disk's batch of this round
+                // is done: at the latest, its reserved and granted time.
+                let last_round_busy_ns = DiskIndex::all(self.disk_count())
+                    .map(|d| {
+                        let reserved = if k < horizon {
+                            self.reservations.reserved_ns(d, round)
+                        } else {
+                            0
+                        };
+                        fixed_ns + reserved + grant.charged_ns[d.index()]
+                    })
+                    .max()
+                    .unwrap_or(0);
+                return Some(WritePrediction {
+                    rounds: k + 1,
+                    last_round_busy_ns,
+                });
             }
         }
         None

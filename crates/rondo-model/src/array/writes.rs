@@ -42,6 +42,16 @@ pub struct WriteQueue {
     titles: BTreeMap<TitleId, TitleWrites>,
 }
 
+/// A write's predicted course ([`super::Array::predict_write`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct WritePrediction {
+    /// Rounds, from the next one, until its last round is granted.
+    pub rounds: u64,
+    /// The model's busiest disk time in that last round (fixed term,
+    /// reservations and grants): its writes are done by then.
+    pub last_round_busy_ns: u64,
+}
+
 /// What the queue granted in one round.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WriteGrant {

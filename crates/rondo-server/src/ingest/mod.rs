@@ -28,9 +28,10 @@ use rondo_model::layout::{LayoutError, TitleLayout, TitlePlan};
 use rondo_model::schedule::{Frame, Schedule, ScheduleError};
 use rondo_model::units::TitleId;
 use rondo_store::{
-    DeviceError, KeyframeRecord, Store, StoreError, TitleMeta, TitleRecord, TitleWriter,
-    validate_title_name,
+    DeviceError, KeyframeRecord, Store, StoreError, TierTitleRecord, TitleMeta, TitleRecord,
+    TitleWriter, validate_title_name,
 };
+use rondo_tier::{Tier, TierError};
 use thiserror::Error;
 
 /// Paces ingest writes. The running server implements it to let a round's
@@ -142,6 +143,12 @@ pub enum IngestError {
         source: LayoutError,
     },
     #[error("{file}: {source}")]
+    Tier {
+        file: String,
+        #[source]
+        source: TierError,
+    },
+    #[error("{file}: {source}")]
     Store {
         file: String,
         #[source]
@@ -171,6 +178,7 @@ impl IngestError {
             | IngestError::Schedule { file, .. }
             | IngestError::Layout { file, .. }
             | IngestError::Store { file, .. }
+            | IngestError::Tier { file, .. }
             | IngestError::StreamLength { file, .. } => file,
         }
     }
@@ -229,6 +237,7 @@ pub fn ingest_file(
         created_unix_ns,
         write_gate,
         progress,
+        staging: false,
     };
     job.run_path(path, name)
 }
@@ -253,6 +262,7 @@ pub fn ingest_file_as(
         created_unix_ns,
         write_gate,
         progress,
+        staging: false,
     };
     job.run_path(path, name)
 }
@@ -269,7 +279,7 @@ pub fn ingest_bytes(
     progress: &dyn Fn(u64, u64),
 ) -> Result<TitleRecord, IngestError> {
     let file = source_file_name.to_string();
-    let name = resolve_name(store, &file, source_file_name, name)?;
+    let name = resolve_name(store, &file, source_file_name, name, false)?;
     let prepared = prepare_bytes(bytes).map_err(|source| IngestError::Media {
         file: file.clone(),
         source,
@@ -281,8 +291,115 @@ pub fn ingest_bytes(
         created_unix_ns,
         write_gate,
         progress,
+        staging: false,
     };
     job.run(&name, &prepared, &mut io::Cursor::new(bytes))
+}
+
+/// Stores the media file at `path`, fetched from a tier, as the staged copy
+/// of tier title `record` (same name, same source file name); writes through
+/// `write_gate`, atomically, as [`ingest_file`].
+pub fn stage_file(
+    store: &Store,
+    path: &Path,
+    record: &TierTitleRecord,
+    created_unix_ns: u64,
+    write_gate: &dyn WriteGate,
+    progress: &dyn Fn(u64, u64),
+) -> Result<TitleRecord, IngestError> {
+    let job = Job {
+        store,
+        file: &record.source_file_name,
+        source_file_name: &record.source_file_name,
+        created_unix_ns,
+        write_gate,
+        progress,
+        staging: true,
+    };
+    job.run_path(path, Some(&record.name))
+}
+
+/// Stores the media file at `path` (originally `source_file_name`: its stem
+/// is the default title name) on `tier` (named `tier_name` in
+/// `tiers.toml`) as a title whose home is that tier: the file is checked as
+/// an ingest would check it (so it can be staged onto this array later),
+/// stored whole as one tier object, and recorded in the catalog with what
+/// staging needs. Nothing is written to the array. If the catalog refuses
+/// the record, the object is removed again.
+pub fn ingest_to_tier(
+    store: &Store,
+    tier: &dyn Tier,
+    tier_name: &str,
+    path: &Path,
+    source_file_name: &str,
+    name: Option<&str>,
+    created_unix_ns: u64,
+) -> Result<TierTitleRecord, IngestError> {
+    let label = source_file_name.to_string();
+    let job = Job {
+        store,
+        file: &label,
+        source_file_name,
+        created_unix_ns,
+        write_gate: &Unthrottled,
+        progress: &|_, _| {},
+        staging: false,
+    };
+    let name = resolve_name(store, &label, source_file_name, name, false)?;
+    let prepared = prepare(path).map_err(|source| IngestError::Media {
+        file: label.clone(),
+        source,
+    })?;
+    let (_, _, meta) = job.plan(&name, &prepared)?;
+    let key = tier_object_key(&name);
+    let tier_error = |source: TierError| IngestError::Tier {
+        file: label.clone(),
+        source,
+    };
+    let object = tier.put(&key, path).map_err(tier_error)?;
+    let record = TierTitleRecord {
+        name,
+        tier: tier_name.to_string(),
+        object_key: object.key.clone(),
+        object_bytes: object.size_bytes,
+        object_crc32c: object.crc32c,
+        source_file_name: source_file_name.to_string(),
+        content_type: meta.content_type,
+        duration_ns: meta.duration_ns,
+        stored_bytes: prepared.stored_bytes,
+        round_duration_ns: meta.round_duration_ns,
+        client_bytes: meta.client_bytes,
+        pinned: false,
+        request_count: 0,
+        last_request_unix_ns: 0,
+        created_unix_ns,
+    };
+    if let Err(e) = store.add_tier_title(&record) {
+        let _ = tier.remove(&key);
+        return Err(IngestError::from_store(&label, e));
+    }
+    Ok(record)
+}
+
+/// A tier object's key for title `name`: its letters, digits, `-`, `_`
+/// and `.` (others become `_`), then the name's CRC32C so that names
+/// differing only in other characters get different keys.
+pub fn tier_object_key(name: &str) -> String {
+    let mut key: String = name
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if key.starts_with('.') {
+        key.replace_range(0..1, "_");
+    }
+    format!("{key}-{:08x}", rondo_store::checksum(name.as_bytes()))
 }
 
 /// The title name: `name`, or the stem of `source_file_name`; refused before
@@ -292,6 +409,7 @@ fn resolve_name(
     file: &str,
     source_file_name: &str,
     name: Option<&str>,
+    staging: bool,
 ) -> Result<String, IngestError> {
     let name = match name {
         Some(name) => name.to_string(),
@@ -301,6 +419,18 @@ fn resolve_name(
             .unwrap_or_default(),
     };
     validate_title_name(&name).map_err(|e| IngestError::from_store(file, e))?;
+    if !staging {
+        match store.tier_title(&name) {
+            Ok(Some(_)) => {
+                return Err(IngestError::NameTaken {
+                    file: file.to_string(),
+                    name,
+                });
+            }
+            Ok(None) => {}
+            Err(e) => return Err(IngestError::from_store(file, e)),
+        }
+    }
     match store.title_by_name(&name) {
         Ok(Some(_)) => Err(IngestError::NameTaken {
             file: file.to_string(),
@@ -334,12 +464,20 @@ struct Job<'a> {
     created_unix_ns: u64,
     write_gate: &'a dyn WriteGate,
     progress: &'a dyn Fn(u64, u64),
+    /// A tier title's staging: its name is the tier title's.
+    staging: bool,
 }
 
 impl Job<'_> {
     /// Settles the name, prepares the file at `path` and stores it.
     fn run_path(&self, path: &Path, name: Option<&str>) -> Result<TitleRecord, IngestError> {
-        let name = resolve_name(self.store, self.file, self.source_file_name, name)?;
+        let name = resolve_name(
+            self.store,
+            self.file,
+            self.source_file_name,
+            name,
+            self.staging,
+        )?;
         let media_err = |source| IngestError::Media {
             file: self.file.to_string(),
             source,
@@ -354,12 +492,14 @@ impl Job<'_> {
         self.run(&name, &prepared, &mut source)
     }
 
-    fn run<R: Read + Seek>(
+    /// The stored stream's schedule, plan and catalog record: every check
+    /// that a file can be stored on this array (also run by a tier ingest,
+    /// so a title that could never be staged is refused up front).
+    fn plan(
         &self,
         name: &str,
         prepared: &PreparedMedia,
-        source: &mut R,
-    ) -> Result<TitleRecord, IngestError> {
+    ) -> Result<(Schedule, TitlePlan, TitleMeta), IngestError> {
         let file = self.file.to_string();
         let config = self.store.config();
         let frames = stored_frames(prepared);
@@ -415,6 +555,16 @@ impl Job<'_> {
             client_bytes: schedule.client_bytes.clone(),
             created_unix_ns: self.created_unix_ns,
         };
+        Ok((schedule, plan, meta))
+    }
+
+    fn run<R: Read + Seek>(
+        &self,
+        name: &str,
+        prepared: &PreparedMedia,
+        source: &mut R,
+    ) -> Result<TitleRecord, IngestError> {
+        let (schedule, plan, meta) = self.plan(name, prepared)?;
         let mut writer = self
             .store
             .begin_title(meta, &plan)

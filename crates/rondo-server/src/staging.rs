@@ -1,0 +1,569 @@
+//! Staging: a title whose home is a tier (seed 002) is brought onto the
+//! array when a client asks for it, and evicted by popularity when the
+//! array needs its room.
+//!
+//! A request for a tier title that is not on the array starts a *staging
+//! job* (one per title; later requests join it): the tier's object is
+//! fetched into `staging/` in the data directory, then ingested like an
+//! upload, its writes paced by the array's write queue in disk time that
+//! admitted streams leave (`gate`), so staging never touches a reservation.
+//! When the title is stored it is loaded and streams are admitted as for
+//! any title. Until then the client is told to come back: 503 with
+//! `Retry-After` set to the predicted remaining delay, which the player page
+//! waits out by itself. The prediction, made when the job starts, is the
+//! tier's (`Tier::predict_fetch_ns`: the jukebox model run ahead, or the
+//! object store's measured throughput) then the array's: from the round
+//! boundary after the fetch, `Array::predict_write_rounds` rounds on the
+//! layout the title would get now ([`predicted_ready`]). Both the prediction
+//! and the measured delay are logged and counted.
+//!
+//! When the array is full, titles staged earlier are evicted, least
+//! requested first (then least recently), never a pinned one nor one being
+//! streamed, until the new one fits. A missing or corrupt tier object fails
+//! its job with an error naming the tier, the object and what is wrong; the
+//! client gets it (502) and the log has it, and the job may be retried after
+//! [`FAILED_RETRY_AFTER`]. A crash during staging leaves a partial file in
+//! `staging/` (removed at the next start) and at most a `writing` title
+//! (removed by the store's recovery): nothing partial is ever visible.
+
+use std::collections::BTreeMap;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rondo_model::array::WritePrediction;
+use rondo_model::layout::TitlePlan;
+use rondo_model::schedule::Schedule;
+use rondo_model::units::TitleId;
+use rondo_store::TierTitleRecord;
+use rondo_tier::{Tier, TierObject, TierStatus, TiersFile};
+use serde::Serialize;
+
+use crate::ingest::{IngestError, stage_file};
+use crate::state::Shared;
+use crate::titles::LoadedTitle;
+
+/// The directory inside a data directory where fetched objects wait to be
+/// ingested.
+pub const STAGING_DIR: &str = "staging";
+
+/// How long a failed job answers with its error before a request retries.
+pub const FAILED_RETRY_AFTER: Duration = Duration::from_secs(10);
+
+/// Where a job is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Fetching,
+    Writing,
+    Failed { error: String },
+}
+
+struct Job {
+    tier: String,
+    phase: Phase,
+    started: Instant,
+    predicted_ns: u64,
+    predicted_fetch_ns: u64,
+    predicted_write_rounds: u64,
+    object_bytes: u64,
+    fetched_bytes: Arc<AtomicU64>,
+    written_bytes: Arc<AtomicU64>,
+    stored_bytes: u64,
+    failed_at: Option<Instant>,
+}
+
+/// One job as the dashboard, `/metrics` and a 503's body show it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct JobView {
+    pub name: String,
+    pub tier: String,
+    pub phase: Phase,
+    pub elapsed_seconds: f64,
+    pub predicted_seconds: f64,
+    /// Predicted time left (0 once overdue).
+    pub remaining_seconds: f64,
+    pub predicted_fetch_seconds: f64,
+    pub predicted_write_rounds: u64,
+    pub fetched_bytes: u64,
+    pub object_bytes: u64,
+    pub written_bytes: u64,
+    pub stored_bytes: u64,
+}
+
+/// Everything the dashboard and `/metrics` show about staging.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StagingSnapshot {
+    pub jobs: Vec<JobView>,
+    pub tiers: Vec<TierStatus>,
+    pub staged_total: u64,
+    pub failures_total: u64,
+    pub evictions_total: u64,
+    /// Sums over finished jobs, for the mean delay and its prediction.
+    pub delay_seconds_sum: f64,
+    pub predicted_seconds_sum: f64,
+    /// The last finished job's measured delay over its prediction.
+    pub last_delay_ratio: Option<f64>,
+}
+
+/// What a request for a tier title gets.
+#[derive(Debug)]
+pub enum StageAnswer {
+    /// On the array: stream it.
+    Staged(Arc<LoadedTitle>),
+    /// Being staged: come back in `retry_after_s`.
+    Waiting { retry_after_s: u64, job: JobView },
+    /// The staging failed (the tier object is missing or corrupt, the array
+    /// is full of pinned or playing titles, …).
+    Failed { error: String, object_fault: bool },
+}
+
+#[derive(Default)]
+struct Counters {
+    staged_total: AtomicU64,
+    failures_total: AtomicU64,
+    evictions_total: AtomicU64,
+}
+
+pub struct Staging {
+    tiers: BTreeMap<String, Arc<dyn Tier>>,
+    jobs: Mutex<BTreeMap<String, Job>>,
+    counters: Counters,
+    delays: Mutex<(f64, f64, Option<f64>)>,
+    dir: PathBuf,
+}
+
+/// Why the tiers of a data directory could not be opened.
+pub type TiersError = rondo_tier::TierError;
+
+impl Staging {
+    /// Opens the tiers `data_dir/tiers.toml` names and clears what a
+    /// crashed server left in `staging/`.
+    pub fn open(data_dir: &Path) -> Result<Staging, TiersError> {
+        let file = TiersFile::read(data_dir)?;
+        let mut tiers: BTreeMap<String, Arc<dyn Tier>> = BTreeMap::new();
+        for config in &file.tiers {
+            let tier = rondo_tier::open(config, data_dir)?;
+            tiers.insert(config.name.clone(), Arc::from(tier));
+        }
+        let dir = data_dir.join(STAGING_DIR);
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for entry in entries.flatten() {
+                tracing::info!(file = %entry.path().display(), "removing a staging file a stopped server left");
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        Ok(Staging {
+            tiers,
+            jobs: Mutex::new(BTreeMap::new()),
+            counters: Counters::default(),
+            delays: Mutex::new((0.0, 0.0, None)),
+            dir,
+        })
+    }
+
+    pub fn has_tiers(&self) -> bool {
+        !self.tiers.is_empty()
+    }
+
+    pub fn tier(&self, name: &str) -> Option<&Arc<dyn Tier>> {
+        self.tiers.get(name)
+    }
+
+    /// The staging state now.
+    pub fn snapshot(&self) -> StagingSnapshot {
+        let jobs = self.jobs.lock().expect("staging lock");
+        let (delay_sum, predicted_sum, last_ratio) = *self.delays.lock().expect("delays lock");
+        StagingSnapshot {
+            jobs: jobs.iter().map(|(name, job)| view(name, job)).collect(),
+            tiers: self.tiers.values().map(|t| t.status()).collect(),
+            staged_total: self.counters.staged_total.load(Relaxed),
+            failures_total: self.counters.failures_total.load(Relaxed),
+            evictions_total: self.counters.evictions_total.load(Relaxed),
+            delay_seconds_sum: delay_sum,
+            predicted_seconds_sum: predicted_sum,
+            last_delay_ratio: last_ratio,
+        }
+    }
+
+    /// Whether `name` is being staged now.
+    pub fn is_staging(&self, name: &str) -> bool {
+        self.jobs
+            .lock()
+            .expect("staging lock")
+            .get(name)
+            .is_some_and(|j| !matches!(j.phase, Phase::Failed { .. }))
+    }
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn view(name: &str, job: &Job) -> JobView {
+    let elapsed_ns = job.started.elapsed().as_nanos() as u64;
+    JobView {
+        name: name.to_string(),
+        tier: job.tier.clone(),
+        phase: job.phase.clone(),
+        elapsed_seconds: seconds(elapsed_ns),
+        predicted_seconds: seconds(job.predicted_ns),
+        remaining_seconds: seconds(job.predicted_ns.saturating_sub(elapsed_ns)),
+        predicted_fetch_seconds: seconds(job.predicted_fetch_ns),
+        predicted_write_rounds: job.predicted_write_rounds,
+        fetched_bytes: job.fetched_bytes.load(Relaxed),
+        object_bytes: job.object_bytes,
+        written_bytes: job.written_bytes.load(Relaxed),
+        stored_bytes: job.stored_bytes,
+    }
+}
+
+fn now_unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// The title `record` names, if it is on the array now.
+fn staged_copy(shared: &Shared, name: &str) -> Option<Arc<LoadedTitle>> {
+    shared.titles().into_iter().find(|t| t.record.name == name)
+}
+
+/// Serves a request for tier title `record`: the staged copy, or the job
+/// bringing it (started now if there is none).
+pub async fn request(shared: &Arc<Shared>, record: TierTitleRecord) -> StageAnswer {
+    let staging = &shared.staging;
+    {
+        let store = shared.store.clone();
+        let name = record.name.clone();
+        let _ =
+            tokio::task::spawn_blocking(move || store.record_tier_request(&name, now_unix_ns()))
+                .await;
+    }
+    if let Some(title) = staged_copy(shared, &record.name) {
+        return StageAnswer::Staged(title);
+    }
+    {
+        let mut jobs = staging.jobs.lock().expect("staging lock");
+        if let Some(job) = jobs.get(&record.name) {
+            match &job.phase {
+                Phase::Failed { error } => {
+                    if job
+                        .failed_at
+                        .is_some_and(|at| at.elapsed() < FAILED_RETRY_AFTER)
+                    {
+                        return StageAnswer::Failed {
+                            error: error.clone(),
+                            object_fault: error.contains("is corrupt")
+                                || error.contains("no object"),
+                        };
+                    }
+                    jobs.remove(&record.name);
+                }
+                _ => return waiting(&record.name, job),
+            }
+        }
+    }
+    let Some(tier) = staging.tiers.get(&record.tier).cloned() else {
+        return StageAnswer::Failed {
+            error: format!(
+                "title {:?} lives on tier {:?}, which this data directory's tiers.toml does not \
+                 name",
+                record.name, record.tier
+            ),
+            object_fault: false,
+        };
+    };
+    // The prediction: the tier's fetch, then the array's writes.
+    let object = object_of(&record);
+    let predicted_fetch_ns = {
+        let (tier, object) = (Arc::clone(&tier), object.clone());
+        tokio::task::spawn_blocking(move || tier.predict_fetch_ns(&object))
+            .await
+            .unwrap_or(0)
+    };
+    let write = predict_write(shared, &record)
+        .await
+        .unwrap_or(WritePrediction {
+            rounds: 1,
+            last_round_busy_ns: shared.round_duration_ns(),
+        });
+    let predicted_write_rounds = write.rounds;
+    let now = Instant::now();
+    let predicted_ns = predicted_ready(shared, now, predicted_fetch_ns, write)
+        .saturating_duration_since(now)
+        .as_nanos() as u64;
+    let stored_bytes = record.stored_bytes;
+    let job = Job {
+        tier: record.tier.clone(),
+        phase: Phase::Fetching,
+        started: Instant::now(),
+        predicted_ns,
+        predicted_fetch_ns,
+        predicted_write_rounds,
+        object_bytes: record.object_bytes,
+        fetched_bytes: Arc::new(AtomicU64::new(0)),
+        written_bytes: Arc::new(AtomicU64::new(0)),
+        stored_bytes,
+        failed_at: None,
+    };
+    let answer = {
+        let mut jobs = staging.jobs.lock().expect("staging lock");
+        if let Some(existing) = jobs.get(&record.name) {
+            // Another request started it meanwhile.
+            return waiting(&record.name, existing);
+        }
+        let answer = waiting(&record.name, &job);
+        jobs.insert(record.name.clone(), job);
+        answer
+    };
+    tracing::info!(
+        title = %record.name,
+        tier = %record.tier,
+        bytes = record.object_bytes,
+        predicted_s = seconds(predicted_ns),
+        predicted_fetch_s = seconds(predicted_fetch_ns),
+        predicted_write_rounds,
+        "staging from the tier"
+    );
+    let task_shared = Arc::clone(shared);
+    let spawned = std::thread::Builder::new()
+        .name(format!("rondo-stage-{}", record.name))
+        .spawn(move || run_job(&task_shared, tier, record));
+    if let Err(e) = spawned {
+        tracing::error!("cannot start a staging thread: {e}");
+    }
+    answer
+}
+
+/// When a staging started at `now` is predicted to end: the fetch, then
+/// the writes. The writer's first request reaches the array at the next
+/// round boundary; the array grants the title's rounds in `write.rounds`
+/// rounds from there, and the last is written when that round's batches
+/// are done (the model's busiest disk time in it).
+fn predicted_ready(
+    shared: &Shared,
+    now: Instant,
+    fetch_ns: u64,
+    write: WritePrediction,
+) -> Instant {
+    let clock = &shared.clock;
+    let fetched_ns = clock.model_ns(now) + fetch_ns;
+    let first_round = fetched_ns.div_ceil(clock.round_duration_ns);
+    let last_round = first_round + write.rounds.max(1) - 1;
+    clock.boundary(rondo_model::units::Round(last_round))
+        + Duration::from_nanos(write.last_round_busy_ns)
+}
+
+fn waiting(name: &str, job: &Job) -> StageAnswer {
+    let job = view(name, job);
+    StageAnswer::Waiting {
+        retry_after_s: (job.remaining_seconds.ceil() as u64).max(1),
+        job,
+    }
+}
+
+fn object_of(record: &TierTitleRecord) -> TierObject {
+    TierObject {
+        key: record.object_key.clone(),
+        size_bytes: record.object_bytes,
+        crc32c: record.object_crc32c,
+    }
+}
+
+/// How the array would write `record`'s stored stream now.
+async fn predict_write(shared: &Arc<Shared>, record: &TierTitleRecord) -> Option<WritePrediction> {
+    let store = shared.store.clone();
+    let client_bytes = record.client_bytes.clone();
+    let round_ns = record.round_duration_ns;
+    let layout = tokio::task::spawn_blocking(move || {
+        let config = store.config();
+        let schedule =
+            Schedule::from_client_bytes(client_bytes, round_ns, config.block_bytes).ok()?;
+        let inputs = store.layout_inputs().ok()?;
+        let plan = TitlePlan::for_schedule(
+            &schedule,
+            &store.layout_params(),
+            inputs.start_disk,
+            inputs.seed,
+        )
+        .ok()?;
+        store.preview_layout(&plan).ok()
+    })
+    .await
+    .ok()??;
+    let layout = Arc::new(layout);
+    shared
+        .with_core(move |_, core| core.array.predict_write(layout))
+        .await?
+}
+
+/// The staging job's thread: fetch, then ingest (evicting as needed), then
+/// load.
+fn run_job(shared: &Arc<Shared>, tier: Arc<dyn Tier>, record: TierTitleRecord) {
+    let staging = &shared.staging;
+    let (fetched, written) = {
+        let jobs = staging.jobs.lock().expect("staging lock");
+        let job = jobs.get(&record.name).expect("the job was registered");
+        (
+            Arc::clone(&job.fetched_bytes),
+            Arc::clone(&job.written_bytes),
+        )
+    };
+    let set_phase = |phase: Phase| {
+        if let Some(job) = staging
+            .jobs
+            .lock()
+            .expect("staging lock")
+            .get_mut(&record.name)
+        {
+            if matches!(phase, Phase::Failed { .. }) {
+                job.failed_at = Some(Instant::now());
+            }
+            job.phase = phase;
+        }
+    };
+    match stage(
+        shared,
+        tier.as_ref(),
+        &record,
+        &fetched,
+        &written,
+        &set_phase,
+    ) {
+        Ok(title) => {
+            let job = staging
+                .jobs
+                .lock()
+                .expect("staging lock")
+                .remove(&record.name);
+            staging.counters.staged_total.fetch_add(1, Relaxed);
+            if let Some(job) = job {
+                let delay_s = job.started.elapsed().as_secs_f64();
+                let predicted_s = seconds(job.predicted_ns);
+                let mut delays = staging.delays.lock().expect("delays lock");
+                delays.0 += delay_s;
+                delays.1 += predicted_s;
+                delays.2 = Some(delay_s / predicted_s.max(1e-9));
+                tracing::info!(
+                    title = %record.name,
+                    id = title.id().0,
+                    delay_s,
+                    predicted_s,
+                    "staged onto the array"
+                );
+            }
+        }
+        Err(error) => {
+            staging.counters.failures_total.fetch_add(1, Relaxed);
+            tracing::warn!(title = %record.name, tier = %record.tier, "staging failed: {error}");
+            set_phase(Phase::Failed { error });
+        }
+    }
+}
+
+fn stage(
+    shared: &Arc<Shared>,
+    tier: &dyn Tier,
+    record: &TierTitleRecord,
+    fetched: &AtomicU64,
+    written: &AtomicU64,
+    set_phase: &dyn Fn(Phase),
+) -> Result<Arc<LoadedTitle>, String> {
+    let staging = &shared.staging;
+    std::fs::create_dir_all(&staging.dir)
+        .map_err(|e| format!("creating {}: {e}", staging.dir.display()))?;
+    let path = staging.dir.join(format!("{}.part", record.object_key));
+    let _cleanup = RemoveOnDrop(path.clone());
+    {
+        let file = std::fs::File::create(&path)
+            .map_err(|e| format!("creating {}: {e}", path.display()))?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        tier.fetch(&object_of(record), &mut out, &|done| {
+            fetched.store(done, Relaxed)
+        })
+        .map_err(|e| e.to_string())?;
+        out.flush()
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    set_phase(Phase::Writing);
+    loop {
+        let result = stage_file(
+            &shared.store,
+            &path,
+            record,
+            now_unix_ns(),
+            shared.gate.as_ref(),
+            &|done, _| written.store(done, Relaxed),
+        );
+        match result {
+            Ok(stored) => {
+                let loaded = crate::titles::load_title(
+                    &shared.store,
+                    &shared.bound,
+                    shared.read_charging(),
+                    stored.id,
+                )
+                .map_err(|e| e.to_string())?;
+                return Ok(shared.add_title(loaded));
+            }
+            Err(IngestError::DiskFull { reason, .. }) => {
+                if !evict_one(shared, &record.name)? {
+                    return Err(format!(
+                        "the array has no room for {:?} ({reason}) and every staged title is \
+                         pinned or being streamed",
+                        record.name
+                    ));
+                }
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// Evicts the least popular staged tier title that is neither pinned nor
+/// streamed nor `keep`; false when there is none.
+fn evict_one(shared: &Arc<Shared>, keep: &str) -> Result<bool, String> {
+    let tier_titles = shared.store.tier_titles().map_err(|e| e.to_string())?;
+    let mut candidates: Vec<(u64, u64, TitleId, String)> = tier_titles
+        .iter()
+        .filter(|t| !t.pinned && t.name != keep)
+        .filter_map(|t| {
+            let copy = staged_copy(shared, &t.name)?;
+            Some((
+                t.request_count,
+                t.last_request_unix_ns,
+                copy.id(),
+                t.name.clone(),
+            ))
+        })
+        .collect();
+    candidates.sort();
+    for (requests, _, id, name) in candidates {
+        match shared.remove_title_blocking(id) {
+            Ok(()) => {
+                shared
+                    .staging
+                    .counters
+                    .evictions_total
+                    .fetch_add(1, Relaxed);
+                tracing::info!(title = %name, id = id.0, requests, "evicted from the array to make room; its home is its tier");
+                return Ok(true);
+            }
+            Err(crate::state::RemoveTitleError::Streaming { .. }) => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(false)
+}
+
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
