@@ -74,7 +74,10 @@ pub fn start(shared: &Arc<Shared>) -> Arc<History> {
 async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     start(&shared);
     let active = shared.active_streams();
-    let text = prometheus::render(&shared.metrics, active, shared.round_duration_ns());
+    let mut text = prometheus::render(&shared.metrics, active, shared.round_duration_ns());
+    if shared.staging.has_tiers() {
+        text.push_str(&prometheus::render_staging(&shared.staging.snapshot()));
+    }
     ([(header::CONTENT_TYPE, prometheus::CONTENT_TYPE)], text)
 }
 

@@ -163,6 +163,41 @@ function drawCycle(x, last) {
     c.halves + " halves, " + c.refusals + " refused; last: " + lastOp;
 }
 
+// Seed 002's tiers: each tier's drives and queue, the staging jobs with
+// their progress against the predicted delay, and the totals.
+function drawTiers(last) {
+  const t = last.staging;
+  $("tierSection").hidden = !t;
+  if (!t) return;
+  const mb = b => (b / 1e6).toFixed(1) + " MB";
+  const tiers = t.tiers.map(x => x.name + " (" + x.kind + "): " +
+    (x.drives_total ? x.drives_busy + "/" + x.drives_total + " drives busy, " + x.exchanges_total + " exchanges, " +
+      x.cache_hits_total + " cache hits, " : "") +
+    (x.measured_bytes_per_s ? (x.measured_bytes_per_s / 1e6).toFixed(1) + " MB/s measured, " : "") +
+    x.fetches_active + " fetching, " + mb(x.fetched_bytes_total) + " fetched, " + x.fetch_failures_total + " failed").join("; ");
+  const finished = t.staged_total;
+  const mean = finished ? " mean delay " + (t.delay_seconds_sum / finished).toFixed(1) + " s against " +
+    (t.predicted_seconds_sum / finished).toFixed(1) + " s predicted;" : "";
+  $("tierText").textContent = tiers + ". Staged " + finished + ",;" + mean + " evicted " + t.evictions_total +
+    ", failed " + t.failures_total + ".";
+  const body = document.querySelector("#tierJobs tbody");
+  body.innerHTML = "";
+  for (const j of t.jobs) {
+    const row = document.createElement("tr");
+    const phase = typeof j.phase === "string" ? j.phase : "failed: " + j.phase.failed.error;
+    for (const text of [j.name, j.tier, phase,
+      mb(j.fetched_bytes) + " / " + mb(j.object_bytes),
+      mb(j.written_bytes) + " / " + mb(j.stored_bytes),
+      j.elapsed_seconds.toFixed(1) + " s / " + j.predicted_seconds.toFixed(1) + " s"]) {
+      const cell = document.createElement("td");
+      cell.textContent = text;
+      row.appendChild(cell);
+    }
+    body.appendChild(row);
+  }
+  if (t.jobs.length === 0) body.innerHTML = '<tr><td colspan="6">nothing being staged</td></tr>';
+}
+
 function countState(s, state) {
   return s.disks.filter(d => d.state === state).length;
 }
@@ -188,6 +223,7 @@ function redraw() {
     ]);
   });
   drawCycle(x, last);
+  drawTiers(last);
   charts.streams.setData([x, samples.map(s => s.active_streams)]);
   charts.admissions.setData([x, samples.map(s => s.admitted), samples.map(rejected)]);
   charts.misses.setData([x, samples.map(s => s.misses), samples.map(s => s.overruns)]);

@@ -83,6 +83,8 @@ pub struct RoundSample {
     pub rebuild: Option<RebuildSample>,
     /// Seed 004's dynamic cycle now (`None`: a fixed cycle).
     pub cycle: Option<rondo_model::array::CycleStatus>,
+    /// Seed 002's tiers and staging jobs now (`None`: no tiers).
+    pub staging: Option<crate::staging::StagingSnapshot>,
 }
 
 /// The running totals a sample is the difference of.
@@ -180,6 +182,7 @@ pub fn sample(
             total_bytes: metrics.rebuild_total_bytes.load(Relaxed),
         }),
         cycle: metrics.cycle(),
+        staging: None,
     }
 }
 
@@ -297,13 +300,11 @@ pub async fn run_sampler(shared: Weak<Shared>, history: Arc<History>) {
         let active = shared.active_streams();
         let now = Totals::read(&shared.metrics);
         if now.rounds > before.rounds {
-            history.push(&sample(
-                &shared.metrics,
-                &before,
-                &now,
-                active,
-                round_duration_ns,
-            ));
+            let mut round = sample(&shared.metrics, &before, &now, active, round_duration_ns);
+            if shared.staging.has_tiers() {
+                round.staging = Some(shared.staging.snapshot());
+            }
+            history.push(&round);
             before = now;
         }
         drop(shared);

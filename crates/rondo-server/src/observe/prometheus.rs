@@ -77,6 +77,142 @@ impl Writer {
     }
 }
 
+/// Seed 002's tiers and staging: jobs by phase, their progress, staged,
+/// failed and evicted titles, the delays against their predictions, and
+/// each tier's queue (`tier="NAME"`).
+pub fn render_staging(s: &crate::staging::StagingSnapshot) -> String {
+    use crate::staging::Phase;
+    let mut w = Writer { out: String::new() };
+    w.family(
+        "rondo_staging_jobs",
+        "gauge",
+        "Titles being staged from a tier onto the array, by phase.",
+    );
+    for (phase, name) in [(0, "fetching"), (1, "writing"), (2, "failed")] {
+        let count = s
+            .jobs
+            .iter()
+            .filter(|j| {
+                matches!(
+                    (&j.phase, phase),
+                    (Phase::Fetching, 0) | (Phase::Writing, 1) | (Phase::Failed { .. }, 2)
+                )
+            })
+            .count();
+        w.sample("rondo_staging_jobs", &[("phase", name)], count);
+    }
+    w.family(
+        "rondo_staging_progress_bytes",
+        "gauge",
+        "Each job's bytes fetched from its tier and written to the array.",
+    );
+    for j in &s.jobs {
+        w.sample(
+            "rondo_staging_progress_bytes",
+            &[("title", &j.name), ("step", "fetched")],
+            j.fetched_bytes,
+        );
+        w.sample(
+            "rondo_staging_progress_bytes",
+            &[("title", &j.name), ("step", "written")],
+            j.written_bytes,
+        );
+    }
+    w.single(
+        "rondo_staged_titles_total",
+        "counter",
+        "Titles staged onto the array since start.",
+        s.staged_total,
+    );
+    w.single(
+        "rondo_staging_failures_total",
+        "counter",
+        "Stagings that failed (tier object missing or corrupt, no room).",
+        s.failures_total,
+    );
+    w.single(
+        "rondo_staging_evictions_total",
+        "counter",
+        "Staged titles evicted from the array to make room.",
+        s.evictions_total,
+    );
+    w.single(
+        "rondo_staging_delay_seconds_sum",
+        "counter",
+        "Measured staging delays (first request to stored), summed over staged titles.",
+        s.delay_seconds_sum,
+    );
+    w.single(
+        "rondo_staging_predicted_seconds_sum",
+        "counter",
+        "The model's predicted staging delays, summed over the same titles.",
+        s.predicted_seconds_sum,
+    );
+    w.family(
+        "rondo_tier_fetches_active",
+        "gauge",
+        "Fetches in progress or queued on each tier.",
+    );
+    for t in &s.tiers {
+        w.sample("rondo_tier_fetches_active", &[("tier", &t.name)], t.fetches_active);
+    }
+    w.family(
+        "rondo_tier_fetched_bytes_total",
+        "counter",
+        "Bytes fetched from each tier.",
+    );
+    for t in &s.tiers {
+        w.sample(
+            "rondo_tier_fetched_bytes_total",
+            &[("tier", &t.name)],
+            t.fetched_bytes_total,
+        );
+    }
+    w.family(
+        "rondo_tier_fetch_failures_total",
+        "counter",
+        "Fetches from each tier that failed.",
+    );
+    for t in &s.tiers {
+        w.sample(
+            "rondo_tier_fetch_failures_total",
+            &[("tier", &t.name)],
+            t.fetch_failures_total,
+        );
+    }
+    w.family(
+        "rondo_tier_drives_busy",
+        "gauge",
+        "A jukebox tier's drives busy now (serving or with work queued).",
+    );
+    for t in &s.tiers {
+        if let Some(busy) = t.drives_busy {
+            w.sample("rondo_tier_drives_busy", &[("tier", &t.name)], busy);
+        }
+    }
+    w.family(
+        "rondo_tier_measured_bytes_per_second",
+        "gauge",
+        "An object-store tier's measured fetch throughput, which its predictions use.",
+    );
+    for t in &s.tiers {
+        if let Some(rate) = t.measured_bytes_per_s {
+            w.sample("rondo_tier_measured_bytes_per_second", &[("tier", &t.name)], rate);
+        }
+    }
+    w.family(
+        "rondo_tier_exchanges_total",
+        "counter",
+        "A jukebox tier's disc exchanges by its robot arms.",
+    );
+    for t in &s.tiers {
+        if let Some(n) = t.exchanges_total {
+            w.sample("rondo_tier_exchanges_total", &[("tier", &t.name)], n);
+        }
+    }
+    w.out
+}
+
 /// Seed 004's dynamic cycle: its length, the utilisations CheckSchedule
 /// reads, streams by cycle and the operations made.
 fn render_cycle(w: &mut Writer, cycle: &rondo_model::array::CycleStatus) {
