@@ -8,8 +8,11 @@
 //! - [`http`]: the small HTTP requests the end-to-end tests make again and
 //!   again.
 //! - [`fuzz`]: a seeded mutation fuzzer for parsers, run as tests.
+//! - [`s3`]: a real S3 server (s3s-fs) over a directory, in process, for
+//!   the S3 tier's tests; also the `rondo-test-s3` binary.
 
 pub mod fuzz;
 pub mod http;
 pub mod media;
 pub mod process;
+pub mod s3;

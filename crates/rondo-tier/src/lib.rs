@@ -14,10 +14,11 @@
 pub mod config;
 mod error;
 pub mod jukebox;
+pub mod s3;
 
 use std::io::Write;
 
-pub use config::{JukeboxTierConfig, TIERS_FILE, TierConfig, TierKind, TiersFile};
+pub use config::{JukeboxTierConfig, S3TierConfig, TIERS_FILE, TierConfig, TierKind, TiersFile};
 pub use error::TierError;
 
 /// What a tier keeps about one stored object, and the catalog with it.
@@ -83,12 +84,18 @@ pub trait Tier: Send + Sync {
 }
 
 /// Opens the tier `config` describes (`base` resolves relative paths: the
-/// data directory).
+/// data directory, whose `tiers.toml` an S3 tier's configuration errors
+/// name). An S3 tier is reached and measured before this returns.
 pub fn open(config: &TierConfig, base: &std::path::Path) -> Result<Box<dyn Tier>, TierError> {
     match &config.kind {
         TierKind::Jukebox(j) => Ok(Box::new(jukebox::EmulatedJukebox::open(
             &config.name,
             &base.join(&j.path),
+        )?)),
+        TierKind::S3(s) => Ok(Box::new(s3::S3Tier::open(
+            &config.name,
+            s,
+            &base.join(TIERS_FILE),
         )?)),
     }
 }

@@ -1,17 +1,19 @@
 //! `rondo tier`: the tiers a data directory's titles may live on (seed
-//! 002): add one (an emulated optical jukebox farm), list them with their
-//! titles, pin a title on the array. `rondo ingest --tier NAME` stores
+//! 002): add one (an emulated optical jukebox farm, or a bucket of an
+//! S3-compatible store), list them with their titles, pin a title on the
+//! array. `rondo ingest --tier NAME` stores
 //! titles there; a running server stages them onto the array when asked.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use clap::{Args, Subcommand};
+use clap::{ArgGroup, Args, Subcommand};
 use comfy_table::Table;
 use rondo_server::titles::{DEFAULT_DATA_DIR, default_store_config, open_or_create};
 use rondo_store::{Store, StoreError};
 use rondo_tier::jukebox::{EmulatedJukebox, FarmConfig};
-use rondo_tier::{JukeboxTierConfig, TierConfig, TierKind, TiersFile};
+use rondo_tier::s3::S3Tier;
+use rondo_tier::{JukeboxTierConfig, S3TierConfig, TierConfig, TierKind, TiersFile};
 use serde_json::{Value, json};
 
 #[derive(Args, Debug, Clone)]
@@ -21,33 +23,84 @@ pub struct DirArg {
     pub data_dir: PathBuf,
 }
 
+/// `rondo tier add --jukebox`: the farm made when DIR holds none.
+#[derive(Args, Debug, Clone)]
+pub struct FarmArgs {
+    /// Jukeboxes in the farm, each with its own robot arm.
+    #[arg(long, default_value_t = 4, conflicts_with = "s3")]
+    jukeboxes: u32,
+    /// Drives per jukebox.
+    #[arg(long, default_value_t = 4, conflicts_with = "s3")]
+    drives: u32,
+    /// Disc slots per jukebox.
+    #[arg(long, default_value_t = 100, conflicts_with = "s3")]
+    slots: u32,
+    /// SF of new files; 0 = SF_opt = round(√((F / X_drive) / T_exchange)).
+    #[arg(long, default_value_t = 0, conflicts_with = "s3")]
+    stripe_factor: u32,
+    /// Wall seconds per model second: 1 is real time; 0.1 runs the farm
+    /// ten times faster (tests, demos).
+    #[arg(long, default_value_t = 1.0, conflicts_with = "s3")]
+    time_scale: f64,
+}
+
+/// `rondo tier add --s3`: where the bucket is and the keys to it.
+#[derive(Args, Debug, Clone)]
+pub struct S3Args {
+    /// The S3-compatible store's URL, e.g. https://s3.eu-west-1.amazonaws.com
+    /// or http://127.0.0.1:9000 (with --allow-http).
+    #[arg(long, value_name = "ENDPOINT", requires = "bucket")]
+    s3: Option<String>,
+    /// The bucket (it must exist).
+    #[arg(long, value_name = "BUCKET", requires = "s3")]
+    bucket: Option<String>,
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// The access key id (default: $AWS_ACCESS_KEY_ID). Recorded in
+    /// tiers.toml, which only its owner may read.
+    #[arg(
+        long,
+        value_name = "ID",
+        env = "AWS_ACCESS_KEY_ID",
+        hide_env_values = true
+    )]
+    access_key_id: Option<String>,
+    /// The secret access key (default: $AWS_SECRET_ACCESS_KEY, better than
+    /// the command line, which other users can see).
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "AWS_SECRET_ACCESS_KEY",
+        hide_env_values = true
+    )]
+    secret_access_key: Option<String>,
+    /// Allow a plain http:// endpoint (no TLS).
+    #[arg(long, requires = "s3")]
+    allow_http: bool,
+    /// Keep the tier's objects under PREFIX/ in the bucket.
+    #[arg(long, value_name = "PREFIX", requires = "s3")]
+    prefix: Option<String>,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum TierCommand {
-    /// Add a tier: an emulated optical jukebox farm in DIR (made if absent,
-    /// with seed 002's NSM Satellite parameters unless told otherwise).
-    /// A running server uses it after its next start.
+    /// Add a tier: an emulated optical jukebox farm in DIR (--jukebox; made
+    /// if absent, with seed 002's NSM Satellite parameters unless told
+    /// otherwise) or a bucket of an S3-compatible store (--s3 ENDPOINT
+    /// --bucket B). The tier must open (an S3 tier: the store answers, the
+    /// keys are accepted, the bucket exists) before it is recorded. A
+    /// running server uses it after its next start.
+    #[command(group(ArgGroup::new("backend").required(true).args(["jukebox", "s3"])))]
     Add {
         /// The tier's name (`rondo ingest --tier NAME`).
         name: String,
         /// The farm's directory (relative: inside the data directory).
         #[arg(long, value_name = "DIR")]
-        jukebox: PathBuf,
-        /// Jukeboxes in the farm, each with its own robot arm.
-        #[arg(long, default_value_t = 4)]
-        jukeboxes: u32,
-        /// Drives per jukebox.
-        #[arg(long, default_value_t = 4)]
-        drives: u32,
-        /// Disc slots per jukebox.
-        #[arg(long, default_value_t = 100)]
-        slots: u32,
-        /// SF of new files; 0 = SF_opt = round(√((F / X_drive) / T_exchange)).
-        #[arg(long, default_value_t = 0)]
-        stripe_factor: u32,
-        /// Wall seconds per model second: 1 is real time; 0.1 runs the farm
-        /// ten times faster (tests, demos).
-        #[arg(long, default_value_t = 1.0)]
-        time_scale: f64,
+        jukebox: Option<PathBuf>,
+        #[command(flatten)]
+        farm: FarmArgs,
+        #[command(flatten)]
+        s3: S3Args,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -79,11 +132,8 @@ pub fn run(command: TierCommand) -> anyhow::Result<()> {
         TierCommand::Add {
             name,
             jukebox,
-            jukeboxes,
-            drives,
-            slots,
-            stripe_factor,
-            time_scale,
+            farm,
+            s3,
             dir,
         } => {
             let data_dir = &dir.data_dir;
@@ -105,33 +155,13 @@ pub fn run(command: TierCommand) -> anyhow::Result<()> {
             rondo_tier::validate_key(&name).map_err(|_| {
                 anyhow::anyhow!("tier name {name:?}: use letters, digits, '-', '_' and '.'")
             })?;
-            let root = data_dir.join(&jukebox);
-            if !root.join(rondo_tier::jukebox::JUKEBOX_FILE).exists() {
-                let config = FarmConfig {
-                    jukeboxes,
-                    drives,
-                    slots,
-                    stripe_factor,
-                    time_scale,
-                    ..FarmConfig::default()
-                };
-                EmulatedJukebox::create(&root, &config)?;
-                eprintln!(
-                    "made a jukebox farm in {}: {jukeboxes} jukeboxes × {drives} drives × {slots} \
-                     discs, NSM Satellite timing{}",
-                    root.display(),
-                    if time_scale == 1.0 {
-                        String::new()
-                    } else {
-                        format!(", {time_scale}× real time")
-                    }
-                );
-            }
-            // Check that it opens before recording it.
-            EmulatedJukebox::open(&name, &root)?;
+            let kind = match jukebox {
+                Some(jukebox) => add_jukebox(&name, data_dir, jukebox, &farm)?,
+                None => add_s3(&name, data_dir, s3)?,
+            };
             tiers.tiers.push(TierConfig {
                 name: name.clone(),
-                kind: TierKind::Jukebox(JukeboxTierConfig { path: jukebox }),
+                kind,
             });
             tiers.write(data_dir)?;
             println!(
@@ -150,7 +180,7 @@ pub fn run(command: TierCommand) -> anyhow::Result<()> {
                 .collect();
             if json {
                 let value = json!({
-                    "tiers": tiers.tiers.iter().map(|t| json!({"name": t.name, "kind": t.kind.name(), "config": t.kind})).collect::<Vec<Value>>(),
+                    "tiers": tiers.tiers.iter().map(|t| json!({"name": t.name, "kind": t.kind.name(), "config": kind_json(&t.kind)})).collect::<Vec<Value>>(),
                     "titles": titles.iter().zip(&staged).map(|(t, s)| {
                         let mut v = crate::cmd::ingest::tier_title_json(t);
                         v["staged"] = json!(s);
@@ -194,6 +224,89 @@ pub fn run(command: TierCommand) -> anyhow::Result<()> {
         TierCommand::Pin { name, dir } => set_pin(&dir.data_dir, &name, true),
         TierCommand::Unpin { name, dir } => set_pin(&dir.data_dir, &name, false),
     }
+}
+
+/// Makes the farm in `jukebox` if it holds none, and checks that it opens.
+fn add_jukebox(
+    name: &str,
+    data_dir: &Path,
+    jukebox: PathBuf,
+    farm: &FarmArgs,
+) -> anyhow::Result<TierKind> {
+    let root = data_dir.join(&jukebox);
+    if !root.join(rondo_tier::jukebox::JUKEBOX_FILE).exists() {
+        let config = FarmConfig {
+            jukeboxes: farm.jukeboxes,
+            drives: farm.drives,
+            slots: farm.slots,
+            stripe_factor: farm.stripe_factor,
+            time_scale: farm.time_scale,
+            ..FarmConfig::default()
+        };
+        EmulatedJukebox::create(&root, &config)?;
+        eprintln!(
+            "made a jukebox farm in {}: {} jukeboxes × {} drives × {} discs, NSM Satellite \
+             timing{}",
+            root.display(),
+            farm.jukeboxes,
+            farm.drives,
+            farm.slots,
+            if farm.time_scale == 1.0 {
+                String::new()
+            } else {
+                format!(", {}× real time", farm.time_scale)
+            }
+        );
+    }
+    // Check that it opens before recording it.
+    EmulatedJukebox::open(name, &root)?;
+    Ok(TierKind::Jukebox(JukeboxTierConfig { path: jukebox }))
+}
+
+/// Checks that the bucket opens (reached, keys accepted, measured) before
+/// it is recorded.
+fn add_s3(name: &str, data_dir: &Path, s3: S3Args) -> anyhow::Result<TierKind> {
+    let endpoint = s3.s3.context("--s3 ENDPOINT or --jukebox DIR is needed")?;
+    let bucket = s3.bucket.context("--s3 needs --bucket BUCKET")?;
+    let access_key_id = s3
+        .access_key_id
+        .context("--s3 needs --access-key-id ID (or AWS_ACCESS_KEY_ID in the environment)")?;
+    let secret_access_key = s3.secret_access_key.context(
+        "--s3 needs --secret-access-key KEY (or AWS_SECRET_ACCESS_KEY in the environment)",
+    )?;
+    let config = S3TierConfig {
+        endpoint,
+        bucket,
+        region: s3.region,
+        access_key_id,
+        secret_access_key,
+        allow_http: s3.allow_http,
+        prefix: s3.prefix,
+    };
+    let tier =
+        S3Tier::open(name, &config, &data_dir.join(rondo_tier::TIERS_FILE)).with_context(|| {
+            format!(
+                "tier {name:?} not added: bucket {:?} at {} does not open",
+                config.bucket, config.endpoint
+            )
+        })?;
+    eprintln!(
+        "reached bucket {:?} at {}: first byte in {:.1} ms, {:.1} MB/s measured",
+        config.bucket,
+        tier.endpoint(),
+        tier.measured_latency_ns() as f64 / 1e6,
+        tier.measured_bytes_per_s() / 1e6
+    );
+    Ok(TierKind::S3(config))
+}
+
+/// A tier's configuration for `tier list --json`, its secret hidden.
+fn kind_json(kind: &TierKind) -> Value {
+    let mut value = json!(kind);
+    if let Some(secret) = value.get_mut("secret_access_key") {
+        *secret = json!("(hidden)");
+    }
+    value
 }
 
 fn open_store(dir: &std::path::Path) -> anyhow::Result<Store> {
