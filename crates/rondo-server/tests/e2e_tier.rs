@@ -61,7 +61,11 @@ fn no_redirects() -> reqwest::Client {
 /// its Retry-After, seconds until the redirect, the redirect's location).
 async fn stage(client: &reqwest::Client, url: &str, name: &str) -> (Value, u64, f64, String) {
     let started = Instant::now();
-    let first = client.get(format!("{url}/tier/{name}")).send().await.unwrap();
+    let first = client
+        .get(format!("{url}/tier/{name}"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(first.status(), 503, "staging starts with a 503");
     let retry_after: u64 = first.headers()["retry-after"]
         .to_str()
@@ -71,7 +75,11 @@ async fn stage(client: &reqwest::Client, url: &str, name: &str) -> (Value, u64, 
     let body: Value = first.json().await.unwrap();
     loop {
         tokio::time::sleep(Duration::from_millis(25)).await;
-        let r = client.get(format!("{url}/tier/{name}")).send().await.unwrap();
+        let r = client
+            .get(format!("{url}/tier/{name}"))
+            .send()
+            .await
+            .unwrap();
         match r.status().as_u16() {
             503 => assert!(
                 started.elapsed() < Duration::from_secs(60),
@@ -117,7 +125,12 @@ async fn a_jukebox_title_is_staged_when_asked_for_within_its_predicted_delay_and
         .unwrap_or_else(|| panic!("{titles}"));
     assert_eq!(entry["staged"], false, "{entry}");
     assert_eq!(entry["home"], "vault");
-    assert!(entry["stream_url"].as_str().unwrap().ends_with("/tier/from-the-vault"));
+    assert!(
+        entry["stream_url"]
+            .as_str()
+            .unwrap()
+            .ends_with("/tier/from-the-vault")
+    );
 
     // A resident title plays while the other one stages.
     let playing = {
@@ -133,14 +146,20 @@ async fn a_jukebox_title_is_staged_when_asked_for_within_its_predicted_delay_and
     // rotation and the transfer at 3 MB/s.
     let size = std::fs::metadata(&clip).unwrap().len() as f64;
     let model_fetch_s = (8.7 + 8.6 + 0.1 + 0.006 + size / 3e6) * TIME_SCALE;
-    assert!((fetch_s - model_fetch_s).abs() < 0.01, "{fetch_s} vs {model_fetch_s}");
+    assert!(
+        (fetch_s - model_fetch_s).abs() < 0.01,
+        "{fetch_s} vs {model_fetch_s}"
+    );
     assert_eq!(retry_after, predicted_s.ceil() as u64);
     let error = delay_s / predicted_s - 1.0;
     eprintln!(
         "staged in {delay_s:.3} s against {predicted_s:.3} s predicted ({:+.1}%)",
         100.0 * error
     );
-    assert!(error.abs() <= 0.10, "staged in {delay_s:.3} s, predicted {predicted_s:.3} s");
+    assert!(
+        error.abs() <= 0.10,
+        "staged in {delay_s:.3} s, predicted {predicted_s:.3} s"
+    );
 
     // Staged: the tier URL redirects to the title's stream, which plays the
     // file whole (a faststart MP4 is stored as it is).
@@ -239,11 +258,19 @@ async fn an_unreadable_tier_object_is_a_clear_error_and_the_array_keeps_playing(
         tokio::spawn(async move { reqwest::get(url).await.unwrap().bytes().await.unwrap() })
     };
     for (name, says) in [("damaged", "fails its checksum"), ("gone", "no object")] {
-        let first = client.get(format!("{url}/tier/{name}")).send().await.unwrap();
+        let first = client
+            .get(format!("{url}/tier/{name}"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(first.status(), 503);
         let answer = loop {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let r = client.get(format!("{url}/tier/{name}")).send().await.unwrap();
+            let r = client
+                .get(format!("{url}/tier/{name}"))
+                .send()
+                .await
+                .unwrap();
             if r.status() != 503 {
                 break r;
             }
