@@ -7,48 +7,11 @@
 
 mod e2e_support;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use e2e_support::*;
-use rondo_server::ingest::ingest_to_tier;
 use rondo_store::{Store, StoreConfig};
-use rondo_tier::jukebox::{EmulatedJukebox, FarmConfig};
-use rondo_tier::{JukeboxTierConfig, TierConfig, TierKind, TiersFile};
 use serde_json::Value;
-
-/// Wall seconds per model second of the test farms: an exchange and
-/// spin-up (17.3 s) take 3.5 s.
-const TIME_SCALE: f64 = 0.2;
-
-/// Makes a jukebox farm `vault` in the data directory and names it in
-/// tiers.toml.
-fn add_jukebox(data: &Path, stripe_factor: u32) {
-    let config = FarmConfig {
-        time_scale: TIME_SCALE,
-        stripe_factor,
-        slots: 8,
-        ..FarmConfig::default()
-    };
-    EmulatedJukebox::create(&data.join("vault"), &config).unwrap();
-    TiersFile {
-        tiers: vec![TierConfig {
-            name: "vault".into(),
-            kind: TierKind::Jukebox(JukeboxTierConfig {
-                path: "vault".into(),
-            }),
-        }],
-    }
-    .write(data)
-    .unwrap();
-}
-
-fn to_tier(store: &Store, data: &Path, file: &Path, name: &str) {
-    let tier = EmulatedJukebox::open("vault", &data.join("vault")).unwrap();
-    let source = file.file_name().unwrap().to_string_lossy().into_owned();
-    ingest_to_tier(store, &tier, "vault", file, &source, Some(name), 0)
-        .unwrap_or_else(|e| panic!("to the tier: {e}"));
-}
 
 fn no_redirects() -> reqwest::Client {
     reqwest::Client::builder()
