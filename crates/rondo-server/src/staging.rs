@@ -339,11 +339,8 @@ pub async fn request(shared: &Arc<Shared>, record: TierTitleRecord) -> StageAnsw
     answer
 }
 
-/// When a staging started at `now` is predicted to end: the fetch, then
-/// the writes. The writer's first request reaches the array at the next
-/// round boundary; the array grants the title's rounds in `write.rounds`
-/// rounds from there, and the last is written when that round's batches
-/// are done (the model's busiest disk time in it).
+/// When a staging started at `now` is predicted to end: the core's rule
+/// (`rondo_model::tier::staging::ready_ns`) on the round clock.
 fn predicted_ready(
     shared: &Shared,
     now: Instant,
@@ -351,11 +348,12 @@ fn predicted_ready(
     write: WritePrediction,
 ) -> Instant {
     let clock = &shared.clock;
-    let fetched_ns = clock.model_ns(now) + fetch_ns;
-    let first_round = fetched_ns.div_ceil(clock.round_duration_ns);
-    let last_round = first_round + write.rounds.max(1) - 1;
-    clock.boundary(rondo_model::units::Round(last_round))
-        + Duration::from_nanos(write.last_round_busy_ns)
+    let ready_ns = rondo_model::tier::staging::ready_ns(
+        clock.model_ns(now) + fetch_ns,
+        clock.round_duration_ns,
+        write,
+    );
+    clock.at_model_ns(ready_ns)
 }
 
 fn waiting(name: &str, job: &Job) -> StageAnswer {
@@ -524,35 +522,49 @@ fn stage(
     }
 }
 
-/// Evicts the least popular staged tier title that is neither pinned nor
-/// streamed nor `keep`; false when there is none.
+/// Evicts a staged tier title other than `keep`, in the core's order
+/// (`rondo_model::tier::staging::eviction_order`: least requested, never
+/// pinned or streamed); false when there is none.
 fn evict_one(shared: &Arc<Shared>, keep: &str) -> Result<bool, String> {
+    use rondo_model::tier::staging::{StagedTitle, eviction_order};
     let tier_titles = shared.store.tier_titles().map_err(|e| e.to_string())?;
-    let mut candidates: Vec<(u64, u64, TitleId, String)> = tier_titles
+    let streaming: Vec<TitleId> = shared
+        .with_core_blocking(|_, core| core.streams.values().map(|s| s.title.id()).collect())
+        .unwrap_or_default();
+    let staged: Vec<(StagedTitle, String)> = tier_titles
         .iter()
-        .filter(|t| !t.pinned && t.name != keep)
+        .filter(|t| t.name != keep)
         .filter_map(|t| {
             let copy = staged_copy(shared, &t.name)?;
             Some((
-                t.request_count,
-                t.last_request_unix_ns,
-                copy.id(),
+                StagedTitle {
+                    id: copy.id().0,
+                    requests: t.request_count,
+                    last_request_ns: t.last_request_unix_ns,
+                    pinned: t.pinned,
+                    streaming: streaming.contains(&copy.id()),
+                },
                 t.name.clone(),
             ))
         })
         .collect();
-    candidates.sort();
-    for (requests, _, id, name) in candidates {
-        match shared.remove_title_blocking(id) {
+    let titles: Vec<StagedTitle> = staged.iter().map(|(t, _)| *t).collect();
+    for id in eviction_order(&titles) {
+        let (title, name) = staged
+            .iter()
+            .find(|(t, _)| t.id == id)
+            .expect("a candidate");
+        match shared.remove_title_blocking(TitleId(id)) {
             Ok(()) => {
                 shared
                     .staging
                     .counters
                     .evictions_total
                     .fetch_add(1, Relaxed);
-                tracing::info!(title = %name, id = id.0, requests, "evicted from the array to make room; its home is its tier");
+                tracing::info!(title = %name, id, requests = title.requests, "evicted from the array to make room; its home is its tier");
                 return Ok(true);
             }
+            // A stream started on it meanwhile.
             Err(crate::state::RemoveTitleError::Streaming { .. }) => continue,
             Err(e) => return Err(e.to_string()),
         }
