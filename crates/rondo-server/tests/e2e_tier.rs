@@ -316,3 +316,96 @@ async fn the_array_evicts_the_least_requested_staged_title_and_never_a_pinned_on
     assert!(staged("p"), "p is pinned: {titles}");
     assert!(staged("c"), "{titles}");
 }
+
+/// The S3 tier against a real S3 server (s3s-fs over a directory, started
+/// by the test): a title stored there is staged when asked for, within 10%
+/// of the delay predicted from the store's measured throughput and the
+/// array's write queue, and plays whole; a corrupt object is a clear 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_s3_title_is_staged_within_its_predicted_delay_and_a_corrupt_object_is_refused() {
+    use rondo_testkit::s3::S3Server;
+    use rondo_tier::{S3TierConfig, TierConfig, TierKind, TiersFile};
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let s3 = S3Server::start(&dir.path().join("s3"));
+    let data = dir.path().join("data");
+    let store = create_store(&data);
+    let config = TierConfig {
+        name: "cloud".into(),
+        kind: TierKind::S3(S3TierConfig {
+            endpoint: s3.endpoint.clone(),
+            bucket: s3.bucket.clone(),
+            region: "us-east-1".into(),
+            access_key_id: s3.access_key_id.clone(),
+            secret_access_key: s3.secret_access_key.clone(),
+            allow_http: true,
+            prefix: None,
+        }),
+    };
+    TiersFile {
+        tiers: vec![config.clone()],
+    }
+    .write(&data)
+    .unwrap();
+    let clip = make_media(dir.path(), "clip", MediaKind::Mp4Faststart, 30);
+    {
+        let tier = rondo_tier::open(&config, &data).unwrap();
+        for name in ["from-s3", "rotten"] {
+            let source = clip.file_name().unwrap().to_string_lossy().into_owned();
+            rondo_server::ingest::ingest_to_tier(&store, tier.as_ref(), "cloud", &clip, &source, Some(name), 0)
+                .unwrap();
+        }
+    }
+    // Flip a byte of rotten's object behind the tier's back.
+    let rotten = s3.object_file(&rondo_server::ingest::tier_object_key("rotten"));
+    let mut bytes = std::fs::read(&rotten).unwrap();
+    bytes[1000] ^= 0x01;
+    std::fs::write(&rotten, bytes).unwrap();
+
+    let server = start(store, test_config()).await;
+    let url = server.url();
+    let client = no_redirects();
+    let (body, _, delay_s, _) = stage(&client, &url, "from-s3").await;
+    let predicted_s = body["staging"]["predicted_seconds"].as_f64().unwrap();
+    let error = delay_s / predicted_s - 1.0;
+    let tiers: Value = client
+        .get(format!("{url}/api/tiers"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    eprintln!(
+        "S3 staging: {delay_s:.3} s against {predicted_s:.3} s predicted ({:+.1}%); fetch {:.3} s \
+         against {:.3} s predicted at {:.0} MB/s measured",
+        100.0 * error,
+        tiers["fetch_seconds_sum"].as_f64().unwrap(),
+        tiers["predicted_fetch_seconds_sum"].as_f64().unwrap(),
+        tiers["tiers"][0]["measured_bytes_per_s"].as_f64().unwrap_or(0.0) / 1e6
+    );
+    assert!(error.abs() <= 0.10, "staged in {delay_s:.3} s, predicted {predicted_s:.3} s");
+    let played = reqwest::get(format!("{url}/tier/from-s3")).await.unwrap();
+    assert_eq!(played.status(), 200);
+    assert_eq!(
+        played.bytes().await.unwrap().as_ref(),
+        std::fs::read(&clip).unwrap().as_slice()
+    );
+
+    let first = client.get(format!("{url}/tier/rotten")).send().await.unwrap();
+    assert_eq!(first.status(), 503);
+    let answer = loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let r = client.get(format!("{url}/tier/rotten")).send().await.unwrap();
+        if r.status() != 503 {
+            break r;
+        }
+    };
+    assert_eq!(answer.status(), 502);
+    let body: Value = answer.json().await.unwrap();
+    let text = body["error"].as_str().unwrap();
+    assert!(text.contains("tier cloud") && text.contains("corrupt"), "{text}");
+    let m = server.metrics();
+    server.shutdown().await;
+    assert_eq!(m.stream_round_misses, 0, "{m:?}");
+}

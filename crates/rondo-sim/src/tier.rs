@@ -56,7 +56,10 @@ pub fn staging_write(
     let prepared = prepare_placed(config, &bound, &placed)?;
     let write = prepared
         .array()
-        .predict_write(std::sync::Arc::new(layout))
+        .predict_write(
+            std::sync::Arc::new(layout),
+            rondo_model::array::WriteLoad::AdmittedOnly,
+        )
         .ok_or_else(|| SimError::Config("a tier title's write never fits a round".into()))?;
     Ok((write, array_titles))
 }
