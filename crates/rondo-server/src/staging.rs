@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rondo_model::array::WritePrediction;
+use rondo_model::array::{WriteLoad, WritePrediction};
 use rondo_model::layout::TitlePlan;
 use rondo_model::schedule::Schedule;
 use rondo_model::units::TitleId;
@@ -73,6 +73,8 @@ struct Job {
     written_bytes: Arc<AtomicU64>,
     stored_bytes: u64,
     failed_at: Option<Instant>,
+    /// Measured: how long the tier's fetch took.
+    fetch_ns: Option<u64>,
 }
 
 /// One job as the dashboard, `/metrics` and a 503's body show it.
@@ -86,6 +88,8 @@ pub struct JobView {
     /// Predicted time left (0 once overdue).
     pub remaining_seconds: f64,
     pub predicted_fetch_seconds: f64,
+    /// Measured, once the fetch has ended.
+    pub fetch_seconds: Option<f64>,
     pub predicted_write_rounds: u64,
     pub fetched_bytes: u64,
     pub object_bytes: u64,
@@ -101,9 +105,12 @@ pub struct StagingSnapshot {
     pub staged_total: u64,
     pub failures_total: u64,
     pub evictions_total: u64,
-    /// Sums over finished jobs, for the mean delay and its prediction.
+    /// Sums over finished jobs, for the mean delay and its prediction, and
+    /// the same for their fetches alone.
     pub delay_seconds_sum: f64,
     pub predicted_seconds_sum: f64,
+    pub fetch_seconds_sum: f64,
+    pub predicted_fetch_seconds_sum: f64,
     /// The last finished job's measured delay over its prediction.
     pub last_delay_ratio: Option<f64>,
 }
@@ -120,6 +127,16 @@ pub enum StageAnswer {
     Failed { error: String, object_fault: bool },
 }
 
+/// Sums over finished jobs (see [`StagingSnapshot`]).
+#[derive(Copy, Clone, Default)]
+struct Delays {
+    delay_s: f64,
+    predicted_s: f64,
+    fetch_s: f64,
+    predicted_fetch_s: f64,
+    last_ratio: Option<f64>,
+}
+
 #[derive(Default)]
 struct Counters {
     staged_total: AtomicU64,
@@ -131,7 +148,7 @@ pub struct Staging {
     tiers: BTreeMap<String, Arc<dyn Tier>>,
     jobs: Mutex<BTreeMap<String, Job>>,
     counters: Counters,
-    delays: Mutex<(f64, f64, Option<f64>)>,
+    delays: Mutex<Delays>,
     dir: PathBuf,
 }
 
@@ -159,7 +176,7 @@ impl Staging {
             tiers,
             jobs: Mutex::new(BTreeMap::new()),
             counters: Counters::default(),
-            delays: Mutex::new((0.0, 0.0, None)),
+            delays: Mutex::new(Delays::default()),
             dir,
         })
     }
@@ -175,16 +192,18 @@ impl Staging {
     /// The staging state now.
     pub fn snapshot(&self) -> StagingSnapshot {
         let jobs = self.jobs.lock().expect("staging lock");
-        let (delay_sum, predicted_sum, last_ratio) = *self.delays.lock().expect("delays lock");
+        let delays = *self.delays.lock().expect("delays lock");
         StagingSnapshot {
             jobs: jobs.iter().map(|(name, job)| view(name, job)).collect(),
             tiers: self.tiers.values().map(|t| t.status()).collect(),
             staged_total: self.counters.staged_total.load(Relaxed),
             failures_total: self.counters.failures_total.load(Relaxed),
             evictions_total: self.counters.evictions_total.load(Relaxed),
-            delay_seconds_sum: delay_sum,
-            predicted_seconds_sum: predicted_sum,
-            last_delay_ratio: last_ratio,
+            delay_seconds_sum: delays.delay_s,
+            predicted_seconds_sum: delays.predicted_s,
+            fetch_seconds_sum: delays.fetch_s,
+            predicted_fetch_seconds_sum: delays.predicted_fetch_s,
+            last_delay_ratio: delays.last_ratio,
         }
     }
 
@@ -212,6 +231,7 @@ fn view(name: &str, job: &Job) -> JobView {
         predicted_seconds: seconds(job.predicted_ns),
         remaining_seconds: seconds(job.predicted_ns.saturating_sub(elapsed_ns)),
         predicted_fetch_seconds: seconds(job.predicted_fetch_ns),
+        fetch_seconds: job.fetch_ns.map(seconds),
         predicted_write_rounds: job.predicted_write_rounds,
         fetched_bytes: job.fetched_bytes.load(Relaxed),
         object_bytes: job.object_bytes,
@@ -309,6 +329,7 @@ pub async fn request(shared: &Arc<Shared>, record: TierTitleRecord) -> StageAnsw
         written_bytes: Arc::new(AtomicU64::new(0)),
         stored_bytes,
         failed_at: None,
+        fetch_ns: None,
     };
     let answer = {
         let mut jobs = staging.jobs.lock().expect("staging lock");
@@ -339,11 +360,8 @@ pub async fn request(shared: &Arc<Shared>, record: TierTitleRecord) -> StageAnsw
     answer
 }
 
-/// When a staging started at `now` is predicted to end: the fetch, then
-/// the writes. The writer's first request reaches the array at the next
-/// round boundary; the array grants the title's rounds in `write.rounds`
-/// rounds from there, and the last is written when that round's batches
-/// are done (the model's busiest disk time in it).
+/// When a staging started at `now` is predicted to end: the core's rule
+/// (`rondo_model::tier::staging::ready_ns`) on the round clock.
 fn predicted_ready(
     shared: &Shared,
     now: Instant,
@@ -351,11 +369,12 @@ fn predicted_ready(
     write: WritePrediction,
 ) -> Instant {
     let clock = &shared.clock;
-    let fetched_ns = clock.model_ns(now) + fetch_ns;
-    let first_round = fetched_ns.div_ceil(clock.round_duration_ns);
-    let last_round = first_round + write.rounds.max(1) - 1;
-    clock.boundary(rondo_model::units::Round(last_round))
-        + Duration::from_nanos(write.last_round_busy_ns)
+    let ready_ns = rondo_model::tier::staging::ready_ns(
+        clock.model_ns(now) + fetch_ns,
+        clock.round_duration_ns,
+        write,
+    );
+    clock.at_model_ns(ready_ns)
 }
 
 fn waiting(name: &str, job: &Job) -> StageAnswer {
@@ -397,7 +416,7 @@ async fn predict_write(shared: &Arc<Shared>, record: &TierTitleRecord) -> Option
     .ok()??;
     let layout = Arc::new(layout);
     shared
-        .with_core(move |_, core| core.array.predict_write(layout))
+        .with_core(move |_, core| core.array.predict_write(layout, WriteLoad::Steady))
         .await?
 }
 
@@ -444,15 +463,21 @@ fn run_job(shared: &Arc<Shared>, tier: Arc<dyn Tier>, record: TierTitleRecord) {
             if let Some(job) = job {
                 let delay_s = job.started.elapsed().as_secs_f64();
                 let predicted_s = seconds(job.predicted_ns);
+                let fetch_s = seconds(job.fetch_ns.unwrap_or(0));
+                let predicted_fetch_s = seconds(job.predicted_fetch_ns);
                 let mut delays = staging.delays.lock().expect("delays lock");
-                delays.0 += delay_s;
-                delays.1 += predicted_s;
-                delays.2 = Some(delay_s / predicted_s.max(1e-9));
+                delays.delay_s += delay_s;
+                delays.predicted_s += predicted_s;
+                delays.fetch_s += fetch_s;
+                delays.predicted_fetch_s += predicted_fetch_s;
+                delays.last_ratio = Some(delay_s / predicted_s.max(1e-9));
                 tracing::info!(
                     title = %record.name,
                     id = title.id().0,
                     delay_s,
                     predicted_s,
+                    fetch_s,
+                    predicted_fetch_s,
                     "staged onto the array"
                 );
             }
@@ -489,6 +514,9 @@ fn stage(
         out.flush()
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
+    if let Some(job) = staging.jobs.lock().expect("staging lock").get_mut(&record.name) {
+        job.fetch_ns = Some(job.started.elapsed().as_nanos() as u64);
+    }
     set_phase(Phase::Writing);
     loop {
         let result = stage_file(
@@ -524,35 +552,49 @@ fn stage(
     }
 }
 
-/// Evicts the least popular staged tier title that is neither pinned nor
-/// streamed nor `keep`; false when there is none.
+/// Evicts a staged tier title other than `keep`, in the core's order
+/// (`rondo_model::tier::staging::eviction_order`: least requested, never
+/// pinned or streamed); false when there is none.
 fn evict_one(shared: &Arc<Shared>, keep: &str) -> Result<bool, String> {
+    use rondo_model::tier::staging::{StagedTitle, eviction_order};
     let tier_titles = shared.store.tier_titles().map_err(|e| e.to_string())?;
-    let mut candidates: Vec<(u64, u64, TitleId, String)> = tier_titles
+    let streaming: Vec<TitleId> = shared
+        .with_core_blocking(|_, core| core.streams.values().map(|s| s.title.id()).collect())
+        .unwrap_or_default();
+    let staged: Vec<(StagedTitle, String)> = tier_titles
         .iter()
-        .filter(|t| !t.pinned && t.name != keep)
+        .filter(|t| t.name != keep)
         .filter_map(|t| {
             let copy = staged_copy(shared, &t.name)?;
             Some((
-                t.request_count,
-                t.last_request_unix_ns,
-                copy.id(),
+                StagedTitle {
+                    id: copy.id().0,
+                    requests: t.request_count,
+                    last_request_ns: t.last_request_unix_ns,
+                    pinned: t.pinned,
+                    streaming: streaming.contains(&copy.id()),
+                },
                 t.name.clone(),
             ))
         })
         .collect();
-    candidates.sort();
-    for (requests, _, id, name) in candidates {
-        match shared.remove_title_blocking(id) {
+    let titles: Vec<StagedTitle> = staged.iter().map(|(t, _)| *t).collect();
+    for id in eviction_order(&titles) {
+        let (title, name) = staged
+            .iter()
+            .find(|(t, _)| t.id == id)
+            .expect("a candidate");
+        match shared.remove_title_blocking(TitleId(id)) {
             Ok(()) => {
                 shared
                     .staging
                     .counters
                     .evictions_total
                     .fetch_add(1, Relaxed);
-                tracing::info!(title = %name, id = id.0, requests, "evicted from the array to make room; its home is its tier");
+                tracing::info!(title = %name, id, requests = title.requests, "evicted from the array to make room; its home is its tier");
                 return Ok(true);
             }
+            // A stream started on it meanwhile.
             Err(crate::state::RemoveTitleError::Streaming { .. }) => continue,
             Err(e) => return Err(e.to_string()),
         }

@@ -585,6 +585,95 @@ async fn the_player_page_waits_while_the_server_is_full_then_plays() {
     );
 }
 
+/// A title whose home is a tier (an emulated jukebox): the player page asks
+/// for it, is told to wait the predicted staging delay (and says so), then
+/// plays it to its end without waiting; the staging took its predicted time
+/// within 10%.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_player_page_waits_for_a_staging_then_plays_the_tier_title() {
+    init_logs();
+    if !chromium_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let store = create_store(&data);
+    add_jukebox(&data, 0);
+    let clip = make_media(dir.path(), "clip", MediaKind::Mp4Faststart, 8);
+    to_tier(&store, &data, &clip, "vaulted");
+    let server = start(store, test_config()).await;
+    let client = reqwest::Client::new();
+    let page_url = format!("{}/#play=vaulted", server.url());
+    let profile = tempfile::tempdir().unwrap();
+    let opened = Instant::now();
+    let mut chromium = launch_chromium(&page_url, profile.path());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut titles_seen: Vec<String> = Vec::new();
+    let mut playing_at = None;
+    let mut predicted_s = None;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if predicted_s.is_none() {
+            let tiers: serde_json::Value = client
+                .get(format!("{}/api/tiers", server.url()))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            predicted_s = tiers["jobs"][0]["predicted_seconds"].as_f64();
+        }
+        let Some(title) = page_title(&client, profile.path()).await else {
+            continue;
+        };
+        if titles_seen.last() != Some(&title) {
+            titles_seen.push(title.clone());
+        }
+        if title.contains(" playing ") && playing_at.is_none() {
+            playing_at = Some(opened.elapsed().as_secs_f64());
+        }
+        if title.contains(" ended ") || title.contains(" error ") {
+            break;
+        }
+    }
+    let _ = chromium.kill();
+    let _ = chromium.wait();
+    let tiers: serde_json::Value = client
+        .get(format!("{}/api/tiers", server.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let m = server.metrics();
+    server.shutdown().await;
+    let seen = titles_seen.join("\n");
+    assert!(
+        titles_seen.iter().any(|t| t.contains(" staging ")),
+        "the page never showed the staging:\n{seen}"
+    );
+    let last = titles_seen.last().cloned().unwrap_or_default();
+    assert!(last.starts_with("rondo: vaulted ended"), "{seen}");
+    assert!(last.ends_with("waiting=0"), "{seen}");
+    assert_eq!(tiers["staged_total"], 1, "{tiers}");
+    let delay_s = tiers["delay_seconds_sum"].as_f64().unwrap();
+    let predicted = tiers["predicted_seconds_sum"].as_f64().unwrap();
+    assert_eq!(Some(predicted), predicted_s, "{tiers}");
+    assert!(
+        (delay_s / predicted - 1.0).abs() <= 0.10,
+        "staged in {delay_s:.2} s, predicted {predicted:.2} s"
+    );
+    assert_eq!(m.stream_round_misses, 0, "{m:?}");
+    eprintln!(
+        "tier title in Chromium: staged in {delay_s:.2} s against {predicted:.2} s predicted ({:+.1}%); \
+         playing {:.1} s after the page opened\n{seen}",
+        100.0 * (delay_s / predicted - 1.0),
+        playing_at.unwrap_or(f64::NAN)
+    );
+}
+
 /// The titles API names each MP4 title's codecs (RFC 6381, read from its
 /// header), and the player page asks the browser with them: for an H.265
 /// title in a Chromium that cannot decode H.265 (`canPlayType` answers ""),

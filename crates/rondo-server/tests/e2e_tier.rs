@@ -7,48 +7,11 @@
 
 mod e2e_support;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use e2e_support::*;
-use rondo_server::ingest::ingest_to_tier;
 use rondo_store::{Store, StoreConfig};
-use rondo_tier::jukebox::{EmulatedJukebox, FarmConfig};
-use rondo_tier::{JukeboxTierConfig, TierConfig, TierKind, TiersFile};
 use serde_json::Value;
-
-/// Wall seconds per model second of the test farms: an exchange and
-/// spin-up (17.3 s) take 3.5 s.
-const TIME_SCALE: f64 = 0.2;
-
-/// Makes a jukebox farm `vault` in the data directory and names it in
-/// tiers.toml.
-fn add_jukebox(data: &Path, stripe_factor: u32) {
-    let config = FarmConfig {
-        time_scale: TIME_SCALE,
-        stripe_factor,
-        slots: 8,
-        ..FarmConfig::default()
-    };
-    EmulatedJukebox::create(&data.join("vault"), &config).unwrap();
-    TiersFile {
-        tiers: vec![TierConfig {
-            name: "vault".into(),
-            kind: TierKind::Jukebox(JukeboxTierConfig {
-                path: "vault".into(),
-            }),
-        }],
-    }
-    .write(data)
-    .unwrap();
-}
-
-fn to_tier(store: &Store, data: &Path, file: &Path, name: &str) {
-    let tier = EmulatedJukebox::open("vault", &data.join("vault")).unwrap();
-    let source = file.file_name().unwrap().to_string_lossy().into_owned();
-    ingest_to_tier(store, &tier, "vault", file, &source, Some(name), 0)
-        .unwrap_or_else(|e| panic!("to the tier: {e}"));
-}
 
 fn no_redirects() -> reqwest::Client {
     reqwest::Client::builder()
@@ -61,7 +24,11 @@ fn no_redirects() -> reqwest::Client {
 /// its Retry-After, seconds until the redirect, the redirect's location).
 async fn stage(client: &reqwest::Client, url: &str, name: &str) -> (Value, u64, f64, String) {
     let started = Instant::now();
-    let first = client.get(format!("{url}/tier/{name}")).send().await.unwrap();
+    let first = client
+        .get(format!("{url}/tier/{name}"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(first.status(), 503, "staging starts with a 503");
     let retry_after: u64 = first.headers()["retry-after"]
         .to_str()
@@ -71,7 +38,11 @@ async fn stage(client: &reqwest::Client, url: &str, name: &str) -> (Value, u64, 
     let body: Value = first.json().await.unwrap();
     loop {
         tokio::time::sleep(Duration::from_millis(25)).await;
-        let r = client.get(format!("{url}/tier/{name}")).send().await.unwrap();
+        let r = client
+            .get(format!("{url}/tier/{name}"))
+            .send()
+            .await
+            .unwrap();
         match r.status().as_u16() {
             503 => assert!(
                 started.elapsed() < Duration::from_secs(60),
@@ -117,7 +88,12 @@ async fn a_jukebox_title_is_staged_when_asked_for_within_its_predicted_delay_and
         .unwrap_or_else(|| panic!("{titles}"));
     assert_eq!(entry["staged"], false, "{entry}");
     assert_eq!(entry["home"], "vault");
-    assert!(entry["stream_url"].as_str().unwrap().ends_with("/tier/from-the-vault"));
+    assert!(
+        entry["stream_url"]
+            .as_str()
+            .unwrap()
+            .ends_with("/tier/from-the-vault")
+    );
 
     // A resident title plays while the other one stages.
     let playing = {
@@ -133,14 +109,20 @@ async fn a_jukebox_title_is_staged_when_asked_for_within_its_predicted_delay_and
     // rotation and the transfer at 3 MB/s.
     let size = std::fs::metadata(&clip).unwrap().len() as f64;
     let model_fetch_s = (8.7 + 8.6 + 0.1 + 0.006 + size / 3e6) * TIME_SCALE;
-    assert!((fetch_s - model_fetch_s).abs() < 0.01, "{fetch_s} vs {model_fetch_s}");
+    assert!(
+        (fetch_s - model_fetch_s).abs() < 0.01,
+        "{fetch_s} vs {model_fetch_s}"
+    );
     assert_eq!(retry_after, predicted_s.ceil() as u64);
     let error = delay_s / predicted_s - 1.0;
     eprintln!(
         "staged in {delay_s:.3} s against {predicted_s:.3} s predicted ({:+.1}%)",
         100.0 * error
     );
-    assert!(error.abs() <= 0.10, "staged in {delay_s:.3} s, predicted {predicted_s:.3} s");
+    assert!(
+        error.abs() <= 0.10,
+        "staged in {delay_s:.3} s, predicted {predicted_s:.3} s"
+    );
 
     // Staged: the tier URL redirects to the title's stream, which plays the
     // file whole (a faststart MP4 is stored as it is).
@@ -239,11 +221,19 @@ async fn an_unreadable_tier_object_is_a_clear_error_and_the_array_keeps_playing(
         tokio::spawn(async move { reqwest::get(url).await.unwrap().bytes().await.unwrap() })
     };
     for (name, says) in [("damaged", "fails its checksum"), ("gone", "no object")] {
-        let first = client.get(format!("{url}/tier/{name}")).send().await.unwrap();
+        let first = client
+            .get(format!("{url}/tier/{name}"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(first.status(), 503);
         let answer = loop {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let r = client.get(format!("{url}/tier/{name}")).send().await.unwrap();
+            let r = client
+                .get(format!("{url}/tier/{name}"))
+                .send()
+                .await
+                .unwrap();
             if r.status() != 503 {
                 break r;
             }
@@ -325,4 +315,97 @@ async fn the_array_evicts_the_least_requested_staged_title_and_never_a_pinned_on
     assert!(!staged("b"), "b (least requested) is evicted: {titles}");
     assert!(staged("p"), "p is pinned: {titles}");
     assert!(staged("c"), "{titles}");
+}
+
+/// The S3 tier against a real S3 server (s3s-fs over a directory, started
+/// by the test): a title stored there is staged when asked for, within 10%
+/// of the delay predicted from the store's measured throughput and the
+/// array's write queue, and plays whole; a corrupt object is a clear 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_s3_title_is_staged_within_its_predicted_delay_and_a_corrupt_object_is_refused() {
+    use rondo_testkit::s3::S3Server;
+    use rondo_tier::{S3TierConfig, TierConfig, TierKind, TiersFile};
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let s3 = S3Server::start(&dir.path().join("s3"));
+    let data = dir.path().join("data");
+    let store = create_store(&data);
+    let config = TierConfig {
+        name: "cloud".into(),
+        kind: TierKind::S3(S3TierConfig {
+            endpoint: s3.endpoint.clone(),
+            bucket: s3.bucket.clone(),
+            region: "us-east-1".into(),
+            access_key_id: s3.access_key_id.clone(),
+            secret_access_key: s3.secret_access_key.clone(),
+            allow_http: true,
+            prefix: None,
+        }),
+    };
+    TiersFile {
+        tiers: vec![config.clone()],
+    }
+    .write(&data)
+    .unwrap();
+    let clip = make_media(dir.path(), "clip", MediaKind::Mp4Faststart, 30);
+    {
+        let tier = rondo_tier::open(&config, &data).unwrap();
+        for name in ["from-s3", "rotten"] {
+            let source = clip.file_name().unwrap().to_string_lossy().into_owned();
+            rondo_server::ingest::ingest_to_tier(&store, tier.as_ref(), "cloud", &clip, &source, Some(name), 0)
+                .unwrap();
+        }
+    }
+    // Flip a byte of rotten's object behind the tier's back.
+    let rotten = s3.object_file(&rondo_server::ingest::tier_object_key("rotten"));
+    let mut bytes = std::fs::read(&rotten).unwrap();
+    bytes[1000] ^= 0x01;
+    std::fs::write(&rotten, bytes).unwrap();
+
+    let server = start(store, test_config()).await;
+    let url = server.url();
+    let client = no_redirects();
+    let (body, _, delay_s, _) = stage(&client, &url, "from-s3").await;
+    let predicted_s = body["staging"]["predicted_seconds"].as_f64().unwrap();
+    let error = delay_s / predicted_s - 1.0;
+    let tiers: Value = client
+        .get(format!("{url}/api/tiers"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    eprintln!(
+        "S3 staging: {delay_s:.3} s against {predicted_s:.3} s predicted ({:+.1}%); fetch {:.3} s \
+         against {:.3} s predicted at {:.0} MB/s measured",
+        100.0 * error,
+        tiers["fetch_seconds_sum"].as_f64().unwrap(),
+        tiers["predicted_fetch_seconds_sum"].as_f64().unwrap(),
+        tiers["tiers"][0]["measured_bytes_per_s"].as_f64().unwrap_or(0.0) / 1e6
+    );
+    assert!(error.abs() <= 0.10, "staged in {delay_s:.3} s, predicted {predicted_s:.3} s");
+    let played = reqwest::get(format!("{url}/tier/from-s3")).await.unwrap();
+    assert_eq!(played.status(), 200);
+    assert_eq!(
+        played.bytes().await.unwrap().as_ref(),
+        std::fs::read(&clip).unwrap().as_slice()
+    );
+
+    let first = client.get(format!("{url}/tier/rotten")).send().await.unwrap();
+    assert_eq!(first.status(), 503);
+    let answer = loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let r = client.get(format!("{url}/tier/rotten")).send().await.unwrap();
+        if r.status() != 503 {
+            break r;
+        }
+    };
+    assert_eq!(answer.status(), 502);
+    let body: Value = answer.json().await.unwrap();
+    let text = body["error"].as_str().unwrap();
+    assert!(text.contains("tier cloud") && text.contains("corrupt"), "{text}");
+    let m = server.metrics();
+    server.shutdown().await;
+    assert_eq!(m.stream_round_misses, 0, "{m:?}");
 }

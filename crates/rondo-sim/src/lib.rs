@@ -9,5 +9,6 @@
 
 pub mod faults;
 pub mod run;
+pub mod tier;
 pub mod titles;
 pub mod workload;

@@ -11,5 +11,6 @@ pub mod load;
 pub mod policy_args;
 pub mod serve;
 pub mod simulate;
+pub mod simulate_tier;
 pub mod tier;
 pub mod trace;

@@ -193,6 +193,9 @@ pub struct SimulateArgs {
     /// (needs --layout segments; synthetic titles). docs/retrieval.md.
     #[arg(long, conflicts_with_all = ["data_dir", "no_capacity"])]
     compare_policies: bool,
+    /// A library on optical jukeboxes staged onto this array (seed 002).
+    #[command(flatten)]
+    tier: crate::cmd::simulate_tier::TierArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -387,12 +390,22 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
              I/O: add --mode simulated-disk"
         );
     }
-    let setup = setup_of(&args, &config, &titles)?;
     let rule = StoppingRule {
         min_replications: args.replications.max(1),
         max_replications: args.max_replications.max(args.replications.max(1)),
         ci_fraction: args.ci,
     };
+    if args.tier.library.is_some() {
+        return crate::cmd::simulate_tier::run(
+            &args.tier,
+            &config,
+            args.zipf.unwrap_or(1.0),
+            args.seed,
+            rule,
+            args.json,
+        );
+    }
+    let setup = setup_of(&args, &config, &titles)?;
     let point = |load: f64, rate_per_round: Option<f64>, label: &str| Point {
         series: label.to_string(),
         x_name: "load".into(),

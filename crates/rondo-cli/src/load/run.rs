@@ -65,6 +65,18 @@ pub fn run_blocking(config: LoadConfig) -> anyhow::Result<Report> {
     runtime.block_on(run(config))
 }
 
+/// An entry of `GET /api/titles`: a title on the array has an id and a
+/// schedule; a title whose home is a tier names it.
+#[derive(serde::Deserialize)]
+struct ListedTitle {
+    id: Option<u64>,
+    name: String,
+    duration_seconds: f64,
+    stream_url: String,
+    schedule_url: Option<String>,
+    home: Option<String>,
+}
+
 async fn fetch_titles(
     client: &reqwest::Client,
     url: &str,
@@ -81,16 +93,34 @@ async fn fetch_titles(
         if !status.is_success() {
             bail!("{list_url} answered {status}; is {url} a rondo server?");
         }
-        response
-            .json::<Vec<TitleInfo>>()
+        let listed = response
+            .json::<Vec<ListedTitle>>()
             .await
-            .with_context(|| format!("{list_url} did not return a list of titles"))
+            .with_context(|| format!("{list_url} did not return a list of titles"))?;
+        // Titles whose home is a tier are left out: a request for one
+        // measures its staging, not the array (docs/load.md).
+        Ok(listed
+            .into_iter()
+            .filter(|t| t.home.is_none())
+            .filter_map(|t| {
+                Some(TitleInfo {
+                    id: t.id?,
+                    name: t.name,
+                    duration_seconds: t.duration_seconds,
+                    stream_url: t.stream_url,
+                    schedule_url: t.schedule_url?,
+                })
+            })
+            .collect::<Vec<_>>())
     };
     let titles = tokio::time::timeout(timeout, fetch)
         .await
         .with_context(|| format!("{list_url}: no answer within {timeout:?}"))??;
     if titles.is_empty() {
-        bail!("the server at {url} has no titles to stream; add some with `rondo ingest`");
+        bail!(
+            "the server at {url} has no titles on its array to stream (titles whose home is a \
+             tier are not streamed by rondo load); add some with `rondo ingest`"
+        );
     }
     Ok(titles)
 }

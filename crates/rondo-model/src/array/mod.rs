@@ -59,7 +59,7 @@ pub use delivery::{DeliveryConfig, Release};
 pub use policy::{OneReadPerStream, RetrievalPolicy};
 pub use repair::{ExtentFaults, LostRound, Marked, Repairs};
 pub use titles::{ArrayTitle, ExtentChecksums, RoundIndex, RoundPosition};
-pub use writes::{WRITE_LOOKAHEAD_ROUNDS, WritePrediction, WriteQueue};
+pub use writes::{WRITE_LOOKAHEAD_ROUNDS, WriteLoad, WritePrediction, WriteQueue};
 
 /// Extents per round the rondo-mode write bound's seek line is tuned for (a
 /// rebuild writes a few large extents per round; any value gives a valid
@@ -1802,7 +1802,19 @@ impl Array {
     /// later, re-reads and a rebuild can only make it later. `None` when
     /// some round never fits (past the tables' horizon no stream is
     /// reserved, so only a write larger than an idle round could).
-    pub fn predict_write(&self, layout: Arc<TitleLayout>) -> Option<WritePrediction> {
+    ///
+    /// `load` says what happens to the time streams free as they end:
+    /// [`WriteLoad::AdmittedOnly`] gives it to the write (no stream is
+    /// admitted meanwhile: exact for the write queue's rule, a test checks
+    /// it); [`WriteLoad::Steady`] lets new streams take it back, so no
+    /// round leaves the write more than the mean unreserved time over the
+    /// disks now (a server at capacity, where arrivals refill what
+    /// departures free).
+    pub fn predict_write(
+        &self,
+        layout: Arc<TitleLayout>,
+        load: WriteLoad,
+    ) -> Option<WritePrediction> {
         let rounds = layout.rounds().len();
         if rounds == 0 {
             return Some(WritePrediction {
@@ -1822,14 +1834,30 @@ impl Array {
         let horizon = self.config.reservation.horizon_rounds;
         let disks = self.disk_count() as usize;
         let no_use = vec![0u64; disks];
+        let steady_cap_ns = match load {
+            WriteLoad::AdmittedOnly => u64::MAX,
+            WriteLoad::Steady => {
+                let now = self.reservations.write_credits_ns(self.next_round, &no_use);
+                now.iter().sum::<u64>() / disks.max(1) as u64
+            }
+        };
         let mut granted = 0usize;
-        for k in 0..(horizon + rounds as u64 + 1) {
+        // Under a steady load a round may leave less than a whole idle
+        // round forever; a write larger than the cap then never fits.
+        let limit = match load {
+            WriteLoad::AdmittedOnly => horizon + rounds as u64 + 1,
+            WriteLoad::Steady => horizon + 64 * (rounds as u64 + 1),
+        };
+        for k in 0..limit {
             let round = Round(self.next_round.0 + k);
-            let credits = if k < horizon {
+            let mut credits = if k < horizon {
                 self.reservations.write_credits_ns(round, &no_use)
             } else {
                 vec![idle_round_ns; disks]
             };
+            for c in &mut credits {
+                *c = (*c).min(steady_cap_ns);
+            }
             let grant = writes.grant(round, &credits, idle_round_ns, &self.config.write_bound);
             granted += grant.rounds.iter().filter(|(t, ..)| *t == probe).count();
             for (title, playback_round, _) in &grant.rounds {

@@ -1478,7 +1478,15 @@ fn predicted_write_rounds_are_the_rounds_the_write_queue_takes() {
         }
         let ingest = title(1, 4, 1, &[1536 * KIB; 200], &mut allocator);
         let layout = Arc::clone(ingest.layout.as_ref().unwrap());
-        let predicted = a.predict_write(Arc::clone(&layout)).unwrap().rounds;
+        let predicted = a
+            .predict_write(Arc::clone(&layout), WriteLoad::AdmittedOnly)
+            .unwrap()
+            .rounds;
+        let steady = a
+            .predict_write(Arc::clone(&layout), WriteLoad::Steady)
+            .unwrap()
+            .rounds;
+        assert!(steady >= predicted, "{steady} < {predicted}");
         a.begin_ingest(TitleId(1), layout);
         let mut granted = 0;
         let mut round = a.next_round().0;

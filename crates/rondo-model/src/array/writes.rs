@@ -42,6 +42,16 @@ pub struct WriteQueue {
     titles: BTreeMap<TitleId, TitleWrites>,
 }
 
+/// What [`super::Array::predict_write`] assumes of the streams to come.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum WriteLoad {
+    /// Only the streams admitted now: time they free goes to the write.
+    AdmittedOnly,
+    /// Arrivals keep the array as busy as now: no round leaves more than
+    /// the mean unreserved time over the disks now.
+    Steady,
+}
+
 /// A write's predicted course ([`super::Array::predict_write`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct WritePrediction {

@@ -154,7 +154,11 @@ pub fn render_staging(s: &crate::staging::StagingSnapshot) -> String {
         "Fetches in progress or queued on each tier.",
     );
     for t in &s.tiers {
-        w.sample("rondo_tier_fetches_active", &[("tier", &t.name)], t.fetches_active);
+        w.sample(
+            "rondo_tier_fetches_active",
+            &[("tier", &t.name)],
+            t.fetches_active,
+        );
     }
     w.family(
         "rondo_tier_fetched_bytes_total",
@@ -197,7 +201,11 @@ pub fn render_staging(s: &crate::staging::StagingSnapshot) -> String {
     );
     for t in &s.tiers {
         if let Some(rate) = t.measured_bytes_per_s {
-            w.sample("rondo_tier_measured_bytes_per_second", &[("tier", &t.name)], rate);
+            w.sample(
+                "rondo_tier_measured_bytes_per_second",
+                &[("tier", &t.name)],
+                rate,
+            );
         }
     }
     w.family(

@@ -265,3 +265,40 @@ pub fn assert_replicas_agree_on(store: &Store, titles: &[TitleRecord], disk: Dis
     }
     compared
 }
+
+/// Wall seconds per model second of the test jukebox farms: an exchange and
+/// spin-up (17.3 s) take 3.5 s.
+pub const TIME_SCALE: f64 = 0.2;
+
+/// Makes an emulated jukebox farm `vault` in the data directory (seed 002's
+/// NSM Satellite, [`TIME_SCALE`] times real time, 8 slots per jukebox) and
+/// names it in tiers.toml.
+pub fn add_jukebox(data: &Path, stripe_factor: u32) {
+    use rondo_tier::jukebox::{EmulatedJukebox, FarmConfig};
+    use rondo_tier::{JukeboxTierConfig, TierConfig, TierKind, TiersFile};
+    let config = FarmConfig {
+        time_scale: TIME_SCALE,
+        stripe_factor,
+        slots: 8,
+        ..FarmConfig::default()
+    };
+    EmulatedJukebox::create(&data.join("vault"), &config).unwrap();
+    TiersFile {
+        tiers: vec![TierConfig {
+            name: "vault".into(),
+            kind: TierKind::Jukebox(JukeboxTierConfig {
+                path: "vault".into(),
+            }),
+        }],
+    }
+    .write(data)
+    .unwrap();
+}
+
+/// Stores `file` on the `vault` tier as title `name` (no server running).
+pub fn to_tier(store: &Store, data: &Path, file: &Path, name: &str) {
+    let tier = rondo_tier::jukebox::EmulatedJukebox::open("vault", &data.join("vault")).unwrap();
+    let source = file.file_name().unwrap().to_string_lossy().into_owned();
+    rondo_server::ingest::ingest_to_tier(store, &tier, "vault", file, &source, Some(name), 0)
+        .unwrap_or_else(|e| panic!("to the tier: {e}"));
+}
