@@ -17,7 +17,8 @@
 #   4. from the window's start, every STAGE_EVERY_S seconds one tier title
 #      is asked for (GET /tier/NAME until it redirects: the measured staging
 #      delay beside the prediction in the first 503), then streamed whole
-#      (curl -L, the paced stream, its bytes counted);
+#      (curl -L, the paced stream, its bytes counted; asked again every 2 s
+#      while the server refuses it as full, as a player would);
 #   5. the summary: the load's stalls and the server's deadline misses and
 #      disk-round overruns, each staging's delay against its prediction.
 #
@@ -110,13 +111,26 @@ stage_one() { # name
         sleep 0.1
     done
     ready=$(date +%s.%N)
-    bytes=$(curl -sL "$URL/tier/$name" | wc -c)
+    # Its stream is admitted like any: near capacity it may be refused as
+    # full (503); ask again as a player would, up to a minute.
+    local stream_code refusals=0
+    for _ in $(seq 30); do
+        stream_code=$(curl -sL -o "$WORK/$name.out" -w '%{http_code}' "$URL/tier/$name")
+        [[ $stream_code != 503 ]] && break
+        refusals=$((refusals + 1))
+        sleep 2
+    done
+    bytes=$(stat -c %s "$WORK/$name.out")
+    rm -f "$WORK/$name.out"
     jq -cn --arg name "$name" --argjson first "$first" --arg code "$code" \
         --argjson delay "$(echo "$ready - $start" | bc)" --argjson bytes "$bytes" \
+        --arg stream_code "$stream_code" --argjson refusals "$refusals" \
         '{name: $name, code: ($code | tonumber), measured_s: $delay,
           predicted_s: $first.staging.predicted_seconds,
+          predicted_lower_bound: $first.staging.predicted_lower_bound,
           predicted_write_rounds: $first.staging.predicted_write_rounds,
-          stored_bytes: $first.staging.stored_bytes, streamed_bytes: $bytes}' >> "$OUT/stagings.jsonl"
+          stored_bytes: $first.staging.stored_bytes, stream_code: ($stream_code | tonumber),
+          stream_refusals_full: $refusals, streamed_bytes: $bytes}' >> "$OUT/stagings.jsonl"
 }
 wait_until "$WARMUP_S"
 curl -sf "$URL/api/metrics" > "$OUT/metrics-window-start.json"
@@ -164,5 +178,5 @@ jq -r '
   "load: \(.measured_mean_active_streams * 10 | round / 10) streams in playback (predicted \(.predicted_mean_active_streams * 10 | round / 10)), \(.streams_started) started, \(.streams_rejected) refused",
   "  stalls \(.stalls), deadline misses \(.server_stream_round_misses), disk-round overruns \(.server_disk_round_overruns), errors \(.streams_errors), broken \(.streams_broken)",
   "stagings: \(.stagings | length) (\(.stagings_whole) streamed whole); measured / predicted − 1: \(.staging_error_fraction | map(. * 1000 | round / 10) | map(tostring + "%") | join(", "))",
-  (.stagings[] | "  \(.name): \(.measured_s * 100 | round / 100) s against \(.predicted_s * 100 | round / 100) s predicted (\(.predicted_write_rounds) write rounds)")
+  (.stagings[] | "  \(.name): \(.measured_s * 100 | round / 100) s against \(.predicted_s * 100 | round / 100) s predicted (\(.predicted_write_rounds) write rounds\(if .predicted_lower_bound then ", a lower bound" else "" end)); its stream \(.stream_code) after \(.stream_refusals_full) refusals as full, \(.streamed_bytes) of \(.stored_bytes) bytes")
 ' "$OUT/summary.json"

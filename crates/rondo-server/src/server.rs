@@ -330,7 +330,17 @@ impl RunningServer {
         );
         let driver = std::thread::Builder::new()
             .name("rondo-rounds".into())
-            .spawn(move || driver.run())
+            .spawn(move || {
+                // A server whose round driver is gone would hold its
+                // streams and answer requests without serving a byte: a
+                // panic here (printed above) stops the whole process, and
+                // the next start recovers the directory.
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| driver.run())).is_err()
+                {
+                    tracing::error!("the round driver panicked; stopping the server");
+                    std::process::abort();
+                }
+            })
             .map_err(io_error("starting the round driver"))?;
 
         // The dashboard's history starts with the server, not with its first viewer.

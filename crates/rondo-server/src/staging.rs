@@ -68,6 +68,8 @@ struct Job {
     predicted_ns: u64,
     predicted_fetch_ns: u64,
     predicted_write_rounds: u64,
+    /// The array was too busy for the steady-load prediction.
+    predicted_lower_bound: bool,
     object_bytes: u64,
     fetched_bytes: Arc<AtomicU64>,
     written_bytes: Arc<AtomicU64>,
@@ -91,6 +93,10 @@ pub struct JobView {
     /// Measured, once the fetch has ended.
     pub fetch_seconds: Option<f64>,
     pub predicted_write_rounds: u64,
+    /// The prediction is a lower bound: at the staging's start the array
+    /// was so busy that, were it to stay so, no round would fit a round of
+    /// the title's writes; it counts only the streams admitted then.
+    pub predicted_lower_bound: bool,
     pub fetched_bytes: u64,
     pub object_bytes: u64,
     pub written_bytes: u64,
@@ -233,6 +239,7 @@ fn view(name: &str, job: &Job) -> JobView {
         predicted_fetch_seconds: seconds(job.predicted_fetch_ns),
         fetch_seconds: job.fetch_ns.map(seconds),
         predicted_write_rounds: job.predicted_write_rounds,
+        predicted_lower_bound: job.predicted_lower_bound,
         fetched_bytes: job.fetched_bytes.load(Relaxed),
         object_bytes: job.object_bytes,
         written_bytes: job.written_bytes.load(Relaxed),
@@ -305,12 +312,22 @@ pub async fn request(shared: &Arc<Shared>, record: TierTitleRecord) -> StageAnsw
             .await
             .unwrap_or(0)
     };
-    let write = predict_write(shared, &record)
-        .await
-        .unwrap_or(WritePrediction {
-            rounds: 1,
-            last_round_busy_ns: shared.round_duration_ns(),
-        });
+    // Arrivals refill the time departures free (a server at capacity); if
+    // under that no round would ever fit the title's writes, only the
+    // streams admitted now are counted, and the prediction is a lower bound.
+    let (write, lower_bound) = match predict_write(shared, &record, WriteLoad::Steady).await {
+        Some(write) => (write, false),
+        None => match predict_write(shared, &record, WriteLoad::AdmittedOnly).await {
+            Some(write) => (write, true),
+            None => (
+                WritePrediction {
+                    rounds: record.client_bytes.len() as u64,
+                    last_round_busy_ns: shared.round_duration_ns(),
+                },
+                true,
+            ),
+        },
+    };
     let predicted_write_rounds = write.rounds;
     let now = Instant::now();
     let predicted_ns = predicted_ready(shared, now, predicted_fetch_ns, write)
@@ -324,6 +341,7 @@ pub async fn request(shared: &Arc<Shared>, record: TierTitleRecord) -> StageAnsw
         predicted_ns,
         predicted_fetch_ns,
         predicted_write_rounds,
+        predicted_lower_bound: lower_bound,
         object_bytes: record.object_bytes,
         fetched_bytes: Arc::new(AtomicU64::new(0)),
         written_bytes: Arc::new(AtomicU64::new(0)),
@@ -394,7 +412,11 @@ fn object_of(record: &TierTitleRecord) -> TierObject {
 }
 
 /// How the array would write `record`'s stored stream now.
-async fn predict_write(shared: &Arc<Shared>, record: &TierTitleRecord) -> Option<WritePrediction> {
+async fn predict_write(
+    shared: &Arc<Shared>,
+    record: &TierTitleRecord,
+    load: WriteLoad,
+) -> Option<WritePrediction> {
     let store = shared.store.clone();
     let client_bytes = record.client_bytes.clone();
     let round_ns = record.round_duration_ns;
@@ -416,7 +438,7 @@ async fn predict_write(shared: &Arc<Shared>, record: &TierTitleRecord) -> Option
     .ok()??;
     let layout = Arc::new(layout);
     shared
-        .with_core(move |_, core| core.array.predict_write(layout, WriteLoad::Steady))
+        .with_core(move |_, core| core.array.predict_write(layout, load))
         .await?
 }
 
@@ -514,7 +536,12 @@ fn stage(
         out.flush()
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
-    if let Some(job) = staging.jobs.lock().expect("staging lock").get_mut(&record.name) {
+    if let Some(job) = staging
+        .jobs
+        .lock()
+        .expect("staging lock")
+        .get_mut(&record.name)
+    {
         job.fetch_ns = Some(job.started.elapsed().as_nanos() as u64);
     }
     set_phase(Phase::Writing);

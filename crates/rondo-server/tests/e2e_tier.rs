@@ -13,6 +13,11 @@ use e2e_support::*;
 use rondo_store::{Store, StoreConfig};
 use serde_json::Value;
 
+/// GET `url` as JSON.
+async fn json(client: &reqwest::Client, url: &str) -> Value {
+    client.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 fn no_redirects() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -72,14 +77,7 @@ async fn a_jukebox_title_is_staged_when_asked_for_within_its_predicted_delay_and
     let url = server.url();
     let client = no_redirects();
 
-    let titles: Value = client
-        .get(format!("{url}/api/titles"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let titles: Value = json(&client, &format!("{url}/api/titles")).await;
     let entry = titles
         .as_array()
         .unwrap()
@@ -136,14 +134,7 @@ async fn a_jukebox_title_is_staged_when_asked_for_within_its_predicted_delay_and
     let resident_bytes = playing.await.unwrap();
     assert_eq!(resident_bytes.len() as u64, resident.size_bytes);
 
-    let tiers: Value = client
-        .get(format!("{url}/api/tiers"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let tiers: Value = json(&client, &format!("{url}/api/tiers")).await;
     assert_eq!(tiers["staged_total"], 1, "{tiers}");
     assert_eq!(tiers["tiers"][0]["exchanges_total"], 1, "{tiers}");
     let metrics = client
@@ -260,11 +251,12 @@ async fn the_array_evicts_the_least_requested_staged_title_and_never_a_pinned_on
     init_logs();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    // Four disks of four 2 MiB strides: room for three of these titles
-    // (each takes a stride per disk for its rounds and one for backups).
+    // Four disks of six 2 MiB strides: room for three of these titles
+    // (each takes a stride per disk for its primary rounds and one for its
+    // backups).
     let config = StoreConfig {
         round_duration_ns: TEST_ROUND_DURATION_NS,
-        ..StoreConfig::new(4, "cheetah-4lp", 4 * 2 * 1024 * 1024)
+        ..StoreConfig::new(4, "cheetah-4lp", 6 * 2 * 1024 * 1024)
     };
     let store = Store::create(&data, config).unwrap();
     add_jukebox(&data, 1);
@@ -279,20 +271,15 @@ async fn the_array_evicts_the_least_requested_staged_title_and_never_a_pinned_on
     for name in ["a", "b", "p"] {
         stage(&client, &url, name).await;
     }
+    let tiers: Value = json(&client, &format!("{url}/api/tiers")).await;
+    assert_eq!(tiers["evictions_total"], 0, "three titles fit: {tiers}");
     // a is asked for twice more: b is now the least requested.
     for _ in 0..2 {
         let r = client.get(format!("{url}/tier/a")).send().await.unwrap();
         assert_eq!(r.status(), 307);
     }
     stage(&client, &url, "c").await;
-    let titles: Value = client
-        .get(format!("{url}/api/titles"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let titles: Value = json(&client, &format!("{url}/api/titles")).await;
     let staged = |name: &str| {
         titles
             .as_array()
@@ -302,14 +289,7 @@ async fn the_array_evicts_the_least_requested_staged_title_and_never_a_pinned_on
             .map(|t| t["staged"] == true)
             .unwrap()
     };
-    let tiers: Value = client
-        .get(format!("{url}/api/tiers"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let tiers: Value = json(&client, &format!("{url}/api/tiers")).await;
     server.shutdown().await;
     assert!(tiers["evictions_total"].as_u64().unwrap() >= 1, "{tiers}");
     assert!(!staged("b"), "b (least requested) is evicted: {titles}");
@@ -352,8 +332,16 @@ async fn an_s3_title_is_staged_within_its_predicted_delay_and_a_corrupt_object_i
         let tier = rondo_tier::open(&config, &data).unwrap();
         for name in ["from-s3", "rotten"] {
             let source = clip.file_name().unwrap().to_string_lossy().into_owned();
-            rondo_server::ingest::ingest_to_tier(&store, tier.as_ref(), "cloud", &clip, &source, Some(name), 0)
-                .unwrap();
+            rondo_server::ingest::ingest_to_tier(
+                &store,
+                tier.as_ref(),
+                "cloud",
+                &clip,
+                &source,
+                Some(name),
+                0,
+            )
+            .unwrap();
         }
     }
     // Flip a byte of rotten's object behind the tier's back.
@@ -368,23 +356,22 @@ async fn an_s3_title_is_staged_within_its_predicted_delay_and_a_corrupt_object_i
     let (body, _, delay_s, _) = stage(&client, &url, "from-s3").await;
     let predicted_s = body["staging"]["predicted_seconds"].as_f64().unwrap();
     let error = delay_s / predicted_s - 1.0;
-    let tiers: Value = client
-        .get(format!("{url}/api/tiers"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let tiers: Value = json(&client, &format!("{url}/api/tiers")).await;
     eprintln!(
         "S3 staging: {delay_s:.3} s against {predicted_s:.3} s predicted ({:+.1}%); fetch {:.3} s \
          against {:.3} s predicted at {:.0} MB/s measured",
         100.0 * error,
         tiers["fetch_seconds_sum"].as_f64().unwrap(),
         tiers["predicted_fetch_seconds_sum"].as_f64().unwrap(),
-        tiers["tiers"][0]["measured_bytes_per_s"].as_f64().unwrap_or(0.0) / 1e6
+        tiers["tiers"][0]["measured_bytes_per_s"]
+            .as_f64()
+            .unwrap_or(0.0)
+            / 1e6
     );
-    assert!(error.abs() <= 0.10, "staged in {delay_s:.3} s, predicted {predicted_s:.3} s");
+    assert!(
+        error.abs() <= 0.10,
+        "staged in {delay_s:.3} s, predicted {predicted_s:.3} s"
+    );
     let played = reqwest::get(format!("{url}/tier/from-s3")).await.unwrap();
     assert_eq!(played.status(), 200);
     assert_eq!(
@@ -392,11 +379,19 @@ async fn an_s3_title_is_staged_within_its_predicted_delay_and_a_corrupt_object_i
         std::fs::read(&clip).unwrap().as_slice()
     );
 
-    let first = client.get(format!("{url}/tier/rotten")).send().await.unwrap();
+    let first = client
+        .get(format!("{url}/tier/rotten"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(first.status(), 503);
     let answer = loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let r = client.get(format!("{url}/tier/rotten")).send().await.unwrap();
+        let r = client
+            .get(format!("{url}/tier/rotten"))
+            .send()
+            .await
+            .unwrap();
         if r.status() != 503 {
             break r;
         }
@@ -404,7 +399,10 @@ async fn an_s3_title_is_staged_within_its_predicted_delay_and_a_corrupt_object_i
     assert_eq!(answer.status(), 502);
     let body: Value = answer.json().await.unwrap();
     let text = body["error"].as_str().unwrap();
-    assert!(text.contains("tier cloud") && text.contains("corrupt"), "{text}");
+    assert!(
+        text.contains("tier cloud") && text.contains("corrupt"),
+        "{text}"
+    );
     let m = server.metrics();
     server.shutdown().await;
     assert_eq!(m.stream_round_misses, 0, "{m:?}");

@@ -1831,11 +1831,19 @@ impl Array {
             .reservation
             .round_duration_ns
             .saturating_sub(fixed_ns);
-        let horizon = self.config.reservation.horizon_rounds;
+        // The tables hold rounds [current, current + horizon); the round in
+        // progress may be before `next_round`, so count from the tables'
+        // own window, not from the next round.
+        let window_end = self
+            .reservations
+            .current_round()
+            .plus(self.config.reservation.horizon_rounds);
+        let horizon = window_end.0.saturating_sub(self.next_round.0);
         let disks = self.disk_count() as usize;
         let no_use = vec![0u64; disks];
         let steady_cap_ns = match load {
             WriteLoad::AdmittedOnly => u64::MAX,
+            WriteLoad::Steady if horizon == 0 => u64::MAX,
             WriteLoad::Steady => {
                 let now = self.reservations.write_credits_ns(self.next_round, &no_use);
                 now.iter().sum::<u64>() / disks.max(1) as u64

@@ -1513,3 +1513,39 @@ fn predicted_write_rounds_are_the_rounds_the_write_queue_takes() {
         "{predictions:?}"
     );
 }
+
+/// A staging's prediction made while a round is in progress (the tables'
+/// window then starts a round before `next_round`) stays inside the
+/// window: the server's round driver once died of it.
+#[test]
+fn a_write_is_predicted_mid_round_within_the_tables_window() {
+    let mut a = array(4, Scheme::Minimum, &[512 * KIB; 16]);
+    for _ in 0..6 {
+        a.admit(&whole(0)).unwrap();
+    }
+    let mut allocator = ArrayAllocator::uniform(4, 1000);
+    for d in 0..4 {
+        for s in 0..100 {
+            allocator.mark_allocated(DiskIndex(d), s).unwrap();
+        }
+    }
+    let layout = Arc::clone(
+        title(1, 4, 1, &[1536 * KIB; 200], &mut allocator)
+            .layout
+            .as_ref()
+            .unwrap(),
+    );
+    for round in 0..3 {
+        let plan = a.begin_round(Round(round));
+        for load in [WriteLoad::AdmittedOnly, WriteLoad::Steady] {
+            let predicted = a.predict_write(Arc::clone(&layout), load);
+            assert!(
+                predicted.is_some_and(|p| p.rounds > 0),
+                "{load:?}: {predicted:?}"
+            );
+        }
+        for c in deliveries(&plan) {
+            a.complete(&ok(c));
+        }
+    }
+}

@@ -137,13 +137,13 @@ pub fn render_staging(s: &crate::staging::StagingSnapshot) -> String {
         s.evictions_total,
     );
     w.single(
-        "rondo_staging_delay_seconds_sum",
+        "rondo_staging_delay_seconds_total",
         "counter",
         "Measured staging delays (first request to stored), summed over staged titles.",
         s.delay_seconds_sum,
     );
     w.single(
-        "rondo_staging_predicted_seconds_sum",
+        "rondo_staging_predicted_seconds_total",
         "counter",
         "The model's predicted staging delays, summed over the same titles.",
         s.predicted_seconds_sum,
@@ -966,7 +966,46 @@ mod tests {
     fn every_metric_the_docs_name_is_exported() {
         let metrics = Metrics::new(2);
         metrics.title(rondo_model::units::TitleId(1), "t");
-        let (samples, types) = parse(&render(&metrics, 0, 1_000_000_000));
+        // And the staging families, with a job and a jukebox and an S3 tier.
+        let staging = crate::staging::StagingSnapshot {
+            jobs: vec![crate::staging::JobView {
+                name: "t".into(),
+                tier: "vault".into(),
+                phase: crate::staging::Phase::Fetching,
+                elapsed_seconds: 1.0,
+                predicted_seconds: 2.0,
+                remaining_seconds: 1.0,
+                predicted_fetch_seconds: 1.5,
+                fetch_seconds: None,
+                predicted_write_rounds: 1,
+                predicted_lower_bound: false,
+                fetched_bytes: 1,
+                object_bytes: 2,
+                written_bytes: 0,
+                stored_bytes: 2,
+            }],
+            tiers: vec![
+                rondo_tier::TierStatus {
+                    name: "vault".into(),
+                    kind: "jukebox",
+                    drives_busy: Some(1),
+                    drives_total: Some(16),
+                    exchanges_total: Some(1),
+                    cache_hits_total: Some(0),
+                    ..Default::default()
+                },
+                rondo_tier::TierStatus {
+                    name: "cloud".into(),
+                    kind: "s3",
+                    measured_bytes_per_s: Some(1e8),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let mut text = render(&metrics, 0, 1_000_000_000);
+        text.push_str(&render_staging(&staging));
+        let (samples, types) = parse(&text);
         let exported: BTreeSet<&str> = types
             .keys()
             .map(String::as_str)
