@@ -58,7 +58,27 @@ pub const FAILED_RETRY_AFTER: Duration = Duration::from_secs(10);
 pub enum Phase {
     Fetching,
     Writing,
-    Failed { error: String },
+    /// `object_fault`: the tier's object is missing or corrupt (the
+    /// client gets 502), not the machinery.
+    Failed {
+        error: String,
+        object_fault: bool,
+    },
+}
+
+/// Why a staging failed.
+struct Failure {
+    error: String,
+    object_fault: bool,
+}
+
+impl From<String> for Failure {
+    fn from(error: String) -> Failure {
+        Failure {
+            error,
+            object_fault: false,
+        }
+    }
 }
 
 struct Job {
@@ -277,15 +297,17 @@ pub async fn request(shared: &Arc<Shared>, record: TierTitleRecord) -> StageAnsw
         let mut jobs = staging.jobs.lock().expect("staging lock");
         if let Some(job) = jobs.get(&record.name) {
             match &job.phase {
-                Phase::Failed { error } => {
+                Phase::Failed {
+                    error,
+                    object_fault,
+                } => {
                     if job
                         .failed_at
                         .is_some_and(|at| at.elapsed() < FAILED_RETRY_AFTER)
                     {
                         return StageAnswer::Failed {
                             error: error.clone(),
-                            object_fault: error.contains("is corrupt")
-                                || error.contains("no object"),
+                            object_fault: *object_fault,
                         };
                     }
                     jobs.remove(&record.name);
@@ -504,10 +526,16 @@ fn run_job(shared: &Arc<Shared>, tier: Arc<dyn Tier>, record: TierTitleRecord) {
                 );
             }
         }
-        Err(error) => {
+        Err(Failure {
+            error,
+            object_fault,
+        }) => {
             staging.counters.failures_total.fetch_add(1, Relaxed);
-            tracing::warn!(title = %record.name, tier = %record.tier, "staging failed: {error}");
-            set_phase(Phase::Failed { error });
+            tracing::warn!(title = %record.name, tier = %record.tier, object_fault, "staging failed: {error}");
+            set_phase(Phase::Failed {
+                error,
+                object_fault,
+            });
         }
     }
 }
@@ -519,7 +547,7 @@ fn stage(
     fetched: &AtomicU64,
     written: &AtomicU64,
     set_phase: &dyn Fn(Phase),
-) -> Result<Arc<LoadedTitle>, String> {
+) -> Result<Arc<LoadedTitle>, Failure> {
     let staging = &shared.staging;
     std::fs::create_dir_all(&staging.dir)
         .map_err(|e| format!("creating {}: {e}", staging.dir.display()))?;
@@ -532,7 +560,10 @@ fn stage(
         tier.fetch(&object_of(record), &mut out, &|done| {
             fetched.store(done, Relaxed)
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failure {
+            object_fault: e.is_object_fault(),
+            error: e.to_string(),
+        })?;
         out.flush()
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
@@ -571,10 +602,11 @@ fn stage(
                         "the array has no room for {:?} ({reason}) and every staged title is \
                          pinned or being streamed",
                         record.name
-                    ));
+                    )
+                    .into());
                 }
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.to_string().into()),
         }
     }
 }

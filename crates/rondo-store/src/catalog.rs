@@ -721,9 +721,10 @@ mod tests {
     }
 
     /// A catalog written by a rondo of schema version 1 opens, migrates to
-    /// 2 keeping its titles, and reports their keyframes as unknown.
+    /// the current version keeping its titles, reports their keyframes as
+    /// unknown (2) and has no tier titles (3).
     #[test]
-    fn a_version_1_catalog_migrates_to_2() {
+    fn a_version_1_catalog_migrates_to_the_current_schema() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(CATALOG_FILE);
         let conn = open(&path, true).unwrap();
@@ -747,7 +748,12 @@ mod tests {
 
         let mut conn = open(&path, false).unwrap();
         assert_eq!(migrate(&mut conn, &path, false).unwrap(), 1);
-        assert_eq!(schema_version(&conn).unwrap(), Some(2));
+        assert_eq!(schema_version(&conn).unwrap(), Some(SCHEMA_VERSION));
+        assert_eq!(SCHEMA_VERSION, 3);
+        let tier_titles: i64 = conn
+            .query_row("SELECT COUNT(*) FROM tier_titles", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(tier_titles, 0);
         let rows = title_rows(&conn, true).unwrap();
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].name, "old");
