@@ -191,4 +191,34 @@ fn tier_titles_from_the_cli_and_a_kill_during_staging_leaves_nothing_partial() {
     let tiers: Value = get_json(&format!("{url}/api/tiers"));
     assert_eq!(tiers["staged_total"], 2, "{tiers}");
     assert_eq!(tiers["failures_total"], 0, "{tiers}");
+
+    // A tier added while the server runs is used without a restart.
+    let out = rondo()
+        .args([
+            "tier",
+            "add",
+            "shelf",
+            "--jukebox",
+            "shelf",
+            "--time-scale",
+            "0.1",
+        ])
+        .args(["--data-dir", text(&data)])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    let out = rondo()
+        .args(["ingest", "--tier", "shelf", "--name", "shelved", "--json"])
+        .args(["--data-dir", text(&data)])
+        .arg(&small)
+        .output()
+        .unwrap();
+    let stored = stdout_json(&out);
+    assert!(out.status.success(), "{stored:#}");
+    let started = Instant::now();
+    while status(&format!("{url}/tier/shelved")) == 503 {
+        assert!(started.elapsed() < Duration::from_secs(60), "never staged");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(staged(&url, "shelved"));
 }

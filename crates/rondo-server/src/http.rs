@@ -799,11 +799,10 @@ async fn upload(
         // The title's home is a tier: store it there, not on the array.
         let result = tokio::task::spawn_blocking(move || {
             let shared = task_shared;
-            let Some(tier) = shared.staging.tier(&tier_name) else {
-                return Err(ApiError::bad_request(format!(
-                    "no tier named {tier_name:?} in this data directory's tiers.toml"
-                )));
-            };
+            let tier = shared
+                .staging
+                .tier(&tier_name)
+                .map_err(ApiError::bad_request)?;
             crate::ingest::ingest_to_tier(
                 &shared.store,
                 tier.as_ref(),

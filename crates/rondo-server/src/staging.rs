@@ -171,7 +171,10 @@ struct Counters {
 }
 
 pub struct Staging {
-    tiers: BTreeMap<String, Arc<dyn Tier>>,
+    /// Opened at start; a tier added to `tiers.toml` since (`rondo tier
+    /// add` while the server runs) is opened when first named.
+    tiers: std::sync::RwLock<BTreeMap<String, Arc<dyn Tier>>>,
+    data_dir: PathBuf,
     jobs: Mutex<BTreeMap<String, Job>>,
     counters: Counters,
     delays: Mutex<Delays>,
@@ -199,7 +202,8 @@ impl Staging {
             }
         }
         Ok(Staging {
-            tiers,
+            tiers: std::sync::RwLock::new(tiers),
+            data_dir: data_dir.to_path_buf(),
             jobs: Mutex::new(BTreeMap::new()),
             counters: Counters::default(),
             delays: Mutex::new(Delays::default()),
@@ -208,11 +212,31 @@ impl Staging {
     }
 
     pub fn has_tiers(&self) -> bool {
-        !self.tiers.is_empty()
+        !self.tiers.read().expect("tiers lock").is_empty()
     }
 
-    pub fn tier(&self, name: &str) -> Option<&Arc<dyn Tier>> {
-        self.tiers.get(name)
+    /// The tier named `name`: one opened already, or one `tiers.toml` has
+    /// named since the server started (opened now; blocks for an S3 tier's
+    /// calibration). An error says why it cannot be had.
+    pub fn tier(&self, name: &str) -> Result<Arc<dyn Tier>, String> {
+        if let Some(tier) = self.tiers.read().expect("tiers lock").get(name) {
+            return Ok(Arc::clone(tier));
+        }
+        let file = TiersFile::read(&self.data_dir).map_err(|e| e.to_string())?;
+        let Some(config) = file.get(name) else {
+            return Err(format!(
+                "no tier named {name:?} in {} (tiers: {})",
+                self.data_dir.join(rondo_tier::TIERS_FILE).display(),
+                file.names()
+            ));
+        };
+        let opened: Arc<dyn Tier> = Arc::from(
+            rondo_tier::open(config, &self.data_dir)
+                .map_err(|e| format!("opening tier {name:?}: {e}"))?,
+        );
+        tracing::info!(tier = name, "opened a tier added since the server started");
+        let mut tiers = self.tiers.write().expect("tiers lock");
+        Ok(Arc::clone(tiers.entry(name.to_string()).or_insert(opened)))
     }
 
     /// The staging state now.
@@ -221,7 +245,13 @@ impl Staging {
         let delays = *self.delays.lock().expect("delays lock");
         StagingSnapshot {
             jobs: jobs.iter().map(|(name, job)| view(name, job)).collect(),
-            tiers: self.tiers.values().map(|t| t.status()).collect(),
+            tiers: self
+                .tiers
+                .read()
+                .expect("tiers lock")
+                .values()
+                .map(|t| t.status())
+                .collect(),
             staged_total: self.counters.staged_total.load(Relaxed),
             failures_total: self.counters.failures_total.load(Relaxed),
             evictions_total: self.counters.evictions_total.load(Relaxed),
@@ -316,15 +346,27 @@ pub async fn request(shared: &Arc<Shared>, record: TierTitleRecord) -> StageAnsw
             }
         }
     }
-    let Some(tier) = staging.tiers.get(&record.tier).cloned() else {
-        return StageAnswer::Failed {
-            error: format!(
-                "title {:?} lives on tier {:?}, which this data directory's tiers.toml does not \
-                 name",
-                record.name, record.tier
-            ),
-            object_fault: false,
-        };
+    let tier = {
+        let staging = Arc::clone(shared);
+        let name = record.tier.clone();
+        match tokio::task::spawn_blocking(move || staging.staging.tier(&name)).await {
+            Ok(Ok(tier)) => tier,
+            Ok(Err(error)) => {
+                return StageAnswer::Failed {
+                    error: format!(
+                        "title {:?} lives on tier {:?}: {error}",
+                        record.name, record.tier
+                    ),
+                    object_fault: false,
+                };
+            }
+            Err(e) => {
+                return StageAnswer::Failed {
+                    error: e.to_string(),
+                    object_fault: false,
+                };
+            }
+        }
     };
     // The prediction: the tier's fetch, then the array's writes.
     let object = object_of(&record);

@@ -89,7 +89,7 @@ pub enum TierCommand {
     /// otherwise) or a bucket of an S3-compatible store (--s3 ENDPOINT
     /// --bucket B). The tier must open (an S3 tier: the store answers, the
     /// keys are accepted, the bucket exists) before it is recorded. A
-    /// running server uses it after its next start.
+    /// running server opens it when a title first names it.
     #[command(group(ArgGroup::new("backend").required(true).args(["jukebox", "s3"])))]
     Add {
         /// The tier's name (`rondo ingest --tier NAME`).
