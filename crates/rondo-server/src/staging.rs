@@ -285,7 +285,7 @@ fn view(name: &str, job: &Job) -> JobView {
         phase: job.phase.clone(),
         elapsed_seconds: seconds(elapsed_ns),
         predicted_seconds: seconds(job.predicted_ns),
-        remaining_seconds: seconds(job.predicted_ns.saturating_sub(elapsed_ns)),
+        remaining_seconds: seconds(remaining_ns(job, elapsed_ns)),
         predicted_fetch_seconds: seconds(job.predicted_fetch_ns),
         fetch_seconds: job.fetch_ns.map(seconds),
         predicted_write_rounds: job.predicted_write_rounds,
@@ -294,6 +294,42 @@ fn view(name: &str, job: &Job) -> JobView {
         object_bytes: job.object_bytes,
         written_bytes: job.written_bytes.load(Relaxed),
         stored_bytes: job.stored_bytes,
+    }
+}
+
+/// Time left, as told to waiting clients. Until the predicted end, the
+/// prediction's; past it (a loaded array gives the writes less time than
+/// predicted), the rate the job has measured so far for what is left of
+/// its phase (and the predicted writes after a fetch), so that clients
+/// retry when it is likely done rather than every second.
+fn remaining_ns(job: &Job, elapsed_ns: u64) -> u64 {
+    if elapsed_ns < job.predicted_ns {
+        return job.predicted_ns - elapsed_ns;
+    }
+    let predicted_write_ns = job.predicted_ns.saturating_sub(job.predicted_fetch_ns);
+    let left_at_rate = |done: u64, total: u64, spent_ns: u64| -> Option<u64> {
+        (done > 0 && spent_ns > 0).then(|| {
+            (u128::from(total.saturating_sub(done)) * u128::from(spent_ns) / u128::from(done))
+                as u64
+        })
+    };
+    match (&job.phase, job.fetch_ns) {
+        (Phase::Writing, Some(fetch_ns)) => left_at_rate(
+            job.written_bytes.load(Relaxed),
+            job.stored_bytes,
+            elapsed_ns.saturating_sub(fetch_ns),
+        )
+        .unwrap_or(predicted_write_ns),
+        (Phase::Fetching, _) => {
+            left_at_rate(
+                job.fetched_bytes.load(Relaxed),
+                job.object_bytes,
+                elapsed_ns,
+            )
+            .unwrap_or(job.predicted_fetch_ns)
+                + predicted_write_ns
+        }
+        _ => predicted_write_ns,
     }
 }
 
@@ -708,5 +744,52 @@ struct RemoveOnDrop(PathBuf);
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(phase: Phase, fetch_ns: Option<u64>, fetched: u64, written: u64) -> Job {
+        Job {
+            tier: "vault".into(),
+            phase,
+            started: Instant::now(),
+            predicted_ns: 10_000,
+            predicted_fetch_ns: 4_000,
+            predicted_write_rounds: 6,
+            predicted_lower_bound: false,
+            object_bytes: 1_000,
+            fetched_bytes: Arc::new(AtomicU64::new(fetched)),
+            written_bytes: Arc::new(AtomicU64::new(written)),
+            stored_bytes: 2_000,
+            failed_at: None,
+            fetch_ns,
+        }
+    }
+
+    #[test]
+    fn the_time_left_is_the_predictions_then_the_measured_rates() {
+        // Before the predicted end: what the prediction leaves.
+        assert_eq!(
+            remaining_ns(&job(Phase::Fetching, None, 0, 0), 3_000),
+            7_000
+        );
+        // Overdue while writing: 500 of 2,000 bytes in 26,000 ns of writes
+        // (fetched at 4,000): 1,500 more take 78,000.
+        let writing = job(Phase::Writing, Some(4_000), 1_000, 500);
+        assert_eq!(remaining_ns(&writing, 30_000), 78_000);
+        // Overdue with nothing written yet: the predicted writes again.
+        assert_eq!(
+            remaining_ns(&job(Phase::Writing, Some(4_000), 1_000, 0), 12_000),
+            6_000
+        );
+        // Overdue while fetching: half fetched in 12,000, the other half
+        // takes as long, then the predicted writes.
+        assert_eq!(
+            remaining_ns(&job(Phase::Fetching, None, 500, 0), 12_000),
+            18_000
+        );
     }
 }
