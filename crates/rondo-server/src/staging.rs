@@ -487,8 +487,10 @@ fn predicted_ready(
     write: WritePrediction,
 ) -> Instant {
     let clock = &shared.clock;
+    // The fetch's end as an instant first: before round 0's start (a
+    // server just started) it is model time 0, when round 0 is planned.
     let ready_ns = rondo_model::tier::staging::ready_ns(
-        clock.model_ns(now) + fetch_ns,
+        clock.model_ns(now + Duration::from_nanos(fetch_ns)),
         clock.round_duration_ns,
         write,
     );
