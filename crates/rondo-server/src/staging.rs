@@ -262,15 +262,6 @@ impl Staging {
             last_delay_ratio: delays.last_ratio,
         }
     }
-
-    /// Whether `name` is being staged now.
-    pub fn is_staging(&self, name: &str) -> bool {
-        self.jobs
-            .lock()
-            .expect("staging lock")
-            .get(name)
-            .is_some_and(|j| !matches!(j.phase, Phase::Failed { .. }))
-    }
 }
 
 fn seconds(ns: u64) -> f64 {

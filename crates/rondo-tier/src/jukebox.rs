@@ -488,8 +488,9 @@ impl EmulatedJukebox {
     }
 
     /// Which extent server reads a step.
-    fn dispatch(&self, step: ExtentStep, work: ReadExtent) {
-        let _ = self.extent_servers[step.disc.jukebox as usize][step.drive as usize].send(work);
+    fn dispatch(&self, work: ReadExtent) {
+        let (jukebox, drive) = (work.step.disc.jukebox as usize, work.step.drive as usize);
+        let _ = self.extent_servers[jukebox][drive].send(work);
     }
 
     fn cached(&self, key: &str, index: usize) -> Option<Vec<u8>> {
@@ -886,16 +887,13 @@ impl EmulatedJukebox {
                     slot: entry.slot,
                 };
                 let (reply, rx) = bounded(1);
-                self.dispatch(
+                self.dispatch(ReadExtent {
                     step,
-                    ReadExtent {
-                        step,
-                        path: disc_dir(&self.root, disc).join(&entry.file),
-                        entry,
-                        key: object.key.clone(),
-                        reply,
-                    },
-                );
+                    path: disc_dir(&self.root, disc).join(&entry.file),
+                    entry,
+                    key: object.key.clone(),
+                    reply,
+                });
                 replies.insert(index, rx);
             }
         }
