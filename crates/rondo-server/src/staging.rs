@@ -340,14 +340,14 @@ fn staged_copy(shared: &Shared, name: &str) -> Option<Arc<LoadedTitle>> {
 /// bringing it (started now if there is none).
 pub async fn request(shared: &Arc<Shared>, record: TierTitleRecord) -> StageAnswer {
     let staging = &shared.staging;
-    {
+    if let Some(title) = staged_copy(shared, &record.name) {
+        // Popularity counts the streams a title serves, not a waiting
+        // client's retries.
         let store = shared.store.clone();
         let name = record.name.clone();
         let _ =
             tokio::task::spawn_blocking(move || store.record_tier_request(&name, now_unix_ns()))
                 .await;
-    }
-    if let Some(title) = staged_copy(shared, &record.name) {
         return StageAnswer::Staged(title);
     }
     {
