@@ -9,7 +9,7 @@
 //! x = "disks"                      # any numeric SimConfig field
 //! x_values = [4, 8, 16, 32]
 //! metric = "mean_active_streams"   # the plotted result field
-//! titles = "table3-mixed"          # or one trace type, e.g. "action"
+//! titles = "table3-mixed"          # or "table3-library:N", or one trace type, e.g. "action"
 //! [base]                           # overrides of SimConfig::seed000
 //! mode = "admission-only"
 //! [[series]]
@@ -56,8 +56,8 @@ pub enum SpecError {
         message: String,
     },
     #[error(
-        "unknown titles '{0}': not a trace file; use 'table3-mixed', 'cbr-library', a trace \
-         file, or one of {1}"
+        "unknown titles '{0}': not a trace file; use 'table3-mixed', 'table3-library:N', \
+         'cbr-library', a trace file, or one of {1}"
     )]
     Titles(String, String),
     #[error("{0}")]
@@ -404,7 +404,8 @@ pub fn parse_toml<T: serde::de::DeserializeOwned>(
 }
 
 /// The titles an experiment names: a comma-separated list whose items are
-/// `table3-mixed` (seed 000's six types, submitted round-robin), a trace type
+/// `table3-mixed` (seed 000's six types, submitted round-robin),
+/// `table3-library:N` (N titles of those types in turn), a trace type
 /// (`rondo trace generate --help`), or the path of a trace file
 /// (`rondo trace generate --out`).
 pub fn titles_for(
@@ -459,6 +460,39 @@ pub fn titles_with(
                 config.round_duration_ns,
                 config.block_bytes,
             )?);
+            continue;
+        }
+        let library = item
+            .strip_prefix("table3-library:")
+            .map(|n| {
+                n.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    SpecError::Invalid(format!(
+                        "'{item}': table3-library:N needs a title count N ≥ 1"
+                    ))
+                })
+            })
+            .transpose()?;
+        if let Some(n) = library {
+            // A library of n titles: seed 000's six types in turn, the k-th
+            // of a type from trace seed `seed + k` (the first six are
+            // table3-mixed's titles).
+            let kinds: Vec<TraceKind> = synth::known_kinds()
+                .iter()
+                .copied()
+                .filter(|k| matches!(k, TraceKind::Vbr(_)))
+                .collect();
+            for i in 0..n {
+                let (kind, k) = (kinds[i % kinds.len()], (i / kinds.len()) as u64);
+                let options = TraceOptions {
+                    seed: trace.seed + k,
+                    ..trace
+                };
+                let mut title = titles_with(kind.name(), options, config)?
+                    .pop()
+                    .expect("one title per trace type");
+                title.name = format!("{}-{k}", kind.name());
+                titles.push(title);
+            }
             continue;
         }
         let traces: Vec<(String, Vec<rondo_model::schedule::Frame>)> = if item == "table3-mixed" {
@@ -630,5 +664,30 @@ label = "sweep"
         let titles = titles_with(&points[1].titles, points[1].trace, &points[1].config).unwrap();
         assert_eq!(titles.len(), 3);
         assert_eq!(titles[0].schedule.client_bytes[0], 500_000);
+    }
+
+    #[test]
+    fn a_library_cycles_the_six_types_each_title_from_its_own_trace_seed() {
+        let config = SimConfig::seed000(8, Scheme::None, ReplicaPlacement::Deterministic);
+        let mixed = titles_for("table3-mixed", 1, &config).unwrap();
+        let library = titles_for("table3-library:13", 1, &config).unwrap();
+        assert_eq!(library.len(), 13);
+        // The first six are table3-mixed's titles.
+        for (a, b) in mixed.iter().zip(&library) {
+            assert_eq!(a.schedule.client_bytes, b.schedule.client_bytes);
+        }
+        // The seventh is the first type again, from the next trace seed.
+        assert_ne!(
+            library[6].schedule.client_bytes,
+            library[0].schedule.client_bytes
+        );
+        let mut names: Vec<&str> = library.iter().map(|t| t.name.as_str()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 13, "every title has its own name");
+        for bad in ["table3-library:0", "table3-library:many", "table3-library:"] {
+            let err = titles_for(bad, 1, &config).unwrap_err().to_string();
+            assert!(err.contains("table3-library:N"), "{bad}: {err}");
+        }
     }
 }

@@ -383,6 +383,8 @@ mod tests {
             horizon_rounds: 8,
             drive_cache_segments: 0,
             bus_share_ppm: 0,
+            replica_choice: crate::reservation::ReplicaChoice::Primary,
+            start_choice: Default::default(),
         });
         // A stream reserving 700 of disk 1's 900 unreserved ns in round 0.
         let one = TitleCharges::new(
@@ -435,6 +437,8 @@ mod tests {
             horizon_rounds: 8,
             drive_cache_segments: 0,
             bus_share_ppm: 0,
+            replica_choice: crate::reservation::ReplicaChoice::Primary,
+            start_choice: Default::default(),
         });
         r.fail_disk(DiskIndex(0));
         r.fail_disk(DiskIndex(1));

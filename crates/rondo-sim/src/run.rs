@@ -37,7 +37,7 @@ use rondo_model::layout::{
 };
 use rondo_model::rebuild::{CopyFailure, CopyTask};
 use rondo_model::reservation::{
-    Bound, Burst, ReservationConfig, Reservations, Scheme, TitleCharges,
+    Bound, Burst, ReplicaChoice, ReservationConfig, Reservations, Scheme, StartChoice, TitleCharges,
 };
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{
@@ -98,6 +98,14 @@ pub struct SimConfig {
     /// per title (docs/layout.md).
     #[serde(default)]
     pub round_robin_counter: RoundRobinCounter,
+    /// Which replica each round of a new stream reads under `minimum`
+    /// (`ReplicaChoice`; seed 000: the primary).
+    #[serde(default)]
+    pub replica_choice: ReplicaChoice,
+    /// Which start round that fits a new stream takes (`StartChoice`; seed
+    /// 000: the first).
+    #[serde(default)]
+    pub start_choice: StartChoice,
     pub bound: BoundKind,
     pub mode: Mode,
     pub round_duration_ns: u64,
@@ -183,6 +191,8 @@ impl SimConfig {
             backup_block_bytes: None,
             fragment_sequence: FragmentSequence::PerFragment,
             round_robin_counter: RoundRobinCounter::PerDisk,
+            replica_choice: ReplicaChoice::Primary,
+            start_choice: StartChoice::First,
             bound: BoundKind::Paper,
             mode: Mode::AdmissionOnly,
             round_duration_ns: ROUND_DURATION_NS_DEFAULT,
@@ -1132,7 +1142,7 @@ pub fn place_titles(
     // Real extents are needed when the bound depends on where data lies
     // (rondo mode), and when disks execute reads.
     let needs_extents = config.bound == BoundKind::Rondo || config.mode == Mode::SimulatedDisk;
-    let layouts: Vec<Option<TitleLayout>> = if needs_extents {
+    let mut allocator = if needs_extents {
         let strides_per_disk = profile.capacity_bytes()? / config.stride_bytes;
         let mut allocator = ArrayAllocator::uniform(config.disks, strides_per_disk);
         // Occupy the first strides so the titles' data starts further in.
@@ -1141,19 +1151,23 @@ pub fn place_titles(
                 allocator.mark_allocated(DiskIndex(d), s)?;
             }
         }
-        plans
-            .iter()
-            .map(|p| allocator.place(p).map(Some))
-            .collect::<Result<_, _>>()?
+        Some(allocator)
     } else {
-        vec![None; plans.len()]
+        None
     };
+    // Extents are what disks read (and what a rebuild copies); a run that
+    // reads nothing keeps only what they cost, its charges: at D = 1024 a
+    // title's extents and strides are about 0.6 MB (docs/benchmarks.md).
+    let keeps_extents = config.mode == Mode::SimulatedDisk || config.faults != FaultPlan::default();
     let bound = config.read_bound(profile)?;
     let placed = titles
         .iter()
         .zip(plans)
-        .zip(layouts)
-        .map(|((title, plan), layout)| {
+        .map(|(title, plan)| {
+            let layout = match allocator.as_mut() {
+                Some(allocator) => Some(allocator.place(&plan)?),
+                None => None,
+            };
             let charges = bound
                 .title_charges_grouped(
                     &plan,
@@ -1177,7 +1191,7 @@ pub fn place_titles(
             Ok(PlacedTitle {
                 name: title.name.clone(),
                 schedule: title.schedule.clone(),
-                layout,
+                layout: layout.filter(|_| keeps_extents),
                 charges,
                 group_charges,
                 checksums: None,
@@ -1314,6 +1328,8 @@ pub fn prepare_placed(
     {
         return Err(SimError::Config(format!("the dynamic cycle {why}")));
     }
+    reservation.replica_choice = config.replica_choice;
+    reservation.start_choice = config.start_choice;
     config.drive_prefetch.configure(bound, &mut reservation);
     let mut array = Array::new(ArrayConfig {
         reservation,

@@ -23,11 +23,12 @@ use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
 use serde::{Deserialize, Serialize};
 
 use rondo_experiments::spec::titles_for;
-use rondo_model::layout::ReplicaPlacement;
+use rondo_model::layout::{ReplicaPlacement, RoundRobinCounter};
 use rondo_model::reservation::Scheme;
 use rondo_model::units::{Round, StreamId, TitleId};
-use rondo_sim::run::{self, Mode, SimConfig};
+use rondo_sim::run::{self, BoundKind, Mode, SimConfig};
 use rondo_sim::workload::{PoissonArrivals, TitleChoice};
+use rondo_store::titles::DEFAULT_LOOKAHEAD_ROUNDS;
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
@@ -35,7 +36,9 @@ pub enum BenchCommand {
     /// resident memory, per number of disks and scheme.
     ///
     /// Seed 000's set-up (Cheetah disks, six Table 3 titles, paper bound,
-    /// ρ = 0.8, look-ahead ⌈1/λ⌉), built by the simulator's own `prepare`.
+    /// ρ = 0.8, look-ahead ⌈1/λ⌉), built by the simulator's own `prepare`;
+    /// `--titles table3-library:N` measures a library of N titles, `--rondo`
+    /// admission as `rondo serve` does it.
     /// Each configuration runs in its own child process, so its peak
     /// resident memory is its own; the array is driven to steady state
     /// (Poisson arrivals at ρ·μ) before every `try_admit` of the measurement
@@ -82,6 +85,14 @@ pub struct AdmissionWorkload {
     /// Seed of the synthetic Table 3 titles.
     #[arg(long, default_value_t = 1)]
     trace_seed: u64,
+    /// Titles: `table3-mixed` (seed 000's six) or `table3-library:N` (N
+    /// titles of the six types in turn, each from its own trace seed).
+    #[arg(long, default_value = "table3-mixed")]
+    titles: String,
+    /// Admit as `rondo serve` does rather than as seed 000: the rondo
+    /// bound, the per-title round-robin counter, and its look-ahead.
+    #[arg(long)]
+    rondo: bool,
     /// Do not read this thread's scheduler and page-fault counters
     /// (`/proc/thread-self/schedstat` and `stat`) around every timed
     /// operation. By default they are read, outside the timed region, to
@@ -448,8 +459,13 @@ fn admission_one(args: &AdmissionOneArgs) -> anyhow::Result<AdmissionResult> {
     anyhow::ensure!(args.disks >= 2, "--disks must be at least 2");
     anyhow::ensure!(w.load > 0.0, "--load must be positive");
     let vm_rss_before_prepare_bytes = proc_status_bytes("VmRSS")?;
-    let config = seed000_config(args.disks, args.scheme, w.load, w.seed);
-    let titles = titles_for("table3-mixed", w.trace_seed, &config)?;
+    let mut config = seed000_config(args.disks, args.scheme, w.load, w.seed);
+    if w.rondo {
+        config.bound = BoundKind::Rondo;
+        config.round_robin_counter = RoundRobinCounter::PerTitle;
+        config.lookahead_rounds = Some(DEFAULT_LOOKAHEAD_ROUNDS);
+    }
+    let titles = titles_for(&w.titles, w.trace_seed, &config)?;
     let started = Instant::now();
     let mut array = run::prepare(&config, &titles)?;
     let prepare_s = started.elapsed().as_secs_f64();
@@ -697,7 +713,12 @@ fn admission(args: AdmissionArgs) -> anyhow::Result<()> {
                 &w.seed.to_string(),
                 "--trace-seed",
                 &w.trace_seed.to_string(),
+                "--titles",
+                &w.titles,
             ]);
+            if w.rondo {
+                child.arg("--rondo");
+            }
             if let Some(r) = w.rounds {
                 child.args(["--rounds", &r.to_string()]);
             }

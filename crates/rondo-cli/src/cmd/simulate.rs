@@ -29,7 +29,7 @@ use rondo_experiments::spec::{Point, TraceOptions, titles_with};
 use rondo_experiments::stats::StoppingRule;
 use rondo_model::disk::profile_by_name;
 use rondo_model::layout::{ReplicaPlacement, RoundRobinCounter};
-use rondo_model::reservation::{Bound, Scheme};
+use rondo_model::reservation::{Bound, ReplicaChoice, Scheme, StartChoice};
 use rondo_model::units::{DiskIndex, NS_PER_MS, NS_PER_S, Round};
 use rondo_sim::faults::{BadExtentSpec, IngestSpec, RebuildSpec};
 use rondo_sim::run::{BoundKind, FailureSpec, Mode, PlacedTitle, SimConfig, SimTitle};
@@ -78,6 +78,17 @@ pub struct SimulateArgs {
     /// Decluster backups into fragments of this many bytes (B_d).
     #[arg(long)]
     backup_block_bytes: Option<u64>,
+    /// Which start round within the look-ahead a new stream takes: `first`
+    /// (seed 000, what `rondo serve` does) or `least-added` (the one that
+    /// adds the least reserved time). docs/experiments/failure-tolerance-cost.md.
+    #[arg(long, default_value = "first", conflicts_with = "data_dir")]
+    start_choice: StartChoice,
+    /// Which replica each round of a new stream reads under `minimum`:
+    /// `primary` (seed 000, what `rondo serve` does) or `balanced` (per
+    /// round, the replica whose read and failure reservation add the least).
+    /// docs/experiments/failure-tolerance-cost.md.
+    #[arg(long, default_value = "primary", conflicts_with = "data_dir")]
+    replica_choice: ReplicaChoice,
     #[command(flatten)]
     layout: crate::cmd::layout_args::LayoutArgs,
     #[command(flatten)]
@@ -120,8 +131,10 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "A")]
     zipf: Option<f64>,
     /// Titles, comma-separated: `table3-mixed` (seed 000's six types,
-    /// round-robin), trace types (`rondo trace generate --help`), or trace
-    /// files (`rondo trace generate TYPE --out FILE`).
+    /// round-robin), `table3-library:N` (a library of N titles: the six
+    /// types in turn, the k-th of a type from trace seed + k), trace types
+    /// (`rondo trace generate --help`), or trace files (`rondo trace
+    /// generate TYPE --out FILE`).
     #[arg(long, default_value = "table3-mixed")]
     titles: String,
     /// Seed of the synthetic titles.
@@ -339,6 +352,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 BoundArg::Rondo => BoundKind::Rondo,
             };
             config.round_duration_ns = round_ms * NS_PER_MS;
+            config.start_choice = args.start_choice;
+            config.replica_choice = args.replica_choice;
             let titles = titles_with(&args.titles, trace, &config)?;
             (config, Titles::Synthetic(titles), args.titles.clone())
         }

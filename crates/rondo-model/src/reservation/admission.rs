@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{
-    Admission, Burst, Charge, DiskSlot, Rejection, Reservations, RoundChoice, Scheme, Shape,
-    SlotCharge, StreamRecord, TitleCharges, read_charges,
+    Admission, Burst, Charge, DiskSlot, Rejection, ReplicaChoice, Reservations, RoundChoice,
+    Scheme, Shape, SlotCharge, StartChoice, StreamRecord, TitleCharges, read_charges,
 };
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
@@ -269,12 +269,21 @@ impl Reservations {
             disk: DiskIndex(0),
             round: earliest_round,
         };
+        let least_added = self.config.start_choice == StartChoice::LeastAdded;
+        let mut best: Option<(u64, Round, Shape, Vec<RoundChoice>)> = None;
         for start in Round::range(earliest_round, earliest_round.plus(lookahead_rounds)) {
             for &shape in shapes {
                 if start.plus(shape.stream_rounds(charges) as u64) > window_end {
                     continue;
                 }
                 match self.fits(charges, shape, start, lookahead_rounds) {
+                    Ok(choice) if least_added => {
+                        let added = self.added_ns(charges, shape, start, &choice);
+                        if best.as_ref().is_none_or(|b| added < b.0) {
+                            best = Some((added, start, shape, choice));
+                        }
+                        break;
+                    }
                     Ok(choice) => {
                         let stream = StreamId(self.next_stream);
                         self.next_stream += 1;
@@ -296,7 +305,48 @@ impl Reservations {
                 }
             }
         }
+        if let Some((_, start, shape, choice)) = best {
+            let stream = StreamId(self.next_stream);
+            self.next_stream += 1;
+            let record = StreamRecord {
+                title,
+                start_round: start,
+                shape,
+                choice,
+            };
+            self.apply(&record, 1);
+            self.streams.insert(stream, record);
+            return Ok(Admission {
+                stream,
+                start_round: start,
+            });
+        }
         Err(last)
+    }
+
+    /// The reserved time a stream of this shape and replica choice would
+    /// add to the tables if it started at `start` (each read's charges
+    /// against the tables as they are).
+    fn added_ns(
+        &self,
+        charges: &TitleCharges,
+        shape: Shape,
+        start: Round,
+        choice: &[RoundChoice],
+    ) -> u64 {
+        let (scheme, bus) = (self.config.scheme, self.config.bus_share_ppm);
+        let mut added = 0;
+        for i in (shape.first..shape.end).filter(|&i| shape.is_read_start(i)) {
+            let round = start.plus(shape.read_offset(i) as u64);
+            let kind = shape.read_kind(charges, choice, i);
+            for (disk, charge) in read_charges(scheme, charges, i, choice[i - shape.first], kind) {
+                let slot = self.slot(disk, round);
+                added += slot
+                    .reserved_with(charge, scheme, bus)
+                    .saturating_sub(slot.reserved_ns(scheme, bus));
+            }
+        }
+        added
     }
 
     /// Checks whether a stream of this shape fits starting at `start`;
@@ -416,6 +466,14 @@ impl Reservations {
                 })
             };
         }
+        if self.config.scheme == Scheme::Minimum
+            && self.config.replica_choice == ReplicaChoice::Balanced
+            && self.config.drive_cache_segments == 0
+            && backup_ok
+            && let [piece] = backup
+        {
+            return Ok(self.balanced_choice(primary, *piece, round));
+        }
         if self.config.scheme == Scheme::Dynamic && backup_ok {
             // Seed 000 §5: the replica on the disk expected to be least
             // loaded, judged by the reservations made so far. Ties keep the
@@ -439,5 +497,50 @@ impl Reservations {
             }
         }
         Ok(RoundChoice::Primary)
+    }
+
+    /// `ReplicaChoice::Balanced`: the replica whose read plus failure
+    /// reservation adds the least to the two disks' reserved time in
+    /// `round`, among those that fit (the primary on a tie, or when neither
+    /// fits: `fits` then refuses the round).
+    fn balanced_choice(&self, primary: Charge, backup: Charge, round: Round) -> RoundChoice {
+        let (scheme, bus) = (self.config.scheme, self.config.bus_share_ppm);
+        let budget_ns = self
+            .config
+            .round_duration_ns
+            .saturating_sub(self.config.round_fixed_ns);
+        let (x, y) = (
+            self.slot(primary.disk, round),
+            self.slot(backup.disk, round),
+        );
+        let before = x.reserved_ns(scheme, bus) + y.reserved_ns(scheme, bus);
+        let option = |read: &DiskSlot, read_ns: u64, hold: &DiskSlot, source, hold_ns| {
+            let read_after = read.reserved_with(SlotCharge::Read { cost_ns: read_ns }, scheme, bus);
+            let hold_after = hold.reserved_with(
+                SlotCharge::Backup {
+                    source,
+                    cost_ns: hold_ns,
+                },
+                scheme,
+                bus,
+            );
+            let fits = read_after <= budget_ns && hold_after <= budget_ns;
+            (
+                fits,
+                (
+                    read_after.max(hold_after),
+                    (read_after + hold_after).saturating_sub(before),
+                ),
+            )
+        };
+        let (primary_fits, primary_added) =
+            option(x, primary.cost_ns, y, primary.disk, backup.cost_ns);
+        let (backup_fits, backup_added) =
+            option(y, backup.cost_ns, x, backup.disk, primary.cost_ns);
+        if backup_fits && (!primary_fits || backup_added < primary_added) {
+            RoundChoice::Backup
+        } else {
+            RoundChoice::Primary
+        }
     }
 }

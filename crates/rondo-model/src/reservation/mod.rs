@@ -131,6 +131,74 @@ pub struct ReservationConfig {
     /// (`RondoBound::bus_share_ppm`); 0 otherwise.
     #[serde(default)]
     pub bus_share_ppm: u32,
+    /// Which replica a new stream reads in each round under `minimum`
+    /// (`ReplicaChoice`; seed 000 always reads the primary).
+    #[serde(default)]
+    pub replica_choice: ReplicaChoice,
+    /// Which of the start rounds that fit a new stream takes (`StartChoice`).
+    #[serde(default)]
+    pub start_choice: StartChoice,
+}
+
+/// Which start round admission gives a new stream among those that fit.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StartChoice {
+    /// The earliest (seed 000 §6.2).
+    #[default]
+    First,
+    /// The one that adds the least reserved time to the tables (ties: the
+    /// earliest).
+    LeastAdded,
+}
+
+impl std::str::FromStr for StartChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "first" => Ok(StartChoice::First),
+            "least-added" => Ok(StartChoice::LeastAdded),
+            _ => Err(format!(
+                "unknown start choice '{s}' (known: first, least-added)"
+            )),
+        }
+    }
+}
+
+/// Which replica a new stream reads in each round under `minimum`
+/// reservation.
+///
+/// Reading the backup of a round instead of its primary swaps the two
+/// replicas' roles for that stream and round: the backup's disk does the
+/// read, and the primary's disk holds the failure reservation for it (the
+/// backup's disk being its source). Both replicas hold the same bytes, so
+/// the guarantee across a single failure is the same either way; what
+/// changes is which (source, survivor) cell of the failure reservation the
+/// round adds to, and so how far the per-disk MAX over sources rises.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplicaChoice {
+    /// Always the primary (seed 000; paper mode).
+    #[default]
+    Primary,
+    /// Per round, the replica whose read plus failure reservation adds the
+    /// least reserved time to the tables (ties: the primary). Needs whole
+    /// (not declustered) backups and no drive-cache pairs; otherwise it
+    /// reads the primary.
+    Balanced,
+}
+
+impl std::str::FromStr for ReplicaChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "primary" => Ok(ReplicaChoice::Primary),
+            "balanced" => Ok(ReplicaChoice::Balanced),
+            _ => Err(format!(
+                "unknown replica choice '{s}' (known: primary, balanced)"
+            )),
+        }
+    }
 }
 
 impl ReservationConfig {
@@ -159,6 +227,8 @@ impl ReservationConfig {
             horizon_rounds: longest_stream_rounds + lookahead_rounds + 2,
             drive_cache_segments: 0,
             bus_share_ppm: 0,
+            replica_choice: ReplicaChoice::Primary,
+            start_choice: StartChoice::First,
         }
     }
 }
@@ -260,7 +330,9 @@ impl StreamRecord {
 enum RoundChoice {
     /// Primary read; backups reserved per the scheme.
     Primary,
-    /// Dynamic balancing chose the backup (all its pieces).
+    /// Dynamic balancing, or `ReplicaChoice::Balanced` under a reserving
+    /// scheme, chose the backup (all its pieces); under the latter the
+    /// primary's disk holds the failure reservation.
     Backup,
     /// The primary's disk had failed at admission: the backup pieces are read
     /// (and charged as reads); nothing else is reserved.
@@ -726,6 +798,25 @@ fn read_charges(
     let primary = charges.primary(i);
     let reads_primary = choice == RoundChoice::Primary;
     let reserves_backup = reads_primary && matches!(scheme, Scheme::Mirroring | Scheme::Minimum);
+    // A round admitted to read its backup under a reserving scheme
+    // (`ReplicaChoice::Balanced`): the primary's disk holds the failure
+    // reservation, one per backup piece's disk, each the whole primary
+    // read (what that piece's loss makes the primary's disk read, at most).
+    let swapped =
+        choice == RoundChoice::Backup && matches!(scheme, Scheme::Mirroring | Scheme::Minimum);
+    let swapped_backup = charges
+        .backup(i)
+        .iter()
+        .filter(move |_| swapped)
+        .map(move |piece| {
+            (
+                primary.disk,
+                SlotCharge::Backup {
+                    source: piece.disk,
+                    cost_ns: primary.cost_ns,
+                },
+            )
+        });
     // A drive-cache pair reads the primary at its own cost and holds a
     // cache segment on its disk in both its rounds; its backups are
     // reserved as plain reads (after a failure the pair is two plain reads).
@@ -764,7 +855,7 @@ fn read_charges(
         };
         Some((piece.disk, charge))
     });
-    primary_read.chain(backup)
+    primary_read.chain(backup).chain(swapped_backup)
 }
 
 fn add_signed(value: u64, delta: u64, sign: i8) -> u64 {

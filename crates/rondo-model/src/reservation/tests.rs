@@ -14,6 +14,8 @@ fn config(disks: u32, scheme: Scheme) -> ReservationConfig {
         horizon_rounds: 64,
         drive_cache_segments: 0,
         bus_share_ppm: 0,
+        replica_choice: ReplicaChoice::Primary,
+        start_choice: StartChoice::First,
     }
 }
 
@@ -402,8 +404,14 @@ proptest! {
         scheme in prop::sample::select(Scheme::ALL.to_vec()),
         costs in proptest::collection::vec(proptest::collection::vec(10u64..400, 3..20), 4),
         ops in proptest::collection::vec(op(), 1..120),
+        replica_choice in prop::sample::select(vec![ReplicaChoice::Primary, ReplicaChoice::Balanced]),
+        start_choice in prop::sample::select(vec![StartChoice::First, StartChoice::LeastAdded]),
     ) {
-        let mut r = Reservations::new(config(disks, scheme));
+        let mut r = Reservations::new(ReservationConfig {
+            replica_choice,
+            start_choice,
+            ..config(disks, scheme)
+        });
         for (t, c) in costs.iter().enumerate() {
             r.add_title(TitleId(t as u64), striped(disks, t as u32 % disks, c));
         }
@@ -437,6 +445,18 @@ proptest! {
                         let load = 100 * MS + r.reserved_primary_ns(DiskIndex(disk), round)
                             + r.reserved_backup_from_ns(DiskIndex(disk), round, DiskIndex(failed));
                         prop_assert!(load <= 1000 * MS);
+                    }
+                }
+                // What the failed array really reads (a swapped round's
+                // primary among them) fits every survivor's round.
+                let mut degraded = r.clone();
+                degraded.fail_disk(DiskIndex(failed));
+                for round in Round::range(now, now.plus(30)) {
+                    let (per_disk, lost) = degraded.plan_round(round);
+                    prop_assert!(lost.is_empty());
+                    for reads in per_disk {
+                        let busy: u64 = reads.iter().map(|read| read.cost_ns).sum();
+                        prop_assert!(100 * MS + busy <= 1000 * MS);
                     }
                 }
             }
