@@ -1,7 +1,7 @@
 //! Issue 16, item 3: at D = 1024 with a library of 1,000 titles, streams
 //! per disk within 10% of D = 8's under the same scheme and popularity, with
 //! the settings `rondo serve` uses (rondo bound, per-title round-robin
-//! counter, 5 rounds of look-ahead), at capacity. Slow (about 8 minutes in
+//! counter, 5 rounds of look-ahead), at capacity. Slow (about 4.5 minutes in
 //! release): runs only with `RONDO_SLOW_TESTS=1`, e.g.
 //! `RONDO_SLOW_TESTS=1 cargo test --release -p rondo-experiments --test rondo_large_array`.
 //! It runs the experiment files' points at the server's look-ahead; the
