@@ -30,7 +30,7 @@ enum Command {
     /// Capacity planning for one configuration: mean active streams with its
     /// confidence interval, rejection ratio, capacity (ρ = 1.5), reserved and
     /// measured disk time, and deadline misses.
-    Simulate(cmd::simulate::SimulateArgs),
+    Simulate(Box<cmd::simulate::SimulateArgs>),
     /// Experiments: a published figure or any sweep, with replications,
     /// confidence intervals, tables, JSON/CSV and plots.
     #[command(subcommand)]
@@ -65,7 +65,7 @@ fn main() {
     let result = match cli.command {
         Command::Disk(c) => cmd::disk::run(c),
         Command::Trace(c) => cmd::trace::run(c),
-        Command::Simulate(a) => cmd::simulate::run(a),
+        Command::Simulate(a) => cmd::simulate::run(*a),
         Command::Experiment(c) => cmd::experiment::run(c),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Ingest(a) => cmd::ingest::run(a),

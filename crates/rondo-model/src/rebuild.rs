@@ -385,16 +385,20 @@ mod tests {
             bus_share_ppm: 0,
             replica_choice: crate::reservation::ReplicaChoice::Primary,
             start_choice: Default::default(),
+            guarantee: Default::default(),
+            revolution_ns: 0,
         });
         // A stream reserving 700 of disk 1's 900 unreserved ns in round 0.
         let one = TitleCharges::new(
             vec![Charge {
                 disk: DiskIndex(1),
                 cost_ns: 700,
+                revolutions: 0,
             }],
             vec![vec![Charge {
                 disk: DiskIndex(2),
                 cost_ns: 1,
+                revolutions: 0,
             }]],
             vec![0, 0],
             &[0],
@@ -439,6 +443,8 @@ mod tests {
             bus_share_ppm: 0,
             replica_choice: crate::reservation::ReplicaChoice::Primary,
             start_choice: Default::default(),
+            guarantee: Default::default(),
+            revolution_ns: 0,
         });
         r.fail_disk(DiskIndex(0));
         r.fail_disk(DiskIndex(1));

@@ -37,7 +37,8 @@ use rondo_model::layout::{
 };
 use rondo_model::rebuild::{CopyFailure, CopyTask};
 use rondo_model::reservation::{
-    Bound, Burst, ReplicaChoice, ReservationConfig, Reservations, Scheme, StartChoice, TitleCharges,
+    Bound, Burst, Guarantee, ReplicaChoice, ReservationConfig, Reservations, Scheme, StartChoice,
+    TitleCharges,
 };
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{
@@ -106,6 +107,10 @@ pub struct SimConfig {
     /// 000: the first).
     #[serde(default)]
     pub start_choice: StartChoice,
+    /// What admission guarantees each disk-round (`Guarantee`; seed 000:
+    /// deterministic). The statistical one needs the rondo bound.
+    #[serde(default)]
+    pub guarantee: Guarantee,
     pub bound: BoundKind,
     pub mode: Mode,
     pub round_duration_ns: u64,
@@ -193,6 +198,7 @@ impl SimConfig {
             round_robin_counter: RoundRobinCounter::PerDisk,
             replica_choice: ReplicaChoice::Primary,
             start_choice: StartChoice::First,
+            guarantee: Guarantee::Deterministic,
             bound: BoundKind::Paper,
             mode: Mode::AdmissionOnly,
             round_duration_ns: ROUND_DURATION_NS_DEFAULT,
@@ -1330,6 +1336,16 @@ pub fn prepare_placed(
     }
     reservation.replica_choice = config.replica_choice;
     reservation.start_choice = config.start_choice;
+    config.guarantee.validate().map_err(SimError::Config)?;
+    if config.guarantee != Guarantee::Deterministic && bound.revolution_ns() == 0 {
+        return Err(SimError::Config(
+            "a statistical guarantee needs the rondo bound on a rotating disk (the paper \
+             bound's T_avgRot is an average, flash has no rotational wait)"
+                .into(),
+        ));
+    }
+    reservation.guarantee = config.guarantee;
+    reservation.revolution_ns = bound.revolution_ns();
     config.drive_prefetch.configure(bound, &mut reservation);
     let mut array = Array::new(ArrayConfig {
         reservation,

@@ -306,6 +306,18 @@ impl RondoBound {
         }
     }
 
+    /// The worst rotational wait each extent's charge includes, in whole
+    /// nanoseconds rounded down (the charge is rounded up, so the charge
+    /// less this stays a bound of the rest): one revolution on a rotating
+    /// disk, 0 on flash. What a statistical guarantee replaces by the
+    /// distribution of the waits (`reservation::Guarantee`).
+    pub fn revolution_ns(&self) -> u64 {
+        match &self.model {
+            RondoModel::SolidState(_) => 0,
+            RondoModel::Mechanical(m) => m.mech.revolution_ns.floor() as u64,
+        }
+    }
+
     /// The charge for one extent of `sectors` from `lbn`, which must lie on the disk.
     pub fn extent_ns(&self, lbn: u64, sectors: u64) -> u64 {
         match &self.model {

@@ -342,7 +342,7 @@ impl Reservations {
             for (disk, charge) in read_charges(scheme, charges, i, choice[i - shape.first], kind) {
                 let slot = self.slot(disk, round);
                 added += slot
-                    .reserved_with(charge, scheme, bus)
+                    .reserved_with(charge, scheme, bus, self.rotation.as_ref())
                     .saturating_sub(slot.reserved_ns(scheme, bus));
             }
         }
@@ -417,7 +417,13 @@ impl Reservations {
                     Some(slot) if in_burst => slot,
                     _ => self.slot(disk, round),
                 };
-                if slot.reserved_with(charge, cfg.scheme, cfg.bus_share_ppm) > budget_ns {
+                if slot.reserved_with(
+                    charge,
+                    cfg.scheme,
+                    cfg.bus_share_ppm,
+                    self.rotation.as_ref(),
+                ) > budget_ns
+                {
                     return Err(disk_full(disk, round));
                 }
                 if matches!(charge, SlotCharge::CacheBlock { .. })
@@ -429,7 +435,7 @@ impl Reservations {
                     scratch
                         .entry(disk)
                         .or_insert_with(|| self.slot(disk, round).clone())
-                        .charge(charge, 1);
+                        .charge(charge, 1, self.rotation.as_ref());
                 }
             }
         }
@@ -514,8 +520,17 @@ impl Reservations {
             self.slot(backup.disk, round),
         );
         let before = x.reserved_ns(scheme, bus) + y.reserved_ns(scheme, bus);
-        let option = |read: &DiskSlot, read_ns: u64, hold: &DiskSlot, source, hold_ns| {
-            let read_after = read.reserved_with(SlotCharge::Read { cost_ns: read_ns }, scheme, bus);
+        let rotation = self.rotation.as_ref();
+        let option = |read: &DiskSlot, read_charge: Charge, hold: &DiskSlot, source, hold_ns| {
+            let read_after = read.reserved_with(
+                SlotCharge::Read {
+                    cost_ns: read_charge.cost_ns,
+                    revolutions: read_charge.revolutions,
+                },
+                scheme,
+                bus,
+                rotation,
+            );
             let hold_after = hold.reserved_with(
                 SlotCharge::Backup {
                     source,
@@ -523,6 +538,7 @@ impl Reservations {
                 },
                 scheme,
                 bus,
+                rotation,
             );
             let fits = read_after <= budget_ns && hold_after <= budget_ns;
             (
@@ -533,10 +549,8 @@ impl Reservations {
                 ),
             )
         };
-        let (primary_fits, primary_added) =
-            option(x, primary.cost_ns, y, primary.disk, backup.cost_ns);
-        let (backup_fits, backup_added) =
-            option(y, backup.cost_ns, x, backup.disk, primary.cost_ns);
+        let (primary_fits, primary_added) = option(x, primary, y, primary.disk, backup.cost_ns);
+        let (backup_fits, backup_added) = option(y, backup, x, backup.disk, primary.cost_ns);
         if backup_fits && (!primary_fits || backup_added < primary_added) {
             RoundChoice::Backup
         } else {

@@ -19,6 +19,12 @@ pub struct Charge {
     pub disk: DiskIndex,
     /// Reserved disk time: the bound's per-request cost of this read.
     pub cost_ns: u64,
+    /// Whole revolutions (`Bound::revolution_ns`) `cost_ns` includes as
+    /// the worst rotational wait of its extents: one per extent under the
+    /// rondo bound on a rotating disk, none under the paper bound (whose
+    /// T_avgRot is an average) or on flash.
+    #[serde(default)]
+    pub revolutions: u16,
 }
 
 /// A title's per-round resource needs, computed once from its schedule, its
@@ -217,26 +223,30 @@ impl TitleCharges {
 
     /// Charges of a title laid out by `plan` with `schedule` (the same
     /// rounds), where `request_cost_ns(round, read, backup_entry)` is the
-    /// round bound's cost of one request (`backup_entry` is `None` for the
-    /// primary). Empty rounds issue no request and cost nothing. Backups are
+    /// round bound's cost of one request and the revolutions it includes
+    /// (`Charge::revolutions`; `backup_entry` is `None` for the primary). Empty rounds issue no request and cost nothing. Backups are
     /// included only when the plan has them.
     pub fn from_plan(
         plan: &TitlePlan,
         schedule: &Schedule,
-        mut request_cost_ns: impl FnMut(usize, &DiskRead, Option<usize>) -> u64,
+        mut request_cost_ns: impl FnMut(usize, &DiskRead, Option<usize>) -> (u64, u16),
     ) -> Result<TitleCharges, ChargesError> {
         assert_eq!(
             plan.rounds(),
             schedule.rounds(),
             "plan and schedule of one title"
         );
-        let mut cost = |round: usize, read: &DiskRead, entry: Option<usize>| Charge {
-            disk: read.disk,
-            cost_ns: if read.extent_count == 0 {
-                0
+        let mut cost = |round: usize, read: &DiskRead, entry: Option<usize>| {
+            let (cost_ns, revolutions) = if read.extent_count == 0 {
+                (0, 0)
             } else {
                 request_cost_ns(round, read, entry)
-            },
+            };
+            Charge {
+                disk: read.disk,
+                cost_ns,
+                revolutions,
+            }
         };
         let primary = (0..plan.rounds())
             .map(|i| cost(i, &plan.primary(i), None))
@@ -371,11 +381,11 @@ impl Bound {
                 }
             }
             if bytes == 0 {
-                return 0;
+                return (0, 0);
             }
             match self {
-                Bound::Paper(b) => b.request_ns(bytes),
-                Bound::Rondo(b) => b.extents_ns(&extents),
+                Bound::Paper(b) => (b.request_ns(bytes), 0),
+                Bound::Rondo(b) => (b.extents_ns(&extents), self.revolutions(extents.len())),
             }
         };
         // Round i's charge: the one request reading i to its group's end.
@@ -384,9 +394,12 @@ impl Bound {
         for i in 0..rounds {
             let members = i..grouping.end(i).min(rounds);
             let disk = plan.primary(i).disk;
+            let (cost_ns, revolutions) =
+                cost(&mut members.clone().map(|j| (j, None, plan.primary(j).bytes)));
             primary.push(Charge {
                 disk,
-                cost_ns: cost(&mut members.clone().map(|j| (j, None, plan.primary(j).bytes))),
+                cost_ns,
+                revolutions,
             });
             // Each backup disk of round i, with the pieces the group's
             // rounds keep on it (a segment's backup placement is the same
@@ -394,15 +407,19 @@ impl Bound {
             backups.push(
                 plan.backups(i)
                     .iter()
-                    .map(|piece| Charge {
-                        disk: piece.disk,
-                        cost_ns: cost(&mut members.clone().flat_map(|j| {
+                    .map(|piece| {
+                        let (cost_ns, revolutions) = cost(&mut members.clone().flat_map(|j| {
                             plan.backups(j)
                                 .iter()
                                 .enumerate()
                                 .filter(|(_, p)| p.disk == piece.disk)
                                 .map(move |(e, p)| (j, Some(e), p.bytes))
-                        })),
+                        }));
+                        Charge {
+                            disk: piece.disk,
+                            cost_ns,
+                            revolutions,
+                        }
                     })
                     .collect(),
             );
@@ -489,6 +506,24 @@ impl Bound {
         }
     }
 
+    /// The worst rotational wait one extent's charge includes
+    /// (`RondoBound::revolution_ns`); 0 under the paper bound.
+    pub fn revolution_ns(&self) -> u64 {
+        match self {
+            Bound::Paper(_) => 0,
+            Bound::Rondo(b) => b.revolution_ns(),
+        }
+    }
+
+    /// `Charge::revolutions` of a request of `extents` extents.
+    fn revolutions(&self, extents: usize) -> u16 {
+        if self.revolution_ns() == 0 {
+            0
+        } else {
+            u16::try_from(extents).unwrap_or(u16::MAX)
+        }
+    }
+
     /// Drive cache segments a prefetch may use on each disk (0: the bound
     /// knows no cache, as the paper's).
     pub fn drive_cache_segments(&self) -> u32 {
@@ -516,9 +551,10 @@ impl Bound {
             return Err(ChargesError::NeedsLayout);
         }
         TitleCharges::from_plan(plan, schedule, |round, read, entry| match self {
-            Bound::Paper(b) => b.request_ns(read.bytes),
+            Bound::Paper(b) => (b.request_ns(read.bytes), 0),
             Bound::Rondo(b) => {
-                b.extents_ns(&layout.expect("checked above").request_extents(round, entry))
+                let extents = layout.expect("checked above").request_extents(round, entry);
+                (b.extents_ns(&extents), self.revolutions(extents.len()))
             }
         })
     }

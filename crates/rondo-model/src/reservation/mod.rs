@@ -20,6 +20,7 @@
 mod admission;
 mod charges;
 mod degraded;
+mod guarantee;
 mod plan;
 mod regroup;
 mod shape;
@@ -40,6 +41,8 @@ use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 pub use admission::Pairs;
 pub use charges::{Bound, Charge, ChargesError, Grouping, PairCost, TitleCharges, group_start};
 pub use degraded::replica_after_error;
+use guarantee::RotationCredit;
+pub use guarantee::{Guarantee, rotation_quantile_ns};
 pub use regroup::RegroupRefusal;
 pub(crate) use shape::{ReadKind, Shape};
 use tables::{DiskSlot, SlotCharge};
@@ -138,6 +141,13 @@ pub struct ReservationConfig {
     /// Which of the start rounds that fit a new stream takes (`StartChoice`).
     #[serde(default)]
     pub start_choice: StartChoice,
+    /// What admission guarantees each disk-round (`Guarantee`).
+    #[serde(default)]
+    pub guarantee: Guarantee,
+    /// The worst rotational wait each extent's charge includes
+    /// (`Bound::revolution_ns`): what a statistical guarantee credits.
+    #[serde(default)]
+    pub revolution_ns: u64,
 }
 
 /// Which start round admission gives a new stream among those that fit.
@@ -229,6 +239,8 @@ impl ReservationConfig {
             bus_share_ppm: 0,
             replica_choice: ReplicaChoice::Primary,
             start_choice: StartChoice::First,
+            guarantee: Guarantee::Deterministic,
+            revolution_ns: 0,
         }
     }
 }
@@ -442,6 +454,8 @@ pub struct Reservations {
     group_charges: BTreeMap<(TitleId, u32), Arc<TitleCharges>>,
     /// `slots[disk * horizon + round % horizon]`.
     slots: Vec<DiskSlot>,
+    /// The statistical guarantee's rotation credits (`None`: deterministic).
+    rotation: Option<RotationCredit>,
     buffer_bytes: Vec<u64>,
     network_bytes: Vec<u64>,
     streams: BTreeMap<StreamId, StreamRecord>,
@@ -461,7 +475,11 @@ impl Reservations {
         assert!(config.horizon_rounds >= 2, "horizon too short");
         let slots =
             vec![DiskSlot::default(); (config.disks as u64 * config.horizon_rounds) as usize];
+        if let Err(why) = config.guarantee.validate() {
+            panic!("{why}");
+        }
         Reservations {
+            rotation: RotationCredit::new(config.guarantee, config.revolution_ns),
             buffer_bytes: vec![0; config.horizon_rounds as usize],
             network_bytes: vec![0; config.horizon_rounds as usize],
             failed: vec![false; config.disks as usize],
@@ -618,7 +636,7 @@ impl Reservations {
     /// The part of `reserved_ns` that is for primary (planned) reads.
     pub fn reserved_primary_ns(&self, disk: DiskIndex, round: Round) -> u64 {
         self.check_window(round);
-        self.slot(disk, round).primary_ns
+        self.slot(disk, round).reads_ns()
     }
 
     /// Backup time on `disk` in `round` for primaries on `source`.
@@ -689,7 +707,7 @@ impl Reservations {
                 let kind = record.shape.read_kind(&charges, &record.choice, i);
                 for (disk, charge) in read_charges(scheme, &charges, i, choice, kind) {
                     let idx = self.slot_index(disk, round);
-                    self.slots[idx].charge(charge, sign);
+                    self.slots[idx].charge(charge, sign, self.rotation.as_ref());
                 }
             }
         }
@@ -744,6 +762,11 @@ impl Reservations {
                 assert_eq!(
                     a.primary_ns, b.primary_ns,
                     "primary disk {disk} round {round}"
+                );
+                assert_eq!(
+                    (a.revolutions, a.rotation_credit_ns),
+                    (b.revolutions, b.rotation_credit_ns),
+                    "revolutions disk {disk} round {round}"
                 );
                 assert_eq!(
                     a.backup_sum_ns, b.backup_sum_ns,
@@ -820,14 +843,18 @@ fn read_charges(
     // A drive-cache pair reads the primary at its own cost and holds a
     // cache segment on its disk in both its rounds; its backups are
     // reserved as plain reads (after a failure the pair is two plain reads).
-    let (cost_ns, cache) = match kind {
-        ReadKind::Single => (primary.cost_ns, None),
+    // A pair's reads keep their worst case (no rotation credit): the
+    // prefetch and the hit are not independent waits.
+    let (cost_ns, revolutions, cache) = match kind {
+        ReadKind::Single => (primary.cost_ns, primary.revolutions, None),
         ReadKind::PairFirst(p) => (
             p.first_ns,
+            0,
             Some((primary.disk, SlotCharge::CacheBlock { hit_bus_ns: 0 })),
         ),
         ReadKind::PairSecond(p) => (
             p.hit_ns,
+            0,
             Some((
                 primary.disk,
                 SlotCharge::CacheBlock {
@@ -837,13 +864,20 @@ fn read_charges(
         ),
     };
     let primary_read = reads_primary
-        .then_some((primary.disk, SlotCharge::Read { cost_ns }))
+        .then_some((
+            primary.disk,
+            SlotCharge::Read {
+                cost_ns,
+                revolutions,
+            },
+        ))
         .into_iter()
         .chain(cache);
     let backup = charges.backup(i).iter().filter_map(move |piece| {
         let charge = if !reads_primary {
             SlotCharge::Read {
                 cost_ns: piece.cost_ns,
+                revolutions: piece.revolutions,
             }
         } else if reserves_backup {
             SlotCharge::Backup {

@@ -374,6 +374,7 @@ mod tests {
             .map(|i| Charge {
                 disk: DiskIndex((i % 4) as u32),
                 cost_ns: 1,
+                revolutions: 0,
             })
             .collect();
         let read: Vec<u64> = (0..rounds).map(|i| 1000 + i as u64).collect();

@@ -6,6 +6,7 @@
 //! and no D² dense vector is ever built.
 
 use super::Scheme;
+use super::guarantee::RotationCredit;
 use crate::units::DiskIndex;
 
 /// What one read reserves on one disk in one round: a read there, or
@@ -14,6 +15,9 @@ use crate::units::DiskIndex;
 pub(super) enum SlotCharge {
     Read {
         cost_ns: u64,
+        /// Revolutions `cost_ns` includes (`Charge::revolutions`); what a
+        /// statistical guarantee credits.
+        revolutions: u16,
     },
     Backup {
         source: DiskIndex,
@@ -31,8 +35,14 @@ pub(super) enum SlotCharge {
 /// One disk's reserved time in one round.
 #[derive(Clone, Debug, Default)]
 pub(super) struct DiskSlot {
-    /// Reads that will happen: primaries, and reads rerouted to this disk.
+    /// Reads that will happen: primaries, and reads rerouted to this disk,
+    /// at their charges.
     pub(super) primary_ns: u64,
+    /// The revolutions those charges include, and under a statistical
+    /// guarantee the time not reserved for them (`guarantee`: k·T_rev −
+    /// q(k)); the reads reserve `primary_ns − rotation_credit_ns`.
+    pub(super) revolutions: u32,
+    pub(super) rotation_credit_ns: u64,
     /// Mirroring: all backup time on this disk.
     pub(super) backup_sum_ns: u64,
     /// Minimum: backup time on this disk per source (primary) disk, sorted by
@@ -57,12 +67,17 @@ impl DiskSlot {
     }
 
     fn disk_ns(&self, scheme: Scheme) -> u64 {
-        self.primary_ns
+        self.reads_ns()
             + match scheme {
                 Scheme::Mirroring => self.backup_sum_ns,
                 Scheme::Minimum => self.backup_max_ns,
                 Scheme::None | Scheme::Unreserved | Scheme::Dynamic => 0,
             }
+    }
+
+    /// The reads' reserved time: their charges less the rotation credit.
+    pub(super) fn reads_ns(&self) -> u64 {
+        self.primary_ns - self.rotation_credit_ns
     }
 
     /// The reserved time (as `reserved_ns` counts it) once `charge` is added.
@@ -71,13 +86,22 @@ impl DiskSlot {
         charge: SlotCharge,
         scheme: Scheme,
         bus_share_ppm: u32,
+        rotation: Option<&RotationCredit>,
     ) -> u64 {
         let disk_ns = match charge {
-            SlotCharge::Read { cost_ns } => self.disk_ns(scheme) + cost_ns,
+            SlotCharge::Read {
+                cost_ns,
+                revolutions,
+            } => {
+                let credit_ns = rotation.map_or(0, |r| {
+                    r.credit_ns(self.revolutions + u32::from(revolutions))
+                });
+                self.disk_ns(scheme) + self.rotation_credit_ns + cost_ns - credit_ns
+            }
             SlotCharge::Backup { source, cost_ns } => match scheme {
                 Scheme::Mirroring => self.disk_ns(scheme) + cost_ns,
                 Scheme::Minimum => {
-                    self.primary_ns + self.backup_max_ns.max(self.backup_from(source) + cost_ns)
+                    self.reads_ns() + self.backup_max_ns.max(self.backup_from(source) + cost_ns)
                 }
                 Scheme::None | Scheme::Unreserved | Scheme::Dynamic => self.disk_ns(scheme),
             },
@@ -91,14 +115,40 @@ impl DiskSlot {
     }
 
     /// Adds (`sign` = 1) or removes (`sign` = -1) `charge`.
-    pub(super) fn charge(&mut self, charge: SlotCharge, sign: i8) {
+    pub(super) fn charge(
+        &mut self,
+        charge: SlotCharge,
+        sign: i8,
+        rotation: Option<&RotationCredit>,
+    ) {
         match (charge, sign > 0) {
-            (SlotCharge::Read { cost_ns }, true) => self.primary_ns += cost_ns,
-            (SlotCharge::Read { cost_ns }, false) => {
+            (
+                SlotCharge::Read {
+                    cost_ns,
+                    revolutions,
+                },
+                true,
+            ) => {
+                self.primary_ns += cost_ns;
+                self.revolutions += u32::from(revolutions);
+                self.rotation_credit_ns = rotation.map_or(0, |r| r.credit_ns(self.revolutions));
+            }
+            (
+                SlotCharge::Read {
+                    cost_ns,
+                    revolutions,
+                },
+                false,
+            ) => {
                 self.primary_ns = self
                     .primary_ns
                     .checked_sub(cost_ns)
-                    .expect("released more than was reserved")
+                    .expect("released more than was reserved");
+                self.revolutions = self
+                    .revolutions
+                    .checked_sub(u32::from(revolutions))
+                    .expect("released more revolutions than were reserved");
+                self.rotation_credit_ns = rotation.map_or(0, |r| r.credit_ns(self.revolutions));
             }
             (SlotCharge::Backup { source, cost_ns }, true) => self.add_backup(source, cost_ns),
             (SlotCharge::Backup { source, cost_ns }, false) => self.remove_backup(source, cost_ns),
@@ -160,6 +210,8 @@ impl DiskSlot {
 
     pub(super) fn clear(&mut self) {
         self.primary_ns = 0;
+        self.revolutions = 0;
+        self.rotation_credit_ns = 0;
         self.backup_sum_ns = 0;
         self.backup_max_ns = 0;
         self.backup_by_source.clear();

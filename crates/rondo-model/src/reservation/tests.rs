@@ -16,8 +16,14 @@ fn config(disks: u32, scheme: Scheme) -> ReservationConfig {
         bus_share_ppm: 0,
         replica_choice: ReplicaChoice::Primary,
         start_choice: StartChoice::First,
+        guarantee: Guarantee::Deterministic,
+        revolution_ns: REVOLUTION_NS,
     }
 }
+
+/// The revolution `striped` titles' charges include (less than their
+/// smallest read, 10 ms).
+const REVOLUTION_NS: u64 = 8 * MS;
 
 /// A title striped round-robin from `start` with deterministic backups
 /// (Figure 2) and per-round costs `costs_ms`; backups cost the same.
@@ -29,9 +35,12 @@ fn striped(disks: u32, start: u32, costs_ms: &[u64]) -> TitleCharges {
         let k = (start + i as u32) % disks;
         let j = on_disk[k as usize];
         on_disk[k as usize] += 1;
+        // Each read's charge includes one revolution (`REVOLUTION_NS`), as
+        // the rondo bound's one-extent reads do.
         primary.push(Charge {
             disk: DiskIndex(k),
             cost_ns: c * MS,
+            revolutions: 1,
         });
         backups.push(if disks == 1 {
             vec![]
@@ -39,6 +48,7 @@ fn striped(disks: u32, start: u32, costs_ms: &[u64]) -> TitleCharges {
             vec![Charge {
                 disk: DiskIndex((k + 1 + j % (disks - 1)) % disks),
                 cost_ns: c * MS,
+                revolutions: 1,
             }]
         });
     }
@@ -83,10 +93,12 @@ fn minimum_reserves_the_largest_backup_per_source() {
             vec![Charge {
                 disk: DiskIndex(p),
                 cost_ns: ms * MS,
+                revolutions: 0,
             }],
             vec![vec![Charge {
                 disk: DiskIndex(b),
                 cost_ns: ms * MS,
+                revolutions: 0,
             }]],
             vec![0, 0],
             &[0],
@@ -142,10 +154,12 @@ fn dynamic_reads_the_less_loaded_replica() {
             vec![Charge {
                 disk: DiskIndex(p),
                 cost_ns: 100 * MS,
+                revolutions: 0,
             }],
             vec![vec![Charge {
                 disk: DiskIndex(b),
                 cost_ns: 100 * MS,
+                revolutions: 0,
             }]],
             vec![0, 0],
             &[0],
@@ -288,6 +302,7 @@ fn buffer_capacity_limits_admission() {
         vec![Charge {
             disk: DiskIndex(0),
             cost_ns: 1,
+            revolutions: 0,
         }],
         vec![vec![]],
         vec![6, 6],
@@ -406,10 +421,17 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..120),
         replica_choice in prop::sample::select(vec![ReplicaChoice::Primary, ReplicaChoice::Balanced]),
         start_choice in prop::sample::select(vec![StartChoice::First, StartChoice::LeastAdded]),
+        statistical in any::<bool>(),
     ) {
+        let guarantee = if statistical {
+            Guarantee::Statistical { overrun_probability: 1e-3 }
+        } else {
+            Guarantee::Deterministic
+        };
         let mut r = Reservations::new(ReservationConfig {
             replica_choice,
             start_choice,
+            guarantee,
             ..config(disks, scheme)
         });
         for (t, c) in costs.iter().enumerate() {
@@ -446,6 +468,11 @@ proptest! {
                             + r.reserved_backup_from_ns(DiskIndex(disk), round, DiskIndex(failed));
                         prop_assert!(load <= 1000 * MS);
                     }
+                }
+                if statistical {
+                    // The reads' worst case may exceed the round: the
+                    // tables' condition above is the guarantee.
+                    continue;
                 }
                 // What the failed array really reads (a swapped round's
                 // primary among them) fits every survivor's round.
@@ -942,4 +969,40 @@ fn a_regrouped_stream_reads_longer_groups_from_its_next_request_or_nothing_chang
         .collect();
     assert_eq!(before, after);
     assert_eq!(tight.stream_group_rounds(b.stream), Some(2));
+}
+
+#[test]
+fn a_statistical_guarantee_reserves_the_rotation_quantile_and_admits_more() {
+    // One disk, reads of 30 ms each including an 8 ms revolution: the
+    // deterministic guarantee fits 30 in the 900 ms budget; the statistical
+    // one reserves 22 ms per read plus q(k) for the k waits.
+    let title = || striped(1, 0, &[30]);
+    let admitted = |guarantee| {
+        let mut r = Reservations::new(ReservationConfig {
+            guarantee,
+            ..config(1, Scheme::None)
+        });
+        r.add_title(TitleId(0), title());
+        let mut n = 0u64;
+        while r.try_admit(TitleId(0), Round(0), 1).is_ok() {
+            n += 1;
+        }
+        let reserved = r.slot(DiskIndex(0), Round(0)).reserved_ns(Scheme::None, 0);
+        r.check_invariants();
+        (n, reserved)
+    };
+    let (det, det_reserved) = admitted(Guarantee::Deterministic);
+    assert_eq!(det, 30);
+    assert_eq!(det_reserved, 30 * 30 * MS);
+    let eps = 1e-6;
+    let (stat, stat_reserved) = admitted(Guarantee::Statistical {
+        overrun_probability: eps,
+    });
+    let q = rotation_quantile_ns(stat as u32, REVOLUTION_NS + 1, eps);
+    assert_eq!(stat_reserved, stat * 22 * MS + q);
+    assert!(stat_reserved <= 900 * MS);
+    assert!(stat > det, "statistical {stat} vs deterministic {det}");
+    // One more read would not fit.
+    let q_next = rotation_quantile_ns(stat as u32 + 1, REVOLUTION_NS + 1, eps);
+    assert!((stat + 1) * 22 * MS + q_next > 900 * MS);
 }
