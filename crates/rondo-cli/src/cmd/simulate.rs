@@ -94,7 +94,7 @@ pub struct SimulateArgs {
     /// rotational waits taken as independent and uniform, everything else
     /// at the bound's worst case. Without it the guarantee is
     /// deterministic (the default, what `rondo serve` does). Needs the
-    /// rondo bound on a rotating disk. docs/retrieval.md.
+    /// rondo bound on a rotating disk. docs/guarantee.md.
     #[arg(long, value_name = "P", conflicts_with = "data_dir")]
     overrun_probability: Option<f64>,
     #[command(flatten)]

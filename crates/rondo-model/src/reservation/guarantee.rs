@@ -11,7 +11,7 @@
 //! head's by when the previous command ends, which the model's timing
 //! scatters over the revolution — and reserves, instead of k·T_rev, the
 //! smallest q(k) with P(Σ waits > q(k)) ≤ ε by the Chernoff bound
-//! (docs/retrieval.md, "The statistical guarantee"):
+//! (docs/guarantee.md):
 //!
 //! P(Σ U_i > s) ≤ min_θ e^(−θs) · M(θ)^k,  M(θ) = (e^(θ·T_rev) − 1)/(θ·T_rev),
 //!
@@ -132,23 +132,28 @@ pub fn rotation_quantile_ns(k: u32, wait_max_ns: u64, epsilon: f64) -> u64 {
 mod tests {
     use super::*;
 
-    /// P(Σ_k U[0,1) > s): the Irwin–Hall tail, exact.
+    /// P(Σ_k U[0,1) > s): the Irwin–Hall tail, exact, computed as the
+    /// lower tail at k − s (by symmetry), whose alternating sum has few
+    /// terms where the tail is small.
     fn irwin_hall_tail(k: u32, s: f64) -> f64 {
-        let mut cdf = 0.0;
-        let mut binom = 1.0;
+        let t = f64::from(k) - s;
+        if t <= 0.0 {
+            return 0.0;
+        }
         let mut fact = 1.0;
         for j in 1..=k {
             fact *= f64::from(j);
         }
+        let (mut cdf, mut binom) = (0.0, 1.0);
         for j in 0..=k {
-            if f64::from(j) > s {
+            if f64::from(j) >= t {
                 break;
             }
-            let term = binom * (s - f64::from(j)).powi(k as i32);
+            let term = binom * (t - f64::from(j)).powi(k as i32);
             cdf += if j % 2 == 0 { term } else { -term };
             binom = binom * f64::from(k - j) / f64::from(j + 1);
         }
-        1.0 - cdf / fact
+        cdf / fact
     }
 
     #[test]
