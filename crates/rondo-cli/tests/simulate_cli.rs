@@ -815,3 +815,77 @@ fn simulate_runs_the_dynamic_cycle_and_reports_its_operations() {
         "use it with --policy",
     );
 }
+
+/// `rondo simulate --overrun-probability`: the statistical guarantee admits
+/// more streams at capacity than the deterministic one on the same
+/// arrivals, no disk-round runs past its reservation in a short run, and a
+/// drive with no rotational wait or a probability outside (0, 1) is refused
+/// with the reason.
+#[test]
+fn a_statistical_guarantee_admits_more_and_is_refused_where_it_cannot_hold() {
+    let run = |extra: &[&str]| {
+        let out = rondo()
+            .args([
+                "simulate",
+                "--disks",
+                "4",
+                "--scheme",
+                "none",
+                "--mode",
+                "simulated-disk",
+                "--load",
+                "1.5",
+                "--warmup-rounds",
+                "2000",
+                "--end-round",
+                "2600",
+                "--replications",
+                "1",
+                "--max-replications",
+                "1",
+                "--no-capacity",
+                "--json",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["at_load"].clone()
+    };
+    let deterministic = run(&[]);
+    let statistical = run(&["--overrun-probability", "1e-6"]);
+    let streams = |v: &serde_json::Value| v["mean_active_streams"].as_f64().unwrap();
+    assert!(
+        streams(&statistical) > streams(&deterministic),
+        "statistical {} vs deterministic {}",
+        streams(&statistical),
+        streams(&deterministic)
+    );
+    for key in [
+        "deadline_misses",
+        "disk_round_overruns",
+        "busy_over_reserved_disk_rounds",
+    ] {
+        assert_eq!(statistical[key].as_u64(), Some(0), "{key}");
+    }
+    assert_fails_with(
+        rondo().args([
+            "simulate",
+            "--profile",
+            "nvme-gen4",
+            "--overrun-probability",
+            "1e-6",
+            "--no-capacity",
+        ]),
+        "a statistical guarantee needs the rondo bound on a rotating disk",
+    );
+    assert_fails_with(
+        rondo().args(["simulate", "--overrun-probability", "1.5", "--no-capacity"]),
+        "strictly between 0 and 1",
+    );
+}

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use rondo_model::reservation::Guarantee;
+
 /// How device reads are timed.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -67,6 +69,9 @@ pub struct ServerConfig {
     /// Start rounds admission tries, from the earliest possible one, before
     /// it answers 503.
     pub lookahead_rounds: u64,
+    /// What admission guarantees each disk-round (docs/guarantee.md):
+    /// deterministic (the default) or statistical.
+    pub guarantee: Guarantee,
     pub disk_timing: DiskTiming,
     /// Rounds of data a session's sender may hold for its client (the
     /// bounded per-session channel); the schedule itself never sends more
@@ -127,6 +132,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: DEFAULT_LISTEN.parse().expect("the default address parses"),
             lookahead_rounds: DEFAULT_LOOKAHEAD_ROUNDS,
+            guarantee: Guarantee::Deterministic,
             disk_timing: DiskTiming::Emulated,
             client_buffer_rounds: DEFAULT_CLIENT_BUFFER_ROUNDS,
             stall_grace: DEFAULT_STALL_GRACE,

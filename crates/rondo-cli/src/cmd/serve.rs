@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, bail};
 use clap::Args;
 use rondo_model::disk::profile_by_name;
+use rondo_model::reservation::Guarantee;
 use rondo_model::units::{NS_PER_MS, STRIDE_BYTES_DEFAULT};
 use rondo_server::config::{
     DEFAULT_CLIENT_BUFFER_ROUNDS, DEFAULT_LISTEN, DEFAULT_LOOKAHEAD_ROUNDS,
@@ -59,6 +60,14 @@ pub struct ServeArgs {
     /// Start rounds admission tries before it answers 503.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_LOOKAHEAD_ROUNDS)]
     pub lookahead_rounds: u64,
+    /// Admit with a statistical guarantee: a disk-round's reads run past
+    /// their reservation with at most this probability (e.g. 1e-6), the
+    /// rotational waits taken as independent and uniform and everything
+    /// else at the bound's worst case; more streams fit. Without it every
+    /// disk-round is guaranteed (the default). Needs a rotating disk
+    /// profile. docs/guarantee.md.
+    #[arg(long, value_name = "P")]
+    pub overrun_probability: Option<f64>,
     /// Read devices as fast as they go instead of pacing them to the disk
     /// profile. Admission still uses the profile, so the guarantee then
     /// holds only for devices at least that fast.
@@ -257,6 +266,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let server_config = ServerConfig {
         listen: args.listen,
         lookahead_rounds: args.lookahead_rounds,
+        guarantee: match args.overrun_probability {
+            Some(p) => Guarantee::Statistical {
+                overrun_probability: p,
+            },
+            None => Guarantee::Deterministic,
+        },
         disk_timing: if args.native {
             DiskTiming::Native
         } else {

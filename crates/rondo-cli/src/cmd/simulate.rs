@@ -94,8 +94,9 @@ pub struct SimulateArgs {
     /// rotational waits taken as independent and uniform, everything else
     /// at the bound's worst case. Without it the guarantee is
     /// deterministic (the default, what `rondo serve` does). Needs the
-    /// rondo bound on a rotating disk. docs/guarantee.md.
-    #[arg(long, value_name = "P", conflicts_with = "data_dir")]
+    /// rondo bound on a rotating disk. With --data-dir, give it as to
+    /// `rondo serve`. docs/guarantee.md.
+    #[arg(long, value_name = "P")]
     overrun_probability: Option<f64>,
     #[command(flatten)]
     layout: crate::cmd::layout_args::LayoutArgs,
@@ -299,6 +300,16 @@ enum Titles {
     },
 }
 
+/// The guarantee `--overrun-probability` asks for.
+fn guarantee(args: &SimulateArgs) -> Guarantee {
+    match args.overrun_probability {
+        Some(p) => Guarantee::Statistical {
+            overrun_probability: p,
+        },
+        None => Guarantee::Deterministic,
+    }
+}
+
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.load > 0.0, "--load must be positive");
     if let Some(rate) = args.rate {
@@ -362,11 +373,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             config.round_duration_ns = round_ms * NS_PER_MS;
             config.start_choice = args.start_choice;
             config.replica_choice = args.replica_choice;
-            if let Some(p) = args.overrun_probability {
-                config.guarantee = Guarantee::Statistical {
-                    overrun_probability: p,
-                };
-            }
+            config.guarantee = guarantee(&args);
             let titles = titles_with(&args.titles, trace, &config)?;
             (config, Titles::Synthetic(titles), args.titles.clone())
         }
@@ -716,6 +723,7 @@ fn load_data_dir(
     config.drive_prefetch = args.policy.drive_prefetch();
     config.dynamic_cycle = cycle;
     config.round_robin_counter = array.round_robin_counter;
+    config.guarantee = guarantee(args);
     config.bound = BoundKind::Rondo;
     config.round_duration_ns = array.round_duration_ns;
     config.stride_bytes = array.stride_bytes;
