@@ -15,6 +15,31 @@ fn assert_fails_with(command: &mut Command, message: &str) {
 }
 
 /// `rondo simulate ARGS --replications 1 --max-replications 1
+/// --no-capacity --json`, which must succeed; the report's `at_load`.
+fn one_replication_at_load(args: &[&str]) -> serde_json::Value {
+    let out = rondo()
+        .arg("simulate")
+        .args(args)
+        .args([
+            "--replications",
+            "1",
+            "--max-replications",
+            "1",
+            "--no-capacity",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["at_load"].clone()
+}
+
+/// `rondo simulate ARGS --replications 1 --max-replications 1
 /// --no-capacity --json` in simulated-disk mode on the segments layout;
 /// asserts no deadline miss, overrun or stopped stream and returns the
 /// report's `at_load`.
@@ -473,29 +498,15 @@ fn simulate_data_dir_runs_the_stored_titles_on_the_directory_array() {
 fn simulate_runs_the_segments_layout_and_refuses_contradicting_layout_flags() {
     let run = |layout: &[&str]| {
         let mut args = vec![
-            "simulate",
             "--disks",
             "4",
             "--warmup-rounds",
             "200",
             "--end-round",
             "800",
-            "--replications",
-            "1",
-            "--max-replications",
-            "1",
-            "--no-capacity",
-            "--json",
         ];
         args.extend_from_slice(layout);
-        let out = rondo().args(&args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["at_load"].clone()
+        one_replication_at_load(&args)
     };
     let grain = run(&[]);
     let segments = run(&["--layout", "segments", "--segment-rounds", "8"]);
@@ -824,38 +835,22 @@ fn simulate_runs_the_dynamic_cycle_and_reports_its_operations() {
 #[test]
 fn a_statistical_guarantee_admits_more_and_is_refused_where_it_cannot_hold() {
     let run = |extra: &[&str]| {
-        let out = rondo()
-            .args([
-                "simulate",
-                "--disks",
-                "4",
-                "--scheme",
-                "none",
-                "--mode",
-                "simulated-disk",
-                "--load",
-                "1.5",
-                "--warmup-rounds",
-                "2000",
-                "--end-round",
-                "2600",
-                "--replications",
-                "1",
-                "--max-replications",
-                "1",
-                "--no-capacity",
-                "--json",
-            ])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["at_load"].clone()
+        let mut args = vec![
+            "--disks",
+            "4",
+            "--scheme",
+            "none",
+            "--mode",
+            "simulated-disk",
+            "--load",
+            "1.5",
+            "--warmup-rounds",
+            "2000",
+            "--end-round",
+            "2600",
+        ];
+        args.extend_from_slice(extra);
+        one_replication_at_load(&args)
     };
     let deterministic = run(&[]);
     let statistical = run(&["--overrun-probability", "1e-6"]);

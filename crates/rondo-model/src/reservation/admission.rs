@@ -284,44 +284,40 @@ impl Reservations {
                         }
                         break;
                     }
-                    Ok(choice) => {
-                        let stream = StreamId(self.next_stream);
-                        self.next_stream += 1;
-                        let record = StreamRecord {
-                            title,
-                            start_round: start,
-                            shape,
-                            choice,
-                        };
-                        self.apply(&record, 1);
-                        self.streams.insert(stream, record);
-                        return Ok(Admission {
-                            stream,
-                            start_round: start,
-                        });
-                    }
+                    Ok(choice) => return Ok(self.admit_record(title, start, shape, choice)),
                     Err(rejection @ Rejection::DataUnavailable { .. }) => return Err(rejection),
                     Err(rejection) => last = rejection,
                 }
             }
         }
-        if let Some((_, start, shape, choice)) = best {
-            let stream = StreamId(self.next_stream);
-            self.next_stream += 1;
-            let record = StreamRecord {
-                title,
-                start_round: start,
-                shape,
-                choice,
-            };
-            self.apply(&record, 1);
-            self.streams.insert(stream, record);
-            return Ok(Admission {
-                stream,
-                start_round: start,
-            });
+        match best {
+            Some((_, start, shape, choice)) => Ok(self.admit_record(title, start, shape, choice)),
+            None => Err(last),
         }
-        Err(last)
+    }
+
+    /// Admits a stream that fits: its record kept and its reservations made.
+    fn admit_record(
+        &mut self,
+        title: TitleId,
+        start: Round,
+        shape: Shape,
+        choice: Vec<RoundChoice>,
+    ) -> Admission {
+        let stream = StreamId(self.next_stream);
+        self.next_stream += 1;
+        let record = StreamRecord {
+            title,
+            start_round: start,
+            shape,
+            choice,
+        };
+        self.apply(&record, 1);
+        self.streams.insert(stream, record);
+        Admission {
+            stream,
+            start_round: start,
+        }
     }
 
     /// The reserved time a stream of this shape and replica choice would
