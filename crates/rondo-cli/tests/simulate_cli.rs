@@ -44,32 +44,9 @@ fn one_replication_at_load(args: &[&str]) -> serde_json::Value {
 /// asserts no deadline miss, overrun or stopped stream and returns the
 /// report's `at_load`.
 fn simulated_disk_at_load(args: &[&str]) -> serde_json::Value {
-    let out = rondo()
-        .args([
-            "simulate",
-            "--layout",
-            "segments",
-            "--mode",
-            "simulated-disk",
-        ])
-        .args(args)
-        .args([
-            "--replications",
-            "1",
-            "--max-replications",
-            "1",
-            "--no-capacity",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let at = v["at_load"].clone();
+    let mut all = vec!["--layout", "segments", "--mode", "simulated-disk"];
+    all.extend_from_slice(args);
+    let at = one_replication_at_load(&all);
     for key in ["deadline_misses", "disk_round_overruns", "streams_aborted"] {
         assert_eq!(at[key].as_u64(), Some(0), "{args:?}: {key}");
     }
