@@ -7,7 +7,7 @@
 
 use rondo_model::disk;
 use rondo_model::layout::{ReplicaPlacement, RoundRobinCounter};
-use rondo_model::reservation::Scheme;
+use rondo_model::reservation::{ReplicaChoice, Scheme, StartChoice};
 use rondo_model::units::{DiskIndex, Round};
 use rondo_sim::faults::FaultPlan;
 use rondo_sim::run::{BoundKind, FailureSpec, Mode, SimConfig, SimResult, SimTitle, run};
@@ -143,6 +143,41 @@ fn minimum_in_rondo_mode_survives_any_single_failure_with_data_in_the_inner_zone
             0,
             "seed {seed}: the rondo bound was exceeded; {}",
             replay_hint("minimum_in", seed)
+        );
+    }
+}
+
+#[test]
+fn minimum_with_the_admission_options_survives_any_single_failure() {
+    // The least-added start and the balanced replica choice
+    // (docs/experiments/failure-tolerance-cost.md) change where streams'
+    // reads and failure reservations go, never what a failure may add: the
+    // same saturated runs with data in the inner zone and a seeded failure.
+    for seed in seeds(4, 200) {
+        let mut c = failure_scenario_config(seed, Scheme::Minimum);
+        let (start, replica) = match mix(seed, 6) % 3 {
+            0 => (StartChoice::LeastAdded, ReplicaChoice::Primary),
+            1 => (StartChoice::First, ReplicaChoice::Balanced),
+            _ => (StartChoice::LeastAdded, ReplicaChoice::Balanced),
+        };
+        c.start_choice = start;
+        c.replica_choice = replica;
+        let r = run(&c, &titles(150)).unwrap();
+        let hint = replay_hint("minimum_with_the_admission_options", seed);
+        assert!(r.admitted > 0, "seed {seed}: nothing admitted; {hint}");
+        assert!(
+            r.deadline_misses == 0
+                && r.disk_round_overruns == 0
+                && r.lost_reads == 0
+                && r.busy_over_reserved_disk_rounds == 0,
+            "seed {seed}: {} misses, {} overruns, {} lost reads, {} rounds past reserved with D = {}, {:?}, {start:?}, {replica:?}, failure {:?}\n{hint}",
+            r.deadline_misses,
+            r.disk_round_overruns,
+            r.lost_reads,
+            r.busy_over_reserved_disk_rounds,
+            c.disks,
+            c.placement,
+            c.failure,
         );
     }
 }
