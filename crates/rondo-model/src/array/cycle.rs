@@ -269,10 +269,7 @@ impl Array {
         let window = (2 * u64::from(state.config.max_group_rounds.max(1)))
             .min(cfg.horizon_rounds.saturating_sub(1))
             .max(1);
-        let budget_ns = cfg
-            .round_duration_ns
-            .saturating_sub(cfg.round_fixed_ns)
-            .max(1);
+        let budget_ns = cfg.budget_ns().max(1);
         // An unbounded buffer (tests) is never the pressure.
         let bounded = cfg.buffer_capacity_bytes > 0 && cfg.buffer_capacity_bytes < u64::MAX;
         let (mut memory, mut time) = (0.0, 0.0);

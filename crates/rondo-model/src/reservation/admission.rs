@@ -355,7 +355,7 @@ impl Reservations {
         lookahead_rounds: u64,
     ) -> Result<Vec<RoundChoice>, Rejection> {
         let cfg = &self.config;
-        let budget_ns = cfg.round_duration_ns.saturating_sub(cfg.round_fixed_ns);
+        let budget_ns = cfg.budget_ns();
         let horizon = cfg.horizon_rounds;
         let disk_full = |disk: DiskIndex, round: Round| Rejection::DiskTime {
             lookahead_rounds,
@@ -507,10 +507,7 @@ impl Reservations {
     /// fits: `fits` then refuses the round).
     fn balanced_choice(&self, primary: Charge, backup: Charge, round: Round) -> RoundChoice {
         let (scheme, bus) = (self.config.scheme, self.config.bus_share_ppm);
-        let budget_ns = self
-            .config
-            .round_duration_ns
-            .saturating_sub(self.config.round_fixed_ns);
+        let budget_ns = self.config.budget_ns();
         let (x, y) = (
             self.slot(primary.disk, round),
             self.slot(backup.disk, round),

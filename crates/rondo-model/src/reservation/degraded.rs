@@ -74,10 +74,7 @@ impl Reservations {
     /// what writes (ingest, rebuild) may use. A failed disk serves no reads,
     /// so all of its round is free for rebuild writes.
     pub fn unreserved_ns(&self, disk: DiskIndex, round: Round) -> u64 {
-        let budget = self
-            .config
-            .round_duration_ns
-            .saturating_sub(self.config.round_fixed_ns);
+        let budget = self.config.budget_ns();
         if self.failed[disk.index()] {
             return budget;
         }

@@ -212,6 +212,12 @@ impl std::str::FromStr for ReplicaChoice {
 }
 
 impl ReservationConfig {
+    /// The time a disk-round may reserve: the round less the bound's fixed
+    /// term.
+    pub fn budget_ns(&self) -> u64 {
+        self.round_duration_ns.saturating_sub(self.round_fixed_ns)
+    }
+
     /// The tables of an array of `disks` disks whose longest stream lasts
     /// `longest_stream_rounds` (its reads and its last send round) and whose
     /// admission looks `lookahead_rounds` ahead: the horizon holds a stream
@@ -636,7 +642,7 @@ impl Reservations {
     /// The part of `reserved_ns` that is for primary (planned) reads.
     pub fn reserved_primary_ns(&self, disk: DiskIndex, round: Round) -> u64 {
         self.check_window(round);
-        self.slot(disk, round).reads_ns()
+        self.slot(disk, round).primary_ns
     }
 
     /// Backup time on `disk` in `round` for primaries on `source`.
@@ -764,8 +770,7 @@ impl Reservations {
                     "primary disk {disk} round {round}"
                 );
                 assert_eq!(
-                    (a.revolutions, a.rotation_credit_ns),
-                    (b.revolutions, b.rotation_credit_ns),
+                    a.revolutions, b.revolutions,
                     "revolutions disk {disk} round {round}"
                 );
                 assert_eq!(

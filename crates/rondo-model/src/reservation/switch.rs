@@ -48,10 +48,7 @@ impl Reservations {
     pub(super) fn switch_at(&mut self, disk: DiskIndex, round: Round, from: Round) -> Switched {
         let from = from.max(self.current_round);
         let (scheme, bus_share_ppm) = (self.config.scheme, self.config.bus_share_ppm);
-        let budget_ns = self
-            .config
-            .round_duration_ns
-            .saturating_sub(self.config.round_fixed_ns);
+        let budget_ns = self.config.budget_ns();
         // Candidates by phase: streams reading plain on `disk` in `round`
         // with a pair ahead of `from`.
         let mut phases: [Vec<StreamId>; 2] = [Vec::new(), Vec::new()];
@@ -190,7 +187,7 @@ impl Reservations {
     /// everything now reserved (the stream's own reads included).
     pub(super) fn fits_from(&self, record: &StreamRecord, from: Round) -> bool {
         let cfg = &self.config;
-        let budget_ns = cfg.round_duration_ns.saturating_sub(cfg.round_fixed_ns);
+        let budget_ns = cfg.budget_ns();
         let first = from.max(record.start_round);
         Round::range(first, record.end_round(&self.titles[&record.title])).all(|round| {
             let q = record.offset(round);

@@ -35,14 +35,12 @@ pub(super) enum SlotCharge {
 /// One disk's reserved time in one round.
 #[derive(Clone, Debug, Default)]
 pub(super) struct DiskSlot {
-    /// Reads that will happen: primaries, and reads rerouted to this disk,
-    /// at their charges.
+    /// Reads that will happen: primaries, and reads rerouted to this disk.
+    /// Their charges, less under a statistical guarantee the rotation
+    /// credit of their `revolutions` (`guarantee`: k·T_rev − q(k)).
     pub(super) primary_ns: u64,
-    /// The revolutions those charges include, and under a statistical
-    /// guarantee the time not reserved for them (`guarantee`: k·T_rev −
-    /// q(k)); the reads reserve `primary_ns − rotation_credit_ns`.
+    /// The revolutions the reads' charges include.
     pub(super) revolutions: u32,
-    pub(super) rotation_credit_ns: u64,
     /// Mirroring: all backup time on this disk.
     pub(super) backup_sum_ns: u64,
     /// Minimum: backup time on this disk per source (primary) disk, sorted by
@@ -67,17 +65,12 @@ impl DiskSlot {
     }
 
     fn disk_ns(&self, scheme: Scheme) -> u64 {
-        self.reads_ns()
+        self.primary_ns
             + match scheme {
                 Scheme::Mirroring => self.backup_sum_ns,
                 Scheme::Minimum => self.backup_max_ns,
                 Scheme::None | Scheme::Unreserved | Scheme::Dynamic => 0,
             }
-    }
-
-    /// The reads' reserved time: their charges less the rotation credit.
-    pub(super) fn reads_ns(&self) -> u64 {
-        self.primary_ns - self.rotation_credit_ns
     }
 
     /// The reserved time (as `reserved_ns` counts it) once `charge` is added.
@@ -93,15 +86,16 @@ impl DiskSlot {
                 cost_ns,
                 revolutions,
             } => {
-                let credit_ns = rotation.map_or(0, |r| {
-                    r.credit_ns(self.revolutions + u32::from(revolutions))
-                });
-                self.disk_ns(scheme) + self.rotation_credit_ns + cost_ns - credit_ns
+                let credit = |k| rotation.map_or(0, |r| r.credit_ns(k));
+                // The charges' sum never falls below the credit of its
+                // revolutions, so the order of the terms cannot underflow.
+                self.disk_ns(scheme) + credit(self.revolutions) + cost_ns
+                    - credit(self.revolutions + u32::from(revolutions))
             }
             SlotCharge::Backup { source, cost_ns } => match scheme {
                 Scheme::Mirroring => self.disk_ns(scheme) + cost_ns,
                 Scheme::Minimum => {
-                    self.reads_ns() + self.backup_max_ns.max(self.backup_from(source) + cost_ns)
+                    self.primary_ns + self.backup_max_ns.max(self.backup_from(source) + cost_ns)
                 }
                 Scheme::None | Scheme::Unreserved | Scheme::Dynamic => self.disk_ns(scheme),
             },
@@ -127,28 +121,27 @@ impl DiskSlot {
                     cost_ns,
                     revolutions,
                 },
-                true,
+                add,
             ) => {
-                self.primary_ns += cost_ns;
-                self.revolutions += u32::from(revolutions);
-                self.rotation_credit_ns = rotation.map_or(0, |r| r.credit_ns(self.revolutions));
-            }
-            (
-                SlotCharge::Read {
-                    cost_ns,
-                    revolutions,
-                },
-                false,
-            ) => {
-                self.primary_ns = self
-                    .primary_ns
-                    .checked_sub(cost_ns)
-                    .expect("released more than was reserved");
-                self.revolutions = self
-                    .revolutions
-                    .checked_sub(u32::from(revolutions))
-                    .expect("released more revolutions than were reserved");
-                self.rotation_credit_ns = rotation.map_or(0, |r| r.credit_ns(self.revolutions));
+                let credit = |k| rotation.map_or(0, |r| r.credit_ns(k));
+                // The reads' charges, taken out of the credited time, then
+                // the credit of the new count of revolutions.
+                let charges_ns = self.primary_ns + credit(self.revolutions);
+                let revolutions = u32::from(revolutions);
+                let (charges_ns, revolutions) = if add {
+                    (charges_ns + cost_ns, self.revolutions + revolutions)
+                } else {
+                    (
+                        charges_ns
+                            .checked_sub(cost_ns)
+                            .expect("released more than was reserved"),
+                        self.revolutions
+                            .checked_sub(revolutions)
+                            .expect("released more revolutions than were reserved"),
+                    )
+                };
+                self.primary_ns = charges_ns - credit(revolutions);
+                self.revolutions = revolutions;
             }
             (SlotCharge::Backup { source, cost_ns }, true) => self.add_backup(source, cost_ns),
             (SlotCharge::Backup { source, cost_ns }, false) => self.remove_backup(source, cost_ns),
@@ -211,7 +204,6 @@ impl DiskSlot {
     pub(super) fn clear(&mut self) {
         self.primary_ns = 0;
         self.revolutions = 0;
-        self.rotation_credit_ns = 0;
         self.backup_sum_ns = 0;
         self.backup_max_ns = 0;
         self.backup_by_source.clear();
