@@ -22,7 +22,7 @@ use rondo_model::array::{
 };
 use rondo_model::disk::{Disk, DiskError, profile_by_name};
 use rondo_model::health::HealthPolicy;
-use rondo_model::reservation::{Burst, Guarantee, ReservationConfig};
+use rondo_model::reservation::{Burst, ReservationConfig};
 use rondo_model::units::{DiskIndex, SECTOR_BYTES};
 use rondo_store::{IoMode, Store};
 use thiserror::Error;
@@ -81,8 +81,8 @@ pub enum ServerError {
     DrivePrefetchUnavailable { policy: String, why: String },
     #[error("the dynamic cycle {why}")]
     CycleUnavailable { why: &'static str },
-    #[error("the statistical guarantee: {why}")]
-    GuaranteeUnavailable { why: String },
+    #[error("{why} (disk profile {profile})")]
+    GuaranteeUnavailable { why: String, profile: String },
     #[error("opening the data directory's tiers: {0}")]
     Tiers(#[from] rondo_tier::TierError),
     #[error("{context}: {source}")]
@@ -201,22 +201,14 @@ impl RunningServer {
         );
         // The drive caches' segments for prefetched blocks, and their bus.
         prefetch.configure(&bound, &mut reservation);
-        // What admission guarantees (docs/guarantee.md): a statistical
-        // guarantee credits the rotational waits the bound charges whole.
+        // What admission guarantees (docs/guarantee.md).
         config
             .guarantee
-            .validate()
-            .map_err(|why| ServerError::GuaranteeUnavailable { why })?;
-        if config.guarantee != Guarantee::Deterministic && bound.revolution_ns() == 0 {
-            return Err(ServerError::GuaranteeUnavailable {
-                why: format!(
-                    "needs a rotating disk, and profile {} has no rotational wait",
-                    array.disk_profile
-                ),
-            });
-        }
-        reservation.guarantee = config.guarantee;
-        reservation.revolution_ns = bound.revolution_ns();
+            .configure(&bound, &mut reservation)
+            .map_err(|why| ServerError::GuaranteeUnavailable {
+                why,
+                profile: array.disk_profile.clone(),
+            })?;
         let mut core_array = Array::new(ArrayConfig {
             reservation,
             lookahead_rounds: config.lookahead_rounds,

@@ -1336,16 +1336,10 @@ pub fn prepare_placed(
     }
     reservation.replica_choice = config.replica_choice;
     reservation.start_choice = config.start_choice;
-    config.guarantee.validate().map_err(SimError::Config)?;
-    if config.guarantee != Guarantee::Deterministic && bound.revolution_ns() == 0 {
-        return Err(SimError::Config(
-            "a statistical guarantee needs the rondo bound on a rotating disk (the paper \
-             bound's T_avgRot is an average, flash has no rotational wait)"
-                .into(),
-        ));
-    }
-    reservation.guarantee = config.guarantee;
-    reservation.revolution_ns = bound.revolution_ns();
+    config
+        .guarantee
+        .configure(bound, &mut reservation)
+        .map_err(SimError::Config)?;
     config.drive_prefetch.configure(bound, &mut reservation);
     let mut array = Array::new(ArrayConfig {
         reservation,

@@ -266,12 +266,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let server_config = ServerConfig {
         listen: args.listen,
         lookahead_rounds: args.lookahead_rounds,
-        guarantee: match args.overrun_probability {
-            Some(p) => Guarantee::Statistical {
-                overrun_probability: p,
-            },
-            None => Guarantee::Deterministic,
-        },
+        guarantee: Guarantee::with_overrun_probability(args.overrun_probability),
         disk_timing: if args.native {
             DiskTiming::Native
         } else {

@@ -300,16 +300,6 @@ enum Titles {
     },
 }
 
-/// The guarantee `--overrun-probability` asks for.
-fn guarantee(args: &SimulateArgs) -> Guarantee {
-    match args.overrun_probability {
-        Some(p) => Guarantee::Statistical {
-            overrun_probability: p,
-        },
-        None => Guarantee::Deterministic,
-    }
-}
-
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.load > 0.0, "--load must be positive");
     if let Some(rate) = args.rate {
@@ -373,7 +363,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             config.round_duration_ns = round_ms * NS_PER_MS;
             config.start_choice = args.start_choice;
             config.replica_choice = args.replica_choice;
-            config.guarantee = guarantee(&args);
+            config.guarantee = Guarantee::with_overrun_probability(args.overrun_probability);
             let titles = titles_with(&args.titles, trace, &config)?;
             (config, Titles::Synthetic(titles), args.titles.clone())
         }
@@ -723,7 +713,7 @@ fn load_data_dir(
     config.drive_prefetch = args.policy.drive_prefetch();
     config.dynamic_cycle = cycle;
     config.round_robin_counter = array.round_robin_counter;
-    config.guarantee = guarantee(args);
+    config.guarantee = Guarantee::with_overrun_probability(args.overrun_probability);
     config.bound = BoundKind::Rondo;
     config.round_duration_ns = array.round_duration_ns;
     config.stride_bytes = array.stride_bytes;

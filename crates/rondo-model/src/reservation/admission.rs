@@ -501,10 +501,10 @@ impl Reservations {
         Ok(RoundChoice::Primary)
     }
 
-    /// `ReplicaChoice::Balanced`: the replica whose read plus failure
-    /// reservation adds the least to the two disks' reserved time in
-    /// `round`, among those that fit (the primary on a tie, or when neither
-    /// fits: `fits` then refuses the round).
+    /// `ReplicaChoice::Balanced`: of the replicas whose read and failure
+    /// reservation fit in `round`, the one leaving the larger of the two
+    /// disks' reserved time lowest, then the one adding less (the primary
+    /// on a tie, or when neither fits: `fits` then refuses the round).
     fn balanced_choice(&self, primary: Charge, backup: Charge, round: Round) -> RoundChoice {
         let (scheme, bus) = (self.config.scheme, self.config.bus_share_ppm);
         let budget_ns = self.config.budget_ns();

@@ -224,8 +224,9 @@ impl TitleCharges {
     /// Charges of a title laid out by `plan` with `schedule` (the same
     /// rounds), where `request_cost_ns(round, read, backup_entry)` is the
     /// round bound's cost of one request and the revolutions it includes
-    /// (`Charge::revolutions`; `backup_entry` is `None` for the primary). Empty rounds issue no request and cost nothing. Backups are
-    /// included only when the plan has them.
+    /// (`Charge::revolutions`; `backup_entry` is `None` for the primary).
+    /// Empty rounds issue no request and cost nothing. Backups are included
+    /// only when the plan has them.
     pub fn from_plan(
         plan: &TitlePlan,
         schedule: &Schedule,

@@ -22,6 +22,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::{Bound, ReservationConfig};
+
 /// What admission guarantees each disk-round.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "kind")]
@@ -37,6 +39,40 @@ pub enum Guarantee {
 }
 
 impl Guarantee {
+    /// Statistical at `overrun_probability` when one is given (the
+    /// `--overrun-probability` of `rondo serve` and `rondo simulate`),
+    /// deterministic otherwise.
+    pub fn with_overrun_probability(overrun_probability: Option<f64>) -> Guarantee {
+        match overrun_probability {
+            Some(p) => Guarantee::Statistical {
+                overrun_probability: p,
+            },
+            None => Guarantee::Deterministic,
+        }
+    }
+
+    /// Sets `reservation` to admit under this guarantee with `bound`'s
+    /// charges, as the simulator and the server both do; refuses a
+    /// probability outside (0, 1) and a statistical guarantee where the
+    /// charges hold no rotational wait to credit.
+    pub fn configure(
+        self,
+        bound: &Bound,
+        reservation: &mut ReservationConfig,
+    ) -> Result<(), String> {
+        self.validate()?;
+        if self != Guarantee::Deterministic && bound.revolution_ns() == 0 {
+            return Err(
+                "a statistical guarantee needs the rondo bound on a rotating disk (the \
+                        paper bound's T_avgRot is an average, flash has no rotational wait)"
+                    .into(),
+            );
+        }
+        reservation.guarantee = self;
+        reservation.revolution_ns = bound.revolution_ns();
+        Ok(())
+    }
+
     /// Refuses a probability outside (0, 1).
     pub fn validate(&self) -> Result<(), String> {
         match *self {

@@ -191,10 +191,12 @@ pub enum ReplicaChoice {
     /// Always the primary (seed 000; paper mode).
     #[default]
     Primary,
-    /// Per round, the replica whose read plus failure reservation adds the
-    /// least reserved time to the tables (ties: the primary). Needs whole
-    /// (not declustered) backups and no drive-cache pairs; otherwise it
-    /// reads the primary.
+    /// Per round, of the two replicas that fit, the one whose read and
+    /// failure reservation leave the larger of the two disks' reserved
+    /// time lowest, then the one adding less (ties: the primary). Needs
+    /// whole (not declustered) backups and no drive-cache pairs; otherwise
+    /// it reads the primary. Measured to lose streams
+    /// (docs/experiments/failure-tolerance-cost.md).
     Balanced,
 }
 
@@ -348,9 +350,9 @@ impl StreamRecord {
 enum RoundChoice {
     /// Primary read; backups reserved per the scheme.
     Primary,
-    /// Dynamic balancing, or `ReplicaChoice::Balanced` under a reserving
-    /// scheme, chose the backup (all its pieces); under the latter the
-    /// primary's disk holds the failure reservation.
+    /// Dynamic balancing, or `ReplicaChoice::Balanced` under `minimum`,
+    /// chose the backup (all its pieces); under the latter the primary's
+    /// disk holds the failure reservation.
     Backup,
     /// The primary's disk had failed at admission: the backup pieces are read
     /// (and charged as reads); nothing else is reserved.
@@ -826,12 +828,11 @@ fn read_charges(
     let primary = charges.primary(i);
     let reads_primary = choice == RoundChoice::Primary;
     let reserves_backup = reads_primary && matches!(scheme, Scheme::Mirroring | Scheme::Minimum);
-    // A round admitted to read its backup under a reserving scheme
+    // A round admitted to read its backup under `minimum`
     // (`ReplicaChoice::Balanced`): the primary's disk holds the failure
     // reservation, one per backup piece's disk, each the whole primary
     // read (what that piece's loss makes the primary's disk read, at most).
-    let swapped =
-        choice == RoundChoice::Backup && matches!(scheme, Scheme::Mirroring | Scheme::Minimum);
+    let swapped = choice == RoundChoice::Backup && scheme == Scheme::Minimum;
     let swapped_backup = charges
         .backup(i)
         .iter()
