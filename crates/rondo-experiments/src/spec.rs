@@ -403,6 +403,15 @@ pub fn parse_toml<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// Seed 000's six Table 3 content types (the synthetic VBR kinds), in order.
+fn table3_kinds() -> Vec<TraceKind> {
+    synth::known_kinds()
+        .iter()
+        .copied()
+        .filter(|k| matches!(k, TraceKind::Vbr(_)))
+        .collect()
+}
+
 /// The titles an experiment names: a comma-separated list whose items are
 /// `table3-mixed` (seed 000's six types, submitted round-robin),
 /// `table3-library:N` (N titles of those types in turn), a trace type
@@ -476,11 +485,7 @@ pub fn titles_with(
             // A library of n titles: seed 000's six types in turn, the k-th
             // of a type from trace seed `seed + k` (the first six are
             // table3-mixed's titles).
-            let kinds: Vec<TraceKind> = synth::known_kinds()
-                .iter()
-                .copied()
-                .filter(|k| matches!(k, TraceKind::Vbr(_)))
-                .collect();
+            let kinds = table3_kinds();
             for i in 0..n {
                 let (kind, k) = (kinds[i % kinds.len()], (i / kinds.len()) as u64);
                 let options = TraceOptions {
@@ -496,10 +501,9 @@ pub fn titles_with(
             continue;
         }
         let traces: Vec<(String, Vec<rondo_model::schedule::Frame>)> = if item == "table3-mixed" {
-            synth::known_kinds()
-                .iter()
-                .filter(|k| matches!(k, TraceKind::Vbr(_)))
-                .map(|&k| Ok((k.name().to_string(), generate(k)?)))
+            table3_kinds()
+                .into_iter()
+                .map(|k| Ok((k.name().to_string(), generate(k)?)))
                 .collect::<Result<_, SpecError>>()?
         } else if let Some(kind) = TraceKind::from_name(item) {
             vec![(kind.name().to_string(), generate(kind)?)]

@@ -85,7 +85,8 @@ pub struct SimulateArgs {
     start_choice: StartChoice,
     /// Which replica each round of a new stream reads under `minimum`:
     /// `primary` (seed 000, what `rondo serve` does) or `balanced` (per
-    /// round, the replica whose read and failure reservation add the least).
+    /// round, the replica that leaves the two disks' larger reserved time
+    /// lowest; measured to lose streams).
     /// docs/experiments/failure-tolerance-cost.md.
     #[arg(long, default_value = "primary", conflicts_with = "data_dir")]
     replica_choice: ReplicaChoice,
