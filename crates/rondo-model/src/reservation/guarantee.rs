@@ -212,6 +212,47 @@ mod tests {
         assert_eq!(rotation_quantile_ns(0, rev, 1e-6), 0);
     }
 
+    /// docs/guarantee.md's table for the Cheetah 4LP (10,033 rpm) at 10⁻⁶,
+    /// printed with `cargo test -p rondo-model docs_quantile_table --
+    /// --nocapture`: per k, k·T_rev, the Chernoff q(k), the exact quantile
+    /// (bisection on the Irwin–Hall tail), the mean and the credit, in ms.
+    #[test]
+    fn the_docs_quantile_table() {
+        let rev_ns = (60e9f64 / 10_033.0).floor() as u64;
+        let ms = |ns: f64| (ns / 1e5).round() / 10.0;
+        let documented = [
+            (5u32, 29.2, 28.9),
+            (10, 54.3, 53.0),
+            (15, 76.6, 74.4),
+            (20, 97.4, 94.6),
+            (30, 137.0, 133.1),
+            (40, 175.0, 170.2),
+        ];
+        for (k, chernoff_ms, exact_ms) in documented {
+            let q = rotation_quantile_ns(k, rev_ns + 1, 1e-6) as f64;
+            let (mut lo, mut hi) = (0.0, f64::from(k));
+            for _ in 0..200 {
+                let mid = (lo + hi) / 2.0;
+                if irwin_hall_tail(k, mid) > 1e-6 {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            let exact = hi * rev_ns as f64;
+            let full = f64::from(k) * rev_ns as f64;
+            println!(
+                "| {k} | {} ms | {} ms | {} ms | {} ms | {} ms |",
+                ms(full),
+                ms(q),
+                ms(exact),
+                ms(full / 2.0),
+                ms(full - q)
+            );
+            assert_eq!((ms(q), ms(exact)), (chernoff_ms, exact_ms), "k = {k}");
+        }
+    }
+
     #[test]
     fn credits_grow_with_the_revolutions_and_need_a_statistical_guarantee() {
         assert!(RotationCredit::new(Guarantee::Deterministic, 5_980_000).is_none());
