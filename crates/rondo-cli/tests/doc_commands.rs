@@ -199,3 +199,40 @@ fn every_command_the_docs_show_parses() {
     );
     eprintln!("{checked} commands shown in the docs parse");
 }
+
+/// The README's `cargo run --release -- serve` (and every `cargo run
+/// --release -- …` the docs show) needs exactly one binary among the
+/// workspace's default members, or cargo asks which to run: checked on the
+/// workspace's own metadata.
+#[test]
+fn cargo_run_at_the_root_finds_the_rondo_binary() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let defaults: BTreeSet<&str> = meta["workspace_default_members"]
+        .as_array()
+        .expect("workspace_default_members")
+        .iter()
+        .filter_map(|id| id.as_str())
+        .collect();
+    let binaries: Vec<&str> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| defaults.contains(p["id"].as_str().unwrap()))
+        .flat_map(|p| p["targets"].as_array().unwrap())
+        .filter(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "bin"))
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(binaries, ["rondo"]);
+}
