@@ -46,6 +46,14 @@ SEED=${SEED:-1}
 ARRIVAL_S=${ARRIVAL_S:-10}
 PORT=${PORT:-18090}
 NGINX_PORT=${NGINX_PORT:-18091}
+# Syscall, context-switch and page-fault counts per phase with `perf stat`
+# (1 when perf is installed), and a CPU profile of each phase with `perf
+# record` (PERF_RECORD=1; results/cost/perf-report-*.txt).
+PERF=${PERF:-$(command -v perf >/dev/null && echo 1 || echo 0)}
+PERF_RECORD=${PERF_RECORD:-0}
+# Which servers to measure ("rondo nginx"; "rondo" alone while iterating:
+# the comparison is the ratio of one run with both).
+SERVERS=${SERVERS:-"rondo nginx"}
 
 # shellcheck source=tools/lib.sh
 source "$ROOT/tools/lib.sh"
@@ -163,6 +171,26 @@ mem_kib() { # RSS and PSS in KiB, summed
     echo "$rss $pss"
 }
 connections() { ss -Htn state established "( sport = :$1 )" | wc -l; }
+# KiB of nginx's media files in the page cache. rondo reads its devices
+# with O_DIRECT (serve.log says so if a filesystem refused it), so none of
+# its data is there; its device files are sparse and terabytes long, too
+# long for fincore to walk each second.
+page_cache_kib() {
+    if [[ $1 == rondo ]]; then echo 0; return; fi
+    fincore --bytes --noheadings --output RES "$WWW"/media/* | awk '{t += $1} END {print int(t / 1024)}'
+}
+# Per thread of a server's processes: "name utime+stime-ticks voluntary
+# involuntary" (context switches), the name with its digits dropped so that
+# the 8 disk threads or the tokio workers add up as one group.
+thread_snapshot() { for p in $(procs "$1"); do for t in /proc/"$p"/task/*; do
+    [[ -r $t/stat ]] || continue
+    local name ticks vol invol
+    name=$(tr -d '0-9' < "$t/comm" | tr ' ' '_')
+    ticks=$(sed 's/^.*) //' "$t/stat" | awk '{print $12 + $13}')
+    vol=$(awk '/^voluntary_ctxt_switches/{print $2}' "$t/status")
+    invol=$(awk '/^nonvoluntary_ctxt_switches/{print $2}' "$t/status")
+    echo "${p}/${t##*/} $name $ticks $vol $invol"
+done; done 2>/dev/null; }
 
 # One phase: server $1 (rondo|nginx), N streams.
 phase() {
@@ -171,8 +199,21 @@ phase() {
     else start_nginx; pid=$NGINX_PID; url=$NGINX_URL; port=$NGINX_PORT; fi
     sleep 3
     read -r idle_rss idle_pss < <(mem_kib "$pid")
-    local cpu0 rate
+    local cpu0 rate perf_pid=""
     cpu0=$(cpu_ticks "$pid")
+    thread_snapshot "$pid" > "$OUT/threads0-$tag.txt"
+    # Counts for the whole phase: syscalls, context switches, page faults
+    # (software events and tracepoints: they need no hardware counters).
+    if [[ $PERF == 1 ]]; then
+        perf stat -x, -e raw_syscalls:sys_enter,context-switches,page-faults \
+            -p "$(procs "$pid" | paste -sd,)" -o "$OUT/perf-stat-$tag.csv" &
+        perf_pid=$!
+        if [[ $PERF_RECORD == 1 ]]; then
+            perf record -q -F 499 -g -p "$(procs "$pid" | paste -sd,)" \
+                -o "$WORK/perf-$tag.data" 2>/dev/null &
+            PERF_RECORD_PID=$!
+        fi
+    fi
     rate=$(jq -n "$n / $ARRIVAL_S")
     say "$tag: idle RSS $idle_rss KiB; rondo load --rate $rate --max-streams $n"
     "$RONDO" load --url "$url" --rate "$rate" --duration $((ARRIVAL_S * 3)) \
@@ -183,22 +224,39 @@ phase() {
     while kill -0 "$load_pid" 2>/dev/null; do
         local c m
         c=$(connections "$port"); m=$(mem_kib "$pid")
-        echo "$(date +%s) $c $m" >> "$OUT/samples-$tag.txt"
+        # rondo's read buffers in use and kept free for reuse, KiB.
+        b="0 0"
+        if [[ $server == rondo ]]; then
+            b=$(curl -sf "$url/api/metrics" | jq -r '"\(.buffer_bytes_in_use / 1024 | floor) \(.buffer_bytes_free / 1024 | floor)"' || echo "0 0")
+        fi
+        echo "$(date +%s) $c $m $b $(page_cache_kib "$server")" >> "$OUT/samples-$tag.txt"
         sleep 1
     done
     wait "$load_pid"
     local cpu1
     cpu1=$(cpu_ticks "$pid")
+    thread_snapshot "$pid" > "$OUT/threads1-$tag.txt"
+    if [[ -n $perf_pid ]]; then
+        kill -INT "$perf_pid" 2>/dev/null || true; wait "$perf_pid" 2>/dev/null || true
+        if [[ $PERF_RECORD == 1 ]]; then
+            kill -INT "$PERF_RECORD_PID" 2>/dev/null || true; wait "$PERF_RECORD_PID" 2>/dev/null || true
+            perf report -i "$WORK/perf-$tag.data" --no-children --stdio --sort comm,dso,symbol \
+                --percent-limit 0.5 -g none 2>/dev/null | grep -v '^$' > "$OUT/perf-report-$tag.txt" || true
+        fi
+    fi
     if [[ $server == rondo ]]; then curl -sf "$url/api/metrics" > "$OUT/metrics-$tag.json"; fi
     stop_pid "$pid"
     jq -n --arg server "$server" --argjson n "$n" --argjson ticks $((cpu1 - cpu0)) \
         --argjson hz "$CLK_TCK" --argjson idle_rss "$idle_rss" --argjson idle_pss "$idle_pss" \
         --slurpfile load "$OUT/load-$tag.json" \
+        --argjson round_s "$(jq '.round_duration_ns / 1e9' "$WWW/sched/0.json")" \
         --rawfile samples "$OUT/samples-$tag.txt" '
         ($samples | split("\n") | map(select(length > 0) | split(" ") | map(tonumber))
             | map(select(.[1] >= 0.98 * $n))) as $full |
         def median: sort | if length == 0 then null else .[length / 2 | floor] end;
         ($full | map(.[2]) | median) as $rss | ($full | map(.[3]) | median) as $pss |
+        ($full | map(.[4] // 0) | median) as $buf_in_use | ($full | map(.[5] // 0) | median) as $buf_free |
+        ($full | map(.[6] // 0) | median) as $page_cache |
         {
           server: $server, streams: $n,
           started: $load[0].streams_started, rejected: $load[0].streams_rejected,
@@ -210,15 +268,42 @@ phase() {
           samples_at_n: ($full | length),
           idle_rss_kib: $idle_rss, rss_at_n_kib: $rss,
           rss_per_stream_kib: (if $rss then ($rss - $idle_rss) / $n else null end),
+          # The mean round of data of a stream: bytes over stream-rounds played.
+          round_kib_mean: ($load[0].bytes_received / 1024
+              / ($load[0].titles | map(.started * .duration_seconds / $round_s) | add)),
           idle_pss_kib: $idle_pss, pss_at_n_kib: $pss,
-          pss_per_stream_kib: (if $pss then ($pss - $idle_pss) / $n else null end)
+          pss_per_stream_kib: (if $pss then ($pss - $idle_pss) / $n else null end),
+          page_cache_at_n_kib: $page_cache,
+          total_per_stream_kib: (if $rss then ($rss - $idle_rss + $page_cache) / $n else null end),
+          buffers_in_use_per_stream_kib: ($buf_in_use / $n),
+          buffers_free_per_stream_kib: ($buf_free / $n)
         }' > "$OUT/phase-$tag.json"
-    say "$tag: $(jq -c '{started, rejected, stalls, cpu_s, cpu_s_per_gb, rss_per_stream_kib, samples_at_n}' "$OUT/phase-$tag.json")"
+    # Where the CPU went: per thread group, CPU seconds and context switches
+    # over the phase (threads that started during it count from 0).
+    awk -v hz="$CLK_TCK" 'NR == FNR { t[$1] = $3; v[$1] = $4; i[$1] = $5; next }
+        { cpu[$2] += $3 - t[$1]; vol[$2] += $4 - v[$1]; invol[$2] += $5 - i[$1]; n[$2]++ }
+        END { for (g in cpu) printf "%s %d %.2f %d %d\n", g, n[g], cpu[g] / hz, vol[g], invol[g] }' \
+        "$OUT/threads0-$tag.txt" "$OUT/threads1-$tag.txt" | sort -k3 -nr > "$OUT/threads-$tag.txt"
+    local perf_json='{}'
+    if [[ -s $OUT/perf-stat-$tag.csv ]]; then
+        perf_json=$(awk -F, '$1 ~ /^[0-9]+$/ { printf "%s\"%s\": %s", sep, $3, $1; sep = ", " }
+            BEGIN { printf "{" } END { printf "}" }' "$OUT/perf-stat-$tag.csv")
+    fi
+    jq --rawfile threads "$OUT/threads-$tag.txt" --argjson perf "$perf_json" '
+        (.bytes_received / 1e6) as $mb |
+        . + { threads: ($threads | split("\n") | map(select(length > 0) | split(" ")
+                | { group: .[0], count: (.[1] | tonumber), cpu_s: (.[2] | tonumber),
+                    voluntary_switches: (.[3] | tonumber), involuntary_switches: (.[4] | tonumber) })),
+              counts_per_mb: ($perf | with_entries(.value = (.value / $mb))) }' \
+        "$OUT/phase-$tag.json" > "$OUT/phase-$tag.json.tmp" && mv "$OUT/phase-$tag.json.tmp" "$OUT/phase-$tag.json"
+    say "$tag: $(jq -c '{started, rejected, stalls, cpu_s, cpu_s_per_gb, rss_per_stream_kib, buffers_in_use_per_stream_kib, buffers_free_per_stream_kib, samples_at_n}' "$OUT/phase-$tag.json")"
+    say "$tag: memory per stream in rounds of its data: RSS $(jq '.rss_per_stream_kib / .round_kib_mean * 100 | round / 100' "$OUT/phase-$tag.json"), RSS + page cache $(jq '.total_per_stream_kib / .round_kib_mean * 100 | round / 100' "$OUT/phase-$tag.json")"
+    say "$tag: by thread (CPU s): $(jq -c '.threads | map("\(.group)×\(.count) \(.cpu_s)") | join(", ")' "$OUT/phase-$tag.json")"
+    say "$tag: per delivered MB: $(jq -c '.counts_per_mb | map_values(. * 100 | round / 100)' "$OUT/phase-$tag.json")"
 }
 
 for n in $STREAMS; do
-    phase rondo "$n"
-    phase nginx "$n"
+    for server in $SERVERS; do phase "$server" "$n"; done
 done
 uptime > "$OUT/uptime-end.txt"
 # rondo's value over nginx's for one N; null when nginx's is 0 (too small a
@@ -226,12 +311,13 @@ uptime > "$OUT/uptime-end.txt"
 jq -s --arg up0 "$(cat "$OUT/uptime-start.txt")" --arg up1 "$(cat "$OUT/uptime-end.txt")" '
     def ratio(f): (map(select(.server == "rondo"))[0] | f) as $a
         | (map(select(.server == "nginx"))[0] | f) as $b
-        | if $b == 0 then null else $a / $b end;
+        | if $a == null or $b == null or $b == 0 then null else $a / $b end;
     { phases: ., uptime_start: $up0, uptime_end: $up1,
       ratios: (group_by(.streams) | map({
         streams: .[0].streams,
         cpu_s_per_gb_rondo_over_nginx: ratio(.cpu_s_per_gb),
         rss_per_stream_rondo_over_nginx: ratio(.rss_per_stream_kib),
+        total_per_stream_rondo_over_nginx: ratio(.total_per_stream_kib),
         pss_per_stream_rondo_over_nginx: ratio(.pss_per_stream_kib)
       })) }' "$OUT"/phase-*.json > "$OUT/summary.json"
 jq -r '(.phases[] | "\(.server) N=\(.streams): started \(.started), rejected \(.rejected), stalls \(.stalls), \(.bytes_received / 1e9 * 1000 | round / 1000) GB, CPU \(.cpu_s) s = \(.cpu_s_per_gb * 100 | round / 100) s/GB, RSS idle \(.idle_rss_kib) KiB, at N \(.rss_at_n_kib) KiB, per stream \(.rss_per_stream_kib) KiB (PSS \(.pss_per_stream_kib))"),

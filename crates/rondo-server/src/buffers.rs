@@ -9,8 +9,11 @@
 //! configured server buffer. What the pool keeps for reuse is capped at that
 //! same capacity, and the round driver trims it every round to what streams
 //! hold now, so that memory goes back to the system when streams leave (the
-//! buffers are mappings of their own, see `rondo_store::AlignedBuf`). Buffers come in power-of-two size classes (64 KiB and up)
-//! so that rounds of different sizes reuse each other's buffers. Taking a
+//! buffers are mappings of their own, see `rondo_store::AlignedBuf`).
+//! Buffers come in size classes, whole pages, at most 1/8 larger than the
+//! read (exact up to 32 KiB, then eight classes per doubling), so that
+//! rounds of near sizes reuse each other's buffers while a stream holds
+//! little more than its data. Taking a
 //! buffer never blocks: an I/O thread must not wait for a slow client. No
 //! lock is taken either: each class's free list is a lock-free queue and the
 //! bytes kept are an atomic count, so a read costs no lock from the disk
@@ -25,15 +28,45 @@ use rondo_store::AlignedBuf;
 
 use crate::metrics::Metrics;
 
-/// Smallest size class (2^16 bytes).
-const MIN_CLASS_LOG2: u32 = 16;
-/// Largest pooled class (2^34 bytes = 16 GiB, far above any round read);
-/// larger buffers are allocated and freed without the pool.
-const MAX_CLASS_LOG2: u32 = 34;
-const MIN_CLASS_BYTES: usize = 1 << MIN_CLASS_LOG2;
+/// Bytes of a page: every class is a whole number of pages, as O_DIRECT
+/// reads are.
+const PAGE_BYTES: usize = 4096;
+/// Classes per doubling of size above 8 pages (32 KiB): a buffer is at most
+/// 1/8 larger than the read it holds (about 6% on average), where
+/// power-of-two classes wasted up to half (a 70 KB round took 128 KiB).
+const CLASSES_PER_DOUBLING: usize = 8;
+/// Classes above a read's own that [`BufferPool::take`] may reuse.
+const LARGER_CLASSES_REUSED: usize = 2;
+/// Largest pooled size (16 GiB, far above any round read); larger buffers
+/// are allocated and freed without the pool.
+const MAX_POOLED_BYTES: usize = 1 << 34;
+
+/// The class of a buffer for `len` bytes: its size in bytes (a whole number
+/// of pages: exact up to 8 pages, then 8 steps per doubling) and the index
+/// of its free list.
+fn class_of(len: usize) -> (usize, usize) {
+    let pages = len.max(1).div_ceil(PAGE_BYTES);
+    let steps = CLASSES_PER_DOUBLING;
+    if pages <= steps {
+        return (pages * PAGE_BYTES, pages - 1);
+    }
+    let class_pages = |pages: usize| {
+        let step = 1usize << (pages.ilog2() as usize - steps.ilog2() as usize);
+        (pages.div_ceil(step) * step, step)
+    };
+    // Rounding up may reach the next doubling's first class: take the
+    // step of the size reached.
+    let (rounded, _) = class_pages(pages);
+    let (rounded, step) = class_pages(rounded);
+    let doubling = rounded.ilog2() as usize - steps.ilog2() as usize;
+    // Doubling 0 (9–15 pages, m = 9..15) follows the exact classes
+    // (index 0..7 for 1–8 pages); each later doubling has m = 8..15.
+    let index = doubling * steps + rounded / step - 1;
+    (rounded * PAGE_BYTES, index)
+}
 
 struct PoolInner {
-    /// Free buffers of each size class, smallest first.
+    /// Free buffers of each class, smallest first.
     free: Vec<(Sender<AlignedBuf>, Receiver<AlignedBuf>)>,
     /// Bytes kept free for reuse at most (what is kept now is
     /// `metrics.buffer_bytes_free`).
@@ -41,10 +74,9 @@ struct PoolInner {
     metrics: Arc<Metrics>,
 }
 
-/// The free list of a class of `class` bytes (a power of two), if pooled.
-fn class_index(class: usize) -> Option<usize> {
-    let log2 = class.trailing_zeros();
-    (log2 <= MAX_CLASS_LOG2).then(|| (log2 - MIN_CLASS_LOG2) as usize)
+/// Free lists: one per class up to [`MAX_POOLED_BYTES`].
+fn class_count() -> usize {
+    class_of(MAX_POOLED_BYTES).1 + 1
 }
 
 /// A shared pool of aligned read buffers.
@@ -58,7 +90,7 @@ impl BufferPool {
     pub fn new(keep_bytes: u64, metrics: Arc<Metrics>) -> BufferPool {
         BufferPool {
             inner: Arc::new(PoolInner {
-                free: (MIN_CLASS_LOG2..=MAX_CLASS_LOG2)
+                free: (0..class_count())
                     .map(|_| crossbeam_channel::unbounded())
                     .collect(),
                 keep_bytes,
@@ -70,16 +102,27 @@ impl BufferPool {
     /// A buffer of `len` bytes (contents unspecified: the caller overwrites
     /// them), aligned for O_DIRECT.
     pub fn take(&self, len: usize) -> PooledBuf {
-        let class = len.max(MIN_CLASS_BYTES).next_power_of_two();
-        let reused = class_index(class)
-            .and_then(|i| self.inner.free[i].1.try_recv().ok())
-            .inspect(|_| {
+        let (class, index) = class_of(len);
+        // The read's own class, else a free buffer up to two classes
+        // larger (at most 27% above the read): rounds of a title vary in
+        // size, and a buffer of the next class is cheaper than a new
+        // mapping while its own idles in the pool.
+        let reused = (class <= MAX_POOLED_BYTES)
+            .then(|| {
+                self.inner.free[index..]
+                    .iter()
+                    .take(1 + LARGER_CLASSES_REUSED)
+                    .find_map(|(_, free)| free.try_recv().ok())
+            })
+            .flatten()
+            .inspect(|buf| {
                 self.inner
                     .metrics
                     .buffer_bytes_free
-                    .fetch_sub(class as u64, Relaxed);
+                    .fetch_sub(buf.len() as u64, Relaxed);
             });
-        let buf = reused.unwrap_or_else(|| AlignedBuf::zeroed(class));
+        let buf = reused.unwrap_or_else(|| AlignedBuf::mapped(class));
+        let class = buf.len();
         self.inner
             .metrics
             .buffer_bytes_in_use
@@ -96,11 +139,10 @@ impl BufferPool {
     /// counted as usual.
     pub fn trim(&self, keep_free_bytes: u64) {
         let kept = &self.inner.metrics.buffer_bytes_free;
-        for (i, (_, free)) in self.inner.free.iter().enumerate().rev() {
-            let class = (MIN_CLASS_BYTES as u64) << i;
+        for (_, free) in self.inner.free.iter().rev() {
             while kept.load(Relaxed) > keep_free_bytes {
                 let Ok(buf) = free.try_recv() else { break };
-                kept.fetch_sub(class, Relaxed);
+                kept.fetch_sub(buf.len() as u64, Relaxed);
                 drop(buf);
             }
         }
@@ -156,9 +198,10 @@ impl Drop for PooledBuf {
             .metrics
             .buffer_bytes_in_use
             .fetch_sub(class as u64, Relaxed);
-        let Some(i) = class_index(class) else {
+        if class > MAX_POOLED_BYTES {
             return;
-        };
+        }
+        let i = class_of(class).1;
         // Reserve room in the cap first; give it back if there is none.
         let class = class as u64;
         let kept = &self.pool.metrics.buffer_bytes_free;
@@ -181,22 +224,53 @@ mod tests {
         let mut a = pool.take(100_000);
         assert_eq!(a.len(), 100_000);
         assert_eq!(a.as_mut_slice().as_ptr() as usize % 4096, 0);
-        assert_eq!(metrics.buffer_bytes_in_use.load(Relaxed), 128 * 1024);
+        // 100,000 bytes are 25 pages: the class of 26 pages (step 2).
+        assert_eq!(metrics.buffer_bytes_in_use.load(Relaxed), 26 * 4096);
         a.as_mut_slice()[0] = 7;
         let bytes = a.into_bytes().slice(0..10);
         assert_eq!(bytes[0], 7);
         assert_eq!(pool.free_bytes(), 0, "still referenced by the slice");
         drop(bytes);
-        assert_eq!(pool.free_bytes(), 128 * 1024);
+        assert_eq!(pool.free_bytes(), 26 * 4096);
         assert_eq!(metrics.buffer_bytes_in_use.load(Relaxed), 0);
-        // Reused for a request of the same class.
-        let b = pool.take(70_000);
+        // Reused for a request of the same class (26 pages).
+        let b = pool.take(102_000);
         assert_eq!(pool.free_bytes(), 0);
         drop(b);
         // Nothing beyond the cap is kept.
         let big = pool.take(2 << 20);
         drop(big);
-        assert_eq!(pool.free_bytes(), 128 * 1024);
+        assert_eq!(pool.free_bytes(), 26 * 4096);
+    }
+
+    #[test]
+    fn classes_are_whole_pages_at_most_an_eighth_above_the_read_and_indexed_in_order() {
+        let mut last = (0, 0);
+        for pages in 1..=5000usize {
+            for len in [pages * PAGE_BYTES - 4095, pages * PAGE_BYTES] {
+                let (bytes, index) = class_of(len);
+                assert!(
+                    bytes >= len && bytes.is_multiple_of(PAGE_BYTES),
+                    "{len}: {bytes}"
+                );
+                if pages <= 8 {
+                    assert_eq!(bytes, pages * PAGE_BYTES, "exact up to 8 pages");
+                } else {
+                    assert!(8 * bytes <= 9 * pages * PAGE_BYTES, "{len}: {bytes}");
+                }
+                // Sizes and indices rise together, one index per size.
+                if bytes == last.0 {
+                    assert_eq!(index, last.1);
+                } else {
+                    assert!(bytes > last.0);
+                    assert_eq!(index, last.1 + usize::from(last.0 > 0), "{len}: {bytes}");
+                }
+                last = (bytes, index);
+                // A class's own size maps to itself.
+                assert_eq!(class_of(bytes), (bytes, index));
+            }
+        }
+        assert_eq!(class_of(MAX_POOLED_BYTES).0, MAX_POOLED_BYTES);
     }
 
     #[test]

@@ -5,16 +5,23 @@
 //! Each round the round driver sends a [`DiskBatch`] over a bounded channel.
 //! The thread hands the batch's extents to its `Disk` model
 //! (`execute_batch(.., Scheduler::Cscan)`, starting at the round's model
-//! time), then reads every extent in the model's service order with
-//! `Device::read_at` (O_DIRECT unless the filesystem refused it). Emulated: a
-//! command completes at the later of its model completion instant and the
-//! real one, so the device behaves like the modelled drive, backlog into the
-//! next round included. Native: no waiting, the model only orders the reads.
+//! time), then reads the extents in the model's service order with
+//! `Storage::read_many` (O_DIRECT unless the filesystem refused it; one
+//! io_uring submission for a group of reads). Emulated: a command completes
+//! at the later of its model completion instant and the real one, so the
+//! device behaves like the modelled drive, backlog into the next round
+//! included; the thread wakes at most once per [`EMULATION_QUANTUM_NS`],
+//! reads together what the drive starts within it, and reports what has
+//! completed (a completion is at most one quantum late, never early).
+//! Native: no waiting, one read after the other in the model's order. A
+//! read's buffer is taken when its first extent is read, not when the batch
+//! arrives, so that the round's buffers are not all held at its start.
 //! Every extent's CRC32C is checked against the catalog. A request (one
 //! stream's 1–2 extents) is done as soon as its last extent is in: its bytes
 //! go straight to the stream's session piece queue ([`DiskBatch::deliver_to`];
 //! no lock, and never through the driver), then its completion goes to the
-//! driver for the array. The batch's end, the model's busy time and the
+//! driver for the array, with the others of the same wake in one
+//! [`IoEvent::Reads`]. The batch's end, the model's busy time and the
 //! measured busy time follow in a [`IoEvent::BatchDone`].
 //!
 //! **Other I/O on the device.** A batch also carries the round's
@@ -32,10 +39,10 @@
 //! Emulated, the thread spends each such command's model time (it sleeps to
 //! its completion instant), so the emulated drive is busy for it exactly as
 //! the model says; the host's storage serves the bytes. Native, they are
-//! modelled but not waited for. Replica re-reads after a read error are real
-//! reads done here, in an unplanned batch ([`BatchKind::Unplanned`]) served
-//! from the model's state at arrival (after its backlog); their busy time is
-//! carried into the disk's next round report, since nothing reserved them.
+//! modelled but not waited for. Replica re-reads after a read error are
+//! stream reads of a coming round's batch, in its unreserved time (the
+//! array queues them); a late start's batch ([`DiskBatch::late_start_ns`])
+//! is served from the model's state at its arrival (after its backlog).
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -44,11 +51,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::command::CommandExtent;
 use rondo_model::array::{Completion, DiskCommand, Purpose, ReadOutcome, batch_plan};
-use rondo_model::disk::{Disk, Scheduler};
+use rondo_model::disk::{CommandTiming, Disk, Scheduler};
 use rondo_model::units::{DiskIndex, Round};
 use rondo_store::checksum;
 
-use crate::storage::Storage;
+use crate::storage::{ReadOp, Storage};
 
 use crate::buffers::{BufferPool, PooledBuf};
 use crate::config::DiskTiming;
@@ -125,14 +132,11 @@ impl DiskBatch {
 
 /// What I/O threads report to the round driver.
 pub enum IoEvent {
-    /// One stream read is complete (or failed): its completion for the
-    /// array (its bytes, when read and checked, are in the session's piece queue).
-    Read {
-        round: Round,
-        /// Model time of the read's last extent's completion.
-        model_completion_ns: u64,
-        completion: Completion,
-    },
+    /// Stream reads are complete (or failed), in the disk's service order:
+    /// their completions for the array (their bytes, when read and checked,
+    /// are in the sessions' piece queues). One message per wake of the disk
+    /// thread, not per read.
+    Reads { round: Round, reads: Vec<ReadDone> },
     /// A disk finished its batch for `round`.
     BatchDone {
         disk: DiskIndex,
@@ -161,6 +165,13 @@ pub enum IoEvent {
         /// arrival to the last completion.
         measured_busy_ns: u64,
     },
+}
+
+/// One stream read's completion.
+pub struct ReadDone {
+    /// Model time of the read's last extent's completion.
+    pub model_completion_ns: u64,
+    pub completion: Completion,
 }
 
 /// A running device thread.
@@ -217,6 +228,16 @@ struct Worker {
     events: Sender<IoEvent>,
 }
 
+/// How far an emulated disk thread may run ahead of its model to read, and
+/// how late after its model instant it may report a completion: it wakes at
+/// most once per quantum, reading together what the drive starts within it.
+/// Assumption: 1 ms is 0.1% of the default 1 s round; completions matter to
+/// the driver at round boundaries (releases) and for late starts, where it
+/// adds at most 1 ms to the start-up. An NVMe drive serves a 64 KiB read in
+/// about 0.1 ms, so a thread woken per read would wake ten times as often;
+/// a Cheetah's reads take milliseconds each and are paced as before.
+pub const EMULATION_QUANTUM_NS: u64 = 1_000_000;
+
 /// Sleeps until `deadline` (no-op if it has passed).
 fn sleep_until(deadline: Instant) {
     let now = Instant::now();
@@ -225,23 +246,15 @@ fn sleep_until(deadline: Instant) {
     }
 }
 
-/// The outcome of reading one extent into `slice`: the device's error, or a
-/// checksum that does not match the catalog's.
-pub fn read_checked(
-    device: &dyn Storage,
-    disk: DiskIndex,
-    extent: &CommandExtent,
-    slice: &mut [u8],
-) -> ReadOutcome {
-    match device.read_at(extent.device_offset_bytes, slice) {
-        Err(err) => ReadOutcome::IoError(err.to_string()),
-        Ok(()) => match extent.crc32c {
-            Some(sum) if checksum(slice) != sum => ReadOutcome::BadChecksum(format!(
-                "disk {disk} offset {}: checksum mismatch ({} bytes)",
-                extent.device_offset_bytes, extent.length_bytes
-            )),
-            _ => ReadOutcome::Ok,
-        },
+/// `Ok`, or the mismatch if `data` (an extent's bytes as read) does not
+/// match the catalog's checksum.
+fn checked(disk: DiskIndex, extent: &CommandExtent, data: &[u8]) -> ReadOutcome {
+    match extent.crc32c {
+        Some(sum) if checksum(data) != sum => ReadOutcome::BadChecksum(format!(
+            "disk {disk} offset {}: checksum mismatch ({} bytes)",
+            extent.device_offset_bytes, extent.length_bytes
+        )),
+        _ => ReadOutcome::Ok,
     }
 }
 
@@ -277,83 +290,110 @@ impl Worker {
                     let reason =
                         format!("disk {}: the disk model refused the batch: {e}", self.disk);
                     tracing::error!("{reason}");
-                    for command in &batch.commands {
-                        let failed = ReadOutcome::IoError(reason.clone());
-                        self.report(batch.round, 0, command, failed, None, None);
-                    }
+                    let reads = batch
+                        .commands
+                        .iter()
+                        .filter_map(|command| {
+                            read_done(0, command, ReadOutcome::IoError(reason.clone()))
+                        })
+                        .collect();
+                    self.send_reads(batch.round, reads);
                     self.done(&batch, arrived_at, 0, 0, 0, 0);
                     return;
                 }
             };
-        let mut buffers: Vec<Option<PooledBuf>> = batch
-            .commands
-            .iter()
-            .map(|c| is_delivery(c).then(|| self.pool.take(c.bytes() as usize)))
-            .collect();
-        let mut failures: Vec<Option<ReadOutcome>> = vec![None; batch.commands.len()];
-        let mut extents_left: Vec<usize> = batch
-            .commands
-            .iter()
-            .map(|c| c.extents.iter().filter(|x| x.length_bytes > 0).count())
-            .collect();
-        let mut ended_at = arrived_at;
-        let mut granted_model_ns = 0u64;
-        for &(request, timing) in &outcome.commands {
-            let owners = &plan.owners[request];
-            if owners
+        let mut state = BatchState {
+            buffers: batch.commands.iter().map(|_| None).collect(),
+            failures: vec![None; batch.commands.len()],
+            extents_left: batch
+                .commands
                 .iter()
-                .all(|&(c, _)| !is_delivery(&batch.commands[c]))
-            {
-                // Another thread moves the bytes; the drive is busy for the
-                // model's time all the same.
-                granted_model_ns += timing.completion_ns.saturating_sub(timing.start_ns);
-                if self.timing == DiskTiming::Emulated {
-                    sleep_until(self.clock.at_model_ns(timing.completion_ns));
-                }
-                ended_at = Instant::now();
-                continue;
-            }
-            // The extents of one media access, read back to back (a read
-            // group's rounds are adjacent on the device).
-            for &(c, e) in owners {
-                let command = &batch.commands[c];
-                let extents: Vec<&CommandExtent> = command
-                    .extents
-                    .iter()
-                    .filter(|x| x.length_bytes > 0)
-                    .collect();
-                let extent = extents[e];
-                let at: u64 = extents[..e].iter().map(|x| x.length_bytes).sum();
-                if failures[c].is_none() {
-                    let buf = buffers[c].as_mut().expect("taken until reported");
-                    let slice =
-                        &mut buf.as_mut_slice()[at as usize..(at + extent.length_bytes) as usize];
-                    match read_checked(self.device.as_ref(), self.disk, extent, slice) {
-                        ReadOutcome::Ok => {}
-                        failed => failures[c] = Some(failed),
+                .map(|c| c.extents.iter().filter(|x| x.length_bytes > 0).count())
+                .collect(),
+            granted_model_ns: 0,
+        };
+        let accesses = &outcome.commands;
+        // The media accesses read so far, and reported so far (a prefix of
+        // those read: completions go out in service order).
+        let mut read_count = 0;
+        let mut reported_count = 0;
+        let mut ended_at = arrived_at;
+        while reported_count < accesses.len() {
+            let now_ns = self.clock.model_ns(Instant::now());
+            // Read what the drive starts within the quantum (emulated), or
+            // the next access (native: in the model's order, one at a time).
+            let first = read_count;
+            match self.timing {
+                DiskTiming::Emulated => {
+                    while read_count < accesses.len()
+                        && accesses[read_count].1.start_ns <= now_ns + EMULATION_QUANTUM_NS
+                    {
+                        read_count += 1;
                     }
+                    // The next one to report is always read first.
+                    read_count = read_count.max(reported_count + 1);
                 }
+                DiskTiming::Native => read_count = reported_count + 1,
             }
-            if self.timing == DiskTiming::Emulated {
-                sleep_until(self.clock.at_model_ns(timing.completion_ns));
-            }
-            ended_at = Instant::now();
-            for &(c, _) in owners {
-                extents_left[c] -= 1;
-                if extents_left[c] > 0 {
+            self.read_accesses(
+                &batch,
+                &plan.owners,
+                accesses,
+                first..read_count,
+                &mut state,
+            );
+            // Report, in order, what is read and (emulated) complete in the
+            // model: a command completes at the later of the two instants.
+            let now = Instant::now();
+            let now_ns = self.clock.model_ns(now);
+            let mut reads = Vec::new();
+            while reported_count < read_count
+                && (self.timing == DiskTiming::Native
+                    || accesses[reported_count].1.completion_ns <= now_ns)
+            {
+                let (request, timing) = accesses[reported_count];
+                ended_at = now;
+                reported_count += 1;
+                let owners = &plan.owners[request];
+                if owners
+                    .iter()
+                    .all(|&(c, _)| !is_delivery(&batch.commands[c]))
+                {
+                    // Another thread moves the bytes; the drive is busy for
+                    // the model's time all the same.
+                    state.granted_model_ns += timing.completion_ns.saturating_sub(timing.start_ns);
                     continue;
                 }
-                let command = &batch.commands[c];
-                let at_ns = timing.completion_ns;
-                match failures[c].take() {
-                    None => {
-                        let data = buffers[c].take();
-                        let queue = batch.deliver_to.get(c).and_then(Option::as_ref);
-                        self.report(batch.round, at_ns, command, ReadOutcome::Ok, data, queue);
+                for &(c, _) in owners {
+                    state.extents_left[c] -= 1;
+                    if state.extents_left[c] > 0 {
+                        continue;
                     }
-                    Some(failed) => self.report(batch.round, at_ns, command, failed, None, None),
+                    let command = &batch.commands[c];
+                    let outcome = state.failures[c].take().unwrap_or(ReadOutcome::Ok);
+                    if outcome == ReadOutcome::Ok {
+                        let data = state.buffers[c].take();
+                        let queue = batch.deliver_to.get(c).and_then(Option::as_ref);
+                        deliver(command, data, queue);
+                    }
+                    reads.extend(read_done(timing.completion_ns, command, outcome));
                 }
             }
+            self.send_reads(batch.round, reads);
+            if reported_count == accesses.len() || self.timing == DiskTiming::Native {
+                continue;
+            }
+            // Sleep to the next event: the next read's start (less the
+            // quantum) or the next completion, and at least one quantum, so
+            // that a disk thread wakes at most once per quantum.
+            let mut next_ns = accesses[reported_count].1.completion_ns;
+            if let Some(&(_, next)) = accesses.get(read_count) {
+                next_ns = next_ns.min(next.start_ns.saturating_sub(EMULATION_QUANTUM_NS));
+            }
+            sleep_until(
+                self.clock
+                    .at_model_ns(next_ns.max(now_ns + EMULATION_QUANTUM_NS)),
+            );
         }
         let busy_from = round_start.max(arrived_at);
         let measured_busy_ns = ended_at.saturating_duration_since(busy_from).as_nanos() as u64;
@@ -372,55 +412,90 @@ impl Worker {
             ended_at,
             outcome.busy_ns,
             measured_busy_ns,
-            granted_model_ns,
+            state.granted_model_ns,
             cache_hits,
         );
     }
 
-    /// Hands a read's bytes to its session, then its completion to the
-    /// driver (in that order: the release the completion leads to must find
-    /// the bytes in the piece queue).
-    fn report(
+    /// Reads the stream extents of the media accesses `range` (indices into
+    /// the model's service order) in one submission to the device, each into
+    /// its command's buffer (taken when its first extent is read), and
+    /// checks each against its checksum.
+    fn read_accesses(
         &self,
-        round: Round,
-        model_completion_ns: u64,
-        command: &DiskCommand,
-        outcome: ReadOutcome,
-        data: Option<PooledBuf>,
-        queue: Option<&PieceSender>,
+        batch: &DiskBatch,
+        owners: &[Vec<(usize, usize)>],
+        accesses: &[(usize, CommandTiming)],
+        range: std::ops::Range<usize>,
+        state: &mut BatchState,
     ) {
-        let Purpose::Deliver {
-            stream,
-            playback_round,
-            replica,
-            piece,
-            ..
-        } = command.purpose
-        else {
+        // (command, offset in its buffer, extent) of every extent to read.
+        let mut wanted: Vec<(usize, u64, &CommandExtent)> = Vec::new();
+        for &(request, _) in &accesses[range] {
+            for &(c, e) in &owners[request] {
+                let command = &batch.commands[c];
+                if !is_delivery(command) || state.failures[c].is_some() {
+                    continue;
+                }
+                let mut extents = command.extents.iter().filter(|x| x.length_bytes > 0);
+                let at: u64 = extents.by_ref().take(e).map(|x| x.length_bytes).sum();
+                let extent = extents
+                    .next()
+                    .expect("the plan names the command's extents");
+                if state.buffers[c].is_none() {
+                    state.buffers[c] = Some(self.pool.take(command.bytes() as usize));
+                }
+                wanted.push((c, at, extent));
+            }
+        }
+        if wanted.is_empty() {
             return;
-        };
-        if let (Some(data), Some(queue)) = (data, queue) {
-            // A session that has ended drops it (back to the pool).
-            let _ = queue.send(Piece {
-                playback_round,
-                replica,
-                piece,
-                data,
+        }
+        // Disjoint slices of the buffers: by command, in buffer order.
+        wanted.sort_by_key(|&(c, at, _)| (c, at));
+        let mut ops: Vec<ReadOp<'_>> = Vec::with_capacity(wanted.len());
+        let mut buffers = state.buffers.iter_mut().enumerate();
+        let mut current: Option<(usize, &mut [u8], u64)> = None;
+        for &(c, at, extent) in &wanted {
+            if current.as_ref().is_none_or(|(cc, _, _)| *cc != c) {
+                let buf = buffers
+                    .find(|(i, _)| *i == c)
+                    .and_then(|(_, b)| b.as_mut())
+                    .expect("taken above");
+                current = Some((c, buf.as_mut_slice(), 0));
+            }
+            let (_, rest, pos) = current.as_mut().expect("set above");
+            let (_, tail) = std::mem::take(rest).split_at_mut((at - *pos) as usize);
+            let (mine, tail) = tail.split_at_mut(extent.length_bytes as usize);
+            *rest = tail;
+            *pos = at + extent.length_bytes;
+            ops.push(ReadOp {
+                device_offset_bytes: extent.device_offset_bytes,
+                buf: mine,
             });
         }
+        let results = self.device.read_many(&mut ops);
+        for ((op, result), &(c, _, extent)) in ops.iter().zip(results).zip(&wanted) {
+            if state.failures[c].is_some() {
+                continue;
+            }
+            let outcome = match result {
+                Err(err) => ReadOutcome::IoError(err.to_string()),
+                Ok(()) => checked(self.disk, extent, op.buf),
+            };
+            if outcome != ReadOutcome::Ok {
+                state.failures[c] = Some(outcome);
+            }
+        }
+    }
+
+    /// Sends a wake's completions to the driver in one message.
+    fn send_reads(&self, round: Round, reads: Vec<ReadDone>) {
+        if reads.is_empty() {
+            return;
+        }
         // The driver only goes away at shutdown; a lost report then is fine.
-        let _ = self.events.send(IoEvent::Read {
-            round,
-            model_completion_ns,
-            completion: Completion {
-                disk: self.disk,
-                stream,
-                playback_round,
-                replica,
-                piece,
-                outcome,
-            },
-        });
+        let _ = self.events.send(IoEvent::Reads { round, reads });
     }
 
     fn done(
@@ -451,6 +526,70 @@ impl Worker {
             measured_busy_ns,
         });
     }
+}
+
+/// What a disk thread holds for one batch while it reads it.
+struct BatchState {
+    /// Per command, its read buffer from its first extent's read until it
+    /// is delivered.
+    buffers: Vec<Option<PooledBuf>>,
+    /// Per command, the first failure of its extents' reads.
+    failures: Vec<Option<ReadOutcome>>,
+    /// Per command, its extents not yet complete.
+    extents_left: Vec<usize>,
+    /// The model's service time of the granted (rebuild, ingest) commands.
+    granted_model_ns: u64,
+}
+
+/// A read's bytes to its session's piece queue (a session that has ended
+/// drops them: back to the pool).
+fn deliver(command: &DiskCommand, data: Option<PooledBuf>, queue: Option<&PieceSender>) {
+    let Purpose::Deliver {
+        playback_round,
+        replica,
+        piece,
+        ..
+    } = command.purpose
+    else {
+        return;
+    };
+    if let (Some(data), Some(queue)) = (data, queue) {
+        let _ = queue.send(Piece {
+            playback_round,
+            replica,
+            piece,
+            data,
+        });
+    }
+}
+
+/// A stream read's completion for the driver (`None` for other commands).
+fn read_done(
+    model_completion_ns: u64,
+    command: &DiskCommand,
+    outcome: ReadOutcome,
+) -> Option<ReadDone> {
+    let Purpose::Deliver {
+        stream,
+        playback_round,
+        replica,
+        piece,
+        ..
+    } = command.purpose
+    else {
+        return None;
+    };
+    Some(ReadDone {
+        model_completion_ns,
+        completion: Completion {
+            disk: command.disk,
+            stream,
+            playback_round,
+            replica,
+            piece,
+            outcome,
+        },
+    })
 }
 
 /// Whether a command is a stream read (its bytes read here).

@@ -304,7 +304,11 @@ impl Driver {
 
     fn on_event(&mut self, event: IoEvent) {
         match event {
-            IoEvent::Read { completion, .. } => self.on_read(completion),
+            IoEvent::Reads { reads, .. } => {
+                for read in reads {
+                    self.on_read(read.completion);
+                }
+            }
             IoEvent::BatchDone {
                 disk,
                 round,

@@ -13,10 +13,26 @@ use std::sync::{Mutex, RwLock};
 use rondo_store::Device;
 
 /// Where a disk's bytes are.
+/// One read of a batch: the device offset and the bytes to fill (aligned
+/// as `read_at` needs).
+pub struct ReadOp<'a> {
+    pub device_offset_bytes: u64,
+    pub buf: &'a mut [u8],
+}
+
 pub trait Storage: Send + Sync {
     /// Reads `buf.len()` bytes at `device_offset_bytes` (relative to the
     /// stride area, as the layout's extents are).
     fn read_at(&self, device_offset_bytes: u64, buf: &mut [u8]) -> std::io::Result<()>;
+
+    /// Reads every op, submitted to the device together where it can take
+    /// them so (an O_DIRECT file: one io_uring submission); the results in
+    /// the ops' order. By default, one `read_at` after the other.
+    fn read_many(&self, ops: &mut [ReadOp<'_>]) -> Vec<std::io::Result<()>> {
+        ops.iter_mut()
+            .map(|op| self.read_at(op.device_offset_bytes, op.buf))
+            .collect()
+    }
 
     /// What to call it in logs.
     fn describe(&self) -> String;
@@ -25,6 +41,17 @@ pub trait Storage: Send + Sync {
 impl Storage for Device {
     fn read_at(&self, device_offset_bytes: u64, buf: &mut [u8]) -> std::io::Result<()> {
         Device::read_at(self, device_offset_bytes, buf).map_err(std::io::Error::other)
+    }
+
+    fn read_many(&self, ops: &mut [ReadOp<'_>]) -> Vec<std::io::Result<()>> {
+        let mut reads: Vec<(u64, &mut [u8])> = ops
+            .iter_mut()
+            .map(|op| (op.device_offset_bytes, &mut *op.buf))
+            .collect();
+        Device::read_many(self, &mut reads)
+            .into_iter()
+            .map(|r| r.map_err(std::io::Error::other))
+            .collect()
     }
 
     fn describe(&self) -> String {

@@ -38,7 +38,7 @@ use rondo_model::reservation::Scheme;
 use rondo_model::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 use rondo_server::buffers::BufferPool;
 use rondo_server::config::DiskTiming;
-use rondo_server::io::{DiskBatch, IoEvent, RoundClock, spawn_device};
+use rondo_server::io::{DiskBatch, IoEvent, ReadDone, RoundClock, spawn_device};
 use rondo_server::metrics::Metrics;
 use rondo_server::storage::{Fault, FaultyStorage, MemoryStorage, Storage};
 use rondo_sim::faults::{
@@ -460,21 +460,23 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
         let mut done = 0;
         while done < batches {
             match events.recv_timeout(Duration::from_secs(30)).unwrap() {
-                IoEvent::Read {
-                    model_completion_ns,
-                    mut completion,
-                    ..
-                } => {
-                    if checksums == Checksums::Ignored
-                        && matches!(completion.outcome, ReadOutcome::BadChecksum(_))
+                IoEvent::Reads { reads, .. } => {
+                    for ReadDone {
+                        model_completion_ns,
+                        mut completion,
+                    } in reads
                     {
-                        completion.outcome = ReadOutcome::Ok;
+                        if checksums == Checksums::Ignored
+                            && matches!(completion.outcome, ReadOutcome::BadChecksum(_))
+                        {
+                            completion.outcome = ReadOutcome::Ok;
+                        }
+                        pending.insert(
+                            (completion.order_at(model_completion_ns), sequence),
+                            completion,
+                        );
+                        sequence += 1;
                     }
-                    pending.insert(
-                        (completion.order_at(model_completion_ns), sequence),
-                        completion,
-                    );
-                    sequence += 1;
                 }
                 IoEvent::BatchDone { .. } => done += 1,
             }

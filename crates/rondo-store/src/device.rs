@@ -56,10 +56,23 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     /// `len` zero bytes.
     pub fn zeroed(len: usize) -> AlignedBuf {
+        Self::allocate(len, MAPPED_MIN_BYTES)
+    }
+
+    /// `len` zero bytes in a mapping of their own whatever their size: for
+    /// buffers a pool keeps and reuses, so that the system call is paid on
+    /// a pool miss only and a freed buffer never stays in the heap's arenas.
+    pub fn mapped(len: usize) -> AlignedBuf {
+        Self::allocate(len, 0)
+    }
+
+    /// A mapping when the size is at least `mapped_min_bytes` (and the
+    /// system gives one), else the heap.
+    fn allocate(len: usize, mapped_min_bytes: usize) -> AlignedBuf {
         // Allocate whole 4096-byte pages (at least one, as a zero-size
         // allocation is not allowed).
         let size = len.max(1).next_multiple_of(IO_ALIGN_BYTES as usize);
-        if size >= MAPPED_MIN_BYTES {
+        if size >= mapped_min_bytes {
             // SAFETY: an anonymous private mapping of `size` bytes; no
             // file, no fixed address.
             let raw = unsafe {
@@ -566,6 +579,43 @@ impl Device {
             })
     }
 
+    /// Reads each `(device_offset_bytes, buf)` of `reads`, with the same
+    /// rules and errors per read as [`Device::read_at`], submitted to the
+    /// kernel together (one io_uring submission and one wait; one `pread`
+    /// after the other where this thread cannot have a ring).
+    pub fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Vec<Result<(), DeviceError>> {
+        use std::os::fd::AsRawFd;
+        let mut results: Vec<Result<(), DeviceError>> = reads
+            .iter()
+            .map(|(offset, buf)| self.check(*offset, buf))
+            .collect();
+        // Per read: `true` once read whole through the ring.
+        let mut done = vec![false; reads.len()];
+        if let Ok(file) = self.file() {
+            let mut submitted = Vec::new();
+            let mut batch: Vec<(u64, &mut [u8])> = Vec::new();
+            for (i, (offset, buf)) in reads.iter_mut().enumerate() {
+                if results[i].is_ok() {
+                    submitted.push(i);
+                    batch.push((self.stride_area_offset_bytes + *offset, &mut **buf));
+                }
+            }
+            if let Some(read) = crate::uring::read_batch(file.as_raw_fd(), &mut batch) {
+                for (&i, (result, (_, buf))) in submitted.iter().zip(read.iter().zip(&batch)) {
+                    done[i] = matches!(result, Ok(n) if *n == buf.len());
+                }
+            }
+        }
+        // What the ring did not read whole (an error, a short read, no
+        // ring): `read_at` again, for its complete read or its error.
+        for (i, (offset, buf)) in reads.iter_mut().enumerate() {
+            if !done[i] && results[i].is_ok() {
+                results[i] = self.read_at(*offset, buf);
+            }
+        }
+        results
+    }
+
     /// Writes `buf` at `device_offset_bytes` of the stride area; the same
     /// alignment rules as [`Device::read_at`]. Durable only after [`Device::sync`].
     pub fn write_at(&self, device_offset_bytes: u64, buf: &[u8]) -> Result<(), DeviceError> {
@@ -646,11 +696,17 @@ mod tests {
             MAPPED_MIN_BYTES,
             1 << 20,
         ] {
-            let buf = AlignedBuf::zeroed(len);
-            assert_eq!(buf.len(), len);
-            assert_eq!(buf.as_ptr() as usize % 4096, 0);
-            assert!(buf.iter().all(|&b| b == 0));
+            for buf in [AlignedBuf::zeroed(len), AlignedBuf::mapped(len)] {
+                assert_eq!(buf.len(), len);
+                assert_eq!(buf.as_ptr() as usize % 4096, 0);
+                assert!(buf.iter().all(|&b| b == 0));
+            }
         }
+        assert!(
+            AlignedBuf::mapped(4096).mapped,
+            "small pool buffers are mapped too"
+        );
+        assert!(!AlignedBuf::zeroed(4096).mapped);
         let mut a = AlignedBuf::zeroed(8192);
         a[5] = 9;
         let b = a.clone();
@@ -735,6 +791,54 @@ mod tests {
                 device.read_at(60 * 1024, &mut back),
                 Err(DeviceError::OutOfRange { .. })
             ));
+        }
+    }
+
+    #[test]
+    fn many_reads_in_one_submission_match_single_reads_and_keep_their_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.dev");
+        let mut h = header();
+        h.capacity_bytes = 256 * 1024;
+        let file = File::create(&path).unwrap();
+        file.set_len(h.stride_area_offset_bytes + h.capacity_bytes)
+            .unwrap();
+        Device::write_header(&path, &h).unwrap();
+        for mode in [IoMode::Direct, IoMode::Buffered] {
+            let device = Device::open(&path, DiskIndex(2), &h, mode).unwrap();
+            let mut data = AlignedBuf::zeroed(256 * 1024);
+            for (i, b) in data.iter_mut().enumerate() {
+                *b = (i / 4096 * 7 + i % 251) as u8;
+            }
+            device.write_at(0, &data).unwrap();
+            // 70 reads (more than one ring's worth), the 3rd misaligned
+            // and the 5th past the end.
+            let mut bufs: Vec<AlignedBuf> = (0..70).map(|_| AlignedBuf::zeroed(8192)).collect();
+            let offsets: Vec<u64> = (0..70u64)
+                .map(|i| match i {
+                    2 => 100,
+                    4 => 252 * 1024,
+                    _ => (i * 12 * 1024) % (248 * 1024),
+                })
+                .collect();
+            let mut reads: Vec<(u64, &mut [u8])> = offsets
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(&o, b)| (o, &mut b[..]))
+                .collect();
+            let results = device.read_many(&mut reads);
+            assert_eq!(results.len(), 70);
+            for (i, (result, buf)) in results.iter().zip(&bufs).enumerate() {
+                match i {
+                    2 => assert!(matches!(result, Err(DeviceError::Misaligned { .. }))),
+                    4 => assert!(matches!(result, Err(DeviceError::OutOfRange { .. }))),
+                    _ => {
+                        assert!(result.is_ok(), "read {i}: {result:?}");
+                        let at = offsets[i] as usize;
+                        assert_eq!(&buf[..], &data[at..at + 8192], "read {i} ({mode:?})");
+                    }
+                }
+            }
         }
     }
 }

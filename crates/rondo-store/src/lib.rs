@@ -29,6 +29,7 @@ mod fsck;
 mod store;
 mod tier_titles;
 pub mod titles;
+mod uring;
 
 pub use catalog::{
     CATALOG_FILE, ExtentRecord, KeyframeRecord, SCHEMA_VERSION, decode_client_bytes,
