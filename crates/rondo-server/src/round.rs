@@ -62,9 +62,6 @@ pub struct Driver {
     faults_signature: Option<[u64; 5]>,
 }
 
-/// How often the driver looks at the shutdown flag while waiting.
-const SHUTDOWN_POLL: Duration = Duration::from_millis(50);
-
 impl Driver {
     pub fn new(
         shared: Arc<Shared>,
@@ -120,7 +117,8 @@ impl Driver {
                 if now >= boundary {
                     break;
                 }
-                let wait = boundary.min(now + SHUTDOWN_POLL) - now;
+                // Shutdown sends a job, which wakes this wait.
+                let wait = boundary - now;
                 crossbeam_channel::select! {
                     recv(self.events) -> event => match event {
                         Ok(event) => self.on_event(event),

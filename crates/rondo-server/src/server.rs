@@ -439,11 +439,11 @@ impl RunningServer {
     }
 
     async fn stop(&mut self) {
-        self.shared.shutting_down.store(true, Relaxed);
+        signal_stop(&self.shared);
         if let Some(stop) = self.stop_http.take() {
             let _ = stop.send(());
         }
-        // The driver ends every stream within one poll interval; their
+        // The driver, woken above, ends every stream at once; their
         // connections then close and graceful shutdown completes.
         let driver = self.driver.take();
         let devices = std::mem::take(&mut self.devices);
@@ -473,10 +473,18 @@ impl RunningServer {
     }
 }
 
+/// Raises the shutdown flag and wakes the copier and the round driver,
+/// which wait for work without polling the flag.
+fn signal_stop(shared: &Shared) {
+    shared.shutting_down.store(true, Relaxed);
+    let _ = shared.copier.send(crate::ops::CopierJob::Stop);
+    let _ = shared.jobs.send(Box::new(|_, _| {}));
+}
+
 impl Drop for RunningServer {
     fn drop(&mut self) {
         // Not shut down through `shutdown`: stop the threads without waiting.
-        self.shared.shutting_down.store(true, Relaxed);
+        signal_stop(&self.shared);
         if let Some(stop) = self.stop_http.take() {
             let _ = stop.send(());
         }
