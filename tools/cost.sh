@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CPU and memory cost of rondo beside nginx serving the same files with a
-# per-connection rate limit (issue 5, item 5; results in docs/capacity.md).
+# per-connection rate limit (issues 5 and 15; results in docs/capacity.md and
+# docs/serving-cost.md).
 #
 # One run measures, for each N in STREAMS (default "100 1000"), first rondo
 # then nginx, each freshly started on loopback, under the same client load:
@@ -15,6 +16,14 @@
 #     before the load) / N, RSS and PSS from /proc/PID/smaps_rollup, summed
 #     over nginx's processes. "While N play" is the median of 1 s samples taken
 #     while the server's port has at least 98% of N established connections.
+#     Also per stream: RSS + the page cache of the served files (nginx's
+#     media files, by fincore; rondo reads with O_DIRECT), and memory in
+#     rounds of the stream's data (bytes received / stream-rounds played);
+#   - where the CPU goes (docs/serving-cost.md): CPU and context switches by
+#     thread group (/proc/PID/task/*), system calls, context switches and
+#     page faults per delivered MB (perf stat), rondo's read buffers in use
+#     and free (/api/metrics, each second), and with PERF_RECORD=1 a CPU
+#     profile by thread and symbol (perf record; it slows the server).
 #
 # rondo: a data directory of DISKS emulated PROFILE disks (default 8 ×
 # nvme-gen4, so that 1000 streams fit), 1 s rounds, the serve defaults
@@ -29,8 +38,10 @@
 # Usage: tools/cost.sh [OUT_DIR]             (default: results/cost)
 # Settings (environment): RONDO, STREAMS ("100 1000"), DISKS (8), PROFILE
 # (nvme-gen4), TITLE_SECONDS (120), BITRATES_KBPS ("200 400 600 800"), ZIPF
-# (1), SEED (1), ARRIVAL_S (10), PORT (18090), NGINX_PORT (18091).
-# Needs: ffmpeg, curl, jq, ss (iproute2), nginx (installed if missing).
+# (1), SEED (1), ARRIVAL_S (10), PORT (18090), NGINX_PORT (18091), SERVERS
+# ("rondo nginx"), PERF (1 when perf is installed), PERF_RECORD (0).
+# Needs: ffmpeg, curl, jq, ss (iproute2), fincore (util-linux), nginx
+# (installed if missing); perf (Debian's linux-perf) for the counts.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -63,7 +74,7 @@ if ! command -v nginx >/dev/null; then
     # The package may start its own service on port 80; it is not ours to keep.
     (command -v service >/dev/null && service nginx stop >/dev/null 2>&1) || true
 fi
-require_tools ffmpeg curl jq ss nginx
+require_tools ffmpeg curl jq ss fincore nginx
 ensure_rondo
 mkdir -p "$OUT"
 WORK=$(mktemp -d "${WORK_PARENT:-/tmp}/rondo-cost.XXXXXX")

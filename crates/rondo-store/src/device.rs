@@ -756,16 +756,23 @@ mod tests {
         assert!(err.to_string().contains("stride area capacity"), "{err}");
     }
 
-    #[test]
-    fn misaligned_and_out_of_range_io_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("d.dev");
+    /// A device file in `dir` with a stride area of `capacity_bytes`, and
+    /// its header.
+    fn device_file(dir: &Path, capacity_bytes: u64) -> (PathBuf, DeviceHeader) {
+        let path = dir.join("d.dev");
         let mut h = header();
-        h.capacity_bytes = 64 * 1024;
+        h.capacity_bytes = capacity_bytes;
         let file = File::create(&path).unwrap();
         file.set_len(h.stride_area_offset_bytes + h.capacity_bytes)
             .unwrap();
         Device::write_header(&path, &h).unwrap();
+        (path, h)
+    }
+
+    #[test]
+    fn misaligned_and_out_of_range_io_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, h) = device_file(dir.path(), 64 * 1024);
         for mode in [IoMode::Direct, IoMode::Buffered] {
             let device = Device::open(&path, DiskIndex(2), &h, mode).unwrap();
             let mut buf = AlignedBuf::zeroed(8192);
@@ -797,13 +804,7 @@ mod tests {
     #[test]
     fn many_reads_in_one_submission_match_single_reads_and_keep_their_errors() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("d.dev");
-        let mut h = header();
-        h.capacity_bytes = 256 * 1024;
-        let file = File::create(&path).unwrap();
-        file.set_len(h.stride_area_offset_bytes + h.capacity_bytes)
-            .unwrap();
-        Device::write_header(&path, &h).unwrap();
+        let (path, h) = device_file(dir.path(), 256 * 1024);
         for mode in [IoMode::Direct, IoMode::Buffered] {
             let device = Device::open(&path, DiskIndex(2), &h, mode).unwrap();
             let mut data = AlignedBuf::zeroed(256 * 1024);
