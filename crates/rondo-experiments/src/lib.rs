@@ -7,6 +7,7 @@
 //! every run is a `rondo-sim` run of `rondo-model` code (seed 004's time-cycle
 //! runs are driven by `cycle_sim`, a small driver of `rondo_model::cycle`).
 
+pub mod cluster;
 pub mod cycle;
 pub mod cycle_sim;
 pub mod jukebox;

@@ -9,6 +9,7 @@
 //! so a simulated result is a statement about the code that serves streams.
 
 pub mod array;
+pub mod cluster;
 pub mod cycle;
 pub mod disk;
 pub mod health;

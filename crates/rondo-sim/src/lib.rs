@@ -7,6 +7,7 @@
 //! decision (admission, which replica each disk reads) is the core's
 //! (`rondo-model`), so a simulated result describes the code the server runs.
 
+pub mod cluster;
 pub mod faults;
 pub mod run;
 pub mod tier;

@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use rondo_experiments::cluster::{ClusterResult, ClusterSpec, is_cluster_spec, run_cluster};
 use rondo_experiments::cycle::{CycleResult, CycleSpec, is_cycle_spec, run_cycle};
 use rondo_experiments::jukebox::{
     JukeboxExperimentKind, JukeboxResult, JukeboxSpec, is_jukebox_spec, run_jukebox,
@@ -103,6 +104,26 @@ pub fn run(command: ExperimentCommand) -> anyhow::Result<()> {
         let mut spec = JukeboxSpec::from_toml(&text, &file.display().to_string())?;
         override_replications(&mut spec.replications, min_replications, max_replications)?;
         return run_jukebox_file(&spec, out, seed, json);
+    }
+    if is_cluster_spec(&text) {
+        anyhow::ensure!(
+            overrides.is_empty(),
+            "--set overrides simulator fields; {} is a cluster experiment (seed 001): edit its \
+             [base] or [[series]]",
+            file.display()
+        );
+        let mut spec = ClusterSpec::from_toml(&text, &file.display().to_string())?;
+        override_replications(&mut spec.replications, min_replications, max_replications)?;
+        return run_and_write(
+            &spec.name,
+            out,
+            json,
+            |report| Ok(run_cluster(&spec, seed, report)?),
+            |result: &ClusterResult, out| {
+                write_csv_and_charts(out, &result.to_csv(), result.charts())
+            },
+            |result: &ClusterResult| print!("{}", result.table()),
+        );
     }
     if is_cycle_spec(&text) {
         anyhow::ensure!(

@@ -1,0 +1,500 @@
+//! Seed 001's cluster decisions (Jadav, Srinilta, Choudhary and Berra, "An
+//! Evaluation of Design Tradeoffs in a High Performance Media-on-Demand
+//! Server"): the object manager routes each request to an interface node
+//! (I node), which fetches the stream's stripe fragments from the storage
+//! nodes (S nodes) in service rounds.
+//!
+//! This module owns what those nodes decide, with no I/O and no clock, so a
+//! simulated cluster (`rondo_sim::cluster`) and real nodes run the same rules:
+//! the paper's parameters and their derived durations (Table 1, Equations 1
+//! and 3), where a title's fragments live (round-robin striping over `S`
+//! storage nodes), the object manager's popularity log over a window Δt with
+//! threshold Th_pop (§6.2), the routing of a request under RDSS, LDSS and
+//! LMSS (§6), and the measured admission of §7 (the edge weights w_ij as the
+//! mean of the last m retrieval times, `max w_ij < δ_S − δ_ov` and the buffer
+//! condition (4)).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::{NS_PER_S, TitleId};
+
+/// Seed 001 Table 2: "Required playback rate (R_pl) 1.5 Mbits/sec" (MPEG-1).
+pub const PARAGON_PLAYBACK_BYTES_PER_S: u64 = 1_500_000 / 8;
+/// Seed 001 Table 2: "Size of packets sent by an I node (P_I) 64 Kbytes".
+pub const PARAGON_INTERFACE_PACKET_BYTES: u64 = 64 * 1024;
+
+/// Seed 001 Table 1's stream parameters.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamParams {
+    /// R_pl.
+    pub playback_bytes_per_s: u64,
+    /// P_I: what an I node sends a client at a time.
+    pub interface_packet_bytes: u64,
+    /// P_S: one fetch from one storage node.
+    pub fetch_bytes: u64,
+    /// S: the storage nodes a title is striped over; a service round
+    /// fetches one fragment from each.
+    pub stripe_factor: u32,
+}
+
+impl StreamParams {
+    /// The paper's stream (Table 2) with the fetch size and stripe factor
+    /// its experiments vary.
+    pub fn paragon(fetch_bytes: u64, stripe_factor: u32) -> StreamParams {
+        StreamParams {
+            playback_bytes_per_s: PARAGON_PLAYBACK_BYTES_PER_S,
+            interface_packet_bytes: PARAGON_INTERFACE_PACKET_BYTES,
+            fetch_bytes,
+            stripe_factor,
+        }
+    }
+
+    /// B_I: a service round's data, S fragments of P_S (§5.2: "stream
+    /// buffer size of 640 kilobytes and stripe factors of 2, 4, 6 and 8 ...
+    /// P_S values of 320, 160, 106 and 80 kilobytes").
+    pub fn stream_buffer_bytes(&self) -> u64 {
+        self.fetch_bytes * u64::from(self.stripe_factor)
+    }
+
+    /// δ_S: how long B_I lasts at the playback rate, the service round.
+    pub fn round_duration_ns(&self) -> u64 {
+        (u128::from(self.stream_buffer_bytes()) * u128::from(NS_PER_S)
+            / u128::from(self.playback_bytes_per_s.max(1))) as u64
+    }
+
+    /// δ_I (Equation 1): how long one packet to the client lasts.
+    pub fn packet_duration_ns(&self) -> u64 {
+        (u128::from(self.interface_packet_bytes) * u128::from(NS_PER_S)
+            / u128::from(self.playback_bytes_per_s.max(1))) as u64
+    }
+}
+
+/// Equation 3: the latest instant the fetches for the next buffer may be
+/// issued when playout of the current one starts at `playout_start_ns` and a
+/// fetch takes `retrieval_ns` (δ_io).
+pub fn latest_fetch_issue_ns(
+    playout_start_ns: u64,
+    round_duration_ns: u64,
+    retrieval_ns: u64,
+) -> u64 {
+    (playout_start_ns + round_duration_ns).saturating_sub(retrieval_ns)
+}
+
+/// Where titles live: each title striped round-robin over `stripe_factor`
+/// consecutive storage nodes, titles laid one after another so that the next
+/// title starts on the node after the previous one's last (§4.1: "striped
+/// across the server nodes in a round-robin fashion").
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Striping {
+    pub storage_count: u32,
+    pub stripe_factor: u32,
+}
+
+impl Striping {
+    /// The storage node holding fragment `fragment` (0 .. S−1 within a
+    /// round) of title number `title_index`.
+    pub fn storage_node(&self, title_index: u64, fragment: u32) -> u32 {
+        let n = u64::from(self.storage_count.max(1));
+        let first = title_index * u64::from(self.stripe_factor) % n;
+        ((first + u64::from(fragment % self.stripe_factor.max(1))) % n) as u32
+    }
+}
+
+/// Seed 001 §6's retrieval algorithms.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Retrieval {
+    /// Remote Disk Stream Scheduling: every stream fetches its fragments
+    /// from the storage nodes.
+    Rdss,
+    /// Local Disk Stream Scheduling: a popular title is copied, as its next
+    /// viewer fetches it, to the local disk of an I node dedicated to it,
+    /// which serves later viewers from there.
+    Ldss,
+    /// Local Memory Stream Scheduling: LDSS, plus the title's first packets
+    /// kept in the dedicated I node's memory.
+    Lmss,
+}
+
+impl Retrieval {
+    pub fn name(self) -> &'static str {
+        match self {
+            Retrieval::Rdss => "RDSS",
+            Retrieval::Ldss => "LDSS",
+            Retrieval::Lmss => "LMSS",
+        }
+    }
+
+    /// Whether popular titles get a dedicated I node with a local copy.
+    pub fn uses_local_copy(self) -> bool {
+        self != Retrieval::Rdss
+    }
+}
+
+/// The object manager's log of requests (§6.2): a title requested at least
+/// `threshold_requests` times within the last `window_ns` (Δt; the rate
+/// threshold Th_pop times Δt) is popular.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PopularityLog {
+    window_ns: u64,
+    threshold_requests: u32,
+    requests: BTreeMap<TitleId, VecDeque<u64>>,
+}
+
+impl PopularityLog {
+    pub fn new(window_ns: u64, threshold_requests: u32) -> PopularityLog {
+        PopularityLog {
+            window_ns,
+            threshold_requests: threshold_requests.max(1),
+            requests: BTreeMap::new(),
+        }
+    }
+
+    /// Logs a request for `title` at `now_ns` (non-decreasing) and answers
+    /// whether the title is popular with it counted.
+    pub fn record(&mut self, title: TitleId, now_ns: u64) -> bool {
+        let log = self.requests.entry(title).or_default();
+        log.push_back(now_ns);
+        Self::expire(log, now_ns, self.window_ns);
+        log.len() >= self.threshold_requests as usize
+    }
+
+    /// Whether `title` is popular at `now_ns`, without logging a request.
+    pub fn is_popular(&mut self, title: TitleId, now_ns: u64) -> bool {
+        match self.requests.get_mut(&title) {
+            Some(log) => {
+                Self::expire(log, now_ns, self.window_ns);
+                log.len() >= self.threshold_requests as usize
+            }
+            None => false,
+        }
+    }
+
+    fn expire(log: &mut VecDeque<u64>, now_ns: u64, window_ns: u64) {
+        while log.front().is_some_and(|&t| t + window_ns <= now_ns) {
+            log.pop_front();
+        }
+    }
+}
+
+/// Where the object manager sends a request (§3.2, §6).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Fetch from the storage nodes (RDSS) through this I node.
+    Remote { interface: u32 },
+    /// Fetch from the storage nodes through the title's new dedicated I
+    /// node, writing what arrives to its local disk (the first viewer after
+    /// the title became popular, LDSS and LMSS).
+    RemoteAndCopy { interface: u32 },
+    /// Read from the dedicated I node's local copy (and, LMSS, its memory).
+    Local { interface: u32 },
+    /// No I node can take the stream (its buffer condition (4) fails).
+    Refused,
+}
+
+/// The object manager's routing state: which I node is dedicated to the
+/// popular title, and from when its local copy can be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Router {
+    pub retrieval: Retrieval,
+    /// (title, I node, the instant the copy's first viewer started).
+    dedicated: Option<(TitleId, u32, u64)>,
+    /// How long after the copying viewer's start a later viewer may read
+    /// the copy: the copy is written behind the copying stream, so a viewer
+    /// starting this much later never reads past what is written.
+    copy_lead_ns: u64,
+}
+
+impl Router {
+    pub fn new(retrieval: Retrieval, copy_lead_ns: u64) -> Router {
+        Router {
+            retrieval,
+            dedicated: None,
+            copy_lead_ns,
+        }
+    }
+
+    /// The dedicated I node, if a title has one.
+    pub fn dedicated_interface(&self) -> Option<u32> {
+        self.dedicated.map(|(_, i, _)| i)
+    }
+
+    /// Routes a request for `title` at `now_ns`. `popular` is the
+    /// popularity log's answer; `fits(i)` whether I node `i` has the buffer
+    /// for one more stream; `load(i)` its streams. A plain request goes to
+    /// the least-loaded I node that fits (ties to the lowest number), never
+    /// to a dedicated one (§6.4: "we allocate a dedicated I node for the
+    /// popular object").
+    pub fn route(
+        &mut self,
+        title: TitleId,
+        popular: bool,
+        now_ns: u64,
+        interface_count: u32,
+        fits: impl Fn(u32) -> bool,
+        load: impl Fn(u32) -> u32,
+    ) -> Route {
+        let least_loaded = |skip: Option<u32>| {
+            (0..interface_count)
+                .filter(|&i| Some(i) != skip && fits(i))
+                .min_by_key(|&i| (load(i), i))
+        };
+        if self.retrieval.uses_local_copy() && popular {
+            match self.dedicated {
+                Some((t, i, copy_start)) if t == title => {
+                    if !fits(i) {
+                        return Route::Refused;
+                    }
+                    if now_ns >= copy_start + self.copy_lead_ns {
+                        return Route::Local { interface: i };
+                    }
+                    return Route::Remote { interface: i };
+                }
+                Some(_) => {} // one dedicated node, for the first popular title
+                None => {
+                    let Some(i) = least_loaded(None) else {
+                        return Route::Refused;
+                    };
+                    self.dedicated = Some((title, i, now_ns));
+                    return Route::RemoteAndCopy { interface: i };
+                }
+            }
+        }
+        match least_loaded(self.dedicated_interface()) {
+            Some(interface) => Route::Remote { interface },
+            None => Route::Refused,
+        }
+    }
+}
+
+/// Seed 001 §7.2's history: each edge (I node, S node) keeps the last `m`
+/// times to retrieve a fragment, queueing and network included.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EdgeHistory {
+    keep: usize,
+    samples: BTreeMap<(u32, u32), VecDeque<u64>>,
+}
+
+impl EdgeHistory {
+    pub fn new(keep: usize) -> EdgeHistory {
+        EdgeHistory {
+            keep: keep.max(1),
+            samples: BTreeMap::new(),
+        }
+    }
+
+    pub fn record(&mut self, interface: u32, storage: u32, retrieval_ns: u64) {
+        let s = self.samples.entry((interface, storage)).or_default();
+        if s.len() == self.keep {
+            s.pop_front();
+        }
+        s.push_back(retrieval_ns);
+    }
+
+    /// w_ij from history: the mean of the last m retrievals, if any.
+    pub fn weight_ns(&self, interface: u32, storage: u32) -> Option<u64> {
+        let s = self.samples.get(&(interface, storage))?;
+        if s.is_empty() {
+            return None;
+        }
+        Some(s.iter().sum::<u64>() / s.len() as u64)
+    }
+}
+
+/// Why measured admission refused a stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MeasuredRefusal {
+    /// Condition (4): the I node's buffer would not hold the new stream's.
+    Buffer { in_use_bytes: u64, total_bytes: u64 },
+    /// Condition (5): an edge's weight is not below δ_S − δ_ov.
+    Retrieval {
+        storage: u32,
+        weight_ns: u64,
+        limit_ns: u64,
+    },
+}
+
+/// Seed 001 §7's measured admission on one I node.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct MeasuredAdmission {
+    /// δ_S.
+    pub round_duration_ns: u64,
+    /// δ_ov: the I node's operating-system overhead per round.
+    pub overhead_ns: u64,
+    /// B_I_tot.
+    pub buffer_total_bytes: u64,
+}
+
+impl MeasuredAdmission {
+    /// `weights` are (S node, w_ij) for every storage node of the new
+    /// stream's title; `in_use_bytes` the buffers of the streams the I node
+    /// serves; `new_bytes` the new stream's B_I.
+    pub fn admits(
+        &self,
+        weights: &[(u32, u64)],
+        in_use_bytes: u64,
+        new_bytes: u64,
+    ) -> Result<(), MeasuredRefusal> {
+        // (4) is strict: B_I_tot > Σ B_Ij + B_IM.
+        if in_use_bytes + new_bytes >= self.buffer_total_bytes {
+            return Err(MeasuredRefusal::Buffer {
+                in_use_bytes,
+                total_bytes: self.buffer_total_bytes,
+            });
+        }
+        let limit_ns = self.round_duration_ns.saturating_sub(self.overhead_ns);
+        if let Some(&(storage, weight_ns)) = weights.iter().max_by_key(|&&(s, w)| (w, u32::MAX - s))
+            && weight_ns >= limit_ns
+        {
+            return Err(MeasuredRefusal::Retrieval {
+                storage,
+                weight_ns,
+                limit_ns,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::NS_PER_MS;
+
+    #[test]
+    fn paper_durations() {
+        // §5.2: a 640 KB buffer at 1.5 Mbit/s lasts 3.5 s whatever S is.
+        for s in [2u32, 4, 8] {
+            let p = StreamParams::paragon(640 * 1024 / u64::from(s), s);
+            assert_eq!(p.stream_buffer_bytes(), 640 * 1024);
+            assert_eq!(p.round_duration_ns(), 640 * 1024 * NS_PER_S / 187_500);
+        }
+        // δ_I for 64 KB packets: 0.35 s.
+        let p = StreamParams::paragon(40 * 1024, 4);
+        assert_eq!(p.packet_duration_ns(), 65_536 * NS_PER_S / 187_500);
+        assert_eq!(latest_fetch_issue_ns(1000, 500, 200), 1300);
+        assert_eq!(latest_fetch_issue_ns(0, 500, 900), 0);
+    }
+
+    #[test]
+    fn striping_is_round_robin_and_titles_follow_each_other() {
+        let s = Striping {
+            storage_count: 35,
+            stripe_factor: 4,
+        };
+        assert_eq!(
+            (0..4).map(|f| s.storage_node(0, f)).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        assert_eq!(s.storage_node(1, 0), 4);
+        assert_eq!(
+            (0..4).map(|f| s.storage_node(8, f)).collect::<Vec<_>>(),
+            [32, 33, 34, 0]
+        );
+        // Over 35 titles every node holds exactly 4 fragments per round.
+        let mut per_node = [0u32; 35];
+        for t in 0..35 {
+            for f in 0..4 {
+                per_node[s.storage_node(t, f) as usize] += 1;
+            }
+        }
+        assert!(per_node.iter().all(|&n| n == 4), "{per_node:?}");
+    }
+
+    #[test]
+    fn popularity_counts_requests_within_the_window() {
+        let mut log = PopularityLog::new(10 * NS_PER_S, 3);
+        let t = TitleId(7);
+        assert!(!log.record(t, 0));
+        assert!(!log.record(t, 4 * NS_PER_S));
+        assert!(log.record(t, 9 * NS_PER_S));
+        assert!(log.is_popular(t, 9 * NS_PER_S));
+        // The first request leaves the window at 10 s.
+        assert!(!log.is_popular(t, 10 * NS_PER_S));
+        assert!(!log.is_popular(TitleId(8), 0));
+    }
+
+    #[test]
+    fn routing_dedicates_one_node_to_the_popular_title() {
+        let loads = [3u32, 1, 2];
+        let mut r = Router::new(Retrieval::Ldss, 5 * NS_PER_S);
+        let fits = |_i: u32| true;
+        let load = |i: u32| loads[i as usize];
+        assert_eq!(
+            r.route(TitleId(1), false, 0, 3, fits, load),
+            Route::Remote { interface: 1 }
+        );
+        // The first popular request makes the least-loaded node dedicated.
+        assert_eq!(
+            r.route(TitleId(9), true, NS_PER_S, 3, fits, load),
+            Route::RemoteAndCopy { interface: 1 }
+        );
+        // Plain requests avoid it from now on.
+        assert_eq!(
+            r.route(TitleId(2), false, NS_PER_S, 3, fits, load),
+            Route::Remote { interface: 2 }
+        );
+        // A viewer too soon after the copy's start fetches remotely there.
+        assert_eq!(
+            r.route(TitleId(9), true, 2 * NS_PER_S, 3, fits, load),
+            Route::Remote { interface: 1 }
+        );
+        assert_eq!(
+            r.route(TitleId(9), true, 6 * NS_PER_S, 3, fits, load),
+            Route::Local { interface: 1 }
+        );
+        // A full dedicated node refuses its title.
+        assert_eq!(
+            r.route(TitleId(9), true, 7 * NS_PER_S, 3, |i| i != 1, load),
+            Route::Refused
+        );
+        // RDSS never dedicates.
+        let mut rdss = Router::new(Retrieval::Rdss, 0);
+        assert_eq!(
+            rdss.route(TitleId(9), true, 0, 3, fits, load),
+            Route::Remote { interface: 1 }
+        );
+        assert_eq!(rdss.dedicated_interface(), None);
+        assert_eq!(
+            rdss.route(TitleId(9), true, 0, 3, |_| false, load),
+            Route::Refused
+        );
+    }
+
+    #[test]
+    fn measured_admission_checks_buffer_then_the_heaviest_edge() {
+        let mut h = EdgeHistory::new(2);
+        h.record(0, 3, 10 * NS_PER_MS);
+        h.record(0, 3, 30 * NS_PER_MS);
+        h.record(0, 3, 50 * NS_PER_MS); // the first leaves: mean of the last two
+        assert_eq!(h.weight_ns(0, 3), Some(40 * NS_PER_MS));
+        assert_eq!(h.weight_ns(1, 3), None);
+        let a = MeasuredAdmission {
+            round_duration_ns: 100 * NS_PER_MS,
+            overhead_ns: 20 * NS_PER_MS,
+            buffer_total_bytes: 1000,
+        };
+        assert_eq!(
+            a.admits(&[(3, 40 * NS_PER_MS), (4, 79 * NS_PER_MS)], 0, 100),
+            Ok(())
+        );
+        assert_eq!(
+            a.admits(&[(3, 40 * NS_PER_MS), (4, 80 * NS_PER_MS)], 0, 100),
+            Err(MeasuredRefusal::Retrieval {
+                storage: 4,
+                weight_ns: 80 * NS_PER_MS,
+                limit_ns: 80 * NS_PER_MS
+            })
+        );
+        assert_eq!(
+            a.admits(&[], 900, 100),
+            Err(MeasuredRefusal::Buffer {
+                in_use_bytes: 900,
+                total_bytes: 1000
+            })
+        );
+        assert_eq!(a.admits(&[], 899, 100), Ok(()));
+    }
+}
