@@ -31,7 +31,9 @@ use serde::{Deserialize, Serialize};
 
 use rondo_model::cluster::{Retrieval, StreamParams};
 use rondo_model::units::NS_PER_S;
-use rondo_sim::cluster::{ClusterConfig, ClusterOutcome, Components, Population, max_supported};
+use rondo_sim::cluster::{
+    Admission, ClusterConfig, ClusterOutcome, Components, Population, max_supported,
+};
 
 use crate::plot::{Chart, ChartPoint};
 use crate::spec::{Replications, SpecError};
@@ -43,6 +45,10 @@ use crate::stats::Estimate;
 pub enum ClusterExperimentKind {
     Delays,
     Capacity,
+    /// `offered_streams` requests against the admission the setup chooses
+    /// (§7's measured admission with `measured_history`): how many it
+    /// admits, and how many fragments then arrive late.
+    Admission,
 }
 
 /// One configuration of the cluster; `base` and each series' overrides.
@@ -81,6 +87,10 @@ pub struct Setup {
     pub popularity_window_s: f64,
     #[serde(default = "threshold")]
     pub popularity_threshold_requests: u32,
+    /// §7's measured admission with w_ij over the last m retrievals; none:
+    /// only condition (4).
+    #[serde(default)]
+    pub measured_history: Option<usize>,
 }
 
 fn rdss() -> Retrieval {
@@ -134,6 +144,10 @@ impl Setup {
         c.interface_local_disks = self.interface_local_disks;
         c.popularity_window_ns = s(self.popularity_window_s);
         c.popularity_threshold_requests = self.popularity_threshold_requests;
+        c.admission = match self.measured_history {
+            Some(m) => Admission::Measured { history_fetches: m },
+            None => Admission::Buffer,
+        };
         c
     }
 
@@ -181,6 +195,9 @@ pub struct ClusterSpec {
     pub popular_shares: Vec<f64>,
     #[serde(default = "max_streams")]
     pub max_streams: u32,
+    /// Admission: the requests offered.
+    #[serde(default = "max_streams")]
+    pub offered_streams: u32,
     pub base: toml::Table,
     pub series: Vec<SeriesSpec>,
     #[serde(default)]
@@ -250,7 +267,7 @@ impl ClusterSpec {
                     return invalid("summary_x is \"fetch_kib\" or \"stripe_factor\"");
                 }
             }
-            ClusterExperimentKind::Capacity => {
+            ClusterExperimentKind::Capacity | ClusterExperimentKind::Admission => {
                 if self.popular_shares.is_empty()
                     || self.popular_shares.iter().any(|p| !(0.0..=1.0).contains(p))
                 {
@@ -282,6 +299,9 @@ pub struct ClusterPoint {
     pub max_streams_ci: Option<f64>,
     pub misses: u64,
     pub fragments: u64,
+    /// Streams admitted and refused, means over replications.
+    pub admitted: f64,
+    pub refused: f64,
     pub storage_busy_mean: f64,
     pub storage_busy_max: f64,
     pub interface_port_busy_max: f64,
@@ -334,7 +354,9 @@ pub fn run_cluster(
             .iter()
             .map(|&n| f64::from(n))
             .collect(),
-        ClusterExperimentKind::Capacity => spec.popular_shares.clone(),
+        ClusterExperimentKind::Capacity | ClusterExperimentKind::Admission => {
+            spec.popular_shares.clone()
+        }
     };
     let cases: Vec<(usize, f64)> = (0..setups.len())
         .flat_map(|s| xs.iter().map(move |&x| (s, x)))
@@ -372,6 +394,16 @@ pub fn run_cluster(
                         supported.push(f64::from(n));
                         outcomes.push(rondo_sim::cluster::run(&with_total(n.max(1))));
                     }
+                    ClusterExperimentKind::Admission => {
+                        let population = Population::Requests {
+                            total: spec.offered_streams,
+                            popular_share: x,
+                            ramp_ns: (setup.ramp_s * NS_PER_S as f64) as u64,
+                        };
+                        let o = rondo_sim::cluster::run(&setup.config(population, seed));
+                        supported.push(f64::from(o.admitted));
+                        outcomes.push(o);
+                    }
                 }
                 let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 progress(n, total.max(n));
@@ -402,6 +434,8 @@ pub fn run_cluster(
                 max_streams: cap.map(|e| e.mean),
                 max_streams_ci: cap.map(|e| e.ci_half_width),
                 misses: outcomes.iter().map(|o| o.misses).sum(),
+                admitted: mean_of(&outcomes, |o| f64::from(o.admitted)),
+                refused: mean_of(&outcomes, |o| f64::from(o.refused)),
                 fragments: outcomes.iter().map(|o| o.fragments).sum(),
                 storage_busy_mean: mean_of(&outcomes, |o| o.storage_busy_mean),
                 storage_busy_max: mean_of(&outcomes, |o| o.storage_busy_max),
@@ -452,13 +486,18 @@ impl ClusterResult {
             ci_half_width: ci,
         };
         let mut charts = Vec::new();
-        if self.experiment == ClusterExperimentKind::Capacity {
+        if self.experiment != ClusterExperimentKind::Delays {
+            let y_label = if self.experiment == ClusterExperimentKind::Capacity {
+                "maximum streams supported"
+            } else {
+                "streams admitted"
+            };
             charts.push((
                 "plot".to_string(),
                 Chart {
-                    title: self.title("streams supported"),
+                    title: self.title(y_label),
                     x_label: "requests for the popular title (%)".into(),
-                    y_label: "maximum streams supported".into(),
+                    y_label: y_label.into(),
                     series: self
                         .labels()
                         .iter()
@@ -576,14 +615,14 @@ impl ClusterResult {
             "series,x,fetch_kib,stripe_factor,replications,round_duration_s,\
              mean_nc_ms,mean_dt_ms,mean_ds_ms,mean_dr_ms,mean_nq_ms,mean_sq_ms,mean_total_ms,\
              max_nc_ms,max_dt_ms,max_ds_ms,max_dr_ms,max_nq_ms,max_sq_ms,max_total_ms,\
-             max_streams,max_streams_ci,misses,fragments,storage_busy_mean,storage_busy_max,\
+             max_streams,max_streams_ci,misses,fragments,admitted,refused,storage_busy_mean,storage_busy_max,\
              interface_port_busy_max,startup_mean_ms\n",
         );
         let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
         for p in &self.points {
             let (a, m) = (p.mean_ms, p.max_ms);
             out.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                 p.series,
                 p.x,
                 p.fetch_kib,
@@ -608,6 +647,8 @@ impl ClusterResult {
                 opt(p.max_streams_ci),
                 p.misses,
                 p.fragments,
+                p.admitted,
+                p.refused,
                 p.storage_busy_mean,
                 p.storage_busy_max,
                 p.interface_port_busy_max,
@@ -620,15 +661,21 @@ impl ClusterResult {
     /// A plain-text table for the terminal.
     pub fn table(&self) -> String {
         let mut out = format!("{} — {}\n", self.name, self.paper);
-        if self.experiment == ClusterExperimentKind::Capacity {
-            out.push_str("series | popular share | max streams | S busy mean/max | I port max | startup ms\n");
+        if self.experiment != ClusterExperimentKind::Delays {
+            out.push_str(if self.experiment == ClusterExperimentKind::Capacity {
+                "series | popular share | max streams | late fragments | S busy mean/max | I port max | startup ms\n"
+            } else {
+                "series | popular share | admitted | late fragments | S busy mean/max | I port max | startup ms\n"
+            });
             for p in &self.points {
                 out.push_str(&format!(
-                    "{} | {:.0}% | {:.1} ± {:.1} | {:.0}%/{:.0}% | {:.0}% | {:.0}\n",
+                    "{} | {:.0}% | {:.1} ± {:.1} | {} of {} | {:.0}%/{:.0}% | {:.0}% | {:.0}\n",
                     p.series,
                     100.0 * p.x,
                     p.max_streams.unwrap_or(0.0),
                     p.max_streams_ci.unwrap_or(f64::NAN),
+                    p.misses,
+                    p.fragments,
                     100.0 * p.storage_busy_mean,
                     100.0 * p.storage_busy_max,
                     100.0 * p.interface_port_busy_max,

@@ -222,8 +222,9 @@ impl Router {
     }
 
     /// Routes a request for `title` at `now_ns`. `popular` is the
-    /// popularity log's answer; `fits(i)` whether I node `i` has the buffer
-    /// for one more stream; `load(i)` its streams. A plain request goes to
+    /// popularity log's answer; `fits(i, local)` whether I node `i` can take
+    /// one more stream, served from its local copy or not (its buffer, and
+    /// under measured admission its edges); `load(i)` its streams. A plain request goes to
     /// the least-loaded I node that fits (ties to the lowest number), never
     /// to a dedicated one (§6.4: "we allocate a dedicated I node for the
     /// popular object").
@@ -233,24 +234,23 @@ impl Router {
         popular: bool,
         now_ns: u64,
         interface_count: u32,
-        fits: impl Fn(u32) -> bool,
+        fits: impl Fn(u32, bool) -> bool,
         load: impl Fn(u32) -> u32,
     ) -> Route {
         let least_loaded = |skip: Option<u32>| {
             (0..interface_count)
-                .filter(|&i| Some(i) != skip && fits(i))
+                .filter(|&i| Some(i) != skip && fits(i, false))
                 .min_by_key(|&i| (load(i), i))
         };
         if self.retrieval.uses_local_copy() && popular {
             match self.dedicated {
                 Some((t, i, copy_start)) if t == title => {
-                    if !fits(i) {
-                        return Route::Refused;
-                    }
-                    if now_ns >= copy_start + self.copy_lead_ns {
-                        return Route::Local { interface: i };
-                    }
-                    return Route::Remote { interface: i };
+                    let local = now_ns >= copy_start + self.copy_lead_ns;
+                    return match (fits(i, local), local) {
+                        (false, _) => Route::Refused,
+                        (true, true) => Route::Local { interface: i },
+                        (true, false) => Route::Remote { interface: i },
+                    };
                 }
                 Some(_) => {} // one dedicated node, for the first popular title
                 None => {
@@ -420,7 +420,7 @@ mod tests {
     fn routing_dedicates_one_node_to_the_popular_title() {
         let loads = [3u32, 1, 2];
         let mut r = Router::new(Retrieval::Ldss, 5 * NS_PER_S);
-        let fits = |_i: u32| true;
+        let fits = |_i: u32, _local: bool| true;
         let load = |i: u32| loads[i as usize];
         assert_eq!(
             r.route(TitleId(1), false, 0, 3, fits, load),
@@ -447,7 +447,7 @@ mod tests {
         );
         // A full dedicated node refuses its title.
         assert_eq!(
-            r.route(TitleId(9), true, 7 * NS_PER_S, 3, |i| i != 1, load),
+            r.route(TitleId(9), true, 7 * NS_PER_S, 3, |i, _| i != 1, load),
             Route::Refused
         );
         // RDSS never dedicates.
@@ -458,7 +458,7 @@ mod tests {
         );
         assert_eq!(rdss.dedicated_interface(), None);
         assert_eq!(
-            rdss.route(TitleId(9), true, 0, 3, |_| false, load),
+            rdss.route(TitleId(9), true, 0, 3, |_, _| false, load),
             Route::Refused
         );
     }

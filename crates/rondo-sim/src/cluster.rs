@@ -24,7 +24,9 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use rondo_model::cluster::{PopularityLog, Retrieval, Route, Router, StreamParams, Striping};
+use rondo_model::cluster::{
+    EdgeHistory, MeasuredAdmission, PopularityLog, Retrieval, Route, Router, StreamParams, Striping,
+};
 #[cfg(test)]
 use rondo_model::disk::seek::mean_seek_random_pairs_ns;
 use rondo_model::disk::seek::{SeekCurve, SeekSpec};
@@ -128,6 +130,21 @@ pub enum Population {
     },
 }
 
+/// How the object manager admits a request (`Population::Requests`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Admission {
+    /// Only the buffer condition (4), when the I nodes' buffers are bounded.
+    Buffer,
+    /// Seed 001 §7: condition (4) and, for a stream fetched from S nodes,
+    /// `max w_ij < δ_S − δ_ov` over its title's S nodes, w_ij the mean of
+    /// the I node's last `history_fetches` retrievals from S node j, or, with
+    /// no history, a probe: S node j's mean time for its last
+    /// `history_fetches` retrievals (queueing included) plus the request's
+    /// and a P_S message's time without blocking.
+    Measured { history_fetches: usize },
+}
+
 /// One run's configuration.
 #[derive(Clone, Debug)]
 pub struct ClusterConfig {
@@ -149,6 +166,7 @@ pub struct ClusterConfig {
     pub popularity_threshold_requests: u32,
     /// B_I_tot of every I node, for condition (4); `None`: unbounded.
     pub interface_buffer_bytes: Option<u64>,
+    pub admission: Admission,
     /// LMSS: the popular title's first bytes kept in the dedicated I node's
     /// memory.
     pub lmss_memory_bytes: u64,
@@ -184,6 +202,7 @@ impl ClusterConfig {
             popularity_window_ns: 60 * NS_PER_S,
             popularity_threshold_requests: 3,
             interface_buffer_bytes: None,
+            admission: Admission::Buffer,
             lmss_memory_bytes: 0,
             interface_local_disks: 1,
             write_slack_rounds: 4,
@@ -311,6 +330,7 @@ struct InterfacePort {
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
+    Request { index: u32 },
     Round { stream: u32, round: u64 },
     AtDisk { fetch: u32 },
     DiskDone { disk: u32 },
@@ -330,6 +350,16 @@ struct Sim<'a> {
     storage_ports: Vec<StoragePort>,
     interface_ports: Vec<InterfacePort>,
     copy_arrived: BTreeMap<(u32, u64), u32>,
+    // The object manager.
+    requests: Vec<(u64, bool)>,
+    log: PopularityLog,
+    router: Router,
+    load: Vec<u32>,
+    next_title: u64,
+    refused: u32,
+    /// w_ij's history per (I node, S node), and each S node's own
+    /// retrieval times under (u32::MAX, j).
+    history: EdgeHistory,
     round_ns: u64,
     memory_rounds: u64,
     // Measures.
@@ -354,6 +384,94 @@ impl Sim<'_> {
             self.fetches.push(f);
             (self.fetches.len() - 1) as u32
         }
+    }
+
+    /// The object manager takes request `index`: logs it, routes it (the
+    /// buffer condition and, if chosen, measured admission on the candidate
+    /// I node), and starts the stream there.
+    fn request(&mut self, index: u32) {
+        let (start_ns, popular_request) = self.requests[index as usize];
+        let title = if popular_request {
+            0
+        } else {
+            self.next_title += 1;
+            self.next_title - 1
+        };
+        let popular = self.log.record(TitleId(title), start_ns);
+        let c = self.c;
+        let per_stream = c.stream.stream_buffer_bytes();
+        let striping = Striping {
+            storage_count: c.storage_count,
+            stripe_factor: c.stream.stripe_factor,
+        };
+        let (load, history) = (&self.load, &self.history);
+        let probe_network_ns = c.network.request_latency_ns + self.message_ns(c.stream.fetch_bytes);
+        let fits = |i: u32, local: bool| {
+            let in_use = u64::from(load[i as usize]) * per_stream;
+            let buffer_ok = c
+                .interface_buffer_bytes
+                .is_none_or(|total| in_use + per_stream < total);
+            match c.admission {
+                Admission::Buffer => buffer_ok,
+                Admission::Measured { .. } => {
+                    let weights: Vec<(u32, u64)> = if local {
+                        Vec::new()
+                    } else {
+                        (0..c.stream.stripe_factor)
+                            .map(|f| {
+                                let j = striping.storage_node(title, f);
+                                let w = history.weight_ns(i, j).unwrap_or_else(|| {
+                                    history.weight_ns(u32::MAX, j).unwrap_or(0) + probe_network_ns
+                                });
+                                (j, w)
+                            })
+                            .collect()
+                    };
+                    // δ_ov: the I node's own handling of a round's
+                    // messages, one overhead per fragment of every stream
+                    // it would serve (the network's per-message overhead).
+                    let overhead_ns = c.network.message_overhead_ns
+                        * u64::from(c.stream.stripe_factor)
+                        * (u64::from(load[i as usize]) + 1);
+                    MeasuredAdmission {
+                        round_duration_ns: self.round_ns,
+                        overhead_ns,
+                        buffer_total_bytes: c.interface_buffer_bytes.unwrap_or(u64::MAX),
+                    }
+                    .admits(&weights, in_use, per_stream)
+                    .is_ok()
+                }
+            }
+        };
+        let route = self.router.route(
+            TitleId(title),
+            popular,
+            start_ns,
+            c.interface_count,
+            fits,
+            |i| load[i as usize],
+        );
+        let (interface, path) = match route {
+            Route::Remote { interface } => (interface, Path::Remote),
+            Route::RemoteAndCopy { interface } => (interface, Path::RemoteAndCopy),
+            Route::Local { interface } => (interface, Path::Local),
+            Route::Refused => {
+                self.refused += 1;
+                return;
+            }
+        };
+        self.load[interface as usize] += 1;
+        self.streams.push(Stream {
+            title_index: title,
+            interface,
+            path,
+            start_ns,
+            end_ns: c.play_end_ns.max(start_ns + c.play_min_ns),
+            round0_left: c.stream.stripe_factor,
+            startup_ns: None,
+        });
+        let stream = (self.streams.len() - 1) as u32;
+        self.round(stream, 0);
     }
 
     fn round(&mut self, stream: u32, round: u64) {
@@ -581,6 +699,12 @@ impl Sim<'_> {
         if self.now_ns > f.deadline_ns {
             self.misses += 1;
         }
+        if remote {
+            let interface = self.streams[f.stream as usize].interface;
+            self.history.record(interface, f.disk, c.total);
+            self.history
+                .record(u32::MAX, f.disk, f.done_ns - f.at_disk_ns);
+        }
         if f.round == 0 {
             self.round0_arrived(
                 f.stream,
@@ -625,7 +749,7 @@ pub fn run(c: &ClusterConfig) -> ClusterOutcome {
     let stripe = c.stream.stripe_factor;
     let end_of = |start_ns: u64| c.play_end_ns.max(start_ns + c.play_min_ns);
     let mut streams = Vec::new();
-    let mut refused = 0u32;
+    let mut requests: Vec<(u64, bool)> = Vec::new();
     match c.population {
         Population::PerInterface { per_interface } => {
             for k in 0..per_interface * c.interface_count {
@@ -647,61 +771,10 @@ pub fn run(c: &ClusterConfig) -> ClusterOutcome {
             ramp_ns,
         } => {
             let popular_count = (f64::from(total) * popular_share).round() as u32;
-            let mut requests: Vec<(u64, bool)> = (0..total)
+            requests = (0..total)
                 .map(|k| (rng.random_range(0..ramp_ns.max(1)), k < popular_count))
                 .collect();
             requests.sort_unstable();
-            let mut log =
-                PopularityLog::new(c.popularity_window_ns, c.popularity_threshold_requests);
-            let mut router = Router::new(
-                c.retrieval,
-                (2 + u64::from(c.write_slack_rounds)) * round_ns,
-            );
-            let per_stream = c.stream.stream_buffer_bytes();
-            let cap = c.interface_buffer_bytes;
-            let mut load = vec![0u32; c.interface_count as usize];
-            let mut next_title = 1u64;
-            for (start_ns, popular_request) in requests {
-                let title = if popular_request {
-                    0
-                } else {
-                    next_title += 1;
-                    next_title - 1
-                };
-                let popular = log.record(TitleId(title), start_ns);
-                // Every stream here plays to the end of the run's window
-                // (arrivals only during the ramp), so load only grows.
-                let fits = |i: u32| {
-                    cap.is_none_or(|total| (u64::from(load[i as usize]) + 1) * per_stream < total)
-                };
-                let route = router.route(
-                    TitleId(title),
-                    popular,
-                    start_ns,
-                    c.interface_count,
-                    fits,
-                    |i| load[i as usize],
-                );
-                let (interface, path) = match route {
-                    Route::Remote { interface } => (interface, Path::Remote),
-                    Route::RemoteAndCopy { interface } => (interface, Path::RemoteAndCopy),
-                    Route::Local { interface } => (interface, Path::Local),
-                    Route::Refused => {
-                        refused += 1;
-                        continue;
-                    }
-                };
-                load[interface as usize] += 1;
-                streams.push(Stream {
-                    title_index: title,
-                    interface,
-                    path,
-                    start_ns,
-                    end_ns: end_of(start_ns),
-                    round0_left: stripe,
-                    startup_ns: None,
-                });
-            }
         }
     }
     let memory_rounds = if c.retrieval == Retrieval::Lmss {
@@ -732,6 +805,19 @@ pub fn run(c: &ClusterConfig) -> ClusterOutcome {
             .map(|_| InterfacePort::default())
             .collect(),
         copy_arrived: BTreeMap::new(),
+        requests,
+        log: PopularityLog::new(c.popularity_window_ns, c.popularity_threshold_requests),
+        router: Router::new(
+            c.retrieval,
+            (2 + u64::from(c.write_slack_rounds)) * round_ns,
+        ),
+        load: vec![0; c.interface_count as usize],
+        next_title: 1,
+        refused: 0,
+        history: EdgeHistory::new(match c.admission {
+            Admission::Measured { history_fetches } => history_fetches,
+            Admission::Buffer => 1,
+        }),
         round_ns,
         memory_rounds,
         fragments: 0,
@@ -750,9 +836,14 @@ pub fn run(c: &ClusterConfig) -> ClusterOutcome {
             },
         );
     }
+    for k in 0..sim.requests.len() {
+        let at = sim.requests[k].0;
+        sim.schedule(at, Event::Request { index: k as u32 });
+    }
     while let Some(Reverse((at_ns, _, event))) = sim.events.pop() {
         sim.now_ns = at_ns;
         match event {
+            Event::Request { index } => sim.request(index),
             Event::Round { stream, round } => sim.round(stream, round),
             Event::AtDisk { fetch } => sim.at_disk(fetch),
             Event::DiskDone { disk } => sim.disk_done(disk),
@@ -791,7 +882,7 @@ pub fn run(c: &ClusterConfig) -> ClusterOutcome {
         },
         misses: sim.misses,
         admitted: sim.streams.len() as u32,
-        refused,
+        refused: sim.refused,
         local_streams: sim.streams.iter().filter(|s| s.path == Path::Local).count() as u32,
         storage_busy_mean: storage_busy.iter().sum::<f64>() / storage_busy.len().max(1) as f64,
         storage_busy_max: storage_busy.iter().copied().fold(0.0, f64::max),
