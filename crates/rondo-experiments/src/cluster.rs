@@ -91,6 +91,12 @@ pub struct Setup {
     /// only condition (4).
     #[serde(default)]
     pub measured_history: Option<usize>,
+    /// Investigations: the interconnect's rate in MB/s (10^6 bytes; the
+    /// paper's measured 13.8 by default) and a factor on every seek time.
+    #[serde(default)]
+    pub network_mbytes_per_s: Option<f64>,
+    #[serde(default)]
+    pub seek_scale: Option<f64>,
 }
 
 fn rdss() -> Retrieval {
@@ -144,6 +150,12 @@ impl Setup {
         c.interface_local_disks = self.interface_local_disks;
         c.popularity_window_ns = s(self.popularity_window_s);
         c.popularity_threshold_requests = self.popularity_threshold_requests;
+        if let Some(rate) = self.network_mbytes_per_s {
+            c.network.bytes_per_s = (rate * 1e6) as u64;
+        }
+        if let Some(scale) = self.seek_scale {
+            c.disk.seek_scale = scale;
+        }
         c.admission = match self.measured_history {
             Some(m) => Admission::Measured { history_fetches: m },
             None => Admission::Buffer,
@@ -164,6 +176,11 @@ impl Setup {
         }
         if !(self.play_min_s > 0.0 && self.play_end_s > 0.0 && self.ramp_s > 0.0) {
             return invalid("play_min_s, play_end_s and ramp_s must be positive");
+        }
+        if self.network_mbytes_per_s.is_some_and(|r| r <= 0.0)
+            || self.seek_scale.is_some_and(|k| k < 0.0)
+        {
+            return invalid("network_mbytes_per_s must be positive and seek_scale not negative");
         }
         if self.interface_local_disks == 0 {
             return invalid("interface_local_disks must be at least 1");

@@ -36,6 +36,9 @@ use rondo_model::units::{NS_PER_MS, NS_PER_S, TitleId};
 #[derive(Clone, Debug)]
 pub struct DiskParams {
     pub seek: SeekCurve,
+    /// Every seek time multiplied by this (1 for the drive as modelled; a
+    /// sensitivity knob for investigations).
+    pub seek_scale: f64,
     pub cylinders: u32,
     /// Rotational wait, drawn uniformly from `rotation_min_ns ..= rotation_max_ns`.
     pub rotation_min_ns: u64,
@@ -80,6 +83,7 @@ impl DiskParams {
         .expect("valid HPL curve");
         DiskParams {
             seek,
+            seek_scale: 1.0,
             cylinders: HP_C2247A_CYLINDERS,
             rotation_min_ns: 2 * 8_030_000 - 10_100_000,
             rotation_max_ns: 10_100_000,
@@ -564,11 +568,8 @@ impl Sim<'_> {
         };
         let target = self.rng.random_range(0..self.c.disk.cylinders);
         let d = &mut self.disks[disk as usize];
-        let seek_ns = self
-            .c
-            .disk
-            .seek
-            .seek_ns(d.head_cylinder.abs_diff(target))
+        let seek_ns = (self.c.disk.seek.seek_ns(d.head_cylinder.abs_diff(target))
+            * self.c.disk.seek_scale)
             .round() as u64;
         d.head_cylinder = target;
         let rotation_ns = self
