@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates every number and plot of docs/experiments/: seed 000's Figures 6-12 in paper mode
-# and rondo mode, the capacity runs, the failure-tolerance cost and every investigation.
+# and rondo mode, seeds 001, 003 and 004, the capacity runs, the failure-tolerance cost and every investigation.
 # Run from the repository root after `cargo build --release -p rondo-cli`:
 #   bash docs/experiments/tools/run-all.sh            # everything (about 40 min on 2 cores)
 #   bash docs/experiments/tools/run-all.sh figures    # only the figures (paper, rondo, capacity)
@@ -55,6 +55,17 @@ if [[ $what == all || $what == figures ]]; then
   done
   pngquant --quality=60-90 --strip --force --output docs/experiments/img/seed003-fig4-memory.png \
     results/seed003-fig4/plot-against.png
+  # Seed 001 (docs/experiments/seed001-*.md): the simulated cluster.
+  q() { pngquant --quality=60-90 --strip --force --output "docs/experiments/img/$2.png" "results/$1.png"; }
+  for f in fig4 fig7 fig10 fig11 admission; do
+    run seed001-$f experiments/seed001-$f.toml
+  done
+  for f in fig4 fig7; do
+    for k in avg-1 avg-4 max-1 max-4 summary-15 summary-50; do q seed001-$f/plot-$k seed001-$f-$k; done
+  done
+  for k in avg-1 avg-2 max-1 max-2; do q seed001-fig10/plot-$k seed001-fig10-$k; done
+  q seed001-fig11/plot seed001-fig11
+  q seed001-admission/plot seed001-admission
 fi
 if [[ $what == all || $what == investigations ]]; then
   I=experiments/investigations
@@ -101,4 +112,8 @@ if [[ $what == all || $what == investigations ]]; then
   run inv-ftc-rondo-capacity $I/failure-tolerance-cost.toml --set bound=rondo --set load=1.5
   run inv-ftcd-paper-capacity $I/failure-tolerance-cost-declustered.toml --set load=1.5
   run inv-ftcd-rondo-capacity $I/failure-tolerance-cost-declustered.toml --set bound=rondo --set load=1.5
+  run inv-seed001-fig11-interface-bound $I/seed001-fig11-interface-bound.toml
+  pngquant --quality=60-90 --strip --force --output docs/experiments/img/seed001-fig11-interface-bound.png \
+    results/inv-seed001-fig11-interface-bound/plot.png
+  run inv-seed001-fig5-sensitivity $I/seed001-fig5-sensitivity.toml
 fi
