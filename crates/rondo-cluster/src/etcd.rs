@@ -1,0 +1,103 @@
+//! A local etcd server for a cluster on one machine: the one-command local
+//! cluster and the tests start it in a directory of their own, on loopback
+//! ports chosen free, and stop it when dropped (Debian's `etcd-server`).
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running etcd, killed on drop.
+pub struct LocalEtcd {
+    child: Child,
+    client_url: String,
+    data_dir: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    #[error(
+        "`etcd` is not installed ({0}): install Debian's etcd-server \
+         (`apt-get install -y etcd-server`; CI's .ci/run does)"
+    )]
+    Missing(std::io::Error),
+    #[error("etcd in {dir} did not answer on {url} within {secs} s; its log: {log}")]
+    NoAnswer {
+        dir: String,
+        url: String,
+        secs: u64,
+        log: String,
+    },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl LocalEtcd {
+    /// Starts etcd with its data in `data_dir` (created), listening on
+    /// `host` (an address of this machine, e.g. 127.0.0.1 or a namespace's
+    /// veth address) on free ports, and waits until it answers.
+    pub fn start(data_dir: &Path, host: &str) -> Result<LocalEtcd, EtcdError> {
+        std::fs::create_dir_all(data_dir)?;
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let client_url = format!("http://{host}:{client_port}");
+        let peer_url = format!("http://{host}:{peer_port}");
+        let log = std::fs::File::create(data_dir.join("etcd.log"))?;
+        let child = Command::new("etcd")
+            .args(["--name", "rondo"])
+            .arg("--data-dir")
+            .arg(data_dir.join("data"))
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("rondo={peer_url}")])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(EtcdError::Missing)?;
+        let mut etcd = LocalEtcd {
+            child,
+            client_url,
+            data_dir: data_dir.to_path_buf(),
+        };
+        let address: SocketAddr = format!("{host}:{client_port}")
+            .parse()
+            .map_err(|e| std::io::Error::other(format!("{host}: {e}")))?;
+        let timeout = Duration::from_secs(20);
+        let start = Instant::now();
+        while TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
+            if start.elapsed() > timeout || etcd.child.try_wait()?.is_some() {
+                return Err(EtcdError::NoAnswer {
+                    dir: etcd.data_dir.display().to_string(),
+                    url: etcd.client_url.clone(),
+                    secs: timeout.as_secs(),
+                    log: std::fs::read_to_string(etcd.data_dir.join("etcd.log"))
+                        .unwrap_or_default(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(etcd)
+    }
+
+    /// The URL clients connect to.
+    pub fn client_url(&self) -> &str {
+        &self.client_url
+    }
+
+    /// Stops etcd at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for LocalEtcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
