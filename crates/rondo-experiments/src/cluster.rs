@@ -97,6 +97,13 @@ pub struct Setup {
     pub network_mbytes_per_s: Option<f64>,
     #[serde(default)]
     pub seek_scale: Option<f64>,
+    /// Investigations: nodes on a 2D mesh this wide, messages holding
+    /// their XY route's links (none: contention at the nodes' ports only).
+    #[serde(default)]
+    pub mesh_width: Option<u32>,
+    /// Investigations: a round's fetches spread over its first half.
+    #[serde(default)]
+    pub stagger_fetches: bool,
 }
 
 fn rdss() -> Retrieval {
@@ -156,6 +163,8 @@ impl Setup {
         if let Some(scale) = self.seek_scale {
             c.disk.seek_scale = scale;
         }
+        c.network.mesh_width = self.mesh_width;
+        c.stagger_fetches = self.stagger_fetches;
         c.admission = match self.measured_history {
             Some(m) => Admission::Measured { history_fetches: m },
             None => Admission::Buffer,
@@ -181,6 +190,9 @@ impl Setup {
             || self.seek_scale.is_some_and(|k| k < 0.0)
         {
             return invalid("network_mbytes_per_s must be positive and seek_scale not negative");
+        }
+        if self.mesh_width == Some(0) {
+            return invalid("mesh_width must be at least 1");
         }
         if self.interface_local_disks == 0 {
             return invalid("interface_local_disks must be at least 1");

@@ -187,3 +187,41 @@ fn section_7_measured_admission_admits_more_than_is_carried() {
     );
     assert!(m.refused > 0.0, "it does refuse once w_ij grows");
 }
+
+#[test]
+fn figure_7_difference_comes_from_fetches_issued_together() {
+    // experiments/investigations/seed001-mesh.toml, reduced: issued together
+    // (the figures), S = 8's fragments queue behind each other at the I node
+    // and it blocks more than S = 2; spread over half the round, S = 2 blocks
+    // most, as the paper has it; mesh links change little.
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../experiments/investigations/seed001-mesh.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut s = ClusterSpec::from_toml(&text, &path.display().to_string()).unwrap();
+    s.streams_per_interface = vec![15];
+    s.base
+        .insert("play_min_s".into(), toml::Value::Float(100.0));
+    s.base
+        .insert("play_end_s".into(), toml::Value::Float(120.0));
+    s.replications.min = 2;
+    s.replications.max = 2;
+    let mesh = run_cluster(&s, 1, &|_, _| {}).unwrap();
+    let together = delays("seed001-fig7.toml");
+    let n_q = |r: &ClusterResult, series: &str| at(r, series, 15.0).mean_ms.blocking;
+    assert!(n_q(&together, "S = 8 (P_S = 80 KB)") > n_q(&together, "S = 2 (P_S = 320 KB)"));
+    assert!(n_q(&mesh, "staggered, S = 2") > 2.0 * n_q(&mesh, "staggered, S = 8"));
+    assert!(
+        at(&mesh, "staggered, S = 2", 15.0).max_ms.blocking
+            > at(&mesh, "staggered, S = 8", 15.0).max_ms.blocking
+    );
+    for (m, t) in [
+        ("mesh, S = 2", "S = 2 (P_S = 320 KB)"),
+        ("mesh, S = 8", "S = 8 (P_S = 80 KB)"),
+    ] {
+        let (with_mesh, ports) = (n_q(&mesh, m), n_q(&together, t));
+        assert!(
+            with_mesh > 0.8 * ports && with_mesh < 1.3 * ports,
+            "{m}: {with_mesh} against {ports} with ports only"
+        );
+    }
+}

@@ -105,6 +105,11 @@ pub struct NetworkParams {
     /// δ_rq, a fetch request's trip from I to S node: assumption, 0.1 ms
     /// (one small message's overhead).
     pub request_latency_ns: u64,
+    /// `None`: contention only at the nodes' ports. `Some(w)`: the nodes
+    /// also sit row-major on a 2D mesh `w` wide (interface nodes first), a
+    /// message holding every link of its XY route while it moves (wormhole
+    /// routing), so messages on crossing paths block each other.
+    pub mesh_width: Option<u32>,
 }
 
 impl NetworkParams {
@@ -113,6 +118,7 @@ impl NetworkParams {
             bytes_per_s: 13_800_000,
             message_overhead_ns: NS_PER_MS / 10,
             request_latency_ns: NS_PER_MS / 10,
+            mesh_width: None,
         }
     }
 }
@@ -174,6 +180,10 @@ pub struct ClusterConfig {
     /// LMSS: the popular title's first bytes kept in the dedicated I node's
     /// memory.
     pub lmss_memory_bytes: u64,
+    /// Issue a round's S fetches spread over the first half of the round
+    /// (fragment f at f·δ_S/(2S)) instead of all at its start: an
+    /// investigation of how their arrivals' bunching at the I node blocks.
+    pub stagger_fetches: bool,
     /// Disks of each I node holding a local copy, the copy's rounds
     /// round-robin over them (§3.2: "a node can have a disk-array").
     pub interface_local_disks: u32,
@@ -208,6 +218,7 @@ impl ClusterConfig {
             interface_buffer_bytes: None,
             admission: Admission::Buffer,
             lmss_memory_bytes: 0,
+            stagger_fetches: false,
             interface_local_disks: 1,
             write_slack_rounds: 4,
             seed,
@@ -328,7 +339,6 @@ struct StoragePort {
 #[derive(Default)]
 struct InterfacePort {
     receiving: bool,
-    waiters: VecDeque<u32>,
     busy_ns: u64,
 }
 
@@ -353,6 +363,10 @@ struct Sim<'a> {
     disks: Vec<Disk>,
     storage_ports: Vec<StoragePort>,
     interface_ports: Vec<InterfacePort>,
+    /// Senders whose head message is blocked, in the order they blocked.
+    pending: VecDeque<u32>,
+    /// Mesh links in use (4 per mesh position: +x, −x, +y, −y).
+    links_busy: Vec<bool>,
     copy_arrived: BTreeMap<(u32, u64), u32>,
     // The object manager.
     requests: Vec<(u64, bool)>,
@@ -505,14 +519,21 @@ impl Sim<'_> {
                     storage_count: self.c.storage_count,
                     stripe_factor: self.c.stream.stripe_factor,
                 };
+                let spread_ns = if self.c.stagger_fetches {
+                    self.round_ns / (2 * u64::from(self.c.stream.stripe_factor))
+                } else {
+                    0
+                };
                 for f in 0..self.c.stream.stripe_factor {
+                    let issued_ns = issue_ns + u64::from(f) * spread_ns;
                     let id = self.new_fetch(Fetch {
                         disk: striping.storage_node(title_index, f),
                         bytes: self.c.stream.fetch_bytes,
+                        issue_ns: issued_ns,
                         ..template
                     });
                     self.schedule(
-                        issue_ns + self.c.network.request_latency_ns,
+                        issued_ns + self.c.network.request_latency_ns,
                         Event::AtDisk { fetch: id },
                     );
                 }
@@ -613,22 +634,67 @@ impl Sim<'_> {
                 as u64
     }
 
-    fn try_send(&mut self, storage: u32) {
-        let port = &self.storage_ports[storage as usize];
-        if port.sending || port.waiting {
-            return;
+    /// The directed mesh links from storage node `storage` to interface
+    /// node `interface` under XY routing (empty when only the nodes' ports
+    /// are modelled). Nodes sit row-major on the mesh, interface nodes
+    /// first.
+    fn path(&self, storage: u32, interface: u32) -> Vec<usize> {
+        let Some(width) = self.c.network.mesh_width else {
+            return Vec::new();
+        };
+        let width = width.max(1);
+        let at = |node: u32| ((node % width) as i64, (node / width) as i64);
+        let (mut x, mut y) = at(self.c.interface_count + storage);
+        let (tx, ty) = at(interface);
+        let mut links = Vec::new();
+        let mut step = |x: &mut i64, y: &mut i64, dir: usize, dx: i64, dy: i64| {
+            links.push((*y * i64::from(width) + *x) as usize * 4 + dir);
+            *x += dx;
+            *y += dy;
+        };
+        while x != tx {
+            if tx > x {
+                step(&mut x, &mut y, 0, 1, 0);
+            } else {
+                step(&mut x, &mut y, 1, -1, 0);
+            }
         }
-        let Some(&fetch) = port.outbox.front() else {
-            return;
+        while y != ty {
+            if ty > y {
+                step(&mut x, &mut y, 2, 0, 1);
+            } else {
+                step(&mut x, &mut y, 3, 0, -1);
+            }
+        }
+        links
+    }
+
+    /// Whether storage node `storage`'s head message could start now: its
+    /// receiver's port and every link of its path free.
+    fn can_start(&self, storage: u32) -> bool {
+        let Some(&fetch) = self.storage_ports[storage as usize].outbox.front() else {
+            return false;
         };
         let interface = self.streams[self.fetches[fetch as usize].stream as usize].interface;
-        if self.interface_ports[interface as usize].receiving {
-            self.interface_ports[interface as usize]
-                .waiters
-                .push_back(storage);
-            self.storage_ports[storage as usize].waiting = true;
-        } else {
+        !self.interface_ports[interface as usize].receiving
+            && self
+                .path(storage, interface)
+                .iter()
+                .all(|&l| !self.links_busy[l])
+    }
+
+    fn try_send(&mut self, storage: u32) {
+        let port = &self.storage_ports[storage as usize];
+        if port.sending || port.waiting || port.outbox.is_empty() {
+            return;
+        }
+        if self.can_start(storage) {
             self.start_transfer(storage);
+        } else {
+            // Blocked in place, holding its sender's port, until what it
+            // needs frees (wormhole routing); senders wait in arrival order.
+            self.storage_ports[storage as usize].waiting = true;
+            self.pending.push_back(storage);
         }
     }
 
@@ -642,6 +708,9 @@ impl Sim<'_> {
         f.send_ns = self.now_ns;
         let bytes = f.bytes;
         let interface = self.streams[f.stream as usize].interface;
+        for l in self.path(storage, interface) {
+            self.links_busy[l] = true;
+        }
         let message_ns = self.message_ns(bytes);
         let port = &mut self.interface_ports[interface as usize];
         port.receiving = true;
@@ -654,10 +723,21 @@ impl Sim<'_> {
         let interface = self.streams[f.stream as usize].interface;
         self.storage_ports[f.disk as usize].sending = false;
         self.interface_ports[interface as usize].receiving = false;
+        for l in self.path(f.disk, interface) {
+            self.links_busy[l] = false;
+        }
         self.arrived(fetch);
-        if let Some(next) = self.interface_ports[interface as usize].waiters.pop_front() {
-            self.storage_ports[next as usize].waiting = false;
-            self.start_transfer(next);
+        // The blocked senders, oldest first, take what has freed.
+        let mut k = 0;
+        while k < self.pending.len() {
+            let s = self.pending[k];
+            if self.can_start(s) {
+                self.pending.remove(k);
+                self.storage_ports[s as usize].waiting = false;
+                self.start_transfer(s);
+            } else {
+                k += 1;
+            }
         }
         self.try_send(f.disk);
     }
@@ -805,6 +885,14 @@ pub fn run(c: &ClusterConfig) -> ClusterOutcome {
         interface_ports: (0..c.interface_count)
             .map(|_| InterfacePort::default())
             .collect(),
+        pending: VecDeque::new(),
+        links_busy: vec![
+            false;
+            c.network.mesh_width.map_or(0, |w| {
+                let nodes = c.interface_count + c.storage_count;
+                (nodes.div_ceil(w.max(1)) * w.max(1)) as usize * 4
+            })
+        ],
         copy_arrived: BTreeMap::new(),
         requests,
         log: PopularityLog::new(c.popularity_window_ns, c.popularity_threshold_requests),

@@ -116,4 +116,5 @@ if [[ $what == all || $what == investigations ]]; then
   pngquant --quality=60-90 --strip --force --output docs/experiments/img/seed001-fig11-interface-bound.png \
     results/inv-seed001-fig11-interface-bound/plot.png
   run inv-seed001-fig5-sensitivity $I/seed001-fig5-sensitivity.toml
+  run inv-seed001-mesh $I/seed001-mesh.toml
 fi
