@@ -207,16 +207,7 @@ impl Coordinator {
             .get(prefix, Some(GetOptions::new().with_prefix()))
             .await
             .map_err(|e| self.etcd(e))?;
-        response
-            .kvs()
-            .iter()
-            .map(|kv| {
-                serde_json::from_slice(kv.value()).map_err(|source| CoordError::Decode {
-                    key: String::from_utf8_lossy(kv.key()).into_owned(),
-                    source,
-                })
-            })
-            .collect()
+        response.kvs().iter().map(decode).collect()
     }
 
     /// Stands for object manager and waits until elected; `value` (the
@@ -343,12 +334,8 @@ impl Coordinator {
             .kvs()
             .iter()
             .map(|kv| {
-                let key = String::from_utf8_lossy(kv.key()).into_owned();
-                let record =
-                    serde_json::from_slice(kv.value()).map_err(|source| CoordError::Decode {
-                        key: key.clone(),
-                        source,
-                    })?;
+                let record = decode(kv)?;
+                let key = String::from_utf8_lossy(kv.key());
                 Ok((key[prefix.len()..].to_string(), record))
             })
             .collect()
@@ -364,6 +351,14 @@ impl Coordinator {
             .map_err(|e| self.etcd(e))?;
         Ok(())
     }
+}
+
+/// A key's value as a rondo record, or the key named in the error.
+fn decode<T: serde::de::DeserializeOwned>(kv: &etcd_client::KeyValue) -> Result<T, CoordError> {
+    serde_json::from_slice(kv.value()).map_err(|source| CoordError::Decode {
+        key: String::from_utf8_lossy(kv.key()).into_owned(),
+        source,
+    })
 }
 
 /// A request id is one path segment of printable ASCII.
