@@ -51,6 +51,17 @@ pub enum ClusterExperimentKind {
     Admission,
 }
 
+/// How requests arrive in capacity and admission experiments.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// All within `ramp_s`, playing to `play_end_s` (§5's 4–5 minutes).
+    Ramp,
+    /// Poisson arrivals for `steady_run_s`, each playing `play_s`: streams
+    /// of every age at once.
+    Steady,
+}
+
 /// One configuration of the cluster; `base` and each series' overrides.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -80,9 +91,18 @@ pub struct Setup {
     /// Disks per I node for a local copy (LDSS, LMSS).
     #[serde(default = "one")]
     pub interface_local_disks: u32,
-    /// Capacity: requests arrive uniformly over this many seconds.
+    /// Capacity and admission: how requests arrive.
+    #[serde(default = "ramp_workload")]
+    pub workload: Workload,
+    /// Ramp: requests arrive uniformly over this many seconds.
     #[serde(default = "ramp")]
     pub ramp_s: f64,
+    /// Steady: each stream plays this long (4.5 minutes, the middle of
+    /// §5's 4 to 5) and arrivals go on for `steady_run_s`.
+    #[serde(default = "steady_play")]
+    pub play_s: f64,
+    #[serde(default = "steady_run")]
+    pub steady_run_s: f64,
     #[serde(default = "window")]
     pub popularity_window_s: f64,
     #[serde(default = "threshold")]
@@ -121,6 +141,15 @@ fn one() -> u32 {
 fn ramp() -> f64 {
     60.0
 }
+fn ramp_workload() -> Workload {
+    Workload::Ramp
+}
+fn steady_play() -> f64 {
+    270.0
+}
+fn steady_run() -> f64 {
+    900.0
+}
 fn window() -> f64 {
     60.0
 }
@@ -136,6 +165,24 @@ impl Setup {
             (None, None) => 0.0,
         };
         (kib * 1024.0).round() as u64
+    }
+
+    /// The requests of a capacity or admission run offering `total`.
+    fn requests(&self, total: u32, popular_share: f64) -> Population {
+        let s = |secs: f64| (secs * NS_PER_S as f64) as u64;
+        match self.workload {
+            Workload::Ramp => Population::Requests {
+                total,
+                popular_share,
+                ramp_ns: s(self.ramp_s),
+            },
+            Workload::Steady => Population::Steady {
+                concurrent: total,
+                popular_share,
+                play_ns: s(self.play_s),
+                run_ns: s(self.steady_run_s),
+            },
+        }
     }
 
     fn config(&self, population: Population, seed: u64) -> ClusterConfig {
@@ -183,8 +230,15 @@ impl Setup {
         if self.fetch_bytes() == 0 {
             return invalid("give fetch_kib (P_S) or stream_buffer_kib (B_I), positive");
         }
-        if !(self.play_min_s > 0.0 && self.play_end_s > 0.0 && self.ramp_s > 0.0) {
-            return invalid("play_min_s, play_end_s and ramp_s must be positive");
+        if !(self.play_min_s > 0.0
+            && self.play_end_s > 0.0
+            && self.ramp_s > 0.0
+            && self.play_s > 0.0
+            && self.steady_run_s > 0.0)
+        {
+            return invalid(
+                "play_min_s, play_end_s, ramp_s, play_s and steady_run_s must be positive",
+            );
         }
         if self.network_mbytes_per_s.is_some_and(|r| r <= 0.0)
             || self.seek_scale.is_some_and(|k| k < 0.0)
@@ -409,26 +463,13 @@ pub fn run_cluster(
                         outcomes.push(rondo_sim::cluster::run(&setup.config(population, seed)));
                     }
                     ClusterExperimentKind::Capacity => {
-                        let with_total = |total: u32| {
-                            setup.config(
-                                Population::Requests {
-                                    total,
-                                    popular_share: x,
-                                    ramp_ns: (setup.ramp_s * NS_PER_S as f64) as u64,
-                                },
-                                seed,
-                            )
-                        };
+                        let with_total = |total: u32| setup.config(setup.requests(total, x), seed);
                         let n = max_supported(spec.max_streams, setup.interface_nodes, with_total);
                         supported.push(f64::from(n));
                         outcomes.push(rondo_sim::cluster::run(&with_total(n.max(1))));
                     }
                     ClusterExperimentKind::Admission => {
-                        let population = Population::Requests {
-                            total: spec.offered_streams,
-                            popular_share: x,
-                            ramp_ns: (setup.ramp_s * NS_PER_S as f64) as u64,
-                        };
+                        let population = setup.requests(spec.offered_streams, x);
                         let o = rondo_sim::cluster::run(&setup.config(population, seed));
                         supported.push(f64::from(o.admitted));
                         outcomes.push(o);

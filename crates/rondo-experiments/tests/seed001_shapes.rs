@@ -225,3 +225,32 @@ fn figure_7_difference_comes_from_fetches_issued_together() {
         );
     }
 }
+
+#[test]
+fn figure_11_in_a_steady_state_lmss_beats_ldss() {
+    // experiments/seed001-fig11-steady.toml, reduced: with streams of every
+    // age at once, the popular title's first third held in memory spares the
+    // dedicated node's disks a third of their reads.
+    let mut s = spec("seed001-fig11-steady.toml");
+    s.popular_shares = vec![0.4];
+    s.replications.min = 1;
+    s.replications.max = 1;
+    s.series
+        .retain(|x| x.label.contains("4 local disks") || x.label == "RDSS");
+    if !slow() {
+        s.base.insert("play_s".into(), toml::Value::Float(120.0));
+        s.base
+            .insert("lmss_memory_mib".into(), toml::Value::Float(7.0));
+        s.base
+            .insert("steady_run_s".into(), toml::Value::Float(400.0));
+    }
+    let r = run_cluster(&s, 1, &|_, _| {}).unwrap();
+    let cap = |series: &str| at(&r, series, 0.4).max_streams.unwrap();
+    assert!(
+        cap("LMSS, 4 local disks") > cap("LDSS, 4 local disks"),
+        "LMSS {} against LDSS {}",
+        cap("LMSS, 4 local disks"),
+        cap("LDSS, 4 local disks")
+    );
+    assert!(cap("LDSS, 4 local disks") > cap("RDSS"));
+}

@@ -138,6 +138,17 @@ pub enum Population {
         popular_share: f64,
         ramp_ns: u64,
     },
+    /// A steady state: requests arriving as a Poisson process at
+    /// `concurrent / play_ns` per ns for `run_ns`, each playing `play_ns`,
+    /// so that about `concurrent` play at once once the first have
+    /// finished, of every age; each is for the popular title with
+    /// probability `popular_share`, else for a title of its own.
+    Steady {
+        concurrent: u32,
+        popular_share: f64,
+        play_ns: u64,
+        run_ns: u64,
+    },
 }
 
 /// How the object manager admits a request (`Population::Requests`).
@@ -369,7 +380,8 @@ struct Sim<'a> {
     links_busy: Vec<bool>,
     copy_arrived: BTreeMap<(u32, u64), u32>,
     // The object manager.
-    requests: Vec<(u64, bool)>,
+    /// (arrival, for the popular title, end of play).
+    requests: Vec<(u64, bool, u64)>,
     log: PopularityLog,
     router: Router,
     load: Vec<u32>,
@@ -408,7 +420,7 @@ impl Sim<'_> {
     /// buffer condition and, if chosen, measured admission on the candidate
     /// I node), and starts the stream there.
     fn request(&mut self, index: u32) {
-        let (start_ns, popular_request) = self.requests[index as usize];
+        let (start_ns, popular_request, end_ns) = self.requests[index as usize];
         let title = if popular_request {
             0
         } else {
@@ -484,7 +496,7 @@ impl Sim<'_> {
             interface,
             path,
             start_ns,
-            end_ns: c.play_end_ns.max(start_ns + c.play_min_ns),
+            end_ns,
             round0_left: c.stream.stripe_factor,
             startup_ns: None,
         });
@@ -552,7 +564,11 @@ impl Sim<'_> {
             }
         }
         let next_ns = issue_ns + self.round_ns;
-        if next_ns < self.streams[stream as usize].end_ns {
+        if next_ns >= self.streams[stream as usize].end_ns {
+            // Its last round: the I node's buffer is free from the next.
+            let load = &mut self.load[interface as usize];
+            *load = load.saturating_sub(1);
+        } else {
             self.schedule(
                 next_ns,
                 Event::Round {
@@ -830,7 +846,7 @@ pub fn run(c: &ClusterConfig) -> ClusterOutcome {
     let stripe = c.stream.stripe_factor;
     let end_of = |start_ns: u64| c.play_end_ns.max(start_ns + c.play_min_ns);
     let mut streams = Vec::new();
-    let mut requests: Vec<(u64, bool)> = Vec::new();
+    let mut requests: Vec<(u64, bool, u64)> = Vec::new();
     match c.population {
         Population::PerInterface { per_interface } => {
             for k in 0..per_interface * c.interface_count {
@@ -853,9 +869,31 @@ pub fn run(c: &ClusterConfig) -> ClusterOutcome {
         } => {
             let popular_count = (f64::from(total) * popular_share).round() as u32;
             requests = (0..total)
-                .map(|k| (rng.random_range(0..ramp_ns.max(1)), k < popular_count))
+                .map(|k| {
+                    let at = rng.random_range(0..ramp_ns.max(1));
+                    (at, k < popular_count, end_of(at))
+                })
                 .collect();
             requests.sort_unstable();
+        }
+        Population::Steady {
+            concurrent,
+            popular_share,
+            play_ns,
+            run_ns,
+        } => {
+            let mean_gap_ns = play_ns as f64 / f64::from(concurrent.max(1));
+            let mut at = 0.0f64;
+            loop {
+                // Exponential gaps: −ln(U)·mean, U in (0, 1].
+                let u: f64 = 1.0 - rng.random::<f64>();
+                at += -u.ln() * mean_gap_ns;
+                if at >= run_ns as f64 {
+                    break;
+                }
+                let popular = rng.random::<f64>() < popular_share;
+                requests.push((at as u64, popular, at as u64 + play_ns));
+            }
         }
     }
     let memory_rounds = if c.retrieval == Retrieval::Lmss {

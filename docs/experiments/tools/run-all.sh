@@ -57,7 +57,7 @@ if [[ $what == all || $what == figures ]]; then
     results/seed003-fig4/plot-against.png
   # Seed 001 (docs/experiments/seed001-*.md): the simulated cluster.
   q() { pngquant --quality=60-90 --strip --force --output "docs/experiments/img/$2.png" "results/$1.png"; }
-  for f in fig4 fig7 fig10 fig11 admission; do
+  for f in fig4 fig7 fig10 fig11 fig11-steady admission; do
     run seed001-$f experiments/seed001-$f.toml
   done
   for f in fig4 fig7; do
@@ -65,6 +65,7 @@ if [[ $what == all || $what == figures ]]; then
   done
   for k in avg-1 avg-2 max-1 max-2; do q seed001-fig10/plot-$k seed001-fig10-$k; done
   q seed001-fig11/plot seed001-fig11
+  q seed001-fig11-steady/plot seed001-fig11-steady
   q seed001-admission/plot seed001-admission
 fi
 if [[ $what == all || $what == investigations ]]; then
