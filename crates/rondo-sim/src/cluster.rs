@@ -11,8 +11,10 @@
 //! for its overhead plus its bytes at the link rate, and a message whose
 //! receiver is busy waits at the head of its sender's queue, holding the
 //! sender's port (wormhole routing's blocking, seed 001 §5: "the blocking time
-//! due to link contention"). Requests from I to S nodes are small control
-//! messages with a fixed latency. What the nodes decide (striping, routing,
+//! due to link contention"); optionally the nodes also sit on a 2D mesh whose
+//! links a message holds along its XY route (`NetworkParams::mesh_width`).
+//! Requests from I to S nodes are small control messages with a fixed
+//! latency. What the nodes decide (striping, routing,
 //! popularity, the buffer condition) is `rondo_model::cluster`'s.
 //!
 //! One run is single-threaded and deterministic for its seed.
@@ -151,7 +153,8 @@ pub enum Population {
     },
 }
 
-/// How the object manager admits a request (`Population::Requests`).
+/// How the object manager admits a request (`Population::Requests` and
+/// `Population::Steady`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Admission {
