@@ -39,7 +39,9 @@
 # Settings (environment): RONDO, STREAMS ("100 1000"), DISKS (8), PROFILE
 # (nvme-gen4), TITLE_SECONDS (120), BITRATES_KBPS ("200 400 600 800"), ZIPF
 # (1), SEED (1), ARRIVAL_S (10), PORT (18090), NGINX_PORT (18091), SERVERS
-# ("rondo nginx"), PERF (1 when perf is installed), PERF_RECORD (0).
+# ("rondo nginx"), PERF (1 when perf is installed), PERF_RECORD (0),
+# CONNECTIONS_MAX (16384, rondo's --connections-max: nginx's 2 × 8192),
+# BUFFER_PER_DISK_MIB (64, rondo's --buffer-per-disk-mib).
 # Needs: ffmpeg, curl, jq, ss (iproute2), fincore (util-linux), nginx
 # (installed if missing); perf (Debian's linux-perf) for the counts.
 set -euo pipefail
@@ -65,6 +67,12 @@ PERF_RECORD=${PERF_RECORD:-0}
 # Which servers to measure ("rondo nginx"; "rondo" alone while iterating:
 # the comparison is the ratio of one run with both).
 SERVERS=${SERVERS:-"rondo nginx"}
+# Open connections rondo accepts in all: nginx's 2 workers × 8192 below, so
+# that neither server's connection cap decides how many streams it carries.
+CONNECTIONS_MAX=${CONNECTIONS_MAX:-16384}
+# rondo's stream buffers per disk (MiB): the serve default, 64 (seed 000 §6.3);
+# larger to find what the machine, not the budget, limits.
+BUFFER_PER_DISK_MIB=${BUFFER_PER_DISK_MIB:-64}
 
 # shellcheck source=tools/lib.sh
 source "$ROOT/tools/lib.sh"
@@ -100,7 +108,9 @@ URL="http://127.0.0.1:$PORT"
 NGINX_URL="http://127.0.0.1:$NGINX_PORT"
 start_rondo() {
     "$RONDO" serve --data-dir "$DATA" --listen "127.0.0.1:$PORT" --disks "$DISKS" \
-        --disk-profile "$PROFILE" --no-samples --connections-per-client-max 0 >> "$OUT/serve.log" 2>&1 &
+        --disk-profile "$PROFILE" --no-samples --connections-per-client-max 0 \
+        --connections-max "$CONNECTIONS_MAX" --buffer-per-disk-mib "$BUFFER_PER_DISK_MIB" \
+        >> "$OUT/serve.log" 2>&1 &
     RONDO_PID=$!
     PIDS+=("$RONDO_PID")
     for _ in $(seq 150); do curl -sf "$URL/api/titles" >/dev/null && return 0; sleep 0.2; done
@@ -262,32 +272,38 @@ phase() {
         --slurpfile load "$OUT/load-$tag.json" \
         --argjson round_s "$(jq '.round_duration_ns / 1e9' "$WWW/sched/0.json")" \
         --rawfile samples "$OUT/samples-$tag.txt" '
+        # "At N": while 98% of the streams it carries are connected; a server
+        # that refused some (rondo answers 503) carries fewer than N at once.
+        ([$n, ($load[0].max_active_streams // $n)] | min) as $ref |
         ($samples | split("\n") | map(select(length > 0) | split(" ") | map(tonumber))
-            | map(select(.[1] >= 0.98 * $n))) as $full |
+            | map(select(.[1] >= 0.98 * $ref))) as $full |
         def median: sort | if length == 0 then null else .[length / 2 | floor] end;
         ($full | map(.[2]) | median) as $rss | ($full | map(.[3]) | median) as $pss |
         ($full | map(.[4] // 0) | median) as $buf_in_use | ($full | map(.[5] // 0) | median) as $buf_free |
         ($full | map(.[6] // 0) | median) as $page_cache |
         {
-          server: $server, streams: $n,
+          server: $server, streams: $n, streams_at_once: $ref,
           started: $load[0].streams_started, rejected: $load[0].streams_rejected,
           errors: $load[0].streams_errors, broken: $load[0].streams_broken,
           stalls: $load[0].stalls, max_active_streams: $load[0].max_active_streams,
+          deadline_misses: $load[0].deadline_misses,
+          startup_latency_ms_p50: $load[0].startup_latency_ms_p50,
+          startup_latency_ms_p99: $load[0].startup_latency_ms_p99,
           bytes_received: $load[0].bytes_received,
           cpu_s: ($ticks / $hz),
           cpu_s_per_gb: (($ticks / $hz) / ($load[0].bytes_received / 1e9)),
           samples_at_n: ($full | length),
           idle_rss_kib: $idle_rss, rss_at_n_kib: $rss,
-          rss_per_stream_kib: (if $rss then ($rss - $idle_rss) / $n else null end),
+          rss_per_stream_kib: (if $rss then ($rss - $idle_rss) / $ref else null end),
           # The mean round of data of a stream: bytes over stream-rounds played.
           round_kib_mean: ($load[0].bytes_received / 1024
               / ($load[0].titles | map(.started * .duration_seconds / $round_s) | add)),
           idle_pss_kib: $idle_pss, pss_at_n_kib: $pss,
-          pss_per_stream_kib: (if $pss then ($pss - $idle_pss) / $n else null end),
+          pss_per_stream_kib: (if $pss then ($pss - $idle_pss) / $ref else null end),
           page_cache_at_n_kib: $page_cache,
-          total_per_stream_kib: (if $rss then ($rss - $idle_rss + $page_cache) / $n else null end),
-          buffers_in_use_per_stream_kib: ($buf_in_use / $n),
-          buffers_free_per_stream_kib: ($buf_free / $n)
+          total_per_stream_kib: (if $rss then ($rss - $idle_rss + $page_cache) / $ref else null end),
+          buffers_in_use_per_stream_kib: (($buf_in_use // 0) / $ref),
+          buffers_free_per_stream_kib: (($buf_free // 0) / $ref)
         }' > "$OUT/phase-$tag.json"
     # Where the CPU went: per thread group, CPU seconds and context switches
     # over the phase (threads that started during it count from 0).
@@ -307,7 +323,7 @@ phase() {
                     voluntary_switches: (.[3] | tonumber), involuntary_switches: (.[4] | tonumber) })),
               counts_per_mb: ($perf | with_entries(.value = (.value / $mb))) }' \
         "$OUT/phase-$tag.json" > "$OUT/phase-$tag.json.tmp" && mv "$OUT/phase-$tag.json.tmp" "$OUT/phase-$tag.json"
-    say "$tag: $(jq -c '{started, rejected, stalls, cpu_s, cpu_s_per_gb, rss_per_stream_kib, buffers_in_use_per_stream_kib, buffers_free_per_stream_kib, samples_at_n}' "$OUT/phase-$tag.json")"
+    say "$tag: $(jq -c '{started, rejected, stalls, deadline_misses, startup_latency_ms_p99, cpu_s, cpu_s_per_gb, rss_per_stream_kib, buffers_in_use_per_stream_kib, buffers_free_per_stream_kib, samples_at_n}' "$OUT/phase-$tag.json")"
     say "$tag: memory per stream in rounds of its data: RSS $(jq '.rss_per_stream_kib / .round_kib_mean * 100 | round / 100' "$OUT/phase-$tag.json"), RSS + page cache $(jq '.total_per_stream_kib / .round_kib_mean * 100 | round / 100' "$OUT/phase-$tag.json")"
     say "$tag: by thread (CPU s): $(jq -c '.threads | map("\(.group)×\(.count) \(.cpu_s)") | join(", ")' "$OUT/phase-$tag.json")"
     say "$tag: per delivered MB: $(jq -c '.counts_per_mb | map_values(. * 100 | round / 100)' "$OUT/phase-$tag.json")"
@@ -331,7 +347,7 @@ jq -s --arg up0 "$(cat "$OUT/uptime-start.txt")" --arg up1 "$(cat "$OUT/uptime-e
         total_per_stream_rondo_over_nginx: ratio(.total_per_stream_kib),
         pss_per_stream_rondo_over_nginx: ratio(.pss_per_stream_kib)
       })) }' "$OUT"/phase-*.json > "$OUT/summary.json"
-jq -r '(.phases[] | "\(.server) N=\(.streams): started \(.started), rejected \(.rejected), stalls \(.stalls), \(.bytes_received / 1e9 * 1000 | round / 1000) GB, CPU \(.cpu_s) s = \(.cpu_s_per_gb * 100 | round / 100) s/GB, RSS idle \(.idle_rss_kib) KiB, at N \(.rss_at_n_kib) KiB, per stream \(.rss_per_stream_kib) KiB (PSS \(.pss_per_stream_kib))"),
+jq -r '(.phases[] | "\(.server) N=\(.streams): started \(.started), rejected \(.rejected), stalls \(.stalls), deadline misses \(.deadline_misses), start-up p99 \(.startup_latency_ms_p99 | round) ms, \(.bytes_received / 1e9 * 1000 | round / 1000) GB, CPU \(.cpu_s) s = \(.cpu_s_per_gb * 100 | round / 100) s/GB, RSS idle \(.idle_rss_kib) KiB, at N \(.rss_at_n_kib) KiB, per stream \(.rss_per_stream_kib) KiB (PSS \(.pss_per_stream_kib))"),
        (.ratios[] | "ratio rondo/nginx N=\(.streams): CPU s/GB \(.cpu_s_per_gb_rondo_over_nginx), RSS/stream \(.rss_per_stream_rondo_over_nginx), PSS/stream \(.pss_per_stream_rondo_over_nginx)"),
        "load average: \(.uptime_start) -> \(.uptime_end)"' "$OUT/summary.json"
 say "results in $OUT"

@@ -73,6 +73,12 @@ pub struct ServeArgs {
     /// holds only for devices at least that fast.
     #[arg(long)]
     pub native: bool,
+    /// Server buffer per disk in MiB that admission may reserve for the
+    /// streams' read buffers [default: 64, seed 000 §6.3]. Streams beyond
+    /// what it holds are refused (503, reason "buffer"); size it to the
+    /// machine's memory. `rondo simulate --data-dir` takes the same flag.
+    #[arg(long, value_name = "MIB")]
+    pub buffer_per_disk_mib: Option<u64>,
     /// Rounds of data a session may hold for its client.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_CLIENT_BUFFER_ROUNDS)]
     pub client_buffer_rounds: u64,
@@ -289,6 +295,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         request_body_bytes_max: args.request_body_bytes_max,
         upload_bytes_max: args.upload_bytes_max,
+        buffer_per_disk_bytes: buffer_per_disk_bytes(args.buffer_per_disk_mib)?,
         ..ServerConfig::default()
     };
     let data_dir = args.data_dir.clone();
@@ -352,5 +359,18 @@ mod tests {
             invocation_for(Some(release), "./target/release/rondo", false),
             "./target/release/rondo"
         );
+    }
+}
+
+/// `--buffer-per-disk-mib` in bytes (the default without it), shared by
+/// `rondo serve` and `rondo simulate --data-dir` so that a prediction is
+/// made with the budget the server admits against.
+pub fn buffer_per_disk_bytes(mib: Option<u64>) -> anyhow::Result<u64> {
+    match mib {
+        None => Ok(rondo_store::titles::DEFAULT_BUFFER_PER_DISK_BYTES),
+        Some(0) => anyhow::bail!("--buffer-per-disk-mib must be positive"),
+        Some(mib) => mib
+            .checked_mul(1 << 20)
+            .with_context(|| format!("--buffer-per-disk-mib {mib}: too large")),
     }
 }

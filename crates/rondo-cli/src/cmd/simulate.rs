@@ -110,8 +110,9 @@ pub struct SimulateArgs {
     #[arg(long, conflicts_with = "data_dir")]
     fit_drive_segments: bool,
     /// Server buffer per disk in MiB [default: 64, seed 000 §6.3]; GPMP
-    /// trades it for disk time (seed 003 Figure 4).
-    #[arg(long, value_name = "MIB", conflicts_with = "data_dir")]
+    /// trades it for disk time (seed 003 Figure 4). With --data-dir, give
+    /// what `rondo serve --buffer-per-disk-mib` is given.
+    #[arg(long, value_name = "MIB")]
     buffer_per_disk_mib: Option<u64>,
     /// Start burst: up to this many of a new stream's first rounds read in
     /// its first round and sent at once, when they fit (`rondo serve
@@ -345,9 +346,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|| DEFAULT_PROFILE.to_string());
             config.backup_block_bytes = args.backup_block_bytes;
             config.segment_rounds = args.layout.segment_rounds()?.unwrap_or(1);
-            if let Some(mib) = args.buffer_per_disk_mib {
-                anyhow::ensure!(mib > 0, "--buffer-per-disk-mib must be positive");
-                config.buffer_per_disk_bytes = mib << 20;
+            if args.buffer_per_disk_mib.is_some() {
+                config.buffer_per_disk_bytes =
+                    super::serve::buffer_per_disk_bytes(args.buffer_per_disk_mib)?;
             }
             config.read_group_rounds = args.policy.read_group_rounds(config.segment_rounds)?;
             config.drive_prefetch = args.policy.drive_prefetch();
@@ -722,7 +723,7 @@ fn load_data_dir(
     // R_disk of equation 1: the profile's minimum media rate (for the
     // Cheetah, seed 000 Table 2's 11.3 MB/s).
     config.mu_rate_bytes_per_s = profile.paper_bound()?.rate_bytes_per_s as f64;
-    config.buffer_per_disk_bytes = rondo_store::titles::DEFAULT_BUFFER_PER_DISK_BYTES;
+    config.buffer_per_disk_bytes = super::serve::buffer_per_disk_bytes(args.buffer_per_disk_mib)?;
     config.lookahead_rounds = Some(rondo_store::titles::DEFAULT_LOOKAHEAD_ROUNDS);
     Ok((config, bound, titles))
 }
