@@ -471,7 +471,13 @@ fn simulate_data_dir_runs_the_stored_titles_on_the_directory_array() {
     );
     // The server's buffer budget, as `rondo serve --buffer-per-disk-mib`
     // is given it; nonsense is refused by name.
-    let v = run(&["--buffer-per-disk-mib", "256", "--rate", "0.5", "--no-capacity"]);
+    let v = run(&[
+        "--buffer-per-disk-mib",
+        "256",
+        "--rate",
+        "0.5",
+        "--no-capacity",
+    ]);
     assert!(v["at_load"]["mean_active_streams"].as_f64().unwrap() > 0.0);
     assert_fails_with(
         rondo()
