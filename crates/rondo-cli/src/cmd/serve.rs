@@ -337,6 +337,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--buffer-per-disk-mib` in bytes (the default without it), shared by
+/// `rondo serve` and `rondo simulate --data-dir` so that a prediction is
+/// made with the budget the server admits against.
+pub fn buffer_per_disk_bytes(mib: Option<u64>) -> anyhow::Result<u64> {
+    match mib {
+        None => Ok(rondo_store::titles::DEFAULT_BUFFER_PER_DISK_BYTES),
+        Some(0) => anyhow::bail!("--buffer-per-disk-mib must be positive"),
+        Some(mib) => mib
+            .checked_mul(1 << 20)
+            .with_context(|| format!("--buffer-per-disk-mib {mib}: too large")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::invocation_for;
@@ -359,18 +372,5 @@ mod tests {
             invocation_for(Some(release), "./target/release/rondo", false),
             "./target/release/rondo"
         );
-    }
-}
-
-/// `--buffer-per-disk-mib` in bytes (the default without it), shared by
-/// `rondo serve` and `rondo simulate --data-dir` so that a prediction is
-/// made with the budget the server admits against.
-pub fn buffer_per_disk_bytes(mib: Option<u64>) -> anyhow::Result<u64> {
-    match mib {
-        None => Ok(rondo_store::titles::DEFAULT_BUFFER_PER_DISK_BYTES),
-        Some(0) => anyhow::bail!("--buffer-per-disk-mib must be positive"),
-        Some(mib) => mib
-            .checked_mul(1 << 20)
-            .with_context(|| format!("--buffer-per-disk-mib {mib}: too large")),
     }
 }
