@@ -118,4 +118,5 @@ if [[ $what == all || $what == investigations ]]; then
     results/inv-seed001-fig11-interface-bound/plot.png
   run inv-seed001-fig5-sensitivity $I/seed001-fig5-sensitivity.toml
   run inv-seed001-mesh $I/seed001-mesh.toml
+  run inv-seed001-fig11-steady-interface-bound $I/seed001-fig11-steady-interface-bound.toml
 fi
