@@ -15,8 +15,6 @@
 //! write requires the key to be absent, so a request retried, or replayed by
 //! the next manager, is never admitted twice.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -99,7 +97,6 @@ pub struct Coordinator {
     keys: ClusterKeys,
     endpoints: String,
     lease_id: i64,
-    lease_alive: Arc<AtomicBool>,
     keepalive: tokio::task::JoinHandle<()>,
 }
 
@@ -136,8 +133,6 @@ impl Coordinator {
             .map_err(etcd)?;
         let lease_id = client.lease_grant(ttl_s, None).await.map_err(etcd)?.id();
         let (mut keeper, mut responses) = client.lease_keep_alive(lease_id).await.map_err(etcd)?;
-        let lease_alive = Arc::new(AtomicBool::new(true));
-        let alive = lease_alive.clone();
         let period = Duration::from_millis((ttl_s as u64 * 1000 / 3).max(100));
         let keepalive = tokio::spawn(async move {
             loop {
@@ -151,14 +146,12 @@ impl Coordinator {
                     _ => break,
                 }
             }
-            alive.store(false, Ordering::SeqCst);
         });
         Ok(Coordinator {
             client,
             keys,
             endpoints: joined,
             lease_id,
-            lease_alive,
             keepalive,
         })
     }
@@ -170,18 +163,8 @@ impl Coordinator {
         }
     }
 
-    pub fn keys(&self) -> &ClusterKeys {
-        &self.keys
-    }
-
     pub fn lease_id(&self) -> i64 {
         self.lease_id
-    }
-
-    /// False once the keep-alive learnt that the lease is gone: the node
-    /// is no longer a member, nor the leader if it was.
-    pub fn lease_alive(&self) -> bool {
-        self.lease_alive.load(Ordering::SeqCst)
     }
 
     /// Announces this node under its role, for as long as its lease lives.

@@ -32,8 +32,11 @@ pub enum EtcdError {
     Io(#[from] std::io::Error),
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// Two distinct free ports on `host`: both held until both are chosen.
+fn free_ports(host: &str) -> std::io::Result<(u16, u16)> {
+    let a = TcpListener::bind((host, 0))?;
+    let b = TcpListener::bind((host, 0))?;
+    Ok((a.local_addr()?.port(), b.local_addr()?.port()))
 }
 
 impl LocalEtcd {
@@ -42,7 +45,7 @@ impl LocalEtcd {
     /// veth address) on free ports, and waits until it answers.
     pub fn start(data_dir: &Path, host: &str) -> Result<LocalEtcd, EtcdError> {
         std::fs::create_dir_all(data_dir)?;
-        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let (client_port, peer_port) = free_ports(host)?;
         let client_url = format!("http://{host}:{client_port}");
         let peer_url = format!("http://{host}:{peer_port}");
         let log = std::fs::File::create(data_dir.join("etcd.log"))?;

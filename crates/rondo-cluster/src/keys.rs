@@ -5,8 +5,9 @@
 //! | `nodes/<role>/<id>` | the node's `NodeInfo` (JSON) | the node's lease: gone when it dies |
 //! | `manager` | the object manager's election (etcd's election API) | the leader's lease |
 //! | `streams/<request id>` | a `StreamRecord` (JSON), written only by the leader | until released |
-//! | `disks/<disk>` | the storage node holding the disk | configuration |
-//! | `config` | the cluster's configuration (JSON) | configuration |
+//!
+//! The disk → node map and the cluster's configuration come with the node
+//! processes.
 
 use std::fmt;
 
@@ -27,15 +28,6 @@ impl Role {
             Role::Manager => "manager",
             Role::Interface => "interface",
             Role::Storage => "storage",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Role> {
-        match s {
-            "manager" => Some(Role::Manager),
-            "interface" => Some(Role::Interface),
-            "storage" => Some(Role::Storage),
-            _ => None,
         }
     }
 }
@@ -71,10 +63,6 @@ impl ClusterKeys {
         })
     }
 
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
     pub fn node(&self, role: Role, id: &str) -> String {
         format!("{}nodes/{role}/{id}", self.prefix)
     }
@@ -95,14 +83,6 @@ impl ClusterKeys {
     pub fn streams(&self) -> String {
         format!("{}streams/", self.prefix)
     }
-
-    pub fn disk(&self, disk: u32) -> String {
-        format!("{}disks/{disk:05}", self.prefix)
-    }
-
-    pub fn config(&self) -> String {
-        format!("{}config", self.prefix)
-    }
 }
 
 #[cfg(test)]
@@ -118,9 +98,6 @@ mod tests {
                 .starts_with(&k.nodes(Role::Storage))
         );
         assert!(k.stream("r1").starts_with(&k.streams()));
-        assert_eq!(k.disk(7), "/rondo/lab-1/disks/00007");
-        assert_eq!(Role::parse("interface"), Some(Role::Interface));
-        assert_eq!(Role::parse("x"), None);
         for bad in ["", "a/b", "a b", "é"] {
             assert!(ClusterKeys::new(bad).is_err(), "{bad:?}");
         }

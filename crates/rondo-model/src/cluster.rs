@@ -6,8 +6,8 @@
 //!
 //! This module owns what those nodes decide, with no I/O and no clock, so a
 //! simulated cluster (`rondo_sim::cluster`) and real nodes run the same rules:
-//! the paper's parameters and their derived durations (Table 1, Equations 1
-//! and 3), where a title's fragments live (round-robin striping over `S`
+//! the paper's stream parameters and the service round they give (Table 1,
+//! §5.2), where a title's fragments live (round-robin striping over `S`
 //! storage nodes), the object manager's popularity log over a window Δt with
 //! threshold Th_pop (§6.2), the routing of a request under RDSS, LDSS and
 //! LMSS (§6), and the measured admission of §7 (the edge weights w_ij as the
@@ -22,16 +22,14 @@ use crate::units::{NS_PER_S, TitleId};
 
 /// Seed 001 Table 2: "Required playback rate (R_pl) 1.5 Mbits/sec" (MPEG-1).
 pub const PARAGON_PLAYBACK_BYTES_PER_S: u64 = 1_500_000 / 8;
-/// Seed 001 Table 2: "Size of packets sent by an I node (P_I) 64 Kbytes".
-pub const PARAGON_INTERFACE_PACKET_BYTES: u64 = 64 * 1024;
 
-/// Seed 001 Table 1's stream parameters.
+/// Seed 001 Table 1's stream parameters, those of the fetches (the I node's
+/// packets to its clients, P_I and δ_I, are not modelled: they leave by the
+/// external network).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamParams {
     /// R_pl.
     pub playback_bytes_per_s: u64,
-    /// P_I: what an I node sends a client at a time.
-    pub interface_packet_bytes: u64,
     /// P_S: one fetch from one storage node.
     pub fetch_bytes: u64,
     /// S: the storage nodes a title is striped over; a service round
@@ -45,7 +43,6 @@ impl StreamParams {
     pub fn paragon(fetch_bytes: u64, stripe_factor: u32) -> StreamParams {
         StreamParams {
             playback_bytes_per_s: PARAGON_PLAYBACK_BYTES_PER_S,
-            interface_packet_bytes: PARAGON_INTERFACE_PACKET_BYTES,
             fetch_bytes,
             stripe_factor,
         }
@@ -63,23 +60,6 @@ impl StreamParams {
         (u128::from(self.stream_buffer_bytes()) * u128::from(NS_PER_S)
             / u128::from(self.playback_bytes_per_s.max(1))) as u64
     }
-
-    /// δ_I (Equation 1): how long one packet to the client lasts.
-    pub fn packet_duration_ns(&self) -> u64 {
-        (u128::from(self.interface_packet_bytes) * u128::from(NS_PER_S)
-            / u128::from(self.playback_bytes_per_s.max(1))) as u64
-    }
-}
-
-/// Equation 3: the latest instant the fetches for the next buffer may be
-/// issued when playout of the current one starts at `playout_start_ns` and a
-/// fetch takes `retrieval_ns` (δ_io).
-pub fn latest_fetch_issue_ns(
-    playout_start_ns: u64,
-    round_duration_ns: u64,
-    retrieval_ns: u64,
-) -> u64 {
-    (playout_start_ns + round_duration_ns).saturating_sub(retrieval_ns)
 }
 
 /// Where titles live: each title striped round-robin over `stripe_factor`
@@ -119,14 +99,6 @@ pub enum Retrieval {
 }
 
 impl Retrieval {
-    pub fn name(self) -> &'static str {
-        match self {
-            Retrieval::Rdss => "RDSS",
-            Retrieval::Ldss => "LDSS",
-            Retrieval::Lmss => "LMSS",
-        }
-    }
-
     /// Whether popular titles get a dedicated I node with a local copy.
     pub fn uses_local_copy(self) -> bool {
         self != Retrieval::Rdss
@@ -159,17 +131,6 @@ impl PopularityLog {
         log.push_back(now_ns);
         Self::expire(log, now_ns, self.window_ns);
         log.len() >= self.threshold_requests as usize
-    }
-
-    /// Whether `title` is popular at `now_ns`, without logging a request.
-    pub fn is_popular(&mut self, title: TitleId, now_ns: u64) -> bool {
-        match self.requests.get_mut(&title) {
-            Some(log) => {
-                Self::expire(log, now_ns, self.window_ns);
-                log.len() >= self.threshold_requests as usize
-            }
-            None => false,
-        }
     }
 
     fn expire(log: &mut VecDeque<u64>, now_ns: u64, window_ns: u64) {
@@ -371,11 +332,6 @@ mod tests {
             assert_eq!(p.stream_buffer_bytes(), 640 * 1024);
             assert_eq!(p.round_duration_ns(), 640 * 1024 * NS_PER_S / 187_500);
         }
-        // δ_I for 64 KB packets: 0.35 s.
-        let p = StreamParams::paragon(40 * 1024, 4);
-        assert_eq!(p.packet_duration_ns(), 65_536 * NS_PER_S / 187_500);
-        assert_eq!(latest_fetch_issue_ns(1000, 500, 200), 1300);
-        assert_eq!(latest_fetch_issue_ns(0, 500, 900), 0);
     }
 
     #[test]
@@ -410,10 +366,9 @@ mod tests {
         assert!(!log.record(t, 0));
         assert!(!log.record(t, 4 * NS_PER_S));
         assert!(log.record(t, 9 * NS_PER_S));
-        assert!(log.is_popular(t, 9 * NS_PER_S));
-        // The first request leaves the window at 10 s.
-        assert!(!log.is_popular(t, 10 * NS_PER_S));
-        assert!(!log.is_popular(TitleId(8), 0));
+        // The requests at 0 and 4 s have left the window by 14 s.
+        assert!(!log.record(t, 14 * NS_PER_S));
+        assert!(!log.record(TitleId(8), 14 * NS_PER_S));
     }
 
     #[test]
