@@ -2,11 +2,14 @@
 //! started by the test in a directory of its own): the object manager's
 //! election and takeover, the fenced stream log, membership by lease.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::record;
 use rondo_cluster::coord::NodeInfo;
 use rondo_cluster::etcd::LocalEtcd;
-use rondo_cluster::{Coordinator, Recorded, Role, StreamRecord};
+use rondo_cluster::{Coordinator, Recorded, Role};
 
 const TTL_S: i64 = 2;
 
@@ -20,17 +23,6 @@ async fn session(etcd: &LocalEtcd, cluster: &str) -> Coordinator {
     Coordinator::connect(&[etcd.client_url().to_string()], cluster, TTL_S)
         .await
         .unwrap()
-}
-
-fn record(title: u64) -> StreamRecord {
-    StreamRecord {
-        title,
-        first_byte: 0,
-        end_byte: 1 << 20,
-        interface: "i1".into(),
-        admitted_round: 10,
-        start_round: 11,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,26 +9,18 @@
 //! Needs root and iproute2 (`ip netns`), as CI has; `RONDO_SKIP_NETNS_TESTS=1`
 //! skips it elsewhere.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::record;
 use rondo_cluster::etcd::LocalEtcd;
-use rondo_cluster::{Coordinator, Recorded, StreamRecord};
+use rondo_cluster::{Coordinator, Recorded};
 
 const TTL_S: i64 = 2;
 const ETCD_ENV: &str = "RONDO_PARTITION_ETCD";
-
-fn record(title: u64) -> StreamRecord {
-    StreamRecord {
-        title,
-        first_byte: 0,
-        end_byte: 1 << 20,
-        interface: "i1".into(),
-        admitted_round: 1,
-        start_round: 2,
-    }
-}
 
 fn ip(args: &[&str]) {
     let out = Command::new("ip")

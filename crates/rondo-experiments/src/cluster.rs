@@ -36,7 +36,7 @@ use rondo_sim::cluster::{
 };
 
 use crate::plot::{Chart, ChartPoint};
-use crate::spec::{Replications, SpecError};
+use crate::spec::{Replications, Series, SpecError};
 use crate::stats::Estimate;
 
 /// Which of seed 001's experiments.
@@ -185,12 +185,16 @@ impl Setup {
         }
     }
 
+    fn stream(&self) -> StreamParams {
+        StreamParams::paragon(self.fetch_bytes(), self.stripe_factor)
+    }
+
     fn config(&self, population: Population, seed: u64) -> ClusterConfig {
         let s = |secs: f64| (secs * NS_PER_S as f64) as u64;
         let mut c = ClusterConfig::paragon(
             self.interface_nodes,
             self.storage_nodes,
-            StreamParams::paragon(self.fetch_bytes(), self.stripe_factor),
+            self.stream(),
             population,
             seed,
         );
@@ -282,21 +286,13 @@ pub struct ClusterSpec {
     #[serde(default = "max_streams")]
     pub offered_streams: u32,
     pub base: toml::Table,
-    pub series: Vec<SeriesSpec>,
+    pub series: Vec<Series>,
     #[serde(default)]
     pub replications: Replications,
 }
 
 fn max_streams() -> u32 {
     600
-}
-
-/// One series: its label and its overrides of `base`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SeriesSpec {
-    pub label: String,
-    #[serde(flatten)]
-    pub overrides: toml::Table,
 }
 
 /// Whether a TOML experiment file is a cluster experiment.
@@ -464,9 +460,13 @@ pub fn run_cluster(
                     }
                     ClusterExperimentKind::Capacity => {
                         let with_total = |total: u32| setup.config(setup.requests(total, x), seed);
-                        let n = max_supported(spec.max_streams, setup.interface_nodes, with_total);
+                        let (n, outcome) =
+                            max_supported(spec.max_streams, setup.interface_nodes, with_total);
                         supported.push(f64::from(n));
-                        outcomes.push(rondo_sim::cluster::run(&with_total(n.max(1))));
+                        // The supported total's own run (one stream's if none was).
+                        outcomes.push(
+                            outcome.unwrap_or_else(|| rondo_sim::cluster::run(&with_total(1))),
+                        );
                     }
                     ClusterExperimentKind::Admission => {
                         let population = setup.requests(spec.offered_streams, x);
@@ -489,9 +489,7 @@ pub fn run_cluster(
             let total_est =
                 Estimate::of(&outcomes.iter().map(|o| o.mean_ms.total).collect::<Vec<_>>());
             let cap = (!supported.is_empty()).then(|| Estimate::of(&supported));
-            let params = setup
-                .config(Population::PerInterface { per_interface: 1 }, 0)
-                .stream;
+            let params = setup.stream();
             ClusterPoint {
                 series: label.clone(),
                 x,

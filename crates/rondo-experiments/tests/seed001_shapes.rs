@@ -194,10 +194,7 @@ fn figure_7_difference_comes_from_fetches_issued_together() {
     // (the figures), S = 8's fragments queue behind each other at the I node
     // and it blocks more than S = 2; spread over half the round, S = 2 blocks
     // most, as the paper has it; mesh links change little.
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../experiments/investigations/seed001-mesh.toml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let mut s = ClusterSpec::from_toml(&text, &path.display().to_string()).unwrap();
+    let mut s = spec("investigations/seed001-mesh.toml");
     s.streams_per_interface = vec![15];
     s.base
         .insert("play_min_s".into(), toml::Value::Float(100.0));

@@ -390,9 +390,9 @@ struct Sim<'a> {
     load: Vec<u32>,
     next_title: u64,
     refused: u32,
-    /// w_ij's history per (I node, S node), and each S node's own
-    /// retrieval times under (u32::MAX, j).
-    history: EdgeHistory,
+    /// Under measured admission, w_ij's history per (I node, S node), and
+    /// each S node's own retrieval times under (u32::MAX, j).
+    history: Option<EdgeHistory>,
     round_ns: u64,
     memory_rounds: u64,
     // Measures.
@@ -444,9 +444,9 @@ impl Sim<'_> {
             let buffer_ok = c
                 .interface_buffer_bytes
                 .is_none_or(|total| in_use + per_stream < total);
-            match c.admission {
-                Admission::Buffer => buffer_ok,
-                Admission::Measured { .. } => {
+            match history {
+                None => buffer_ok,
+                Some(history) => {
                     let weights: Vec<(u32, u64)> = if local {
                         Vec::new()
                     } else {
@@ -799,11 +799,10 @@ impl Sim<'_> {
         if self.now_ns > f.deadline_ns {
             self.misses += 1;
         }
-        if remote {
+        if remote && let Some(history) = &mut self.history {
             let interface = self.streams[f.stream as usize].interface;
-            self.history.record(interface, f.disk, c.total);
-            self.history
-                .record(u32::MAX, f.disk, f.done_ns - f.at_disk_ns);
+            history.record(interface, f.disk, c.total);
+            history.record(u32::MAX, f.disk, f.done_ns - f.at_disk_ns);
         }
         if f.round == 0 {
             self.round0_arrived(
@@ -944,10 +943,10 @@ pub fn run(c: &ClusterConfig) -> ClusterOutcome {
         load: vec![0; c.interface_count as usize],
         next_title: 1,
         refused: 0,
-        history: EdgeHistory::new(match c.admission {
-            Admission::Measured { history_fetches } => history_fetches,
-            Admission::Buffer => 1,
-        }),
+        history: match c.admission {
+            Admission::Measured { history_fetches } => Some(EdgeHistory::new(history_fetches)),
+            Admission::Buffer => None,
+        },
         round_ns,
         memory_rounds,
         fragments: 0,
@@ -1032,26 +1031,34 @@ pub fn run(c: &ClusterConfig) -> ClusterOutcome {
 /// The largest number of requests, a multiple of `step` up to `max`, for
 /// which a run admits every request and no fragment misses its deadline
 /// (§6.4's "maximum number of streams that can be supported"), by
-/// bisection; `with_total` builds the run for a total.
-pub fn max_supported(max: u32, step: u32, with_total: impl Fn(u32) -> ClusterConfig) -> u32 {
+/// bisection; `with_total` builds the run for a total. Also the outcome of
+/// that total's run (`None` when not even one step is supported).
+pub fn max_supported(
+    max: u32,
+    step: u32,
+    with_total: impl Fn(u32) -> ClusterConfig,
+) -> (u32, Option<ClusterOutcome>) {
     let supported = |total: u32| {
         let o = run(&with_total(total));
-        o.refused == 0 && o.misses == 0
+        (o.refused == 0 && o.misses == 0).then_some(o)
     };
     let step = step.max(1);
     let (mut lo, mut hi) = (0u32, max / step); // in steps; lo supported, hi unknown
-    if supported(hi * step) {
-        return hi * step;
+    if let Some(o) = supported(hi * step) {
+        return (hi * step, Some(o));
     }
+    let mut best = None;
     while hi - lo > 1 {
         let mid = (lo + hi) / 2;
-        if supported(mid * step) {
-            lo = mid;
-        } else {
-            hi = mid;
+        match supported(mid * step) {
+            Some(o) => {
+                lo = mid;
+                best = Some(o);
+            }
+            None => hi = mid,
         }
     }
-    lo * step
+    (lo * step, best)
 }
 
 #[cfg(test)]
@@ -1162,7 +1169,7 @@ mod tests {
         c.interface_buffer_bytes = Some(10 * 256 * 1024);
         let o = run(&c);
         assert_eq!((o.admitted, o.refused), (54, 6));
-        let max = max_supported(120, 6, |total| {
+        let (max, _) = max_supported(120, 6, |total| {
             let mut c = requests(Retrieval::Rdss, total, 0.0);
             c.interface_buffer_bytes = Some(10 * 256 * 1024);
             c

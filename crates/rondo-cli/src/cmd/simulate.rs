@@ -346,10 +346,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|| DEFAULT_PROFILE.to_string());
             config.backup_block_bytes = args.backup_block_bytes;
             config.segment_rounds = args.layout.segment_rounds()?.unwrap_or(1);
-            if args.buffer_per_disk_mib.is_some() {
-                config.buffer_per_disk_bytes =
-                    super::serve::buffer_per_disk_bytes(args.buffer_per_disk_mib)?;
-            }
+            config.buffer_per_disk_bytes =
+                super::serve::buffer_per_disk_bytes(args.buffer_per_disk_mib)?;
             config.read_group_rounds = args.policy.read_group_rounds(config.segment_rounds)?;
             config.drive_prefetch = args.policy.drive_prefetch();
             config.dynamic_cycle = args.policy.dynamic_cycle(config.segment_rounds)?;
