@@ -34,6 +34,8 @@ use rondo_model::disk::seek::mean_seek_random_pairs_ns;
 use rondo_model::disk::seek::{SeekCurve, SeekSpec};
 use rondo_model::units::{NS_PER_MS, NS_PER_S, TitleId};
 
+use crate::workload::PoissonArrivals;
+
 /// A node's disk: seek curve, rotational wait and media rate.
 #[derive(Clone, Debug)]
 pub struct DiskParams {
@@ -884,12 +886,12 @@ pub fn run(c: &ClusterConfig) -> ClusterOutcome {
             play_ns,
             run_ns,
         } => {
-            let mean_gap_ns = play_ns as f64 / f64::from(concurrent.max(1));
-            let mut at = 0.0f64;
+            // Seed 000's Poisson process, at a rate per ns; its own stream
+            // of the run's seed.
+            let rate_per_ns = f64::from(concurrent.max(1)) / play_ns.max(1) as f64;
+            let mut arrivals = PoissonArrivals::new(rate_per_ns, c.seed);
             loop {
-                // Exponential gaps: −ln(U)·mean, U in (0, 1].
-                let u: f64 = 1.0 - rng.random::<f64>();
-                at += -u.ln() * mean_gap_ns;
+                let at = arrivals.next_arrival_rounds();
                 if at >= run_ns as f64 {
                     break;
                 }
