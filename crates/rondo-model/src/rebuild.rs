@@ -387,6 +387,7 @@ mod tests {
             start_choice: Default::default(),
             guarantee: Default::default(),
             revolution_ns: 0,
+            backup_window: Default::default(),
         });
         // A stream reserving 700 of disk 1's 900 unreserved ns in round 0.
         let one = TitleCharges::new(
@@ -445,6 +446,7 @@ mod tests {
             start_choice: Default::default(),
             guarantee: Default::default(),
             revolution_ns: 0,
+            backup_window: Default::default(),
         });
         r.fail_disk(DiskIndex(0));
         r.fail_disk(DiskIndex(1));

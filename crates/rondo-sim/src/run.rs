@@ -37,8 +37,8 @@ use rondo_model::layout::{
 };
 use rondo_model::rebuild::{CopyFailure, CopyTask};
 use rondo_model::reservation::{
-    Bound, Burst, Guarantee, ReplicaChoice, ReservationConfig, Reservations, Scheme, StartChoice,
-    TitleCharges,
+    BackupWindow, Bound, Burst, Guarantee, ReplicaChoice, ReservationConfig, Reservations, Scheme,
+    StartChoice, TitleCharges,
 };
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{
@@ -111,6 +111,10 @@ pub struct SimConfig {
     /// deterministic). The statistical one needs the rondo bound.
     #[serde(default)]
     pub guarantee: Guarantee,
+    /// Under `minimum`: rounds a survivor has to read a failed disk's
+    /// backups (`BackupWindow`; 1, seed 000: in the round itself).
+    #[serde(default = "one_round")]
+    pub backup_window_rounds: u32,
     pub bound: BoundKind,
     pub mode: Mode,
     pub round_duration_ns: u64,
@@ -184,6 +188,10 @@ pub struct SimConfig {
     pub check_invariants: bool,
 }
 
+fn one_round() -> u32 {
+    1
+}
+
 impl SimConfig {
     /// Seed 000's set-up: Cheetah disks, 1 s rounds, 2 MB strides, 16 KB
     /// blocks, ρ = 0.8, 64 MB of buffer per disk, rounds 3000–9000, paper mode.
@@ -199,6 +207,7 @@ impl SimConfig {
             replica_choice: ReplicaChoice::Primary,
             start_choice: StartChoice::First,
             guarantee: Guarantee::Deterministic,
+            backup_window_rounds: 1,
             bound: BoundKind::Paper,
             mode: Mode::AdmissionOnly,
             round_duration_ns: ROUND_DURATION_NS_DEFAULT,
@@ -334,6 +343,12 @@ pub struct SimResult {
     /// miss is `deadline_misses`).
     #[serde(default)]
     pub recovery_misses: u64,
+    /// Under a backup window: a failed disk's backup reads served from the
+    /// survivors' backlogs, and how many were cut between rounds.
+    #[serde(default)]
+    pub window_recoveries: u64,
+    #[serde(default)]
+    pub window_splits: u64,
     /// Streams the array stopped (their data was lost, or their client
     /// stopped taking it).
     #[serde(default)]
@@ -565,6 +580,12 @@ fn run_placed_inner(
     let profile = config.disk_profile(titles.iter().map(|t| &t.schedule))?;
     let prepared = prepare_placed(config, bound, titles)?;
     let faults = &config.faults;
+    if config.backup_window_rounds > 1 && config.scheme != Scheme::Minimum {
+        return Err(SimError::Config(format!(
+            "a backup window applies to the minimum scheme only (this run: {})",
+            config.scheme
+        )));
+    }
     if config.mode == Mode::AdmissionOnly && faults.needs_simulated_disks() {
         return Err(SimError::Config(
             "read errors, rebuilds and ingests need --mode simulated-disk".into(),
@@ -705,6 +726,8 @@ fn run_placed_inner(
     exec.m.lost_reads = counters.lost_reads;
     exec.m.read_errors = counters.read_errors;
     exec.m.rereads = counters.rereads;
+    exec.m.window_recoveries = counters.window_recoveries;
+    exec.m.window_splits = counters.window_splits;
     exec.m.streams_aborted = counters.streams_aborted;
     exec.m.clients_stalled = counters.clients_stalled;
     exec.m.burst_starts = counters.burst_starts;
@@ -1336,6 +1359,11 @@ pub fn prepare_placed(
     }
     reservation.replica_choice = config.replica_choice;
     reservation.start_choice = config.start_choice;
+    reservation.set_backup_window(BackupWindow {
+        rounds: config.backup_window_rounds.max(1),
+        split_ns: bound.split_ns(config.block_bytes),
+        block_bytes: config.block_bytes,
+    });
     config
         .guarantee
         .configure(bound, &mut reservation)
@@ -1449,6 +1477,8 @@ struct Measure {
     read_errors: u64,
     rereads: u64,
     recovery_misses: u64,
+    window_recoveries: u64,
+    window_splits: u64,
     streams_aborted: u64,
     clients_stalled: u64,
     burst_starts: u64,
@@ -1545,6 +1575,8 @@ impl Measure {
             read_errors: self.read_errors,
             rereads: self.rereads,
             recovery_misses: self.recovery_misses,
+            window_recoveries: self.window_recoveries,
+            window_splits: self.window_splits,
             streams_aborted: self.streams_aborted,
             clients_stalled: self.clients_stalled,
             burst_starts: self.burst_starts,

@@ -183,6 +183,49 @@ fn minimum_with_the_admission_options_survives_any_single_failure() {
 }
 
 #[test]
+fn minimum_with_a_backup_window_survives_any_single_failure() {
+    // A backup window of k rounds (docs/experiments/failure-tolerance-
+    // cost.md): the survivors read the failed disk's backups earliest
+    // deadline first within k rounds, cutting reads between rounds; no
+    // stream-round may complete after its due round, no disk-round may run
+    // past its round or its reserved plus granted time.
+    let (mut recovered, mut split) = (0, 0);
+    for seed in seeds(4, 200) {
+        let mut c = failure_scenario_config(seed, Scheme::Minimum);
+        c.backup_window_rounds = 2 + (mix(seed, 7) % 4) as u32; // 2..=5
+        if mix(seed, 8).is_multiple_of(2) {
+            c.start_choice = StartChoice::LeastAdded;
+        }
+        let r = run(&c, &titles(150)).unwrap();
+        let hint = replay_hint("minimum_with_a_backup_window", seed);
+        assert!(r.admitted > 0, "seed {seed}: nothing admitted; {hint}");
+        assert!(
+            r.deadline_misses == 0
+                && r.disk_round_overruns == 0
+                && r.lost_reads == 0
+                && r.busy_over_reserved_disk_rounds == 0,
+            "seed {seed}: {} misses, {} overruns, {} lost reads, {} rounds past reserved with D = {}, k = {}, {:?}, failure {:?}\n{hint}",
+            r.deadline_misses,
+            r.disk_round_overruns,
+            r.lost_reads,
+            r.busy_over_reserved_disk_rounds,
+            c.disks,
+            c.backup_window_rounds,
+            c.placement,
+            c.failure,
+        );
+        recovered += r.window_recoveries;
+        split += r.window_splits;
+    }
+    eprintln!("backup window: {recovered} backup reads recovered, {split} cut between rounds");
+    // The failures were served through the backlogs, with reads cut.
+    assert!(
+        recovered > 0 && split > 0,
+        "{recovered} recovered, {split} split"
+    );
+}
+
+#[test]
 fn minimum_in_rondo_mode_survives_seeded_fault_plans_with_its_invariants_checked_every_round() {
     let mut stalled = 0;
     let (mut repaired, mut lost, mut bursts) = (0, 0, 0);

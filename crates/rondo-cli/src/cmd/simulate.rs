@@ -83,6 +83,16 @@ pub struct SimulateArgs {
     /// adds the least reserved time). docs/experiments/failure-tolerance-cost.md.
     #[arg(long, default_value = "first", conflicts_with = "data_dir")]
     start_choice: StartChoice,
+    /// Under `minimum`: rounds a survivor has to read a failed disk's
+    /// backups (1: in the round itself, seed 000 and `rondo serve`). With
+    /// K > 1 a failed disk's backup read may complete up to K - 1 rounds
+    /// late (its client holds K - 1 rounds more), admission reserves per
+    /// source disk the window's average backup time, and after a failure
+    /// each survivor reads those backups earliest deadline first, cut
+    /// between rounds at block boundaries. Not yet in `rondo serve`.
+    /// docs/experiments/failure-tolerance-cost.md.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64), conflicts_with = "data_dir")]
+    backup_window_rounds: u32,
     /// Which replica each round of a new stream reads under `minimum`:
     /// `primary` (seed 000, what `rondo serve` does) or `balanced` (per
     /// round, the replica that leaves the two disks' larger reserved time
@@ -362,6 +372,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             };
             config.round_duration_ns = round_ms * NS_PER_MS;
             config.start_choice = args.start_choice;
+            config.backup_window_rounds = args.backup_window_rounds;
             config.replica_choice = args.replica_choice;
             config.guarantee = Guarantee::with_overrun_probability(args.overrun_probability);
             let titles = titles_with(&args.titles, trace, &config)?;

@@ -25,6 +25,7 @@ pub mod command;
 mod cycle;
 pub mod delivery;
 pub mod policy;
+mod recovery;
 pub mod repair;
 mod titles;
 pub mod writes;
@@ -299,10 +300,20 @@ pub struct RebuildStatus {
 struct Inflight {
     replica: Replica,
     read_round: Round,
+    /// The last round it may complete in without a miss: its read round,
+    /// or under a backup window a failed disk's backup read's read round
+    /// plus k - 1.
+    due_round: Round,
     /// The round from which it may be sent (its stream's shape).
     send_round: Round,
     /// Per piece: still to complete.
     pending: Vec<bool>,
+    /// Per piece: its commands handed out and not yet complete (one, or
+    /// the parts of a backup read cut between rounds).
+    parts_out: Vec<u16>,
+    /// Per piece: a part of it still waits in a survivor's recovery
+    /// backlog (a backup window).
+    parts_held: Vec<bool>,
     missed: bool,
     /// A re-read from the other replica: if it fails too, the stream stops.
     recovery: bool,
@@ -343,6 +354,11 @@ pub struct ArrayCounters {
     pub extents_repaired: u64,
     /// Rounds found with no good replica.
     pub rounds_lost: u64,
+    /// Under a backup window: a failed disk's backup reads a survivor
+    /// served from its recovery backlog, and how many of them it cut
+    /// between rounds.
+    pub window_recoveries: u64,
+    pub window_splits: u64,
 }
 
 /// The array state machine.
@@ -378,6 +394,9 @@ pub struct Array {
     counters: ArrayCounters,
     /// Seed 004's dynamic cycle, when configured.
     cycle: Option<cycle::CycleState>,
+    /// Under a backup window, per disk: the failed disk's backup reads it
+    /// still has to do, earliest deadline first (`reservation::window`).
+    recovery: recovery::Recovery,
 }
 
 impl Array {
@@ -406,6 +425,7 @@ impl Array {
             next_copy: 0,
             counters: ArrayCounters::default(),
             cycle: config.cycle.map(cycle::CycleState::new),
+            recovery: recovery::Recovery::new(&config),
             config,
         }
     }
@@ -821,7 +841,7 @@ impl Array {
         };
         // 1. Stream-rounds of earlier rounds still incomplete are misses.
         for (&(stream, playback_round), f) in self.inflight.iter_mut() {
-            if f.read_round < round && !f.missed {
+            if f.due_round < round && !f.missed {
                 f.missed = true;
                 if f.recovery {
                     self.counters.recovery_misses += 1;
@@ -897,6 +917,10 @@ impl Array {
         }
         let fixed_ns = self.config.reservation.round_fixed_ns;
         let scheduler = self.policy.scheduler();
+        // Disk time a survivor's recovery backlog took beyond the
+        // disk-round's reservation: not free for re-reads, repairs, the
+        // rebuild or ingest.
+        let mut recovery_over_ns = vec![0u64; disks];
         for (disk, mut reads) in planned.into_iter().enumerate() {
             let disk = DiskIndex(disk as u32);
             if !stopped.is_empty() {
@@ -912,8 +936,16 @@ impl Array {
             let mut commands = Vec::with_capacity(reads.len());
             for read in reads {
                 if let Some(c) = self.deliver_command(round, &read, false, &mut plan.ready) {
-                    commands.push(c);
+                    if self.recovery.is_windowed() && self.recovers_failed_disk(&read) {
+                        self.hold_for_recovery(round, c);
+                    } else {
+                        commands.push(c);
+                    }
                 }
+            }
+            if serving && self.recovery.is_windowed() {
+                let over = self.serve_recovery(disk, round, &mut commands);
+                recovery_over_ns[disk.index()] = over;
             }
             plan.disks.push(DiskRoundPlan {
                 disk,
@@ -926,7 +958,11 @@ impl Array {
         }
         // 5. Unreserved time goes to re-reads after errors first, then to
         // repairs of bad extents, then to the rebuild, then to ingest writes.
-        let mut used_ns = self.plan_rereads(round, &mut plan);
+        let mut used_ns = recovery_over_ns;
+        let reread_charged = self.plan_rereads(round, &used_ns, &mut plan);
+        for (u, r) in used_ns.iter_mut().zip(&reread_charged) {
+            *u += r;
+        }
         let repair_charged = self.plan_repairs(round, &used_ns, &mut plan);
         for (u, r) in used_ns.iter_mut().zip(&repair_charged) {
             *u += r;
@@ -1006,7 +1042,10 @@ impl Array {
             send_round: reservations
                 .stream_span(read.stream)
                 .map_or(round.next(), |span| span.send_round(read.playback_round)),
+            due_round: round,
             pending: vec![false; pieces],
+            parts_out: vec![0; pieces],
+            parts_held: vec![false; pieces],
             missed: false,
             recovery,
             queued: false,
@@ -1032,6 +1071,7 @@ impl Array {
             entry
         };
         f.pending[piece] = true;
+        f.parts_out[piece] += 1;
         let sums = title.request_checksums(playback_round, read.replica, entry);
         let extents = extents
             .as_slice()
@@ -1204,6 +1244,11 @@ impl Array {
             if piece >= f.pending.len() || !f.pending[piece] {
                 return Vec::new();
             }
+            // A backup read cut between rounds is whole with its last part.
+            f.parts_out[piece] = f.parts_out[piece].saturating_sub(1);
+            if f.parts_out[piece] > 0 || f.parts_held[piece] {
+                return Vec::new();
+            }
             f.pending[piece] = false;
             if f.pending.iter().any(|&p| p) {
                 return Vec::new();
@@ -1329,8 +1374,11 @@ impl Array {
             Inflight {
                 replica,
                 read_round: f.read_round,
+                due_round: f.due_round,
                 send_round: f.send_round,
                 pending: vec![false; pieces],
+                parts_out: vec![0; pieces],
+                parts_held: vec![false; pieces],
                 missed: f.missed,
                 recovery: true,
                 queued: true,
@@ -1379,13 +1427,13 @@ impl Array {
     /// The queued re-reads that fit this round's unreserved time, in the
     /// order their errors came (a re-read that does not fit waits, and so do
     /// those behind it); returns the time charged per disk.
-    fn plan_rereads(&mut self, round: Round, plan: &mut RoundPlan) -> Vec<u64> {
+    fn plan_rereads(&mut self, round: Round, used_ns: &[u64], plan: &mut RoundPlan) -> Vec<u64> {
         let disks = self.disk_count() as usize;
         let mut charged = vec![0u64; disks];
         if self.rereads.is_empty() {
             return charged;
         }
-        let mut left = self.reservations.write_credits_ns(round, &charged);
+        let mut left = self.reservations.write_credits_ns(round, used_ns);
         let queue = std::mem::take(&mut self.rereads);
         let mut blocked = false;
         for key in queue {

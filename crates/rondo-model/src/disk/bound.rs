@@ -318,6 +318,28 @@ impl RondoBound {
         }
     }
 
+    /// What splitting one extent into two requests at a block boundary may
+    /// add to their charges, for a piece meant to fill a given time: the
+    /// largest charge of a `block_sectors` extent anywhere on the disk (a
+    /// second positioning and rotational wait, and up to one block of the
+    /// time left unfilled by whole blocks; the rest of the transfer and the
+    /// cylinders crossed are shared out between the two pieces).
+    pub fn split_ns(&self, block_sectors: u64) -> u64 {
+        match &self.model {
+            RondoModel::SolidState(ssd) => ssd.slot_ns(self.op, block_sectors),
+            RondoModel::Mechanical(m) => {
+                let capacity = m.mech.geometry.capacity_sectors();
+                let samples = 4096u64;
+                (0..samples)
+                    .map(|j| (capacity - 1) * j / (samples - 1))
+                    .map(|lbn| lbn.min(capacity - block_sectors))
+                    .map(|lbn| m.extent_ns(lbn, block_sectors, self.op == Op::Write))
+                    .max()
+                    .unwrap_or(0)
+            }
+        }
+    }
+
     /// The charge for one extent of `sectors` from `lbn`, which must lie on the disk.
     pub fn extent_ns(&self, lbn: u64, sectors: u64) -> u64 {
         match &self.model {

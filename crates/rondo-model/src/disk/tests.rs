@@ -1366,3 +1366,34 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// A backup window's split (`RondoBound::split_ns`): cutting one extent
+    /// at a block boundary into two requests costs at most `split_ns` more
+    /// than the whole, anywhere on the disk; and a whole block's extent
+    /// anywhere costs at most `split_ns` (the time a piece filled with whole
+    /// blocks may leave unused).
+    #[test]
+    fn splitting_an_extent_at_a_block_boundary_costs_at_most_split_ns(
+        at in 0.0f64..1.0,
+        blocks in 2u64..80,
+        cut in 1u64..79,
+        profile in prop::sample::select(vec!["cheetah-4lp", "seed003-table1", "hdd-7200"]),
+    ) {
+        let p = profiles::by_name(profile).unwrap();
+        let bound = RondoBound::new(&p).unwrap();
+        let block_sectors = 32; // 16 KiB
+        let split_ns = bound.split_ns(block_sectors);
+        let capacity = match &p.model {
+            DiskModelSpec::Mechanical(m) => m.geometry().unwrap().capacity_sectors(),
+            DiskModelSpec::SolidState(_) => unreachable!("rotating profiles only"),
+        };
+        let sectors = blocks * block_sectors;
+        let lbn = ((capacity - sectors) as f64 * at) as u64;
+        let first = cut.min(blocks - 1) * block_sectors;
+        let whole = bound.extent_ns(lbn, sectors);
+        let pieces = bound.extent_ns(lbn, first) + bound.extent_ns(lbn + first, sectors - first);
+        prop_assert!(pieces <= whole + split_ns, "{pieces} > {whole} + {split_ns}");
+        prop_assert!(bound.extent_ns(lbn, block_sectors) <= split_ns);
+    }
+}

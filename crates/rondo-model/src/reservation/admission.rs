@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::{
     Admission, Burst, Charge, DiskSlot, Rejection, ReplicaChoice, Reservations, RoundChoice,
-    Scheme, Shape, SlotCharge, StartChoice, StreamRecord, TitleCharges, read_charges,
+    Scheme, Shape, SlotCharge, StartChoice, StreamRecord, TitleCharges, read_charges, spread,
 };
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
@@ -336,10 +336,12 @@ impl Reservations {
             let round = start.plus(shape.read_offset(i) as u64);
             let kind = shape.read_kind(charges, choice, i);
             for (disk, charge) in read_charges(scheme, charges, i, choice[i - shape.first], kind) {
-                let slot = self.slot(disk, round);
-                added += slot
-                    .reserved_with(charge, scheme, bus, self.rotation.as_ref())
-                    .saturating_sub(slot.reserved_ns(scheme, bus));
+                for (at, part) in spread(charge, round, self.spread_window()) {
+                    let slot = self.slot(disk, at);
+                    added += slot
+                        .reserved_with(part, scheme, bus, self.rotation.as_ref())
+                        .saturating_sub(slot.reserved_ns(scheme, bus));
+                }
             }
         }
         added
@@ -402,36 +404,44 @@ impl Reservations {
                 PlaybackRound(i as u32),
             )?);
         }
-        let mut scratch: BTreeMap<DiskIndex, DiskSlot> = BTreeMap::new();
+        // A burst makes several reads in its first round, possibly on one
+        // disk, and a spread backup (a backup window of k > 1 rounds) may
+        // land on a disk-round the stream also reads in: such slots are
+        // checked against the tables plus the stream's own charges so far
+        // (copies of the slots they touch).
+        let window = self.spread_window();
+        let mut scratch: BTreeMap<(DiskIndex, Round), DiskSlot> = BTreeMap::new();
         for i in (shape.first..shape.end).filter(|&i| shape.is_read_start(i)) {
             let round = start.plus(shape.read_offset(i) as u64);
-            let in_burst = shape.is_early(i);
+            let keep = shape.is_early(i) || window > 1;
             let kind = shape.read_kind(charges, &choice, i);
             let round_choice = choice[i - shape.first];
             for (disk, charge) in read_charges(cfg.scheme, charges, i, round_choice, kind) {
-                let slot = match scratch.get(&disk) {
-                    Some(slot) if in_burst => slot,
-                    _ => self.slot(disk, round),
-                };
-                if slot.reserved_with(
-                    charge,
-                    cfg.scheme,
-                    cfg.bus_share_ppm,
-                    self.rotation.as_ref(),
-                ) > budget_ns
-                {
-                    return Err(disk_full(disk, round));
-                }
-                if matches!(charge, SlotCharge::CacheBlock { .. })
-                    && slot.cache_blocks >= cfg.drive_cache_segments
-                {
-                    return Err(disk_full(disk, round));
-                }
-                if in_burst {
-                    scratch
-                        .entry(disk)
-                        .or_insert_with(|| self.slot(disk, round).clone())
-                        .charge(charge, 1, self.rotation.as_ref());
+                for (at, part) in spread(charge, round, window) {
+                    let slot = match scratch.get(&(disk, at)) {
+                        Some(slot) => slot,
+                        None => self.slot(disk, at),
+                    };
+                    if slot.reserved_with(
+                        part,
+                        cfg.scheme,
+                        cfg.bus_share_ppm,
+                        self.rotation.as_ref(),
+                    ) > budget_ns
+                    {
+                        return Err(disk_full(disk, at));
+                    }
+                    if matches!(part, SlotCharge::CacheBlock { .. })
+                        && slot.cache_blocks >= cfg.drive_cache_segments
+                    {
+                        return Err(disk_full(disk, at));
+                    }
+                    if keep {
+                        scratch
+                            .entry((disk, at))
+                            .or_insert_with(|| self.slot(disk, at).clone())
+                            .charge(part, 1, self.rotation.as_ref());
+                    }
                 }
             }
         }
@@ -471,6 +481,7 @@ impl Reservations {
         if self.config.scheme == Scheme::Minimum
             && self.config.replica_choice == ReplicaChoice::Balanced
             && self.config.drive_cache_segments == 0
+            && self.spread_window() == 1
             && backup_ok
             && let [piece] = backup
         {

@@ -323,6 +323,17 @@ impl Bound {
         }
     }
 
+    /// What splitting one request's extent between two rounds at a block
+    /// boundary may add to its charges (a backup window's reserve,
+    /// `BackupWindow::split_ns`): one more request's positioning and up to
+    /// one block's transfer.
+    pub fn split_ns(&self, block_bytes: u64) -> u64 {
+        match self {
+            Bound::Paper(b) => b.request_ns(block_bytes),
+            Bound::Rondo(b) => b.split_ns(block_bytes.div_ceil(crate::units::SECTOR_BYTES)),
+        }
+    }
+
     /// The bound's cost of one request of `extents` (`(first sector, sector
     /// count)` each): what a rebuild copy's or a write's I/O is charged.
     pub fn extents_ns(&self, extents: &[(u64, u64)]) -> u64 {

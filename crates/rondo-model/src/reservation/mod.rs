@@ -28,6 +28,7 @@ mod switch;
 mod tables;
 #[cfg(test)]
 mod tests;
+mod window;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -46,6 +47,7 @@ pub use guarantee::{Guarantee, rotation_quantile_ns};
 pub use regroup::RegroupRefusal;
 pub(crate) use shape::{ReadKind, Shape};
 use tables::{DiskSlot, SlotCharge};
+pub use window::{BackupWindow, FluidRead, RecoveryBacklog, RecoveryPiece, RecoveryRead};
 
 /// Disk bandwidth reservation scheme (seed 000 §3: `none`, `unreserved`,
 /// `mirroring`, `minimum`, `dynamic`; `docs/layout.md` compares them).
@@ -148,6 +150,13 @@ pub struct ReservationConfig {
     /// (`Bound::revolution_ns`): what a statistical guarantee credits.
     #[serde(default)]
     pub revolution_ns: u64,
+    /// Under `minimum`: the rounds a survivor has to read a failed disk's
+    /// backup (1: in the round itself, seed 000). With k > 1 a backup read
+    /// due in round r may be done in rounds r..r+k-1 (its stream's client
+    /// is k-1 rounds ahead), so its failure reservation is spread as 1/k of
+    /// its charge over those k rounds (`BackupWindow`).
+    #[serde(default)]
+    pub backup_window: BackupWindow,
 }
 
 /// Which start round admission gives a new stream among those that fit.
@@ -194,8 +203,8 @@ pub enum ReplicaChoice {
     /// Per round, of the two replicas that fit, the one whose read and
     /// failure reservation leave the larger of the two disks' reserved
     /// time lowest, then the one adding less (ties: the primary). Needs
-    /// whole (not declustered) backups and no drive-cache pairs; otherwise
-    /// it reads the primary. Measured to lose streams
+    /// whole (not declustered) backups, no drive-cache pairs and no backup
+    /// window; otherwise it reads the primary. Measured to lose streams
     /// (docs/experiments/failure-tolerance-cost.md).
     Balanced,
 }
@@ -217,7 +226,22 @@ impl ReservationConfig {
     /// The time a disk-round may reserve: the round less the bound's fixed
     /// term.
     pub fn budget_ns(&self) -> u64 {
-        self.round_duration_ns.saturating_sub(self.round_fixed_ns)
+        let split_ns = if self.scheme == Scheme::Minimum && self.backup_window.is_spread() {
+            self.backup_window.split_ns
+        } else {
+            0
+        };
+        self.round_duration_ns
+            .saturating_sub(self.round_fixed_ns + split_ns)
+    }
+
+    /// Sets the backup window (`backup_window`); the tables' horizon grows
+    /// by its k - 1 rounds, which the spread reaches past a stream's last.
+    pub fn set_backup_window(&mut self, window: BackupWindow) {
+        let before = self.backup_window.rounds.max(1);
+        self.horizon_rounds =
+            self.horizon_rounds - u64::from(before - 1) + u64::from(window.rounds.max(1) - 1);
+        self.backup_window = window;
     }
 
     /// The tables of an array of `disks` disks whose longest stream lasts
@@ -249,6 +273,7 @@ impl ReservationConfig {
             start_choice: StartChoice::First,
             guarantee: Guarantee::Deterministic,
             revolution_ns: 0,
+            backup_window: BackupWindow::default(),
         }
     }
 }
@@ -621,13 +646,28 @@ impl Reservations {
         self.titles.keys().copied()
     }
 
+    /// Streams not yet past their last send round (a stream's record stays
+    /// k - 1 rounds longer under a backup window, for its spread backups).
     pub fn active_streams(&self) -> usize {
-        self.streams.len()
+        let now = self.current_round;
+        self.streams
+            .values()
+            .filter(|s| s.end_round(&self.titles[&s.title]) > now)
+            .count()
     }
 
     fn slot_index(&self, disk: DiskIndex, round: Round) -> usize {
         (u64::from(disk.0) * self.config.horizon_rounds + round.0 % self.config.horizon_rounds)
             as usize
+    }
+
+    /// k of the backup window where backup time is spread (1: not spread).
+    fn spread_window(&self) -> u32 {
+        if self.config.scheme == Scheme::Minimum {
+            self.config.backup_window.rounds.max(1)
+        } else {
+            1
+        }
     }
 
     fn slot(&self, disk: DiskIndex, round: Round) -> &DiskSlot {
@@ -686,8 +726,11 @@ impl Reservations {
         }
         self.current_round = round;
         let titles = &self.titles;
+        // A stream's spread backup time outlasts it by k - 1 rounds: the
+        // backup of its last read may be read that much later.
+        let tail = u64::from(self.spread_window() - 1);
         self.streams
-            .retain(|_, s| s.end_round(&titles[&s.title]) > round);
+            .retain(|_, s| s.end_round(&titles[&s.title]).plus(tail) > round);
     }
 
     /// Adds (`sign` = 1) or removes (`sign` = -1) a stream's reservations for
@@ -696,16 +739,22 @@ impl Reservations {
         let title_charges = Arc::clone(&self.titles[&record.title]);
         let scheme = self.config.scheme;
         let horizon = self.config.horizon_rounds;
-        let first = self.current_round.max(record.start_round);
+        let window = self.spread_window();
+        // Reads up to k - 1 rounds back spread backup time into this round on.
+        let first = Round(self.current_round.0.saturating_sub(u64::from(window - 1)))
+            .max(record.start_round);
         for round in Round::range(first, record.end_round(&title_charges)) {
             let q = record.offset(round);
-            // What it holds and sends follows the groups of the round it
-            // plays (a burst's stream is never regrouped).
-            let held = Arc::clone(self.charges_for(record, record.shape.first + q));
-            let (buffer_bytes, network_bytes) = record.shape.charges_at(&held, q);
-            let ring = (round.0 % horizon) as usize;
-            self.buffer_bytes[ring] = add_signed(self.buffer_bytes[ring], buffer_bytes, sign);
-            self.network_bytes[ring] = add_signed(self.network_bytes[ring], network_bytes, sign);
+            if round >= self.current_round {
+                // What it holds and sends follows the groups of the round it
+                // plays (a burst's stream is never regrouped).
+                let held = Arc::clone(self.charges_for(record, record.shape.first + q));
+                let (buffer_bytes, network_bytes) = record.shape.charges_at(&held, q);
+                let ring = (round.0 % horizon) as usize;
+                self.buffer_bytes[ring] = add_signed(self.buffer_bytes[ring], buffer_bytes, sign);
+                self.network_bytes[ring] =
+                    add_signed(self.network_bytes[ring], network_bytes, sign);
+            }
             for i in record.shape.reads_at(q) {
                 if !record.shape.is_read_start(i) {
                     continue;
@@ -714,8 +763,13 @@ impl Reservations {
                 let charges = Arc::clone(self.charges_for(record, i));
                 let kind = record.shape.read_kind(&charges, &record.choice, i);
                 for (disk, charge) in read_charges(scheme, &charges, i, choice, kind) {
-                    let idx = self.slot_index(disk, round);
-                    self.slots[idx].charge(charge, sign, self.rotation.as_ref());
+                    for (at, part) in spread(charge, round, window) {
+                        if at < self.current_round {
+                            continue;
+                        }
+                        let idx = self.slot_index(disk, at);
+                        self.slots[idx].charge(part, sign, self.rotation.as_ref());
+                    }
                 }
             }
         }
@@ -800,9 +854,8 @@ impl Reservations {
                     "disk {disk} holds more prefetched blocks than cache segments in round {round}"
                 );
                 assert!(
-                    self.config.round_fixed_ns
-                        + a.reserved_ns(self.config.scheme, self.config.bus_share_ppm)
-                        <= self.config.round_duration_ns,
+                    a.reserved_ns(self.config.scheme, self.config.bus_share_ppm)
+                        <= self.config.budget_ns(),
                     "disk {disk} over-reserved in round {round}"
                 );
             }
@@ -896,6 +949,27 @@ fn read_charges(
         Some((piece.disk, charge))
     });
     primary_read.chain(backup).chain(swapped_backup)
+}
+
+/// Where a charge made by a read in `round` lands: backup time under a
+/// backup window of k > 1 rounds as 1/k of it (rounded up) in each of
+/// rounds `round..round + k`; everything else in `round` itself.
+fn spread(
+    charge: SlotCharge,
+    round: Round,
+    window: u32,
+) -> impl Iterator<Item = (Round, SlotCharge)> {
+    let (parts, charge) = match charge {
+        SlotCharge::Backup { source, cost_ns } if window > 1 => (
+            window,
+            SlotCharge::Backup {
+                source,
+                cost_ns: cost_ns.div_ceil(u64::from(window)),
+            },
+        ),
+        other => (1, other),
+    };
+    (0..u64::from(parts)).map(move |j| (round.plus(j), charge))
 }
 
 fn add_signed(value: u64, delta: u64, sign: i8) -> u64 {

@@ -20,7 +20,7 @@
 //! time and cache segments, and undone if the new stream still does not fit
 //! (a switch that makes no room only ties up the drive's cache).
 
-use super::{ReadKind, Reservations, RoundChoice, StreamRecord, read_charges};
+use super::{ReadKind, Reservations, RoundChoice, StreamRecord, read_charges, spread};
 use crate::units::{DiskIndex, Round, StreamId};
 
 /// Couples (and then single streams) `switch_at` tries before it gives up
@@ -199,10 +199,12 @@ impl Reservations {
                     let charges = self.charges_for(record, i);
                     let choice = record.choice[i - record.shape.first];
                     let kind = record.shape.read_kind(charges, &record.choice, i);
-                    read_charges(cfg.scheme, charges, i, choice, kind).all(|(disk, _)| {
-                        let slot = self.slot(disk, round);
-                        slot.reserved_ns(cfg.scheme, cfg.bus_share_ppm) <= budget_ns
-                            && slot.cache_blocks <= cfg.drive_cache_segments
+                    read_charges(cfg.scheme, charges, i, choice, kind).all(|(disk, charge)| {
+                        spread(charge, round, self.spread_window()).all(|(at, _)| {
+                            let slot = self.slot(disk, at);
+                            slot.reserved_ns(cfg.scheme, cfg.bus_share_ppm) <= budget_ns
+                                && slot.cache_blocks <= cfg.drive_cache_segments
+                        })
                     })
                 })
         })

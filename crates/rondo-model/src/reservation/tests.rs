@@ -18,6 +18,7 @@ fn config(disks: u32, scheme: Scheme) -> ReservationConfig {
         start_choice: StartChoice::First,
         guarantee: Guarantee::Deterministic,
         revolution_ns: REVOLUTION_NS,
+        backup_window: BackupWindow::default(),
     }
 }
 
@@ -422,18 +423,27 @@ proptest! {
         replica_choice in prop::sample::select(vec![ReplicaChoice::Primary, ReplicaChoice::Balanced]),
         start_choice in prop::sample::select(vec![StartChoice::First, StartChoice::LeastAdded]),
         statistical in any::<bool>(),
+        window_rounds in prop_oneof![2 => Just(1u32), 3 => 2u32..6],
     ) {
         let guarantee = if statistical {
             Guarantee::Statistical { overrun_probability: 1e-3 }
         } else {
             Guarantee::Deterministic
         };
-        let mut r = Reservations::new(ReservationConfig {
+        let mut config = ReservationConfig {
             replica_choice,
             start_choice,
             guarantee,
             ..config(disks, scheme)
+        };
+        config.set_backup_window(BackupWindow {
+            rounds: window_rounds,
+            split_ns: 20 * MS,
+            ..BackupWindow::default()
         });
+        let budget_ns = config.budget_ns();
+        let window_rounds = if scheme == Scheme::Minimum { window_rounds } else { 1 };
+        let mut r = Reservations::new(config);
         for (t, c) in costs.iter().enumerate() {
             r.add_title(TitleId(t as u64), striped(disks, t as u32 % disks, c));
         }
@@ -464,9 +474,9 @@ proptest! {
             for failed in 0..disks {
                 for disk in (0..disks).filter(|&d| d != failed) {
                     for round in Round::range(now, now.plus(30)) {
-                        let load = 100 * MS + r.reserved_primary_ns(DiskIndex(disk), round)
+                        let load = r.reserved_primary_ns(DiskIndex(disk), round)
                             + r.reserved_backup_from_ns(DiskIndex(disk), round, DiskIndex(failed));
-                        prop_assert!(load <= 1000 * MS);
+                        prop_assert!(load <= budget_ns);
                     }
                 }
                 if statistical {
@@ -478,6 +488,32 @@ proptest! {
                 // primary among them) fits every survivor's round.
                 let mut degraded = r.clone();
                 degraded.fail_disk(DiskIndex(failed));
+                if window_rounds > 1 {
+                    // A backup window: each survivor reads the failed
+                    // disk's backups earliest deadline first in the time
+                    // its own reads leave, and each is done within k rounds.
+                    let mut backlog: Vec<RecoveryBacklog<FluidRead>> = (0..disks)
+                        .map(|_| RecoveryBacklog::new(r.config.backup_window))
+                        .collect();
+                    let end = now.plus(30);
+                    for round in Round::range(now, end.plus(u64::from(window_rounds))) {
+                        let (healthy, _) = r.plan_round(round);
+                        let (per_disk, lost) = degraded.plan_round(round);
+                        prop_assert!(lost.is_empty());
+                        for disk in (0..disks).filter(|&d| d != failed) {
+                            let d = disk as usize;
+                            let own: u64 = healthy[d].iter().map(|read| read.cost_ns).sum();
+                            let all: u64 = per_disk[d].iter().map(|read| read.cost_ns).sum();
+                            prop_assert!(own <= budget_ns);
+                            if round < end && all > own {
+                                backlog[d].push(FluidRead { tag: round.0, charge_ns: all - own }, round);
+                            }
+                            backlog[d].serve(budget_ns - own);
+                            prop_assert_eq!(backlog[d].overdue(round), None);
+                        }
+                    }
+                    continue;
+                }
                 for round in Round::range(now, now.plus(30)) {
                     let (per_disk, lost) = degraded.plan_round(round);
                     prop_assert!(lost.is_empty());

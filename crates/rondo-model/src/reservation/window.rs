@@ -1,0 +1,220 @@
+//! The backup window: how long a survivor has to read a failed disk's
+//! backups, what `minimum` reservation keeps for it, and the rule that
+//! serves the reads after a failure.
+//!
+//! Seed 000's `minimum` reservation keeps, on each disk and in each round,
+//! the largest backup time any one other disk's failure would add there,
+//! because a backup read due in round r must be done in round r. With whole
+//! reads that maximum is one or two reads while a failure adds a fraction
+//! of one on average, so the cost of failure tolerance stays far above 1/D
+//! (docs/experiments/failure-tolerance-cost.md). With a window of k rounds
+//! a backup read due in round r may be done in any of rounds r..r+k-1 (its
+//! client holds k - 1 rounds more), and the reservation keeps, per source,
+//! the average over the window: each backup charge is spread as 1/k of it
+//! over the k rounds it may be read in.
+//!
+//! Why that is enough: after disk s fails, give every backup job j (charge
+//! b_j, released in round t_j) b_j/k of disk time in each round of its
+//! window. A survivor's round then holds its primaries plus Σ b_j/k over
+//! the jobs whose window covers it, which is at most its primaries plus
+//! its reserved backup time for source s, within the budget: this fluid
+//! schedule meets every deadline. Serving the jobs earliest deadline first
+//! ([`RecoveryBacklog`]) meets every deadline a fluid schedule meets, on
+//! one disk; the price of serving reads in whole pieces is that the job
+//! in progress at a round's end is split, and its second piece pays a
+//! second positioning and the rounding of the piece to whole blocks. At
+//! most one job is split per disk and round, so the budget keeps one
+//! `split_ns` per disk-round.
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::Round;
+
+/// How long a survivor has to read a failed disk's backups (see the
+/// module docs).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupWindow {
+    /// k: rounds in which a backup read due in round r may be done
+    /// (1: in round r, seed 000).
+    pub rounds: u32,
+    /// What splitting one read between two rounds may add to its charges:
+    /// a second positioning and the rounding of the pieces to whole blocks
+    /// (`Bound::split_ns`). Kept once per disk-round when k > 1.
+    pub split_ns: u64,
+    /// Where a read may be cut: at whole blocks of its data (B_l).
+    pub block_bytes: u64,
+}
+
+impl Default for BackupWindow {
+    fn default() -> BackupWindow {
+        BackupWindow {
+            rounds: 1,
+            split_ns: 0,
+            block_bytes: crate::units::BLOCK_BYTES_DEFAULT,
+        }
+    }
+}
+
+impl BackupWindow {
+    /// Whether backup time is spread over more than one round.
+    pub fn is_spread(&self) -> bool {
+        self.rounds > 1
+    }
+}
+
+/// A backup read a survivor may cut in two at a block boundary.
+pub trait RecoveryRead: Clone {
+    /// The bound's charge of reading it whole.
+    fn charge_ns(&self) -> u64;
+    /// A first part whose charge is at most `fit_ns` and the rest, or
+    /// `None` when not even one block fits.
+    fn split(&self, fit_ns: u64) -> Option<(Self, Self)>;
+}
+
+/// A survivor's backup reads after a failure, served earliest deadline
+/// first within a backup window (see the module docs). Every job has the
+/// same window, so deadline order is release order.
+#[derive(Clone, Debug)]
+pub struct RecoveryBacklog<R> {
+    window_rounds: u32,
+    /// (deadline round, the read or what is left of it).
+    jobs: std::collections::VecDeque<(Round, R)>,
+}
+
+/// One part a survivor reads in a round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryPiece<R> {
+    pub read: R,
+    /// Whether it ends its job (else the rest stays in the backlog).
+    pub last: bool,
+}
+
+impl<R: RecoveryRead> RecoveryBacklog<R> {
+    pub fn new(window: BackupWindow) -> RecoveryBacklog<R> {
+        RecoveryBacklog {
+            window_rounds: window.rounds.max(1),
+            jobs: Default::default(),
+        }
+    }
+
+    /// A backup read due in round `due` (to be done by the end of round
+    /// `due + k - 1`).
+    pub fn push(&mut self, read: R, due: Round) {
+        let deadline = due.plus(u64::from(self.window_rounds - 1));
+        debug_assert!(self.jobs.back().is_none_or(|j| j.0 <= deadline));
+        self.jobs.push_back((deadline, read));
+    }
+
+    /// Serves one round with `available_ns` of disk time: whole jobs in
+    /// deadline order, then the first part of the next one (its rest
+    /// continues in a later round).
+    pub fn serve(&mut self, mut available_ns: u64) -> Vec<RecoveryPiece<R>> {
+        let mut pieces = Vec::new();
+        while let Some((deadline, read)) = self.jobs.front() {
+            let charge_ns = read.charge_ns();
+            if charge_ns <= available_ns {
+                available_ns -= charge_ns;
+                let (_, read) = self.jobs.pop_front().expect("a front job");
+                pieces.push(RecoveryPiece { read, last: true });
+                continue;
+            }
+            if let Some((first, rest)) = read.split(available_ns) {
+                debug_assert!(first.charge_ns() <= available_ns);
+                let deadline = *deadline;
+                self.jobs[0] = (deadline, rest);
+                pieces.push(RecoveryPiece {
+                    read: first,
+                    last: false,
+                });
+            }
+            break;
+        }
+        pieces
+    }
+
+    /// Keeps only the jobs `keep` accepts (a stream stopped meanwhile).
+    pub fn retain(&mut self, mut keep: impl FnMut(&R) -> bool) {
+        self.jobs.retain(|(_, r)| keep(r));
+    }
+
+    /// The earliest deadline of a job not done once round `round` has been
+    /// served, if it is `round` or earlier: a job late.
+    pub fn overdue(&self, round: Round) -> Option<Round> {
+        self.jobs.front().map(|j| j.0).filter(|&d| d <= round)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+}
+
+/// A read as an amount of disk time, cut anywhere: the fluid model the
+/// window's argument is made in, and what the property tests serve.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FluidRead {
+    pub tag: u64,
+    pub charge_ns: u64,
+}
+
+impl RecoveryRead for FluidRead {
+    fn charge_ns(&self) -> u64 {
+        self.charge_ns
+    }
+
+    fn split(&self, fit_ns: u64) -> Option<(FluidRead, FluidRead)> {
+        (fit_ns > 0 && fit_ns < self.charge_ns).then_some((
+            FluidRead {
+                charge_ns: fit_ns,
+                ..*self
+            },
+            FluidRead {
+                charge_ns: self.charge_ns - fit_ns,
+                ..*self
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_are_served_in_deadline_order_and_the_last_one_split() {
+        let mut b = RecoveryBacklog::new(BackupWindow {
+            rounds: 3,
+            ..BackupWindow::default()
+        });
+        let read = |tag, charge_ns| FluidRead { tag, charge_ns };
+        b.push(read(1, 40), Round(10));
+        b.push(read(2, 50), Round(10));
+        b.push(read(3, 30), Round(11));
+        let pieces = b.serve(60);
+        assert_eq!(
+            pieces,
+            [
+                RecoveryPiece {
+                    read: read(1, 40),
+                    last: true
+                },
+                RecoveryPiece {
+                    read: read(2, 20),
+                    last: false
+                },
+            ]
+        );
+        assert_eq!(b.overdue(Round(11)), None);
+        // The rest of 2 (30) is due by the end of round 12; 10 in round 11
+        // is not enough.
+        b.serve(10);
+        assert_eq!(b.overdue(Round(12)), Some(Round(12)));
+        let rest = b.serve(100);
+        assert_eq!(rest.len(), 2);
+        assert!(rest.iter().all(|p| p.last));
+        assert!(b.is_empty());
+    }
+}
