@@ -91,6 +91,15 @@ pub struct PointResult {
     pub rounds_lost: u64,
     #[serde(default)]
     pub disks_failed: u64,
+    /// Under a backup window (summed): a failed disk's backup reads served
+    /// from the survivors' backlogs and those cut between rounds; the most
+    /// stream-rounds held behind a late round at one boundary (maximum).
+    #[serde(default)]
+    pub window_recoveries: u64,
+    #[serde(default)]
+    pub window_splits: u64,
+    #[serde(default)]
+    pub held_behind_late_max: u64,
     /// Mean over the replications where it finished: rounds from a
     /// rebuild's start to the disk serving again, and from an ingest's start
     /// to its last round granted.
@@ -300,6 +309,13 @@ fn summarise(point: &Point, runs: &[SimResult], metric: &str) -> Result<PointRes
         extents_repaired: runs.iter().map(|r| r.extents_repaired).sum(),
         rounds_lost: runs.iter().map(|r| r.rounds_lost).sum(),
         disks_failed: runs.iter().map(|r| r.disks_failed).sum(),
+        window_recoveries: runs.iter().map(|r| r.window_recoveries).sum(),
+        window_splits: runs.iter().map(|r| r.window_splits).sum(),
+        held_behind_late_max: runs
+            .iter()
+            .map(|r| r.held_behind_late_max)
+            .max()
+            .unwrap_or(0),
         mean_rebuild_rounds: mean_of_some(runs.iter().map(|r| r.rebuild_rounds)),
         mean_ingest_rounds: mean_of_some(runs.iter().map(|r| r.ingest_rounds)),
     })

@@ -349,6 +349,10 @@ pub struct SimResult {
     pub window_recoveries: u64,
     #[serde(default)]
     pub window_splits: u64,
+    /// The most stream-rounds held at one round boundary behind a late
+    /// round (`ArrayCounters::held_behind_late_max`).
+    #[serde(default)]
+    pub held_behind_late_max: u64,
     /// Streams the array stopped (their data was lost, or their client
     /// stopped taking it).
     #[serde(default)]
@@ -728,6 +732,7 @@ fn run_placed_inner(
     exec.m.rereads = counters.rereads;
     exec.m.window_recoveries = counters.window_recoveries;
     exec.m.window_splits = counters.window_splits;
+    exec.m.held_behind_late_max = counters.held_behind_late_max;
     exec.m.streams_aborted = counters.streams_aborted;
     exec.m.clients_stalled = counters.clients_stalled;
     exec.m.burst_starts = counters.burst_starts;
@@ -1479,6 +1484,7 @@ struct Measure {
     recovery_misses: u64,
     window_recoveries: u64,
     window_splits: u64,
+    held_behind_late_max: u64,
     streams_aborted: u64,
     clients_stalled: u64,
     burst_starts: u64,
@@ -1577,6 +1583,7 @@ impl Measure {
             recovery_misses: self.recovery_misses,
             window_recoveries: self.window_recoveries,
             window_splits: self.window_splits,
+            held_behind_late_max: self.held_behind_late_max,
             streams_aborted: self.streams_aborted,
             clients_stalled: self.clients_stalled,
             burst_starts: self.burst_starts,

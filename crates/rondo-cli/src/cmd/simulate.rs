@@ -622,6 +622,17 @@ fn print_report(report: &Report) {
         }));
         table.add_row(row("drive cache hits", &|r| r.cache_hits.to_string()));
     }
+    if report.at_load.window_recoveries
+        + report.capacity.as_ref().map_or(0, |c| c.window_recoveries)
+        > 0
+    {
+        table.add_row(row("backup window: reads recovered / cut", &|r| {
+            format!("{} / {}", r.window_recoveries, r.window_splits)
+        }));
+        table.add_row(row("  most rounds held behind a late one", &|r| {
+            r.held_behind_late_max.to_string()
+        }));
+    }
     if p.mean_cycle_group_rounds.is_some() {
         table.add_row(row("dynamic cycle, mean (rounds per read)", &|r| {
             r.mean_cycle_group_rounds

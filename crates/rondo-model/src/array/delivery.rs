@@ -220,6 +220,21 @@ impl Deliveries {
         (finished, stalled)
     }
 
+    /// Stream-rounds complete and due by `round` but held because an
+    /// earlier round of their stream is not complete yet (a late round):
+    /// what late rounds make the server keep beyond double buffering.
+    pub fn held_behind_late(&self, round: Round) -> u64 {
+        self.clients
+            .values()
+            .map(|c| {
+                c.ready
+                    .iter()
+                    .filter(|(p, (send_round, _))| **p > c.next_release && *send_round <= round)
+                    .count() as u64
+            })
+            .sum()
+    }
+
     /// Panics if a client's progress is inconsistent.
     pub fn check_invariants(&self) {
         for (stream, c) in &self.clients {

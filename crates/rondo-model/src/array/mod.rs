@@ -359,6 +359,10 @@ pub struct ArrayCounters {
     /// between rounds.
     pub window_recoveries: u64,
     pub window_splits: u64,
+    /// The most stream-rounds held at one round boundary behind a late
+    /// round of their stream (complete, due, not yet sent in order): the
+    /// server buffer late rounds take beyond double buffering.
+    pub held_behind_late_max: u64,
 }
 
 /// The array state machine.
@@ -861,6 +865,10 @@ impl Array {
         // time (or stalled at all while buffers are over budget) is stopped
         // before its next reads are planned.
         let (finished, stalled) = self.deliveries.begin_round(round, &mut plan.releases);
+        self.counters.held_behind_late_max = self
+            .counters
+            .held_behind_late_max
+            .max(self.deliveries.held_behind_late(round));
         for stream in finished {
             self.counters.streams_finished += 1;
             self.reservations.release(stream);

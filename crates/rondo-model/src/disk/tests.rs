@@ -1397,3 +1397,22 @@ proptest! {
         prop_assert!(bound.extent_ns(lbn, block_sectors) <= split_ns);
     }
 }
+
+#[test]
+fn the_cheetahs_split_charge_is_a_positioning_and_a_block() {
+    // What a backup window keeps per disk-round for the one read it may
+    // cut (docs/experiments/failure-tolerance-cost.md quotes it).
+    let p = profiles::cheetah_4lp();
+    let bound = RondoBound::new(&p).unwrap();
+    let split_ns = bound.split_ns(32);
+    eprintln!(
+        "cheetah-4lp: split_ns {:.2} ms, revolution {:.2} ms",
+        split_ns as f64 / MS,
+        bound.revolution_ns() as f64 / MS
+    );
+    // At least a revolution (the rotational wait) and a block's transfer
+    // at the inner zone's rate (16 KiB at about 11 MB/s), at most a
+    // full-stroke seek more.
+    assert!(split_ns > bound.revolution_ns() + 1_400_000);
+    assert!(split_ns < bound.revolution_ns() + 25_000_000);
+}
