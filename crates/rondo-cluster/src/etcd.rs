@@ -72,7 +72,10 @@ impl LocalEtcd {
             .map_err(|e| std::io::Error::other(format!("{host}: {e}")))?;
         let timeout = Duration::from_secs(20);
         let start = Instant::now();
-        while TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
+        // An open port is not yet a server: etcd accepts connections before
+        // it has elected itself and serves requests (a client then gets its
+        // connection reset), so wait for its health endpoint to say so.
+        while !answers_healthy(&address) {
             if start.elapsed() > timeout || etcd.child.try_wait()?.is_some() {
                 return Err(EtcdError::NoAnswer {
                     dir: etcd.data_dir.display().to_string(),
@@ -97,6 +100,23 @@ impl LocalEtcd {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Whether the etcd at `address` answers `GET /health` with
+/// `"health":"true"` (it has a leader and serves requests).
+fn answers_healthy(address: &SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = TcpStream::connect_timeout(address, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let request = format!("GET /health HTTP/1.0\r\nHost: {address}\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.contains("\"health\":\"true\"")
 }
 
 impl Drop for LocalEtcd {
