@@ -590,6 +590,14 @@ fn run_placed_inner(
             config.scheme
         )));
     }
+    if config.backup_window_rounds > 1 && config.drive_prefetch != DrivePrefetch::None {
+        // A pair whose block a rebuilt disk lost is read from its backup
+        // in its own round, on time the failure reservation holds whole
+        // only without a window.
+        return Err(SimError::Config(
+            "a backup window does not combine with drive prefetching yet".into(),
+        ));
+    }
     if config.mode == Mode::AdmissionOnly && faults.needs_simulated_disks() {
         return Err(SimError::Config(
             "read errors, rebuilds and ingests need --mode simulated-disk".into(),

@@ -107,6 +107,11 @@ pub(super) struct Deliveries {
     clients: BTreeMap<StreamId, Client>,
     /// The executor's buffers are over budget: stalled clients get no grace.
     over_budget: bool,
+    /// Stream-rounds complete and due at the last round's start but held
+    /// because an earlier round of their stream was not complete (a late
+    /// round): what late rounds make the server keep beyond double
+    /// buffering.
+    pub held_behind_late: u64,
 }
 
 impl Deliveries {
@@ -115,6 +120,7 @@ impl Deliveries {
             config,
             clients: BTreeMap::new(),
             over_budget: false,
+            held_behind_late: 0,
         }
     }
 
@@ -194,8 +200,15 @@ impl Deliveries {
         let buffer = self.config.client_buffer_rounds;
         let grace = self.config.stall_grace_rounds;
         let over_budget = self.over_budget;
+        self.held_behind_late = 0;
         for (&stream, client) in self.clients.iter_mut() {
             release_due(stream, client, round, releases);
+            // What is left ready and due now waits behind a late round.
+            self.held_behind_late += client
+                .ready
+                .values()
+                .filter(|(send_round, _)| *send_round <= round)
+                .count() as u64;
             if client.taken == client.total() {
                 finished.push(stream);
                 continue;
@@ -218,21 +231,6 @@ impl Deliveries {
             self.clients.remove(stream);
         }
         (finished, stalled)
-    }
-
-    /// Stream-rounds complete and due by `round` but held because an
-    /// earlier round of their stream is not complete yet (a late round):
-    /// what late rounds make the server keep beyond double buffering.
-    pub fn held_behind_late(&self, round: Round) -> u64 {
-        self.clients
-            .values()
-            .map(|c| {
-                c.ready
-                    .iter()
-                    .filter(|(p, (send_round, _))| **p > c.next_release && *send_round <= round)
-                    .count() as u64
-            })
-            .sum()
     }
 
     /// Panics if a client's progress is inconsistent.

@@ -868,7 +868,7 @@ impl Array {
         self.counters.held_behind_late_max = self
             .counters
             .held_behind_late_max
-            .max(self.deliveries.held_behind_late(round));
+            .max(self.deliveries.held_behind_late);
         for stream in finished {
             self.counters.streams_finished += 1;
             self.reservations.release(stream);
@@ -944,7 +944,7 @@ impl Array {
             let mut commands = Vec::with_capacity(reads.len());
             for read in reads {
                 if let Some(c) = self.deliver_command(round, &read, false, &mut plan.ready) {
-                    if self.recovery.is_windowed() && self.recovers_failed_disk(&read) {
+                    if self.recovery.is_windowed() && read.rerouted {
                         self.hold_for_recovery(round, c);
                     } else {
                         commands.push(c);
@@ -1474,6 +1474,7 @@ impl Array {
                 replica,
                 backup_entry,
                 cost_ns: c.cost_ns,
+                rerouted: false,
                 joins_previous: false,
                 prefetch_bytes: 0,
                 cache_hit: false,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use super::Array;
 use super::command::{CommandExtent, DiskCommand, Purpose};
 use crate::layout::Replica;
-use crate::reservation::{BackupWindow, Bound, PlannedRead, RecoveryBacklog, RecoveryRead, Scheme};
+use crate::reservation::{BackupWindow, Bound, RecoveryBacklog, RecoveryRead};
 use crate::units::{DiskIndex, Round};
 
 /// The survivors' recovery backlogs (empty unless a window is configured).
@@ -30,11 +30,7 @@ pub(super) struct Recovery {
 impl Recovery {
     pub(super) fn new(config: &super::ArrayConfig) -> Recovery {
         let reservation = &config.reservation;
-        let window = if reservation.scheme == Scheme::Minimum {
-            reservation.backup_window
-        } else {
-            BackupWindow::default()
-        };
+        let window = reservation.backup_window_in_force();
         Recovery {
             window,
             bound: Arc::new(config.read_bound.clone()),
@@ -131,18 +127,6 @@ impl RecoveryRead for RecoveryCommand {
 }
 
 impl Array {
-    /// Whether a planned read is a failed disk's round read from its
-    /// backup (what a backup window lets a survivor delay).
-    pub(super) fn recovers_failed_disk(&self, read: &PlannedRead) -> bool {
-        read.replica == Replica::Backup
-            && self.titles.get(&read.title).is_some_and(|title| {
-                title.layout.as_deref().is_some_and(|layout| {
-                    let primary = layout.round(read.playback_round.index()).primary_disk;
-                    self.reservations.is_failed(primary)
-                })
-            })
-    }
-
     /// Puts a failed disk's backup read, due in `round`, into its disk's
     /// backlog: it may complete up to k - 1 rounds later.
     pub(super) fn hold_for_recovery(&mut self, round: Round, command: DiskCommand) {

@@ -226,13 +226,27 @@ impl ReservationConfig {
     /// The time a disk-round may reserve: the round less the bound's fixed
     /// term.
     pub fn budget_ns(&self) -> u64 {
-        let split_ns = if self.scheme == Scheme::Minimum && self.backup_window.is_spread() {
-            self.backup_window.split_ns
+        let window = self.backup_window_in_force();
+        let split_ns = if window.is_spread() {
+            window.split_ns
         } else {
             0
         };
         self.round_duration_ns
             .saturating_sub(self.round_fixed_ns + split_ns)
+    }
+
+    /// The backup window admission and the array work with: the configured
+    /// one under `minimum`, none (k = 1) under any other scheme.
+    pub fn backup_window_in_force(&self) -> BackupWindow {
+        if self.scheme == Scheme::Minimum {
+            BackupWindow {
+                rounds: self.backup_window.rounds.max(1),
+                ..self.backup_window
+            }
+        } else {
+            BackupWindow::default()
+        }
     }
 
     /// Sets the backup window (`backup_window`); the tables' horizon grows
@@ -328,6 +342,9 @@ pub struct PlannedRead {
     /// The disk time reserved for this read (its bound cost; 0 for a read
     /// that joins the previous one).
     pub cost_ns: u64,
+    /// A backup read made because the round's primary disk has failed (what
+    /// a backup window lets a survivor delay, `array::recovery`).
+    pub rerouted: bool,
     /// Whether this read is one more round of the previous read's request
     /// (a read group): the disk reads both in one request, whose charge the
     /// first carries.
@@ -663,11 +680,7 @@ impl Reservations {
 
     /// k of the backup window where backup time is spread (1: not spread).
     fn spread_window(&self) -> u32 {
-        if self.config.scheme == Scheme::Minimum {
-            self.config.backup_window.rounds.max(1)
-        } else {
-            1
-        }
+        self.config.backup_window_in_force().rounds
     }
 
     fn slot(&self, disk: DiskIndex, round: Round) -> &DiskSlot {

@@ -66,6 +66,7 @@ impl Reservations {
                 replica,
                 backup_entry: backup_entry as u16,
                 cost_ns: if joins { 0 } else { cost_ns },
+                rerouted: false,
                 joins_previous: joins,
                 prefetch_bytes: 0,
                 cache_hit: false,
@@ -87,12 +88,10 @@ impl Reservations {
             && !self.served_previous_round(primary0.disk, round);
         if backup_ok && (wants_backup || !primary_ok || cache_lost) {
             for (n, piece) in backup.iter().enumerate() {
-                per_disk[piece.disk.index()].push(read(
-                    piece.disk,
-                    Replica::Backup,
-                    n,
-                    piece.cost_ns,
-                ));
+                per_disk[piece.disk.index()].push(PlannedRead {
+                    rerouted: !primary_ok,
+                    ..read(piece.disk, Replica::Backup, n, piece.cost_ns)
+                });
             }
         } else if primary_ok {
             // A drive-cache pair: its first read prefetches the second round,

@@ -146,10 +146,6 @@ impl<R: RecoveryRead> RecoveryBacklog<R> {
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
     }
-
-    pub fn len(&self) -> usize {
-        self.jobs.len()
-    }
 }
 
 /// A read as an amount of disk time, cut anywhere: the fluid model the
