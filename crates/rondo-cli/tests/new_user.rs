@@ -289,3 +289,64 @@ fn serve_creates_a_directory_with_the_stride_asked_for() {
         "{stderr}"
     );
 }
+
+/// The failure-tolerance settings a new data directory is created with
+/// (`--backup-window-rounds`, `--overrun-probability`) are its `[serving]`
+/// defaults: a later `rondo serve` without flags uses them, and flags
+/// override them for one run without changing rondo.toml.
+#[test]
+fn serve_keeps_the_serving_settings_a_directory_was_created_with() {
+    let home = TempDir::new().unwrap();
+    let run = |flags: &[&str]| {
+        let mut server = Serve::new(env!("CARGO_BIN_EXE_rondo"))
+            .current_dir(home.path())
+            .args(["--no-samples", "--data-dir", "windowed"])
+            .args(flags)
+            .args(["--listen", "127.0.0.1:0"])
+            .timeout(START_TIMEOUT)
+            .start();
+        let disks = get_json(&format!("{}/api/disks", server.url));
+        let status = server.terminate();
+        assert!(status.success(), "{status:?}");
+        disks["failure_tolerance"].clone()
+    };
+    let created = run(&[
+        "--backup-window-rounds",
+        "3",
+        "--overrun-probability",
+        "1e-6",
+    ]);
+    assert_eq!(created["backup_window_rounds"], 3, "{created}");
+    assert_eq!(created["scheme"], "minimum", "{created}");
+    let toml_path = home.path().join("windowed").join("rondo.toml");
+    let toml = std::fs::read_to_string(&toml_path).unwrap();
+    assert!(
+        toml.contains("[serving]") && toml.contains("backup_window_rounds = 3"),
+        "{toml}"
+    );
+    // No flags: the directory's settings.
+    let again = run(&[]);
+    assert_eq!(again["backup_window_rounds"], 3, "{again}");
+    assert_eq!(again["guarantee"]["overrun_probability"], 1e-6, "{again}");
+    // A flag overrides for one run; rondo.toml is unchanged.
+    let overridden = run(&["--backup-window-rounds", "1"]);
+    assert_eq!(overridden["backup_window_rounds"], 1, "{overridden}");
+    assert_eq!(std::fs::read_to_string(&toml_path).unwrap(), toml);
+    // Out of range: refused by the flag's parser, naming it.
+    let bad = rondo(home.path())
+        .args([
+            "serve",
+            "--data-dir",
+            "windowed",
+            "--backup-window-rounds",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--backup-window-rounds"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}

@@ -108,6 +108,11 @@ pub struct ServerConfig {
     /// Seed 004's dynamic cycle (`None`: fixed): needs a `segments`
     /// directory and one round per read (`read_group_rounds` 1).
     pub cycle: Option<rondo_model::array::DynamicCycle>,
+    /// k: rounds in which a survivor may read a failed disk's backups
+    /// (`reservation::BackupWindow`; `minimum` only). 1, seed 000's: in
+    /// their own round. Above 1 a stream's first send waits k − 1 rounds,
+    /// so that its client stays that far ahead, and there is no start burst.
+    pub backup_window_rounds: u32,
     /// Server buffer admission may reserve, per disk.
     pub buffer_per_disk_bytes: u64,
     /// Longest title the reservation tables can hold.
@@ -142,6 +147,7 @@ impl Default for ServerConfig {
             read_group_rounds: 1,
             drive_prefetch: rondo_model::array::DrivePrefetch::None,
             cycle: None,
+            backup_window_rounds: 1,
             buffer_per_disk_bytes: DEFAULT_BUFFER_PER_DISK_BYTES,
             max_title_duration: DEFAULT_MAX_TITLE_DURATION,
             connections: Default::default(),

@@ -44,6 +44,7 @@
 //! array queues them); a late start's batch ([`DiskBatch::late_start_ns`])
 //! is served from the model's state at its arrival (after its backlog).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -53,7 +54,7 @@ use rondo_model::array::command::CommandExtent;
 use rondo_model::array::{Completion, DiskCommand, Purpose, ReadOutcome, batch_plan};
 use rondo_model::disk::{CommandTiming, Disk, Scheduler};
 use rondo_model::units::{DiskIndex, Round};
-use rondo_store::checksum;
+use rondo_store::{checksum, checksum_append};
 
 use crate::storage::{ReadOp, Storage};
 
@@ -208,6 +209,7 @@ pub fn spawn_device(
                 clock,
                 pool,
                 events,
+                partials: PartialChecks::default(),
             };
             worker.run(receiver);
         })?;
@@ -226,6 +228,7 @@ struct Worker {
     clock: RoundClock,
     pool: BufferPool,
     events: Sender<IoEvent>,
+    partials: PartialChecks,
 }
 
 /// How far an emulated disk thread may run ahead of its model to read, and
@@ -255,6 +258,64 @@ fn checked(disk: DiskIndex, extent: &CommandExtent, data: &[u8]) -> ReadOutcome 
             extent.device_offset_bytes, extent.length_bytes
         )),
         _ => ReadOutcome::Ok,
+    }
+}
+
+/// The checksums of extents a backup window cut between rounds
+/// (`CommandExtent::whole`), carried from part to part: a disk reads an
+/// extent's parts in order, in its own rounds, and the whole's checksum is
+/// checked when its last part is read.
+#[derive(Default)]
+struct PartialChecks {
+    /// By the whole extent's device offset: the bytes checked so far and
+    /// their CRC32C.
+    running: HashMap<u64, (u64, u32)>,
+}
+
+/// Wholes whose parts stopped coming (their stream ended between parts)
+/// are forgotten beyond this many (assumption: far more than the cuts in
+/// flight on one disk, at most one per round per backup window).
+const PARTIAL_CHECKS_MAX: usize = 4096;
+
+impl PartialChecks {
+    /// Checks one extent's bytes as read: against its own checksum, or,
+    /// for a part of a cut extent, carried on to the whole's.
+    fn check(&mut self, disk: DiskIndex, extent: &CommandExtent, data: &[u8]) -> ReadOutcome {
+        let Some(whole) = extent.whole else {
+            return checked(disk, extent, data);
+        };
+        let at = extent.device_offset_bytes - whole.device_offset_bytes;
+        let so_far = if at == 0 {
+            Some(0)
+        } else {
+            match self.running.remove(&whole.device_offset_bytes) {
+                Some((checked_bytes, crc)) if checked_bytes == at => Some(crc),
+                _ => None,
+            }
+        };
+        let Some(so_far) = so_far else {
+            return ReadOutcome::IoError(format!(
+                "disk {disk} offset {}: the parts of this extent before byte {at} were not read, \
+                 so its checksum cannot be checked",
+                whole.device_offset_bytes
+            ));
+        };
+        let crc = checksum_append(so_far, data);
+        let end = at + extent.length_bytes;
+        if end < whole.length_bytes {
+            if self.running.len() >= PARTIAL_CHECKS_MAX {
+                self.running.clear();
+            }
+            self.running.insert(whole.device_offset_bytes, (end, crc));
+            return ReadOutcome::Ok;
+        }
+        match whole.crc32c {
+            Some(sum) if crc != sum => ReadOutcome::BadChecksum(format!(
+                "disk {disk} offset {}: checksum mismatch ({} bytes, read in parts)",
+                whole.device_offset_bytes, whole.length_bytes
+            )),
+            _ => ReadOutcome::Ok,
+        }
     }
 }
 
@@ -422,7 +483,7 @@ impl Worker {
     /// its command's buffer (taken when its first extent is read), and
     /// checks each against its checksum.
     fn read_accesses(
-        &self,
+        &mut self,
         batch: &DiskBatch,
         owners: &[Vec<(usize, usize)>],
         accesses: &[(usize, CommandTiming)],
@@ -481,7 +542,7 @@ impl Worker {
             }
             let outcome = match result {
                 Err(err) => ReadOutcome::IoError(err.to_string()),
-                Ok(()) => checked(self.disk, extent, op.buf),
+                Ok(()) => self.partials.check(self.disk, extent, op.buf),
             };
             if outcome != ReadOutcome::Ok {
                 state.failures[c] = Some(outcome);
@@ -558,6 +619,7 @@ fn deliver(command: &DiskCommand, data: Option<PooledBuf>, queue: Option<&PieceS
             playback_round,
             replica,
             piece,
+            offset_bytes: command.part_offset_bytes,
             data,
         });
     }
@@ -605,6 +667,63 @@ mod tests {
     use rondo_model::layout::Replica;
     use rondo_model::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
+    /// An extent read in three parts is checked against its whole
+    /// checksum when its last part is read; a corrupt part or a part read
+    /// without the ones before it is an error.
+    #[test]
+    fn an_extent_read_in_parts_is_checked_whole() {
+        let data: Vec<u8> = (0..3 * 16384u32).map(|i| (i * 7 % 251) as u8).collect();
+        let whole = rondo_model::array::WholeExtent {
+            device_offset_bytes: 1 << 20,
+            length_bytes: data.len() as u64,
+            crc32c: Some(checksum(&data)),
+        };
+        let part = |at: usize, len: usize| CommandExtent {
+            device_offset_bytes: whole.device_offset_bytes + at as u64,
+            length_bytes: len as u64,
+            crc32c: None,
+            whole: Some(whole),
+        };
+        let cuts = [(0, 16384), (16384, 8192), (24576, 24576)];
+        let disk = DiskIndex(2);
+        let mut checks = PartialChecks::default();
+        for &(at, len) in &cuts {
+            let outcome = checks.check(disk, &part(at, len), &data[at..at + len]);
+            assert_eq!(outcome, ReadOutcome::Ok, "part at {at}");
+        }
+        assert!(checks.running.is_empty(), "a whole checked is forgotten");
+        // One corrupt byte in the middle part: the last part reports it.
+        let mut bad = data.clone();
+        bad[20000] ^= 1;
+        let outcomes: Vec<ReadOutcome> = cuts
+            .iter()
+            .map(|&(at, len)| checks.check(disk, &part(at, len), &bad[at..at + len]))
+            .collect();
+        assert_eq!(outcomes[..2], [ReadOutcome::Ok, ReadOutcome::Ok]);
+        assert!(
+            matches!(&outcomes[2], ReadOutcome::BadChecksum(why) if why.contains("in parts")),
+            "{outcomes:?}"
+        );
+        // A later part without the first: not checkable, an error.
+        let (at, len) = cuts[1];
+        assert!(matches!(
+            checks.check(disk, &part(at, len), &data[at..at + len]),
+            ReadOutcome::IoError(_)
+        ));
+        // An uncut extent is checked against its own checksum as before.
+        let own = CommandExtent {
+            device_offset_bytes: 0,
+            length_bytes: 16384,
+            crc32c: Some(checksum(&data[..16384])),
+            whole: None,
+        };
+        assert_eq!(checks.check(disk, &own, &data[..16384]), ReadOutcome::Ok);
+        assert!(matches!(
+            checks.check(disk, &own, &bad[16384..32768]),
+            ReadOutcome::BadChecksum(_)
+        ));
+    }
+
     fn command(op: Op, purpose: Purpose, offset_bytes: u64, length_bytes: u64) -> DiskCommand {
         DiskCommand {
             disk: DiskIndex(0),
@@ -615,10 +734,12 @@ mod tests {
                 device_offset_bytes: offset_bytes,
                 length_bytes,
                 crc32c: None,
+                whole: None,
             }],
             charge_ns: 0,
             joins_previous: false,
             prefetch_bytes: 0,
+            part_offset_bytes: 0,
         }
     }
 

@@ -342,6 +342,11 @@ pub struct Metrics {
     pub extents_bad: AtomicU64,
     pub extents_repaired: AtomicU64,
     pub rounds_lost: AtomicU64,
+    /// Under a backup window: a failed disk's backup reads the survivors
+    /// read from their backlogs, and those cut between rounds (the
+    /// array's counts, copied by the round driver).
+    pub window_recoveries: AtomicU64,
+    pub window_splits: AtomicU64,
     /// Stream-rounds recovered after an error that were late (apart from
     /// `stream_round_misses`, which counts planned reads only).
     pub recovery_misses: AtomicU64,
@@ -406,6 +411,8 @@ impl Metrics {
             extents_bad: AtomicU64::new(0),
             extents_repaired: AtomicU64::new(0),
             rounds_lost: AtomicU64::new(0),
+            window_recoveries: AtomicU64::new(0),
+            window_splits: AtomicU64::new(0),
             recovery_misses: AtomicU64::new(0),
             bytes_sent: AtomicU64::new(0),
             streams_completed: AtomicU64::new(0),
@@ -520,6 +527,8 @@ impl Metrics {
             extents_bad: g(&self.extents_bad),
             extents_repaired: g(&self.extents_repaired),
             rounds_lost: g(&self.rounds_lost),
+            window_recoveries: g(&self.window_recoveries),
+            window_splits: g(&self.window_splits),
             recovery_misses: g(&self.recovery_misses),
             bytes_sent: g(&self.bytes_sent),
             streams_completed: g(&self.streams_completed),
@@ -590,6 +599,8 @@ pub struct MetricsSnapshot {
     pub extents_bad: u64,
     pub extents_repaired: u64,
     pub rounds_lost: u64,
+    pub window_recoveries: u64,
+    pub window_splits: u64,
     pub recovery_misses: u64,
     pub bytes_sent: u64,
     pub streams_completed: u64,

@@ -89,6 +89,8 @@ pub fn publish_extent_counts(shared: &Shared, core: &Core) {
     m.extents_bad.store(c.extents_bad, Relaxed);
     m.extents_repaired.store(c.extents_repaired, Relaxed);
     m.rounds_lost.store(c.rounds_lost, Relaxed);
+    m.window_recoveries.store(c.window_recoveries, Relaxed);
+    m.window_splits.store(c.window_splits, Relaxed);
 }
 
 /// Logs a per-extent fault effect: a bad extent (repaired in the
@@ -372,6 +374,12 @@ pub fn disks_json(shared: &Shared, core: &Core, with_paths: bool) -> Value {
         "rounds_lost": lost,
         "rebuild": rebuild,
         "last_rebuild": core.ops.last_rebuild,
+        // How a failure is absorbed and what admission guarantees.
+        "failure_tolerance": {
+            "scheme": shared.array.scheme.to_string(),
+            "backup_window_rounds": shared.config.backup_window_rounds,
+            "guarantee": shared.config.guarantee,
+        },
     })
 }
 

@@ -18,11 +18,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rondo_model::array::{
-    Array, ArrayConfig, DeliveryConfig, DrivePrefetch, DynamicCycle, rondo_write_bound,
+    Array, ArrayConfig, DeliveryConfig, DrivePrefetch, DynamicCycle, backup_window_unavailable,
+    rondo_write_bound,
 };
 use rondo_model::disk::{Disk, DiskError, profile_by_name};
 use rondo_model::health::HealthPolicy;
-use rondo_model::reservation::{Burst, ReservationConfig};
+use rondo_model::reservation::{BackupWindow, Burst, ReservationConfig};
 use rondo_model::units::{DiskIndex, SECTOR_BYTES};
 use rondo_store::{IoMode, Store};
 use thiserror::Error;
@@ -83,6 +84,8 @@ pub enum ServerError {
     CycleUnavailable { why: &'static str },
     #[error("{why} (disk profile {profile})")]
     GuaranteeUnavailable { why: String, profile: String },
+    #[error("{why}")]
+    BackupWindowUnavailable { why: String },
     #[error("opening the data directory's tiers: {0}")]
     Tiers(#[from] rondo_tier::TierError),
     #[error("{context}: {source}")]
@@ -201,6 +204,30 @@ impl RunningServer {
         );
         // The drive caches' segments for prefetched blocks, and their bus.
         prefetch.configure(&bound, &mut reservation);
+        // A failed disk's backups read over a window of rounds, the
+        // clients that many rounds ahead (docs/experiments/failure-tolerance-cost.md).
+        if let Some(why) = backup_window_unavailable(
+            config.backup_window_rounds,
+            array.scheme,
+            group_rounds,
+            prefetch,
+            config.cycle.is_some(),
+        ) {
+            return Err(ServerError::BackupWindowUnavailable { why });
+        }
+        reservation.set_backup_window(BackupWindow::new(
+            config.backup_window_rounds,
+            &bound,
+            array.block_bytes,
+        ));
+        if config.backup_window_rounds > 1 && !config.start_burst.is_zero() {
+            tracing::info!(
+                backup_window_rounds = config.backup_window_rounds,
+                "with a backup window, a stream's first send waits {} rounds and then sends \
+                 them all at once, in place of the start burst",
+                config.backup_window_rounds - 1
+            );
+        }
         // What admission guarantees (docs/guarantee.md).
         config
             .guarantee

@@ -45,11 +45,14 @@ use crate::metrics::TitleCounters;
 use crate::state::{Core, Shared};
 use crate::titles::LoadedTitle;
 
-/// A piece of a stream-round, read and checked by a disk thread.
+/// A piece of a stream-round, read and checked by a disk thread: all of
+/// it, or under a backup window one part of it, read in its own round.
 pub struct Piece {
     pub playback_round: PlaybackRound,
     pub replica: Replica,
     pub piece: u16,
+    /// Where `data` starts in the piece (0 unless its read was cut).
+    pub offset_bytes: u64,
     pub data: PooledBuf,
 }
 
@@ -306,7 +309,11 @@ pub fn end_stream(core: &mut Core, stream: StreamId) -> Option<StreamState> {
 /// The pieces of one stream-round received so far.
 struct Pieces {
     replica: Replica,
+    /// Each piece's first (or only) part.
     pieces: Vec<Option<PooledBuf>>,
+    /// The later parts of pieces whose read a backup window cut: (piece,
+    /// offset in it, bytes). Empty but for such rounds.
+    later_parts: Vec<(u16, u64, PooledBuf)>,
 }
 
 /// The HTTP body of a stream: holds the pieces its disk reads put in its
@@ -355,17 +362,24 @@ impl SessionBody {
             playback_round,
             replica,
             piece,
+            offset_bytes,
             data,
         } = piece;
         let entry = self.pieces.entry(playback_round).or_insert_with(|| Pieces {
             replica,
             pieces: Vec::new(),
+            later_parts: Vec::new(),
         });
         if entry.replica != replica {
             *entry = Pieces {
                 replica,
                 pieces: Vec::new(),
+                later_parts: Vec::new(),
             };
+        }
+        if offset_bytes > 0 {
+            entry.later_parts.push((piece, offset_bytes, data));
+            return;
         }
         let piece = piece as usize;
         if entry.pieces.len() <= piece {
@@ -379,12 +393,12 @@ impl SessionBody {
         // Pieces of this round and any stale ones before it go.
         let later = self.pieces.split_off(&playback_round.next());
         let mut earlier = std::mem::replace(&mut self.pieces, later);
-        let pieces = earlier
+        let (pieces, later_parts) = earlier
             .remove(&playback_round)
             .filter(|p| p.replica == replica)
-            .map(|p| p.pieces)
+            .map(|p| (p.pieces, p.later_parts))
             .unwrap_or_default();
-        let mut data = assemble(&self.title, playback_round, replica, pieces)?;
+        let mut data = assemble(&self.title, playback_round, replica, pieces, later_parts)?;
         if self.skip_bytes > 0 {
             let skip = self.skip_bytes.min(data.len() as u64);
             data = data.slice(skip as usize..);
@@ -462,13 +476,16 @@ impl Stream for SessionBody {
 /// The client bytes of one stream-round from its pieces: a primary read is
 /// the round's data padded to whole blocks (sliced, no copy); a backup's
 /// pieces hold the round's fragments in stored order (copied into place).
-/// A round with nothing stored (an empty round) has no pieces. `None`: a
-/// primary round's piece is missing.
+/// A round with nothing stored (an empty round) has no pieces. A backup
+/// piece whose read a backup window cut between rounds comes in parts,
+/// joined here. `None`: a primary round's piece is missing, or a cut
+/// piece's parts do not join up.
 fn assemble(
     title: &LoadedTitle,
     playback_round: PlaybackRound,
     replica: Replica,
     pieces: Vec<Option<PooledBuf>>,
+    later_parts: Vec<(u16, u64, PooledBuf)>,
 ) -> Option<Bytes> {
     let playback_round = playback_round.index();
     let client_bytes = title.record.client_bytes[playback_round] as usize;
@@ -478,18 +495,28 @@ fn assemble(
     let mut pieces = pieces.into_iter();
     match replica {
         Replica::Primary => {
+            // Only backup reads are recovered over a window, and cut.
+            if !later_parts.is_empty() {
+                return None;
+            }
             let buf = pieces.next().flatten()?;
             Some(buf.into_bytes().slice(..client_bytes))
         }
         Replica::Backup => {
             let layout = title.layout.round(playback_round);
             let mut out = vec![0u8; layout.primary.bytes() as usize];
-            for (entry, piece) in layout.backups.iter().zip(pieces) {
+            for (n, (entry, piece)) in layout.backups.iter().zip(pieces).enumerate() {
                 let Some(piece) = piece else {
                     // An empty piece: nothing of the round lies there.
                     continue;
                 };
-                let data = piece.as_ref();
+                let joined;
+                let data: &[u8] = if later_parts.iter().any(|(p, _, _)| usize::from(*p) == n) {
+                    joined = join_parts(&piece, n as u16, &later_parts)?;
+                    &joined
+                } else {
+                    piece.as_ref()
+                };
                 let mut cursor = 0usize;
                 for fragment in &entry.fragments {
                     let len = (fragment.end - fragment.start) as usize;
@@ -502,4 +529,25 @@ fn assemble(
             Some(Bytes::from(out))
         }
     }
+}
+
+/// A cut piece's bytes: its first part followed by its later parts in
+/// order (copied once; rare: only backup reads recovered over a backup
+/// window are cut). `None` if the parts leave a gap.
+fn join_parts(
+    first: &PooledBuf,
+    piece: u16,
+    later_parts: &[(u16, u64, PooledBuf)],
+) -> Option<Vec<u8>> {
+    let mut parts: Vec<&(u16, u64, PooledBuf)> =
+        later_parts.iter().filter(|(p, _, _)| *p == piece).collect();
+    parts.sort_by_key(|(_, at, _)| *at);
+    let mut joined = first.as_ref().to_vec();
+    for (_, at, data) in parts {
+        if *at != joined.len() as u64 {
+            return None;
+        }
+        joined.extend_from_slice(data.as_ref());
+    }
+    Some(joined)
 }

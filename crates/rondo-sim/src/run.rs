@@ -353,6 +353,10 @@ pub struct SimResult {
     /// round (`ArrayCounters::held_behind_late_max`).
     #[serde(default)]
     pub held_behind_late_max: u64,
+    /// Stream-rounds released after a player started at its stream's first
+    /// release would have played them (`ArrayCounters::late_releases`).
+    #[serde(default)]
+    pub late_releases: u64,
     /// Streams the array stopped (their data was lost, or their client
     /// stopped taking it).
     #[serde(default)]
@@ -584,19 +588,14 @@ fn run_placed_inner(
     let profile = config.disk_profile(titles.iter().map(|t| &t.schedule))?;
     let prepared = prepare_placed(config, bound, titles)?;
     let faults = &config.faults;
-    if config.backup_window_rounds > 1 && config.scheme != Scheme::Minimum {
-        return Err(SimError::Config(format!(
-            "a backup window applies to the minimum scheme only (this run: {})",
-            config.scheme
-        )));
-    }
-    if config.backup_window_rounds > 1 && config.drive_prefetch != DrivePrefetch::None {
-        // A pair whose block a rebuilt disk lost is read from its backup
-        // in its own round, on time the failure reservation holds whole
-        // only without a window.
-        return Err(SimError::Config(
-            "a backup window does not combine with drive prefetching yet".into(),
-        ));
+    if let Some(why) = rondo_model::array::backup_window_unavailable(
+        config.backup_window_rounds,
+        config.scheme,
+        config.read_group_rounds,
+        config.drive_prefetch,
+        config.dynamic_cycle.is_some(),
+    ) {
+        return Err(SimError::Config(why));
     }
     if config.mode == Mode::AdmissionOnly && faults.needs_simulated_disks() {
         return Err(SimError::Config(
@@ -741,6 +740,7 @@ fn run_placed_inner(
     exec.m.window_recoveries = counters.window_recoveries;
     exec.m.window_splits = counters.window_splits;
     exec.m.held_behind_late_max = counters.held_behind_late_max;
+    exec.m.late_releases = counters.late_releases;
     exec.m.streams_aborted = counters.streams_aborted;
     exec.m.clients_stalled = counters.clients_stalled;
     exec.m.burst_starts = counters.burst_starts;
@@ -1372,11 +1372,11 @@ pub fn prepare_placed(
     }
     reservation.replica_choice = config.replica_choice;
     reservation.start_choice = config.start_choice;
-    reservation.set_backup_window(BackupWindow {
-        rounds: config.backup_window_rounds.max(1),
-        split_ns: bound.split_ns(config.block_bytes),
-        block_bytes: config.block_bytes,
-    });
+    reservation.set_backup_window(BackupWindow::new(
+        config.backup_window_rounds,
+        bound,
+        config.block_bytes,
+    ));
     config
         .guarantee
         .configure(bound, &mut reservation)
@@ -1493,6 +1493,7 @@ struct Measure {
     window_recoveries: u64,
     window_splits: u64,
     held_behind_late_max: u64,
+    late_releases: u64,
     streams_aborted: u64,
     clients_stalled: u64,
     burst_starts: u64,
@@ -1592,6 +1593,7 @@ impl Measure {
             window_recoveries: self.window_recoveries,
             window_splits: self.window_splits,
             held_behind_late_max: self.held_behind_late_max,
+            late_releases: self.late_releases,
             streams_aborted: self.streams_aborted,
             clients_stalled: self.clients_stalled,
             burst_starts: self.burst_starts,

@@ -209,6 +209,14 @@ fn minimum_with_a_backup_window_survives_any_single_failure() {
         let r = run(&c, &titles(150)).unwrap();
         let options = format!("k = {}, {:?}", c.backup_window_rounds, c.start_choice);
         assert_single_failure_survived(&c, &r, "minimum_with_a_backup_window", &options);
+        // The clients' lead covers the recovery: no round reaches its
+        // client after a player started at its first byte needs it.
+        assert_eq!(
+            r.late_releases,
+            0,
+            "seed {seed}, {options}: rounds released after their player needed them; {}",
+            replay_hint("minimum_with_a_backup_window", seed)
+        );
         recovered += r.window_recoveries;
         split += r.window_splits;
         held = held.max(r.held_behind_late_max);

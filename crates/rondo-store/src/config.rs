@@ -195,7 +195,75 @@ pub struct ArrayConfig {
     pub header_region_bytes: u64,
     /// In disk order: entry k is disk k.
     pub devices: Vec<DeviceEntry>,
+    /// How the directory is served unless a run's flags say otherwise: the
+    /// `[serving]` table, absent when it holds the defaults.
+    #[serde(default, skip_serializing_if = "ServingSettings::is_default")]
+    pub serving: ServingSettings,
 }
+
+/// How a data directory is served by default (`rondo serve`'s flags of the
+/// same names override them for one run): policies that change no byte on
+/// the disks, chosen per directory (issue 16). Written when `rondo serve`
+/// creates the directory with those flags; edit rondo.toml's `[serving]`
+/// table to change them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServingSettings {
+    /// k: rounds in which a survivor may read a failed disk's backup
+    /// (`reservation::BackupWindow`; 1, absent: seed 000's, in the round
+    /// itself). A stream's first send then waits k − 1 rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_window_rounds: Option<u32>,
+    /// Admit with a statistical guarantee at this overrun probability per
+    /// disk-round (docs/guarantee.md); absent: deterministic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrun_probability: Option<f64>,
+}
+
+/// The largest backup window a directory may set: the client then holds
+/// that many rounds ahead (assumption: a minute of 1 s rounds bounds what a
+/// player is asked to buffer and the wait before its first byte).
+pub const BACKUP_WINDOW_ROUNDS_MAX: u32 = 60;
+
+impl ServingSettings {
+    pub fn is_default(&self) -> bool {
+        *self == ServingSettings::default()
+    }
+
+    /// These settings with a run's flags (`Some` values) taking their place.
+    pub fn overridden_by(&self, flags: &ServingSettings) -> ServingSettings {
+        ServingSettings {
+            backup_window_rounds: flags.backup_window_rounds.or(self.backup_window_rounds),
+            overrun_probability: flags.overrun_probability.or(self.overrun_probability),
+        }
+    }
+
+    /// k of the backup window (1 when unset).
+    pub fn backup_window(&self) -> u32 {
+        self.backup_window_rounds.unwrap_or(1)
+    }
+
+    /// Checks the values' ranges; the reason names the field.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if let Some(k) = self.backup_window_rounds
+            && !(1..=BACKUP_WINDOW_ROUNDS_MAX).contains(&k)
+        {
+            return Err(format!(
+                "serving.backup_window_rounds {k} is outside 1..={BACKUP_WINDOW_ROUNDS_MAX}"
+            ));
+        }
+        if let Some(p) = self.overrun_probability
+            && !(p > 0.0 && p < 1.0)
+        {
+            return Err(format!("serving.overrun_probability {p} is outside (0, 1)"));
+        }
+        Ok(())
+    }
+}
+
+// rondo.toml's fields compare exactly; the probability is never NaN
+// (`ServingSettings::validate`).
+impl Eq for ServingSettings {}
 
 fn one() -> u32 {
     1
@@ -264,6 +332,7 @@ impl ArrayConfig {
             segment_rounds: config.segment_rounds,
             header_region_bytes: HEADER_REGION_BYTES,
             devices,
+            serving: ServingSettings::default(),
         }
     }
 
@@ -363,7 +432,7 @@ impl ArrayConfig {
                 return Err(format!("device path {} is listed twice", a.path.display()));
             }
         }
-        Ok(())
+        self.serving.validate()
     }
 
     /// Reads and validates `dir/rondo.toml`. The format version is checked
@@ -548,6 +617,51 @@ mod tests {
         declustered.backup_block_bytes = Some(64 * 1024);
         let back: ArrayConfig = toml::from_str(&declustered.to_toml()).unwrap();
         assert_eq!(back, declustered);
+    }
+
+    /// A directory's serving settings are a `[serving]` table, absent when
+    /// they are the defaults; a run's flags override them; out-of-range
+    /// values are refused naming the field.
+    #[test]
+    fn serving_settings_round_trip_override_and_validate() {
+        let c = config();
+        assert!(!c.to_toml().contains("[serving]"), "{}", c.to_toml());
+        let mut s = c.clone();
+        s.serving = ServingSettings {
+            backup_window_rounds: Some(4),
+            overrun_probability: Some(1e-6),
+        };
+        let text = s.to_toml();
+        assert!(
+            text.contains("[serving]") && text.contains("backup_window_rounds = 4"),
+            "{text}"
+        );
+        let back: ArrayConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.serving.backup_window(), 4);
+        let run = s.serving.overridden_by(&ServingSettings {
+            backup_window_rounds: Some(2),
+            overrun_probability: None,
+        });
+        assert_eq!(run.backup_window_rounds, Some(2));
+        assert_eq!(run.overrun_probability, Some(1e-6));
+        assert_eq!(c.serving.backup_window(), 1);
+        let mut bad = s.clone();
+        bad.serving.backup_window_rounds = Some(0);
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .contains("serving.backup_window_rounds 0")
+        );
+        let mut bad = s.clone();
+        bad.serving.overrun_probability = Some(1.5);
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .contains("serving.overrun_probability")
+        );
+        let unknown = text.replace("backup_window_rounds", "backup_window");
+        assert!(toml::from_str::<ArrayConfig>(&unknown).is_err());
     }
 
     #[test]

@@ -36,8 +36,8 @@ pub use catalog::{
     decode_keyframes, encode_client_bytes, encode_keyframes,
 };
 pub use config::{
-    ArrayConfig, ArrayId, CONFIG_FILE, DeviceEntry, DirectoryFlags, FORMAT_VERSION,
-    HEADER_REGION_BYTES, IO_ALIGN_BYTES, StoreConfig,
+    ArrayConfig, ArrayId, BACKUP_WINDOW_ROUNDS_MAX, CONFIG_FILE, DeviceEntry, DirectoryFlags,
+    FORMAT_VERSION, HEADER_REGION_BYTES, IO_ALIGN_BYTES, ServingSettings, StoreConfig,
 };
 pub use device::{AlignedBuf, Device, DeviceError, DeviceHeader, HeaderMismatch, IoMode};
 pub use disk_state::{DISK_STATE_FILE, DiskStates, FailedDisk};
@@ -46,6 +46,6 @@ pub use extent_faults::{EXTENT_FAULTS_FILE, ExtentFaultRecords};
 pub use fsck::{FsckProblem, FsckReport, FsckStatus, LostData, Orphan, ProblemKind, fsck};
 pub use store::{
     LOCK_FILE, LayoutInputs, MAX_TITLE_NAME_BYTES, Store, StoredTitle, TitleMeta, TitleRecord,
-    TitleWriter, checksum, validate_title_name, verify_extent,
+    TitleWriter, checksum, checksum_append, validate_title_name, verify_extent,
 };
 pub use tier_titles::TierTitleRecord;

@@ -75,6 +75,13 @@ pub fn checksum(bytes: &[u8]) -> u32 {
     crc32c::crc32c(bytes)
 }
 
+/// The checksum of the bytes whose checksum is `so_far` followed by
+/// `bytes` (`checksum(a ++ b) == checksum_append(checksum(a), b)`): an
+/// extent read in parts is checked as it would be whole.
+pub fn checksum_append(so_far: u32, bytes: &[u8]) -> u32 {
+    crc32c::crc32c_append(so_far, bytes)
+}
+
 /// Checks `bytes`, read from `extent`'s place on its device, against the
 /// checksum recorded when it was written.
 pub fn verify_extent(extent: &ExtentRecord, bytes: &[u8]) -> Result<()> {
@@ -699,6 +706,20 @@ impl Store {
     /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+
+    /// Records how the directory is served by default (rondo.toml's
+    /// `[serving]` table; temp file, fsync, rename). The loaded
+    /// configuration (`config`) keeps what it was opened with.
+    pub fn set_serving(&self, serving: &crate::config::ServingSettings) -> Result<()> {
+        let dir = &self.inner.dir;
+        let mut config = ArrayConfig::load(dir)?;
+        serving.validate().map_err(|reason| StoreError::BadConfig {
+            path: dir.join(CONFIG_FILE),
+            reason,
+        })?;
+        config.serving = serving.clone();
+        write_config_file(dir, &config)
     }
 
     /// rondo.toml's contents.

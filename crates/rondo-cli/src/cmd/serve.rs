@@ -26,7 +26,7 @@ use rondo_server::ingest::{Unthrottled, ingest_sample_titles};
 use rondo_server::listener::{self, ConnectionLimits};
 use rondo_server::titles::{DEFAULT_DATA_DIR, default_store_config, open_or_create};
 use rondo_server::{DiskTiming, ServerConfig, init_logging, serve_until_signal};
-use rondo_store::DirectoryFlags;
+use rondo_store::{DirectoryFlags, ServingSettings};
 
 use crate::cmd::layout_args::{LayoutArgs, layout_name};
 
@@ -65,9 +65,22 @@ pub struct ServeArgs {
     /// rotational waits taken as independent and uniform and everything
     /// else at the bound's worst case; more streams fit. Without it every
     /// disk-round is guaranteed (the default). Needs a rotating disk
-    /// profile. docs/guarantee.md.
+    /// profile. Stored in a new data directory as its default (rondo.toml's
+    /// `[serving]` table); for an existing one it overrides the directory's
+    /// for this run. docs/guarantee.md.
     #[arg(long, value_name = "P")]
     pub overrun_probability: Option<f64>,
+    /// Under `minimum` reservation: rounds a surviving disk has to read a
+    /// failed disk's backups (default 1: in their own round, seed 000).
+    /// With K > 1 admission reserves per source disk the window's average
+    /// backup time, so more streams fit (docs/experiments/
+    /// failure-tolerance-cost.md), and every stream's first byte waits
+    /// K - 1 rounds, after which its client gets those rounds at once and
+    /// stays K - 1 rounds ahead (in place of the start burst). Stored in a
+    /// new data directory as its default; for an existing one it overrides
+    /// the directory's for this run.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=rondo_store::BACKUP_WINDOW_ROUNDS_MAX as i64))]
+    pub backup_window_rounds: Option<u32>,
     /// Read devices as fast as they go instead of pacing them to the disk
     /// profile. Admission still uses the profile, so the guarantee then
     /// holds only for devices at least that fast.
@@ -159,6 +172,19 @@ fn invocation_for(exe: Option<&std::path::Path>, argv0: &str, under_cargo: bool)
         // Found on PATH (`rondo`) or started by its path: either works again.
         argv0.to_string()
     }
+}
+
+/// "backup window 4 rounds, overrun probability 1e-6", or the defaults'.
+fn serving_summary(serving: &ServingSettings) -> String {
+    let window = match serving.backup_window() {
+        1 => "no backup window".to_string(),
+        k => format!("a backup window of {k} rounds"),
+    };
+    let guarantee = match serving.overrun_probability {
+        None => "the deterministic guarantee".to_string(),
+        Some(p) => format!("overrun probability {p:e}"),
+    };
+    format!("{window} and {guarantee}")
 }
 
 fn now_unix_ns() -> u64 {
@@ -263,6 +289,29 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     for name in store.recovered_titles() {
         eprintln!("removed unfinished title {name:?} left by an interrupted ingest");
     }
+    // How the directory is served: its [serving] table, a new directory's
+    // from this run's flags, an existing one's overridden by them.
+    let flags = ServingSettings {
+        backup_window_rounds: args.backup_window_rounds,
+        overrun_probability: args.overrun_probability,
+    };
+    if created && !flags.is_default() {
+        store.set_serving(&flags).with_context(|| {
+            format!(
+                "recording the serving settings in {}",
+                args.data_dir.display()
+            )
+        })?;
+    }
+    let serving = config.serving.overridden_by(&flags);
+    if !created && serving != config.serving {
+        eprintln!(
+            "serving {} with {} for this run (its rondo.toml says {})",
+            args.data_dir.display(),
+            serving_summary(&serving),
+            serving_summary(&config.serving)
+        );
+    }
     if created && !args.no_samples {
         let stored = ingest_sample_titles(&store, now_unix_ns(), &Unthrottled)
             .context("storing the sample titles")?;
@@ -272,7 +321,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let server_config = ServerConfig {
         listen: args.listen,
         lookahead_rounds: args.lookahead_rounds,
-        guarantee: Guarantee::with_overrun_probability(args.overrun_probability),
+        guarantee: Guarantee::with_overrun_probability(serving.overrun_probability),
+        backup_window_rounds: serving.backup_window(),
         disk_timing: if args.native {
             DiskTiming::Native
         } else {

@@ -89,10 +89,11 @@ pub struct SimulateArgs {
     /// late (its client holds K - 1 rounds more), admission reserves per
     /// source disk the window's average backup time, and after a failure
     /// each survivor reads those backups earliest deadline first, cut
-    /// between rounds at block boundaries. Not yet in `rondo serve`.
-    /// docs/experiments/failure-tolerance-cost.md.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64), conflicts_with = "data_dir")]
-    backup_window_rounds: u32,
+    /// between rounds at block boundaries; a stream's first send waits
+    /// K - 1 rounds. With --data-dir: the directory's setting unless given,
+    /// as to `rondo serve`. docs/experiments/failure-tolerance-cost.md.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=rondo_store::BACKUP_WINDOW_ROUNDS_MAX as i64))]
+    backup_window_rounds: Option<u32>,
     /// Which replica each round of a new stream reads under `minimum`:
     /// `primary` (seed 000, what `rondo serve` does) or `balanced` (per
     /// round, the replica that leaves the two disks' larger reserved time
@@ -105,8 +106,8 @@ pub struct SimulateArgs {
     /// rotational waits taken as independent and uniform, everything else
     /// at the bound's worst case. Without it the guarantee is
     /// deterministic (the default, what `rondo serve` does). Needs the
-    /// rondo bound on a rotating disk. With --data-dir, give it as to
-    /// `rondo serve`. docs/guarantee.md.
+    /// rondo bound on a rotating disk. With --data-dir: the directory's
+    /// setting unless given, as to `rondo serve`. docs/guarantee.md.
     #[arg(long, value_name = "P")]
     overrun_probability: Option<f64>,
     #[command(flatten)]
@@ -372,7 +373,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             };
             config.round_duration_ns = round_ms * NS_PER_MS;
             config.start_choice = args.start_choice;
-            config.backup_window_rounds = args.backup_window_rounds;
+            config.backup_window_rounds = args.backup_window_rounds.unwrap_or(1);
             config.replica_choice = args.replica_choice;
             config.guarantee = Guarantee::with_overrun_probability(args.overrun_probability);
             let titles = titles_with(&args.titles, trace, &config)?;
@@ -735,7 +736,13 @@ fn load_data_dir(
     config.drive_prefetch = args.policy.drive_prefetch();
     config.dynamic_cycle = cycle;
     config.round_robin_counter = array.round_robin_counter;
-    config.guarantee = Guarantee::with_overrun_probability(args.overrun_probability);
+    // How the directory is served, as `rondo serve` resolves it.
+    let serving = array.serving.overridden_by(&rondo_store::ServingSettings {
+        backup_window_rounds: args.backup_window_rounds,
+        overrun_probability: args.overrun_probability,
+    });
+    config.guarantee = Guarantee::with_overrun_probability(serving.overrun_probability);
+    config.backup_window_rounds = serving.backup_window();
     config.bound = BoundKind::Rondo;
     config.round_duration_ns = array.round_duration_ns;
     config.stride_bytes = array.stride_bytes;

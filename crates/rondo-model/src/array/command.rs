@@ -22,6 +22,20 @@ pub struct CommandExtent {
     pub device_offset_bytes: u64,
     pub length_bytes: u64,
     pub crc32c: Option<u32>,
+    /// The extent this one is a part of, when a backup window cut a read
+    /// between rounds (`array::recovery`): a part has no checksum of its
+    /// own, and the executor checks the whole's once its last part is read
+    /// (parts of one extent are read on one disk, in order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub whole: Option<WholeExtent>,
+}
+
+/// An extent as stored, of which a command reads a part.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WholeExtent {
+    pub device_offset_bytes: u64,
+    pub length_bytes: u64,
+    pub crc32c: Option<u32>,
 }
 
 impl CommandExtent {
@@ -85,6 +99,11 @@ pub struct DiskCommand {
     /// a drive-cache pair, read from the cache in its own round); 0: none.
     #[serde(default)]
     pub prefetch_bytes: u64,
+    /// Where this command's bytes start in its piece's: 0 unless a backup
+    /// window cut the piece's read between rounds (`array::recovery`), whose
+    /// later parts start further in.
+    #[serde(default)]
+    pub part_offset_bytes: u64,
 }
 
 impl DiskCommand {

@@ -68,6 +68,8 @@ struct Client {
     taken: u32,
     /// The first round of the client's current stall.
     stalled_since: Option<Round>,
+    /// The round of its first release: its player's clock starts there.
+    first_release: Option<Round>,
 }
 
 impl Client {
@@ -112,6 +114,11 @@ pub(super) struct Deliveries {
     /// round): what late rounds make the server keep beyond double
     /// buffering.
     pub held_behind_late: u64,
+    /// Stream-rounds released after their client needed them: a player
+    /// that starts at its first release and plays a round per round would
+    /// have stalled (a late round, a backup window's recovery beyond the
+    /// client's lead).
+    pub late_releases: u64,
 }
 
 impl Deliveries {
@@ -121,6 +128,7 @@ impl Deliveries {
             clients: BTreeMap::new(),
             over_budget: false,
             held_behind_late: 0,
+            late_releases: 0,
         }
     }
 
@@ -134,6 +142,7 @@ impl Deliveries {
                 ready: BTreeMap::new(),
                 taken: 0,
                 stalled_since: None,
+                first_release: None,
             },
         );
     }
@@ -171,7 +180,7 @@ impl Deliveries {
         };
         client.ready.insert(playback_round, (send_round, replica));
         let mut out = Vec::new();
-        release_due(stream, client, current, &mut out);
+        self.late_releases += release_due(stream, client, current, &mut out);
         out
     }
 
@@ -202,7 +211,7 @@ impl Deliveries {
         let over_budget = self.over_budget;
         self.held_behind_late = 0;
         for (&stream, client) in self.clients.iter_mut() {
-            release_due(stream, client, round, releases);
+            self.late_releases += release_due(stream, client, round, releases);
             // What is left ready and due now waits behind a late round.
             self.held_behind_late += client
                 .ready
@@ -262,14 +271,25 @@ impl Deliveries {
 }
 
 /// Releases `client`'s ready rounds, in order, whose send round is at or
-/// before `current`.
-fn release_due(stream: StreamId, client: &mut Client, current: Round, out: &mut Vec<Release>) {
+/// before `current`; returns how many of them come after the client's
+/// player, started at its first release, needed them.
+fn release_due(
+    stream: StreamId,
+    client: &mut Client,
+    current: Round,
+    out: &mut Vec<Release>,
+) -> u64 {
+    let mut late = 0;
     while let Some(entry) = client.ready.first_entry() {
         let (send_round, replica) = *entry.get();
         if *entry.key() != client.next_release || send_round > current {
             break;
         }
         entry.remove();
+        let first = *client.first_release.get_or_insert(current);
+        if current > first.plus(u64::from(client.released())) {
+            late += 1;
+        }
         out.push(Release {
             stream,
             playback_round: client.next_release,
@@ -277,4 +297,5 @@ fn release_due(stream: StreamId, client: &mut Client, current: Round, out: &mut 
         });
         client.next_release = client.next_release.next();
     }
+    late
 }

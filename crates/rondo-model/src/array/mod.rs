@@ -53,11 +53,12 @@ use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 pub use command::{
     AbortReason, Aborted, BatchPlan, Completion, CompletionOrder, Copy, CopyId, DiskCommand,
     DiskRoundPlan, Effect, FailCause, Miss, Purpose, ReadOutcome, RoundPlan, RoundReady,
-    batch_plan,
+    WholeExtent, batch_plan,
 };
 pub use cycle::{CycleEvent, CycleStatus, DynamicCycle};
 pub use delivery::{DeliveryConfig, Release};
 pub use policy::{OneReadPerStream, RetrievalPolicy};
+pub use recovery::backup_window_unavailable;
 pub use repair::{ExtentFaults, LostRound, Marked, Repairs};
 pub use titles::{ArrayTitle, ExtentChecksums, RoundIndex, RoundPosition};
 pub use writes::{WRITE_LOOKAHEAD_ROUNDS, WriteLoad, WritePrediction, WriteQueue};
@@ -363,6 +364,11 @@ pub struct ArrayCounters {
     /// round of their stream (complete, due, not yet sent in order): the
     /// server buffer late rounds take beyond double buffering.
     pub held_behind_late_max: u64,
+    /// Stream-rounds released after a player started at its stream's first
+    /// release would have played them (`delivery`): client stalls as the
+    /// array sees them. 0 across a failure under a backup window, whose
+    /// clients lead by k - 1 rounds.
+    pub late_releases: u64,
 }
 
 /// The array state machine.
@@ -448,7 +454,10 @@ impl Array {
     }
 
     pub fn counters(&self) -> ArrayCounters {
-        self.counters
+        ArrayCounters {
+            late_releases: self.deliveries.late_releases,
+            ..self.counters
+        }
     }
 
     // ----- time -----
@@ -1089,6 +1098,7 @@ impl Array {
                 device_offset_bytes: x.device_offset_bytes,
                 length_bytes: x.length_bytes,
                 crc32c: sums.and_then(|s| s.get(i).copied()),
+                whole: None,
             })
             .collect();
         Some(DiskCommand {
@@ -1107,6 +1117,7 @@ impl Array {
             charge_ns: read.cost_ns,
             joins_previous: read.joins_previous,
             prefetch_bytes: read.prefetch_bytes,
+            part_offset_bytes: 0,
         })
     }
 
@@ -2037,10 +2048,12 @@ fn copy_command(
                 device_offset_bytes: lbn * crate::units::SECTOR_BYTES,
                 length_bytes: sectors * crate::units::SECTOR_BYTES,
                 crc32c: None,
+                whole: None,
             })
             .collect(),
         charge_ns,
         joins_previous: false,
         prefetch_bytes: 0,
+        part_offset_bytes: 0,
     }
 }

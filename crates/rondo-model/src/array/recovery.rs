@@ -13,10 +13,45 @@
 use std::sync::Arc;
 
 use super::Array;
-use super::command::{CommandExtent, DiskCommand, Purpose};
+use super::command::{CommandExtent, DiskCommand, Purpose, WholeExtent};
 use crate::layout::Replica;
 use crate::reservation::{BackupWindow, Bound, RecoveryBacklog, RecoveryRead};
 use crate::units::{DiskIndex, Round};
+
+/// Why a backup window of `rounds` rounds cannot be used with this
+/// scheme and these retrieval settings (`None`: it can, or none is asked).
+/// The simulator and the server refuse such a configuration.
+///
+/// - It spreads `minimum`'s failure reservation; the other schemes reserve
+///   for a failure differently or not at all.
+/// - Its client lead is a plain stream's held first send
+///   (`reservation::shape`): read groups and drive-cache pairs read and
+///   send on other schedules, and a pair whose cached block a rebuilt disk
+///   lost is read from its backup within its own round, which a spread
+///   reservation does not cover. The dynamic cycle regroups streams.
+pub fn backup_window_unavailable(
+    rounds: u32,
+    scheme: crate::reservation::Scheme,
+    group_rounds: u32,
+    prefetch: super::DrivePrefetch,
+    dynamic_cycle: bool,
+) -> Option<String> {
+    if rounds <= 1 {
+        None
+    } else if scheme != crate::reservation::Scheme::Minimum {
+        Some(format!(
+            "a backup window applies to the minimum scheme only (this one: {scheme})"
+        ))
+    } else if group_rounds > 1 || prefetch != super::DrivePrefetch::None || dynamic_cycle {
+        Some(
+            "a backup window needs one round per read (--policy sweep): read groups, \
+             drive-cache prefetching and the dynamic cycle do not combine with it yet"
+                .into(),
+        )
+    } else {
+        None
+    }
+}
 
 /// The survivors' recovery backlogs (empty unless a window is configured).
 #[derive(Debug)]
@@ -62,7 +97,9 @@ impl RecoveryCommand {
     }
 
     /// The command's extents cut after `bytes`: the first part's and the
-    /// rest's (a cut extent's checksum covers neither part).
+    /// rest's. A cut extent's checksum covers neither part: both name the
+    /// extent as stored (`CommandExtent::whole`), whose checksum the
+    /// executor checks once it has read the last part.
     fn cut(&self, bytes: u64) -> (Vec<CommandExtent>, Vec<CommandExtent>) {
         let (mut first, mut rest) = (Vec::new(), Vec::new());
         let mut left = bytes;
@@ -73,15 +110,22 @@ impl RecoveryCommand {
             } else if left == 0 {
                 rest.push(*x);
             } else {
+                let whole = x.whole.or(Some(WholeExtent {
+                    device_offset_bytes: x.device_offset_bytes,
+                    length_bytes: x.length_bytes,
+                    crc32c: x.crc32c,
+                }));
                 first.push(CommandExtent {
                     device_offset_bytes: x.device_offset_bytes,
                     length_bytes: left,
                     crc32c: None,
+                    whole,
                 });
                 rest.push(CommandExtent {
                     device_offset_bytes: x.device_offset_bytes + left,
                     length_bytes: x.length_bytes - left,
                     crc32c: None,
+                    whole,
                 });
                 left = 0;
             }
@@ -113,16 +157,21 @@ impl RecoveryRead for RecoveryCommand {
             return None;
         }
         let (first, rest) = self.cut(lo * self.block_bytes);
-        let part = |extents: Vec<CommandExtent>| RecoveryCommand {
+        let offset = self.command.part_offset_bytes;
+        let part = |extents: Vec<CommandExtent>, part_offset_bytes: u64| RecoveryCommand {
             command: DiskCommand {
                 charge_ns: Self::charge_of(&self.bound, &extents),
                 extents,
+                part_offset_bytes,
                 ..self.command.clone()
             },
             bound: Arc::clone(&self.bound),
             block_bytes: self.block_bytes,
         };
-        Some((part(first), part(rest)))
+        Some((
+            part(first, offset),
+            part(rest, offset + lo * self.block_bytes),
+        ))
     }
 }
 
@@ -229,6 +278,7 @@ mod tests {
                 device_offset_bytes: offset,
                 length_bytes: length,
                 crc32c: Some(7),
+                whole: None,
             })
             .collect();
         RecoveryCommand {
@@ -248,6 +298,7 @@ mod tests {
                 extents,
                 joins_previous: false,
                 prefetch_bytes: 0,
+                part_offset_bytes: 0,
             },
             bound: Arc::new(bound.clone()),
             block_bytes: 16384,
@@ -289,5 +340,36 @@ mod tests {
         assert!(first.charge_ns() + rest.charge_ns() <= whole + split_ns);
         // Nothing fits in less than a block's charge.
         assert!(job.split(1).is_none());
+        // Each part starts where the one before it ended, and every part
+        // of a cut extent names it whole, with its checksum, through a
+        // second cut too.
+        assert_eq!(first.command.part_offset_bytes, 0);
+        assert_eq!(rest.command.part_offset_bytes, bytes(&first));
+        let (second, third) = rest.split(rest.charge_ns() / 2).expect("a block fits");
+        assert_eq!(second.command.part_offset_bytes, bytes(&first));
+        assert_eq!(
+            third.command.part_offset_bytes,
+            bytes(&first) + bytes(&second)
+        );
+        for part in [&first, &rest, &second, &third] {
+            for x in &part.command.extents {
+                match x.whole {
+                    None => assert_eq!(x.crc32c, Some(7), "an uncut extent keeps its checksum"),
+                    Some(w) => {
+                        assert_eq!(x.crc32c, None);
+                        assert_eq!(w.crc32c, Some(7));
+                        assert!(
+                            w.device_offset_bytes <= x.device_offset_bytes
+                                && x.device_offset_bytes + x.length_bytes
+                                    <= w.device_offset_bytes + w.length_bytes
+                        );
+                        assert!(
+                            [(0, 24 * 16384), (2 << 20, 16 * 16384)]
+                                .contains(&(w.device_offset_bytes, w.length_bytes))
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -1423,11 +1423,13 @@ fn adjacent_extents_of_a_round_and_of_a_group_are_one_request() {
                 device_offset_bytes: at,
                 length_bytes: len,
                 crc32c: None,
+                whole: None,
             })
             .collect(),
         charge_ns: 0,
         joins_previous,
         prefetch_bytes: 0,
+        part_offset_bytes: 0,
     };
     const K: u64 = 1024;
     let commands = [
@@ -1548,4 +1550,79 @@ fn a_write_is_predicted_mid_round_within_the_tables_window() {
             a.complete(&ok(c));
         }
     }
+}
+
+/// Under a backup window of k = 3 rounds a stream's first send waits two
+/// rounds and then sends the rounds read so far at once. After a disk
+/// fails, a backup read completed two rounds after its round is neither a
+/// miss (it is due at r + 2) nor late for the client: a player started at
+/// the first byte gets every round in time (`late_releases` 0).
+#[test]
+fn a_backup_window_lead_keeps_a_late_recovered_round_in_time_for_the_client() {
+    let mut cfg = config(4, Scheme::Minimum);
+    let bound = Bound::Paper(PaperBound::seed000_table2());
+    cfg.reservation
+        .set_backup_window(crate::reservation::BackupWindow::new(3, &bound, 16 * KIB));
+    let mut a = Array::new(cfg);
+    let mut allocator = ArrayAllocator::uniform(4, 1000);
+    a.add_title(title(0, 4, 0, &[100 * KIB; 10], &mut allocator));
+    let s = a.admit(&whole(0)).unwrap();
+    assert_eq!(s.start_round, Round(0));
+    let mut held: Vec<(Round, DiskCommand)> = Vec::new();
+    let mut release_rounds = BTreeMap::new();
+    let mut recovered = 0;
+    for r in 0..16u64 {
+        let round = Round(r);
+        if r == 2 {
+            a.fail_disk(DiskIndex(3), FailCause::Operator).unwrap();
+        }
+        let plan = a.begin_round(round);
+        assert!(plan.missed.is_empty(), "round {r}: {:?}", plan.missed);
+        let mut releases: Vec<Release> = plan.releases.clone();
+        for c in deliveries(&plan) {
+            let Purpose::Deliver { replica, .. } = c.purpose else {
+                unreachable!()
+            };
+            if replica == Replica::Backup {
+                // Done in the window's last round.
+                recovered += 1;
+                held.push((round.plus(2), c.clone()));
+            } else {
+                releases.extend(released_by(a.complete(&ok(c))));
+            }
+        }
+        let due: Vec<DiskCommand> = held
+            .extract_if(.., |(at, _)| *at == round)
+            .map(|(_, c)| c)
+            .collect();
+        for c in due {
+            releases.extend(released_by(a.complete(&ok(&c))));
+        }
+        for rel in releases {
+            release_rounds.insert(rel.playback_round.0, r);
+        }
+        a.client_took(s.stream, release_rounds.len() as u32);
+    }
+    // Disk 3 held playback rounds 3 and 7: both read from backlogs.
+    assert_eq!(recovered, 2);
+    assert_eq!(a.counters().window_recoveries, 2);
+    // The first send waits k - 1 = 2 rounds past a plain stream's (round 1).
+    assert_eq!(release_rounds[&0], 3, "{release_rounds:?}");
+    for (p, at) in &release_rounds {
+        assert!(*at <= 3 + u64::from(*p), "round {p} released in {at}");
+    }
+    assert_eq!(release_rounds.len(), 10, "{release_rounds:?}");
+    assert_eq!(a.counters().late_releases, 0);
+    assert_eq!(a.counters().stream_round_misses, 0);
+    a.check_invariants();
+}
+
+fn released_by(effects: Vec<Effect>) -> Vec<Release> {
+    effects
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Released(r) => Some(r),
+            _ => None,
+        })
+        .collect()
 }

@@ -182,6 +182,7 @@ fn round_writes(
             device_offset_bytes: x.device_offset_bytes,
             length_bytes: x.length_bytes,
             crc32c: None,
+            whole: None,
         };
         out.push(DiskCommand {
             disk,
@@ -195,6 +196,7 @@ fn round_writes(
             extents: vec![extent],
             joins_previous: false,
             prefetch_bytes: 0,
+            part_offset_bytes: 0,
         });
     };
     for x in l.primary.as_slice() {

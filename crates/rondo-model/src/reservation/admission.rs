@@ -193,7 +193,12 @@ impl Reservations {
         }
         let (first, end) = (first_playback_round, end_playback_round);
         let grouping = charges.grouping();
-        let plain = Shape::new(first, end, 0, grouping);
+        // Under a backup window of k rounds a stream's client leads by
+        // k - 1 rounds, which a plain stream with its first send held
+        // provides; a start burst would send rounds read in its first round
+        // before they could be recovered, so there is none.
+        let lead = (self.spread_window() - 1) as usize;
+        let plain = Shape::new(first, end, 0, grouping).with_lead(lead);
         // Largest first: the whole span (or the burst by time), the burst
         // by time, the plain stream.
         let mut shapes = vec![plain];
@@ -202,7 +207,7 @@ impl Reservations {
             Shape::burst_rounds(&charges, first, end, burst.rounds as usize, burst.bytes),
         ] {
             let shape = Shape::new(first, end, k, grouping);
-            if k > 0 && shape != shapes[0] {
+            if k > 0 && lead == 0 && shape != shapes[0] {
                 shapes.insert(0, shape);
             }
         }

@@ -448,6 +448,10 @@ pub struct StreamSpan {
     pub pairs_from: PlaybackRound,
     /// The playback round after the last that may be read in a pair.
     pub pairs_end: PlaybackRound,
+    /// Rounds its first send waits beyond a plain stream's: the client's
+    /// lead under a backup window (`reservation::shape`); 0 in seed 000.
+    #[serde(default)]
+    pub lead_rounds: u32,
 }
 
 impl StreamSpan {
@@ -462,6 +466,7 @@ impl StreamSpan {
             pairs: self.pairs,
             pairs_from: self.pairs_from.index(),
             pairs_end: self.pairs_end.index(),
+            lead: self.lead_rounds as usize,
         }
     }
 
@@ -650,6 +655,7 @@ impl Reservations {
             pairs: r.shape.pairs,
             pairs_from: PlaybackRound(r.shape.pairs_from as u32),
             pairs_end: PlaybackRound(r.shape.pairs_end as u32),
+            lead_rounds: r.shape.lead as u32,
         })
     }
 

@@ -23,6 +23,14 @@
 //! stream would: the rest of the group waits in the server buffer. A stream
 //! that starts mid-group reads the rest of that group in its first round.
 //! Groups and a start burst are exclusive (a grouped stream has no burst).
+//!
+//! A plain stream may have a **lead** of L rounds (a backup window of
+//! k = L + 1 rounds, `reservation::window`): it reads as a plain stream but
+//! sends nothing before stream round L + 1, when every round read so far
+//! goes at once, and from then on as a plain stream. Its client is then L
+//! rounds ahead of what it plays, so a backup read recovered up to L rounds
+//! late reaches it in time; the rounds held for the lead are charged to the
+//! server buffer until they are sent.
 
 use std::ops::Range;
 
@@ -72,6 +80,9 @@ pub(crate) struct Shape {
     /// The playback round after the last that may be read in a pair:
     /// `end`, or where a switched stream's partner ends.
     pub pairs_end: usize,
+    /// Rounds the first send waits beyond a plain stream's (a plain,
+    /// ungrouped stream's only; 0: none, as in seed 000).
+    pub lead: usize,
 }
 
 impl Shape {
@@ -97,7 +108,17 @@ impl Shape {
             pairs: false,
             pairs_from: first,
             pairs_end: end,
+            lead: 0,
         }
+    }
+
+    /// This plain, ungrouped shape sending nothing before stream round
+    /// `lead + 1` (see the module docs); other shapes are returned as they are.
+    pub fn with_lead(self, lead: usize) -> Shape {
+        if self.is_burst() || self.is_grouped() || self.pairs {
+            return self;
+        }
+        Shape { lead, ..self }
     }
 
     /// This shape reading in drive-cache pairs (a plain stream's only: no
@@ -265,7 +286,7 @@ impl Shape {
         } else if self.is_burst() {
             self.read_offset(i) + 1
         } else {
-            i - self.first + 1
+            (i - self.first + 1).max(self.lead + 1)
         }
     }
 
@@ -314,6 +335,9 @@ impl Shape {
         if self.is_burst() {
             // A plain stream started a round earlier, from the same end.
             (plain - 1).max(1)
+        } else if self.lead > 0 {
+            // A span read before its first send is held until then.
+            plain.max(self.lead + 2)
         } else {
             plain
         }
@@ -332,6 +356,21 @@ impl Shape {
 
     /// Server buffer held and bytes sent in stream round `q`.
     pub fn charges_at(&self, charges: &TitleCharges, q: usize) -> (u64, u64) {
+        if self.lead > 0 && q <= self.lead + 1 {
+            // Every round read so far is held until the first send, in
+            // stream round lead + 1, which sends them all.
+            let read_end = (self.first + q + 1).min(self.end);
+            let buffer = charges.read_bytes[self.first..read_end].iter().sum();
+            let network = if q == self.lead + 1 {
+                let sent_end = (self.first + self.lead + 1).min(self.end);
+                (self.first..sent_end)
+                    .map(|i| charges.network_bytes[i + 1])
+                    .sum()
+            } else {
+                0
+            };
+            return (buffer, network);
+        }
         if !self.is_burst() {
             let i = self.first + q;
             return (charges.buffer_bytes[i], charges.network_bytes[i]);
@@ -399,6 +438,54 @@ mod tests {
             group_rounds: 3,
         },
     ];
+
+    /// A lead of L rounds: reads are a plain stream's; the first send is
+    /// in stream round L + 1 and sends every round read by then; each round
+    /// reaches the client at least L rounds before it plays (a backup read
+    /// recovered up to L rounds late is in time); the held rounds are
+    /// charged to the buffer until then, and what is sent in all is the
+    /// client's bytes of the span.
+    #[test]
+    fn a_lead_holds_the_first_send_and_keeps_the_client_ahead() {
+        let c = charges(12);
+        let r = |i: usize| c.read_bytes[i];
+        for first in 0..12 {
+            for end in first + 1..=12 {
+                let plain = Shape::new(first, end, 0, Grouping::NONE);
+                for lead in 0..6 {
+                    let led = plain.with_lead(lead);
+                    let first_send = led.send_offset(first);
+                    assert_eq!(first_send, lead + 1, "{led:?}");
+                    for i in first..end {
+                        assert_eq!(led.read_offset(i), plain.read_offset(i));
+                        // The client plays round i at first_send + (i - first),
+                        // and has it once its read, up to `lead` rounds late,
+                        // is done.
+                        let plays_at = first_send + (i - first);
+                        assert!(led.read_offset(i) + lead < plays_at, "{led:?} {i}");
+                        assert!(led.send_offset(i) <= plays_at);
+                        assert!(led.send_offset(i) < led.stream_rounds(&c));
+                    }
+                    let sent: u64 = (0..led.stream_rounds(&c))
+                        .map(|q| led.charges_at(&c, q).1)
+                        .sum();
+                    if lead > 0 {
+                        let client: u64 = (first..end).map(|i| c.network_bytes[i + 1]).sum();
+                        assert_eq!(sent, client, "{led:?}");
+                    }
+                    if lead > 0 {
+                        // Held until the first send: everything read so far.
+                        let held: u64 = (first..(first + lead + 1).min(end)).map(r).sum();
+                        assert_eq!(led.charges_at(&c, lead).0, held, "{led:?}");
+                        assert_eq!(led.charges_at(&c, lead).1, 0);
+                    }
+                }
+            }
+        }
+        // Shapes that send on other schedules keep them.
+        let burst = Shape::new(0, 10, 3, Grouping::NONE);
+        assert_eq!(burst.with_lead(2), burst);
+    }
 
     /// Every playback round is read exactly once, in the round `read_offset`
     /// says, and sent no earlier than it is read.

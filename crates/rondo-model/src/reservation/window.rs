@@ -56,6 +56,16 @@ impl Default for BackupWindow {
 }
 
 impl BackupWindow {
+    /// A window of `rounds` rounds for reads charged by `bound`, cut at
+    /// blocks of `block_bytes` (the data directory's B_l).
+    pub fn new(rounds: u32, bound: &super::Bound, block_bytes: u64) -> BackupWindow {
+        BackupWindow {
+            rounds: rounds.max(1),
+            split_ns: bound.split_ns(block_bytes),
+            block_bytes,
+        }
+    }
+
     /// Whether backup time is spread over more than one round.
     pub fn is_spread(&self) -> bool {
         self.rounds > 1

@@ -377,6 +377,18 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         g(&metrics.rounds_lost),
     );
     w.single(
+        "rondo_window_recoveries_total",
+        "counter",
+        "A failed disk's backup reads done from a survivor's backlog over the backup window.",
+        g(&metrics.window_recoveries),
+    );
+    w.single(
+        "rondo_window_splits_total",
+        "counter",
+        "Backup reads cut at a block boundary between rounds of the backup window.",
+        g(&metrics.window_splits),
+    );
+    w.single(
         "rondo_recovery_misses_total",
         "counter",
         "Stream-rounds recovered after a read error that were late (planned reads' misses are rondo_deadline_misses_total).",
