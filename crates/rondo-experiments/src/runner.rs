@@ -100,6 +100,10 @@ pub struct PointResult {
     pub window_splits: u64,
     #[serde(default)]
     pub held_behind_late_max: u64,
+    /// Stream-rounds released after a player started at its first byte
+    /// needed them (sum; `ArrayCounters::late_releases`).
+    #[serde(default)]
+    pub late_releases: u64,
     /// Mean over the replications where it finished: rounds from a
     /// rebuild's start to the disk serving again, and from an ingest's start
     /// to its last round granted.
@@ -316,6 +320,7 @@ fn summarise(point: &Point, runs: &[SimResult], metric: &str) -> Result<PointRes
             .map(|r| r.held_behind_late_max)
             .max()
             .unwrap_or(0),
+        late_releases: runs.iter().map(|r| r.late_releases).sum(),
         mean_rebuild_rounds: mean_of_some(runs.iter().map(|r| r.rebuild_rounds)),
         mean_ingest_rounds: mean_of_some(runs.iter().map(|r| r.ingest_rounds)),
     })

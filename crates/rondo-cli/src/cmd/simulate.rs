@@ -633,6 +633,10 @@ fn print_report(report: &Report) {
         table.add_row(row("  most rounds held behind a late one", &|r| {
             r.held_behind_late_max.to_string()
         }));
+        table.add_row(row(
+            "  rounds late for a player started at its first byte",
+            &|r| r.late_releases.to_string(),
+        ));
     }
     if p.mean_cycle_group_rounds.is_some() {
         table.add_row(row("dynamic cycle, mean (rounds per read)", &|r| {
