@@ -299,7 +299,8 @@ pub struct SimResult {
     /// an arrival falls, on average, half-way through the round in which it
     /// is offered (`mean_startup_delay_rounds` counts from that round's
     /// start), and the first data goes out at the start of the round after
-    /// the first read: `(mean_startup_delay_rounds + 1/2)·T`.
+    /// the first read, k − 1 rounds later under a backup window of k rounds
+    /// (its client's lead): `(mean_startup_delay_rounds + 1/2 + k − 1)·T`.
     #[serde(default)]
     pub mean_startup_latency_s: f64,
     /// λ, arrivals per round, and μ of equation 1.
@@ -1557,6 +1558,16 @@ impl Measure {
     ) -> SimResult {
         let per_round = |x: f64| x / self.observed_rounds.max(1) as f64;
         let cycle = array.array.cycle_status();
+        // A backup window holds every stream's first send k - 1 rounds.
+        let lead_rounds = f64::from(
+            array
+                .array
+                .config()
+                .reservation
+                .backup_window_in_force()
+                .rounds
+                - 1,
+        );
         SimResult {
             mean_active_streams: active_sum as f64 / rounds_measured.max(1) as f64,
             arrivals: self.arrivals,
@@ -1567,7 +1578,8 @@ impl Measure {
                 / self.admitted.max(1) as f64,
             mean_startup_latency_s: (self.startup_delay_rounds as f64
                 / self.admitted.max(1) as f64
-                + 0.5)
+                + 0.5
+                + lead_rounds)
                 * round_duration_s,
             arrival_rate_per_round: array.arrival_rate_per_round,
             mu_per_round: array.mu_per_round,
