@@ -360,6 +360,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             config.disk_profile,
             config.round_duration_ns / NS_PER_MS
         );
+        println!(
+            "  failure tolerance: {} reservation, {}",
+            config.scheme,
+            serving_summary(&serving)
+        );
+        if serving.backup_window() > 1 {
+            println!(
+                "    (each stream's first byte waits {} rounds; its player then stays that far ahead)",
+                serving.backup_window() - 1
+            );
+        }
         println!("  player: {url}/");
         println!("  API:    {url}/api  (titles: {url}/api/titles)");
         let token_file = data_dir.join(rondo_server::auth::TOKEN_FILE);
