@@ -220,12 +220,12 @@ impl RunningServer {
             &bound,
             array.block_bytes,
         ));
-        if config.backup_window_rounds > 1 && !config.start_burst.is_zero() {
+        let lead_rounds = reservation.backup_window_in_force().lead_rounds();
+        if lead_rounds > 0 && !config.start_burst.is_zero() {
             tracing::info!(
                 backup_window_rounds = config.backup_window_rounds,
-                "with a backup window, a stream's first send waits {} rounds and then sends \
-                 them all at once, in place of the start burst",
-                config.backup_window_rounds - 1
+                "with a backup window, a stream's first send waits {lead_rounds} rounds and \
+                 then sends them all at once, in place of the start burst"
             );
         }
         // What admission guarantees (docs/guarantee.md).

@@ -1565,8 +1565,7 @@ impl Measure {
                 .config()
                 .reservation
                 .backup_window_in_force()
-                .rounds
-                - 1,
+                .lead_rounds(),
         );
         SimResult {
             mean_active_streams: active_sum as f64 / rounds_measured.max(1) as f64,

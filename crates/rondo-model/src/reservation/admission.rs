@@ -197,18 +197,20 @@ impl Reservations {
         // k - 1 rounds, which a plain stream with its first send held
         // provides; a start burst would send rounds read in its first round
         // before they could be recovered, so there is none.
-        let lead = (self.spread_window() - 1) as usize;
+        let lead = self.config.backup_window_in_force().lead_rounds() as usize;
         let plain = Shape::new(first, end, 0, grouping).with_lead(lead);
         // Largest first: the whole span (or the burst by time), the burst
         // by time, the plain stream.
         let mut shapes = vec![plain];
-        for k in [
-            burst.rounds as usize,
-            Shape::burst_rounds(&charges, first, end, burst.rounds as usize, burst.bytes),
-        ] {
-            let shape = Shape::new(first, end, k, grouping);
-            if k > 0 && lead == 0 && shape != shapes[0] {
-                shapes.insert(0, shape);
+        if lead == 0 {
+            for k in [
+                burst.rounds as usize,
+                Shape::burst_rounds(&charges, first, end, burst.rounds as usize, burst.bytes),
+            ] {
+                let shape = Shape::new(first, end, k, grouping);
+                if k > 0 && shape != shapes[0] {
+                    shapes.insert(0, shape);
+                }
             }
         }
         let paired = plain.with_pairs();

@@ -66,6 +66,13 @@ impl BackupWindow {
         }
     }
 
+    /// Rounds every stream's first send waits under this window (k − 1):
+    /// its client's lead, so that a backup round recovered that late
+    /// still reaches it in time (`reservation::shape`).
+    pub fn lead_rounds(&self) -> u32 {
+        self.rounds.max(1) - 1
+    }
+
     /// Whether backup time is spread over more than one round.
     pub fn is_spread(&self) -> bool {
         self.rounds > 1
