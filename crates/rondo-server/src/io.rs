@@ -53,7 +53,7 @@ use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::command::CommandExtent;
 use rondo_model::array::{Completion, DiskCommand, Purpose, ReadOutcome, batch_plan};
 use rondo_model::disk::{CommandTiming, Disk, Scheduler};
-use rondo_model::units::{DiskIndex, Round};
+use rondo_model::units::{DiskIndex, Round, StreamId};
 use rondo_store::{checksum, checksum_append};
 
 use crate::storage::{ReadOp, Storage};
@@ -262,14 +262,15 @@ fn checked(disk: DiskIndex, extent: &CommandExtent, data: &[u8]) -> ReadOutcome 
 }
 
 /// The checksums of extents a backup window cut between rounds
-/// (`CommandExtent::whole`), carried from part to part: a disk reads an
-/// extent's parts in order, in its own rounds, and the whole's checksum is
-/// checked when its last part is read.
+/// (`CommandExtent::whole`), carried from part to part: a disk reads one
+/// stream's parts of an extent in order, in its own rounds, and the
+/// whole's checksum is checked when its last part is read.
 #[derive(Default)]
 struct PartialChecks {
-    /// By the whole extent's device offset: the bytes checked so far and
-    /// their CRC32C.
-    running: HashMap<u64, (u64, u32)>,
+    /// By stream and whole extent's device offset (streams of one title
+    /// read the same extents, and their parts interleave): the bytes
+    /// checked so far and their CRC32C.
+    running: HashMap<(StreamId, u64), (u64, u32)>,
 }
 
 /// Wholes whose parts stopped coming (their stream ended between parts)
@@ -278,17 +279,24 @@ struct PartialChecks {
 const PARTIAL_CHECKS_MAX: usize = 4096;
 
 impl PartialChecks {
-    /// Checks one extent's bytes as read: against its own checksum, or,
-    /// for a part of a cut extent, carried on to the whole's.
-    fn check(&mut self, disk: DiskIndex, extent: &CommandExtent, data: &[u8]) -> ReadOutcome {
-        let Some(whole) = extent.whole else {
+    /// Checks one extent's bytes as read for `command`: against its own
+    /// checksum, or, for a part of a cut extent, carried on to the whole's.
+    fn check(
+        &mut self,
+        disk: DiskIndex,
+        command: &DiskCommand,
+        extent: &CommandExtent,
+        data: &[u8],
+    ) -> ReadOutcome {
+        let (Some(whole), Purpose::Deliver { stream, .. }) = (extent.whole, command.purpose) else {
             return checked(disk, extent, data);
         };
+        let key = (stream, whole.device_offset_bytes);
         let at = extent.device_offset_bytes - whole.device_offset_bytes;
         let so_far = if at == 0 {
             Some(0)
         } else {
-            match self.running.remove(&whole.device_offset_bytes) {
+            match self.running.remove(&key) {
                 Some((checked_bytes, crc)) if checked_bytes == at => Some(crc),
                 _ => None,
             }
@@ -306,7 +314,7 @@ impl PartialChecks {
             if self.running.len() >= PARTIAL_CHECKS_MAX {
                 self.running.clear();
             }
-            self.running.insert(whole.device_offset_bytes, (end, crc));
+            self.running.insert(key, (end, crc));
             return ReadOutcome::Ok;
         }
         match whole.crc32c {
@@ -542,7 +550,9 @@ impl Worker {
             }
             let outcome = match result {
                 Err(err) => ReadOutcome::IoError(err.to_string()),
-                Ok(()) => self.partials.check(self.disk, extent, op.buf),
+                Ok(()) => self
+                    .partials
+                    .check(self.disk, &batch.commands[c], extent, op.buf),
             };
             if outcome != ReadOutcome::Ok {
                 state.failures[c] = Some(outcome);
@@ -668,8 +678,8 @@ mod tests {
     use rondo_model::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
     /// An extent read in three parts is checked against its whole
-    /// checksum when its last part is read; a corrupt part or a part read
-    /// without the ones before it is an error.
+    /// checksum when its last part is read, for each stream reading it; a
+    /// corrupt part or a part read without the ones before it is an error.
     #[test]
     fn an_extent_read_in_parts_is_checked_whole() {
         let data: Vec<u8> = (0..3 * 16384u32).map(|i| (i * 7 % 251) as u8).collect();
@@ -686,10 +696,15 @@ mod tests {
         };
         let cuts = [(0, 16384), (16384, 8192), (24576, 24576)];
         let disk = DiskIndex(2);
+        let (one, two) = (read(1, 0, 0), read(2, 0, 0));
         let mut checks = PartialChecks::default();
+        // Two streams of one title read the same extent in parts, their
+        // parts interleaved: each is checked on its own.
         for &(at, len) in &cuts {
-            let outcome = checks.check(disk, &part(at, len), &data[at..at + len]);
-            assert_eq!(outcome, ReadOutcome::Ok, "part at {at}");
+            for command in [&one, &two] {
+                let outcome = checks.check(disk, command, &part(at, len), &data[at..at + len]);
+                assert_eq!(outcome, ReadOutcome::Ok, "part at {at}");
+            }
         }
         assert!(checks.running.is_empty(), "a whole checked is forgotten");
         // One corrupt byte in the middle part: the last part reports it.
@@ -697,7 +712,7 @@ mod tests {
         bad[20000] ^= 1;
         let outcomes: Vec<ReadOutcome> = cuts
             .iter()
-            .map(|&(at, len)| checks.check(disk, &part(at, len), &bad[at..at + len]))
+            .map(|&(at, len)| checks.check(disk, &one, &part(at, len), &bad[at..at + len]))
             .collect();
         assert_eq!(outcomes[..2], [ReadOutcome::Ok, ReadOutcome::Ok]);
         assert!(
@@ -707,7 +722,7 @@ mod tests {
         // A later part without the first: not checkable, an error.
         let (at, len) = cuts[1];
         assert!(matches!(
-            checks.check(disk, &part(at, len), &data[at..at + len]),
+            checks.check(disk, &one, &part(at, len), &data[at..at + len]),
             ReadOutcome::IoError(_)
         ));
         // An uncut extent is checked against its own checksum as before.
@@ -717,9 +732,12 @@ mod tests {
             crc32c: Some(checksum(&data[..16384])),
             whole: None,
         };
-        assert_eq!(checks.check(disk, &own, &data[..16384]), ReadOutcome::Ok);
+        assert_eq!(
+            checks.check(disk, &one, &own, &data[..16384]),
+            ReadOutcome::Ok
+        );
         assert!(matches!(
-            checks.check(disk, &own, &bad[16384..32768]),
+            checks.check(disk, &one, &own, &bad[16384..32768]),
             ReadOutcome::BadChecksum(_)
         ));
     }
