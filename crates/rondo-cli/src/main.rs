@@ -58,6 +58,10 @@ enum Command {
     /// Operator actions on a running server: fail, replace and restore disks.
     #[command(subcommand)]
     Admin(cmd::admin::AdminCommand),
+    /// A cluster's nodes on separate hosts (seed 001): a storage node reads
+    /// its disks for a `rondo serve --storage-node` manager over gRPC.
+    #[command(subcommand)]
+    Node(cmd::node::NodeCommand),
 }
 
 fn main() {
@@ -74,6 +78,7 @@ fn main() {
         Command::Bench(c) => cmd::bench::run(c),
         Command::Load(a) => cmd::load::run(a),
         Command::Admin(c) => cmd::admin::run(c),
+        Command::Node(c) => cmd::node::run(c),
     };
     if let Err(err) = result {
         eprintln!("rondo: error: {err:#}");

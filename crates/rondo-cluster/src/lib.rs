@@ -21,6 +21,11 @@
 pub mod coord;
 pub mod etcd;
 pub mod keys;
+pub mod remote;
+pub mod storage_node;
+pub mod wire;
 
 pub use coord::{CoordError, Coordinator, Leadership, Recorded, StreamRecord};
 pub use keys::{ClusterKeys, Role};
+pub use remote::{RemoteError, StorageNodes};
+pub use storage_node::{StorageNodeConfig, StorageNodeService};

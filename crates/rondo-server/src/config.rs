@@ -124,6 +124,10 @@ pub struct ServerConfig {
     pub request_body_bytes_max: usize,
     /// Largest upload (`POST /api/admin/titles`); 0: no limit.
     pub upload_bytes_max: u64,
+    /// Disks read by storage nodes elsewhere (a cluster's manager), not by
+    /// threads here; `None`: every disk is read here.
+    #[serde(skip)]
+    pub remote_disks: Option<crate::executor::RemoteDisks>,
 }
 
 /// Default largest request body outside uploads: no route but the upload
@@ -153,6 +157,7 @@ impl Default for ServerConfig {
             connections: Default::default(),
             request_body_bytes_max: DEFAULT_REQUEST_BODY_BYTES_MAX,
             upload_bytes_max: DEFAULT_UPLOAD_BYTES_MAX,
+            remote_disks: None,
         }
     }
 }

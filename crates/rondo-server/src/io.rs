@@ -616,6 +616,7 @@ struct BatchState {
 /// drops them: back to the pool).
 fn deliver(command: &DiskCommand, data: Option<PooledBuf>, queue: Option<&PieceSender>) {
     let Purpose::Deliver {
+        stream,
         playback_round,
         replica,
         piece,
@@ -626,6 +627,7 @@ fn deliver(command: &DiskCommand, data: Option<PooledBuf>, queue: Option<&PieceS
     };
     if let (Some(data), Some(queue)) = (data, queue) {
         let _ = queue.send(Piece {
+            stream,
             playback_round,
             replica,
             piece,

@@ -18,6 +18,7 @@
 pub mod auth;
 pub mod buffers;
 pub mod config;
+pub mod executor;
 pub mod gate;
 pub mod http;
 pub mod ingest;

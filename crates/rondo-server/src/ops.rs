@@ -352,6 +352,15 @@ pub fn disks_json(shared: &Shared, core: &Core, with_paths: bool) -> Value {
             if with_paths {
                 entry["path"] = devices[disk.index()].path().display().to_string().into();
             }
+            // A cluster's disk: the storage node that reads it.
+            if let Some(node) = shared
+                .config
+                .remote_disks
+                .as_ref()
+                .and_then(|remote| remote.0.location(disk))
+            {
+                entry["node"] = node.into();
+            }
             entry
         })
         .collect();

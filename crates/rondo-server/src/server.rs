@@ -18,11 +18,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rondo_model::array::{
-    Array, ArrayConfig, DeliveryConfig, DrivePrefetch, DynamicCycle, backup_window_unavailable,
-    rondo_write_bound,
+    Array, ArrayConfig, DeliveryConfig, DrivePrefetch, DynamicCycle, FailCause,
+    backup_window_unavailable, rondo_write_bound,
 };
 use rondo_model::disk::{Disk, DiskError, profile_by_name};
-use rondo_model::health::HealthPolicy;
+use rondo_model::health::{DiskState, HealthPolicy};
 use rondo_model::reservation::{BackupWindow, Burst, ReservationConfig};
 use rondo_model::units::{DiskIndex, SECTOR_BYTES};
 use rondo_store::{IoMode, Store};
@@ -32,6 +32,7 @@ use tokio::sync::oneshot;
 use crate::auth::ensure_token;
 use crate::buffers::BufferPool;
 use crate::config::ServerConfig;
+use crate::executor::{DiskLost, ExecutorContext};
 use crate::gate::DiskTimeGate;
 use crate::http::{UPLOAD_SPOOL_PREFIX, router};
 use crate::ingest::handoff::ServerInfo;
@@ -331,18 +332,38 @@ impl RunningServer {
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
         let mut batch_senders = Vec::new();
         let mut devices = Vec::new();
+        let lost = disk_lost(&shared);
         for device in store.devices() {
             let model = Disk::new(profile.clone()).map_err(profile_error)?;
-            let thread = spawn_device(
-                device.disk(),
-                Arc::clone(&device) as Arc<dyn crate::storage::Storage>,
-                model,
-                config.disk_timing,
-                clock,
-                pool.clone(),
-                events_tx.clone(),
-            )
-            .map_err(io_error("starting a disk thread"))?;
+            let thread = match &config.remote_disks {
+                // A storage node elsewhere reads this disk (a cluster's manager).
+                Some(remote) if remote.0.serves(device.disk()) => remote
+                    .0
+                    .spawn(ExecutorContext {
+                        disk: device.disk(),
+                        model,
+                        timing: config.disk_timing,
+                        clock,
+                        pool: pool.clone(),
+                        buffer_per_disk_bytes: config.buffer_per_disk_bytes,
+                        events: events_tx.clone(),
+                        lost: Arc::clone(&lost),
+                    })
+                    .map_err(io_error(format!(
+                        "reaching disk {}'s storage node",
+                        device.disk()
+                    )))?,
+                _ => spawn_device(
+                    device.disk(),
+                    Arc::clone(&device) as Arc<dyn crate::storage::Storage>,
+                    model,
+                    config.disk_timing,
+                    clock,
+                    pool.clone(),
+                    events_tx.clone(),
+                )
+                .map_err(io_error("starting a disk thread"))?,
+            };
             batch_senders.push(thread.batches);
             devices.push(thread.handle);
         }
@@ -639,4 +660,36 @@ pub fn init_logging() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+}
+
+/// What the server does when a disk's executor stops answering (its
+/// storage node died or cannot be reached): the disk fails as if an
+/// operator had failed it, recorded so that it stays failed until rebuilt,
+/// and its streams read the other replicas from the next round on.
+fn disk_lost(shared: &Arc<Shared>) -> DiskLost {
+    let shared = Arc::clone(shared);
+    Arc::new(move |disk, why| {
+        shared.on_core(move |shared, core| {
+            if core.array.disk_state(disk) == DiskState::Failed {
+                return;
+            }
+            let cause = FailCause::Unreachable;
+            crate::ops::record_failed(shared, disk, &format!("{cause}: {why}"));
+            match core.array.fail_disk(disk, FailCause::Unreachable) {
+                Ok(effects) => {
+                    let stopped = crate::ops::apply_ops_effects(shared, core, effects);
+                    crate::ops::publish_state(shared, disk, DiskState::Failed);
+                    tracing::error!(
+                        disk = disk.0,
+                        streams_stopped = stopped.len(),
+                        "disk {disk} failed: {cause} ({why}); its streams read the other replicas"
+                    );
+                }
+                Err(e) => tracing::warn!(
+                    disk = disk.0,
+                    "disk {disk} lost ({why}) but not failed: {e}"
+                ),
+            }
+        });
+    })
 }

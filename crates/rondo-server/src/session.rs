@@ -48,6 +48,9 @@ use crate::titles::LoadedTitle;
 /// A piece of a stream-round, read and checked by a disk thread: all of
 /// it, or under a backup window one part of it, read in its own round.
 pub struct Piece {
+    /// The stream it was read for (a storage node elsewhere names it so
+    /// its manager finds the session).
+    pub stream: StreamId,
     pub playback_round: PlaybackRound,
     pub replica: Replica,
     pub piece: u16,
@@ -364,6 +367,7 @@ impl SessionBody {
             piece,
             offset_bytes,
             data,
+            ..
         } = piece;
         let entry = self.pieces.entry(playback_round).or_insert_with(|| Pieces {
             replica,

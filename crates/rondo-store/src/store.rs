@@ -299,6 +299,46 @@ pub(crate) fn lock_dir(dir: &Path) -> Result<File> {
     Ok(file)
 }
 
+/// A storage node's devices: `disks` of the data directory at `dir`, opened
+/// for reading without the directory's lock (the cluster's manager holds
+/// it and owns the catalog; a storage node only reads the extents the
+/// manager's commands name). Each device's header is checked as
+/// [`Store::open`] checks it, so a node never serves another array's or
+/// another disk's bytes.
+pub fn open_node_devices(
+    dir: &Path,
+    disks: &[DiskIndex],
+    io_mode: IoMode,
+) -> Result<(ArrayConfig, Vec<Arc<Device>>)> {
+    if !dir.join(CONFIG_FILE).exists() {
+        return Err(StoreError::NotADataDirectory {
+            dir: dir.to_path_buf(),
+        });
+    }
+    let config = ArrayConfig::load(dir)?;
+    let mut devices = Vec::with_capacity(disks.len());
+    for &disk in disks {
+        let k = disk.0 as usize;
+        if k >= config.devices.len() {
+            return Err(StoreError::InvalidConfig {
+                reason: format!(
+                    "disk {disk} is not in the array at {}: it has disks 0 to {}",
+                    dir.display(),
+                    config.devices.len().saturating_sub(1)
+                ),
+            });
+        }
+        let path = config.device_path(dir, k);
+        devices.push(Arc::new(Device::open(
+            &path,
+            disk,
+            &expected_header(&config, k),
+            io_mode,
+        )?));
+    }
+    Ok((config, devices))
+}
+
 /// The header disk `k` of `config` must carry.
 pub(crate) fn expected_header(config: &ArrayConfig, k: usize) -> DeviceHeader {
     DeviceHeader {

@@ -187,6 +187,67 @@ impl Drop for RondoServe {
     }
 }
 
+/// A running `rondo node storage`, killed (SIGKILL) and reaped on drop.
+pub struct StorageNode {
+    pub child: Child,
+    /// Its gRPC address (`127.0.0.1:PORT`), for `--storage-node`.
+    pub address: String,
+}
+
+impl StorageNode {
+    /// Starts `rondo node storage --data-dir DATA --disks LIST --listen
+    /// 127.0.0.1:0 --json` and waits (up to 30 s) for the line that names
+    /// its address.
+    pub fn start(rondo: impl AsRef<OsStr>, data: &Path, disks: &[u32]) -> StorageNode {
+        let list: Vec<String> = disks.iter().map(u32::to_string).collect();
+        let mut child = Command::new(rondo)
+            .args(["node", "storage", "--data-dir"])
+            .arg(data)
+            .args([
+                "--disks",
+                &list.join(","),
+                "--listen",
+                "127.0.0.1:0",
+                "--json",
+            ])
+            .env("RONDO_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("rondo node storage starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut node = StorageNode {
+            child,
+            address: String::new(),
+        };
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("rondo node storage for disks {disks:?} printed nothing"));
+        let json: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("rondo node storage printed {line:?}: {e}"));
+        node.address = json["address"].as_str().expect("an address").to_string();
+        node
+    }
+
+    /// SIGKILL, as when its host dies.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for StorageNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// A subcommand's stdout and stderr, for failure messages.
 pub fn output_text(output: &Output) -> String {
     format!(

@@ -8,6 +8,7 @@ pub mod fsck;
 pub mod ingest;
 pub mod layout_args;
 pub mod load;
+pub mod node;
 pub mod policy_args;
 pub mod serve;
 pub mod simulate;

@@ -142,6 +142,13 @@ pub struct ServeArgs {
     /// Do not ingest the sample titles into a new data directory.
     #[arg(long)]
     pub no_samples: bool,
+    /// A storage node (`rondo node storage`) that reads some of the array's
+    /// disks for this server, as HOST:PORT; repeat it for each node. With
+    /// any, every disk must be on exactly one node, and this server is the
+    /// cluster's manager and interface: it admits, schedules the rounds and
+    /// serves HTTP, while the nodes read the disks (docs/cluster.md).
+    #[arg(long = "storage-node", value_name = "HOST:PORT")]
+    pub storage_nodes: Vec<String>,
     #[command(flatten)]
     pub layout: LayoutArgs,
     #[command(flatten)]
@@ -318,7 +325,30 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let names: Vec<&str> = stored.iter().map(|r| r.name.as_str()).collect();
         eprintln!("stored the sample titles: {}", names.join(", "));
     }
+    // A cluster's manager: the disks are read by storage nodes.
+    let remote_disks = if args.storage_nodes.is_empty() {
+        None
+    } else {
+        let nodes = rondo_cluster::StorageNodes::connect(
+            &args.storage_nodes,
+            &config.array_id.to_string(),
+            config.disk_count,
+        )
+        .context("reaching the storage nodes")?;
+        for node in nodes.nodes() {
+            eprintln!(
+                "storage node {} at {} reads disks {:?}",
+                node.node_id,
+                node.address,
+                node.disks.iter().map(|d| d.0).collect::<Vec<_>>()
+            );
+        }
+        Some(rondo_server::executor::RemoteDisks(std::sync::Arc::new(
+            nodes,
+        )))
+    };
     let server_config = ServerConfig {
+        remote_disks,
         listen: args.listen,
         lookahead_rounds: args.lookahead_rounds,
         guarantee: Guarantee::with_overrun_probability(serving.overrun_probability),

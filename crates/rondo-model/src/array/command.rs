@@ -433,6 +433,9 @@ pub enum FailCause {
     DeviceMissing,
     /// Recorded failed before a restart.
     Recorded,
+    /// The storage node that holds it stopped answering (a cluster's node
+    /// died, or the network to it broke).
+    Unreachable,
 }
 
 impl std::fmt::Display for FailCause {
@@ -445,6 +448,7 @@ impl std::fmt::Display for FailCause {
             }
             FailCause::DeviceMissing => "its device was missing or blank at start",
             FailCause::Recorded => "recorded failed before this start",
+            FailCause::Unreachable => "its storage node stopped answering",
         })
     }
 }

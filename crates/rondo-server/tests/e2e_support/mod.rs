@@ -302,3 +302,70 @@ pub fn to_tier(store: &Store, data: &Path, file: &Path, name: &str) {
     rondo_server::ingest::ingest_to_tier(store, &tier, "vault", file, &source, Some(name), 0)
         .unwrap_or_else(|e| panic!("to the tier: {e}"));
 }
+
+/// What one client saw.
+#[derive(Debug)]
+pub struct ClientResult {
+    pub status: u16,
+    pub expected_bytes: u64,
+    pub received_bytes: u64,
+    /// The body ended with an error (the server stopped the stream).
+    pub broken: bool,
+    /// Playback stalls with a two-round playout delay.
+    pub stalls: u32,
+    /// CRC32C of the body as received.
+    pub body_crc: u32,
+}
+
+/// Plays `url` like a player that starts two rounds after the first byte
+/// and consumes the title's schedule round by round.
+pub async fn play(client: reqwest::Client, url: String, client_bytes: Vec<u64>) -> ClientResult {
+    use futures_util::StreamExt;
+    let response = client.get(&url).send().await.expect("request sent");
+    let status = response.status().as_u16();
+    let expected_bytes: u64 = client_bytes.iter().sum();
+    let mut result = ClientResult {
+        status,
+        expected_bytes,
+        received_bytes: 0,
+        broken: false,
+        stalls: 0,
+        body_crc: 0,
+    };
+    if status != 200 {
+        return result;
+    }
+    let mut arrivals = Vec::new();
+    let mut body = response.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(chunk) => {
+                result.received_bytes += chunk.len() as u64;
+                result.body_crc = rondo_store::checksum_append(result.body_crc, &chunk);
+                arrivals.push(Arrival {
+                    at: Instant::now(),
+                    total_bytes: result.received_bytes,
+                });
+            }
+            Err(_) => {
+                result.broken = true;
+                break;
+            }
+        }
+    }
+    if let Some(first) = arrivals.first() {
+        let round = Duration::from_nanos(TEST_ROUND_DURATION_NS);
+        let start = first.at + 2 * round;
+        let mut needed = 0u64;
+        for (i, bytes) in client_bytes.iter().enumerate() {
+            needed += bytes;
+            if needed > result.received_bytes {
+                break;
+            }
+            if received_by(&arrivals, start + round * i as u32) < needed {
+                result.stalls += 1;
+            }
+        }
+    }
+    result
+}

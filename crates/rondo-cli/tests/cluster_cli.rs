@@ -1,0 +1,121 @@
+//! A cluster of processes on this machine (issue 14, seed 001's storage
+//! nodes): four `rondo node storage` processes each read one disk of a data
+//! directory for a `rondo serve --storage-node ...` manager over gRPC. The
+//! manager serves the titles byte for byte as a single `rondo serve` does;
+//! one node process is killed (SIGKILL) while `rondo load` plays streams,
+//! its disk fails by itself within a round, no stream stalls or misses a
+//! deadline, and every title still plays byte for byte from the other
+//! replicas.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rondo_testkit::process::{Serve, StorageNode, success_json as json};
+use serde_json::Value;
+
+fn rondo() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rondo"))
+}
+
+fn status(data: &Path) -> Value {
+    let output: Output = rondo()
+        .args(["admin", "status", "--json", "--data-dir"])
+        .arg(data)
+        .output()
+        .unwrap();
+    json(&output)
+}
+
+/// Every title's whole body, by id.
+fn bodies(url: &str) -> Vec<(u64, Vec<u8>)> {
+    let titles: Value = reqwest::blocking::get(format!("{url}/api/titles"))
+        .unwrap()
+        .json()
+        .unwrap();
+    titles
+        .as_array()
+        .expect("a list of titles")
+        .iter()
+        .map(|t| {
+            let id = t["id"].as_u64().unwrap();
+            let response = reqwest::blocking::get(format!("{url}/stream/{id}")).unwrap();
+            assert_eq!(response.status(), 200, "title {id}");
+            (id, response.bytes().unwrap().to_vec())
+        })
+        .collect()
+}
+
+#[test]
+fn a_cluster_of_processes_serves_and_absorbs_a_killed_storage_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    // The sample titles as one machine serves them.
+    let mut plain = Serve::on(env!("CARGO_BIN_EXE_rondo"), &data)
+        .timeout(Duration::from_secs(30))
+        .start();
+    let reference = bodies(&plain.url);
+    assert!(reference.len() >= 3, "the sample titles");
+    assert!(plain.terminate().success());
+
+    let mut nodes: Vec<StorageNode> = (0..4)
+        .map(|d| StorageNode::start(env!("CARGO_BIN_EXE_rondo"), &data, &[d]))
+        .collect();
+    let mut manager =
+        Serve::on(env!("CARGO_BIN_EXE_rondo"), &data).timeout(Duration::from_secs(30));
+    for node in &nodes {
+        manager = manager.args(["--storage-node", &node.address]);
+    }
+    let manager = manager.start();
+    let disks = status(&data);
+    for d in 0..4 {
+        let node = disks["disks"][d]["node"].as_str().unwrap_or_default();
+        assert!(node.contains(&nodes[d].address), "{disks:#}");
+        assert_eq!(disks["disks"][d]["state"], "healthy", "{disks:#}");
+    }
+    assert_eq!(
+        bodies(&manager.url),
+        reference,
+        "the cluster serves the same bytes"
+    );
+
+    // A node dies while streams play.
+    let load = rondo()
+        .args([
+            "load",
+            "--url",
+            &manager.url,
+            "--rate",
+            "3",
+            "--duration",
+            "8",
+        ])
+        .args(["--seed", "5", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    let killed_at = Instant::now();
+    nodes[2].kill();
+    let mut disks = status(&data);
+    while disks["disks"][2]["state"] != "failed" && killed_at.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+        disks = status(&data);
+    }
+    assert_eq!(disks["disks"][2]["state"], "failed", "{disks:#}");
+    assert_eq!(disks["disks"][1]["state"], "healthy", "{disks:#}");
+    let report: Value = json(&load.wait_with_output().unwrap());
+    assert!(
+        report["streams_started"].as_u64().unwrap() >= 3,
+        "{report:#}"
+    );
+    assert_eq!(report["stalls"], 0, "{report:#}");
+    assert_eq!(report["streams_broken"], 0, "{report:#}");
+    assert_eq!(report["deadline_misses"], 0, "{report:#}");
+    assert_eq!(
+        bodies(&manager.url),
+        reference,
+        "served from the other replicas, the same bytes"
+    );
+}

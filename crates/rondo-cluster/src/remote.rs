@@ -1,0 +1,627 @@
+//! The manager's side of storage nodes: each disk a node serves is driven
+//! through one gRPC stream (`StorageNode::Rounds`), behind the channel of
+//! `DiskBatch`es the round driver sends any disk, answered with the same
+//! `IoEvent`s and session pieces a local disk thread gives
+//! (`rondo_server::executor`). The round driver and the array do not know
+//! where the disk is.
+//!
+//! **A node lost.** When a disk's stream breaks (the node died, the
+//! connection reset, HTTP/2 keep-alive found the network gone) or a batch is
+//! still not done [`LOST_AFTER_ROUNDS`] rounds after its round ended, the
+//! disk is lost: the server fails it (`DiskLost`), every read still out on
+//! it completes with an I/O error (so the array re-reads it from the other
+//! replica) and every batch still open ends, and batches sent to it later
+//! complete the same way at once. A clean stop (the server shutting down) is
+//! not a loss: the node finishes what it has.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use rondo_model::array::{Completion, Purpose, ReadOutcome};
+use rondo_model::layout::Replica;
+use rondo_model::units::{DiskIndex, PlaybackRound, Round, StreamId};
+use rondo_server::buffers::BufferPool;
+use rondo_server::executor::{DiskExecutors, DiskLost, ExecutorContext};
+use rondo_server::io::{
+    BATCH_QUEUE_ROUNDS, DeviceThread, DiskBatch, IoEvent, ReadDone, RoundClock,
+};
+use rondo_server::session::{Piece, PieceSender};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::storage_node::MESSAGE_BYTES_MAX;
+use crate::wire::pb::storage_node_client::StorageNodeClient;
+use crate::wire::{self, pb};
+
+/// A batch not done this many rounds after its round ended means its node
+/// is lost. Assumption: admission keeps every disk's round within the round
+/// (a disk runs into the next round only under an overrun the guarantee
+/// bounds), so two whole rounds late is no longer a slow disk but a node or
+/// a network that stopped answering.
+pub const LOST_AFTER_ROUNDS: u64 = 2;
+
+/// HTTP/2 keep-alive on a node's connection: a network that stops carrying
+/// it is found within interval + timeout even when no batch is out.
+/// Assumption: 1 s + 1 s, two rounds of the default round.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a clean stop waits for a node to finish its open batches.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// Why the manager cannot use its storage nodes.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error("storage node {address}: {why}")]
+    Node { address: String, why: String },
+    #[error("disk {disk} is served by two storage nodes, {first} and {second}")]
+    DiskTwice {
+        disk: DiskIndex,
+        first: String,
+        second: String,
+    },
+    #[error(
+        "no storage node serves disks {missing:?} of the array's {disk_count}: start their nodes \
+         and name each with --storage-node"
+    )]
+    DisksMissing { missing: Vec<u32>, disk_count: u32 },
+}
+
+/// One storage node as the manager found it.
+#[derive(Clone, Debug)]
+pub struct NodeInfo {
+    pub address: String,
+    pub node_id: String,
+    pub disks: Vec<DiskIndex>,
+}
+
+/// The manager's storage nodes: which node serves each disk.
+pub struct StorageNodes {
+    runtime: Arc<NodeRuntime>,
+    array_id: String,
+    nodes: Vec<NodeInfo>,
+    disk_node: BTreeMap<DiskIndex, usize>,
+}
+
+/// `http://` in front of a bare `host:port`.
+pub fn endpoint_uri(address: &str) -> String {
+    if address.contains("://") {
+        address.to_string()
+    } else {
+        format!("http://{address}")
+    }
+}
+
+fn endpoint(address: &str) -> Result<Endpoint, RemoteError> {
+    Ok(Endpoint::from_shared(endpoint_uri(address))
+        .map_err(|e| RemoteError::Node {
+            address: address.to_string(),
+            why: format!("not an address: {e}"),
+        })?
+        .connect_timeout(Duration::from_secs(5))
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
+        .tcp_nodelay(true))
+}
+
+async fn client(address: &str) -> Result<StorageNodeClient<Channel>, RemoteError> {
+    let channel = endpoint(address)?
+        .connect()
+        .await
+        .map_err(|e| RemoteError::Node {
+            address: address.to_string(),
+            why: format!("cannot connect: {e}"),
+        })?;
+    Ok(StorageNodeClient::new(channel)
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX))
+}
+
+/// The runtime the manager's node links run on, apart from the HTTP
+/// server's (a slow client never delays a disk's answers). Stopped in the
+/// background when dropped, which may happen inside the server's runtime.
+struct NodeRuntime(Option<tokio::runtime::Runtime>);
+
+impl NodeRuntime {
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("present until dropped").handle()
+    }
+}
+
+impl Drop for NodeRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl StorageNodes {
+    /// Asks each node which disks it serves. Every disk of the array
+    /// (`array_id`, `disk_count` disks) must be served by exactly one node
+    /// of the same array. Blocks; call it outside an async runtime.
+    pub fn connect(
+        addresses: &[String],
+        array_id: &str,
+        disk_count: u32,
+    ) -> Result<StorageNodes, RemoteError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("rondo-nodes")
+            .enable_all()
+            .build()
+            .map_err(|e| RemoteError::Node {
+                address: addresses.join(", "),
+                why: format!("starting the runtime for node links: {e}"),
+            })?;
+        let (nodes, disk_node) =
+            runtime.block_on(Self::describe_all(addresses, array_id, disk_count))?;
+        Ok(StorageNodes {
+            runtime: Arc::new(NodeRuntime(Some(runtime))),
+            array_id: array_id.to_string(),
+            nodes,
+            disk_node,
+        })
+    }
+
+    async fn describe_all(
+        addresses: &[String],
+        array_id: &str,
+        disk_count: u32,
+    ) -> Result<(Vec<NodeInfo>, BTreeMap<DiskIndex, usize>), RemoteError> {
+        let mut nodes = Vec::new();
+        let mut disk_node = BTreeMap::new();
+        for address in addresses {
+            let node_error = |why: String| RemoteError::Node {
+                address: address.clone(),
+                why,
+            };
+            let description = client(address)
+                .await?
+                .describe(pb::DescribeRequest {})
+                .await
+                .map_err(|s| node_error(format!("describe failed: {}", s.message())))?
+                .into_inner();
+            if description.array_id != array_id {
+                return Err(node_error(format!(
+                    "it serves array {}, not this directory's {array_id}",
+                    description.array_id
+                )));
+            }
+            let disks: Vec<DiskIndex> = description.disks.iter().map(|&d| DiskIndex(d)).collect();
+            for &disk in &disks {
+                if disk.0 >= disk_count {
+                    return Err(node_error(format!(
+                        "it claims disk {disk}, but the array has {disk_count}"
+                    )));
+                }
+                if let Some(&other) = disk_node.get(&disk) {
+                    let first: &NodeInfo = &nodes[other];
+                    return Err(RemoteError::DiskTwice {
+                        disk,
+                        first: first.address.clone(),
+                        second: address.clone(),
+                    });
+                }
+                disk_node.insert(disk, nodes.len());
+            }
+            nodes.push(NodeInfo {
+                address: address.clone(),
+                node_id: description.node_id,
+                disks,
+            });
+        }
+        let missing: Vec<u32> = (0..disk_count)
+            .filter(|d| !disk_node.contains_key(&DiskIndex(*d)))
+            .collect();
+        if !missing.is_empty() {
+            return Err(RemoteError::DisksMissing {
+                missing,
+                disk_count,
+            });
+        }
+        Ok((nodes, disk_node))
+    }
+
+    pub fn nodes(&self) -> &[NodeInfo] {
+        &self.nodes
+    }
+}
+
+impl DiskExecutors for StorageNodes {
+    fn serves(&self, disk: DiskIndex) -> bool {
+        self.disk_node.contains_key(&disk)
+    }
+
+    fn location(&self, disk: DiskIndex) -> Option<String> {
+        self.disk_node.get(&disk).map(|&n| {
+            let node = &self.nodes[n];
+            format!("{} ({})", node.node_id, node.address)
+        })
+    }
+
+    fn spawn(&self, context: ExecutorContext) -> std::io::Result<DeviceThread> {
+        let disk = context.disk;
+        let node = self
+            .disk_node
+            .get(&disk)
+            .map(|&n| self.nodes[n].clone())
+            .ok_or_else(|| std::io::Error::other(format!("no storage node serves disk {disk}")))?;
+        let (batches, batches_rx) = crossbeam_channel::bounded(BATCH_QUEUE_ROUNDS);
+        let runtime = Arc::clone(&self.runtime);
+        let array_id = self.array_id.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("rondo-remote-{disk}"))
+            .spawn(move || run_disk(runtime, node, array_id, context, batches_rx))?;
+        Ok(DeviceThread {
+            disk,
+            batches,
+            handle,
+        })
+    }
+}
+
+/// A batch sent to a node and not done.
+struct OpenBatch {
+    round: Round,
+    late: bool,
+    reserved_ns: Option<u64>,
+    granted_ns: u64,
+    /// Each stream's session piece queue.
+    sessions: HashMap<StreamId, PieceSender>,
+    /// Reads not completed yet: (stream, playback round, replica, piece).
+    reads_out: HashSet<(StreamId, PlaybackRound, Replica, u16)>,
+}
+
+impl OpenBatch {
+    fn of(batch: &DiskBatch) -> OpenBatch {
+        let mut sessions = HashMap::new();
+        let mut reads_out = HashSet::new();
+        for (i, command) in batch.commands.iter().enumerate() {
+            if let Purpose::Deliver {
+                stream,
+                playback_round,
+                replica,
+                piece,
+                ..
+            } = command.purpose
+            {
+                reads_out.insert((stream, playback_round, replica, piece));
+                if let Some(Some(queue)) = batch.deliver_to.get(i) {
+                    sessions.entry(stream).or_insert_with(|| queue.clone());
+                }
+            }
+        }
+        OpenBatch {
+            round: batch.round,
+            late: batch.late_start_ns.is_some(),
+            reserved_ns: batch.reserved_ns,
+            granted_ns: batch.granted_ns,
+            sessions,
+            reads_out,
+        }
+    }
+}
+
+/// The link to one disk's node.
+struct Link {
+    disk: DiskIndex,
+    address: String,
+    clock: RoundClock,
+    pool: BufferPool,
+    events: Sender<IoEvent>,
+    lost: DiskLost,
+    state: Mutex<LinkState>,
+}
+
+#[derive(Default)]
+struct LinkState {
+    /// Lost: batches complete here with errors.
+    lost: bool,
+    /// The server is stopping: the stream's end is not a loss.
+    closing: bool,
+    open: BTreeMap<u64, OpenBatch>,
+}
+
+impl Link {
+    /// The disk is lost: the server fails it, then every open batch ends
+    /// with its outstanding reads failed.
+    fn lose(&self, why: String) {
+        let open = {
+            let mut state = self.state.lock().expect("not poisoned");
+            if state.lost || state.closing {
+                return;
+            }
+            state.lost = true;
+            std::mem::take(&mut state.open)
+        };
+        let reads_out: usize = open.values().map(|b| b.reads_out.len()).sum();
+        tracing::error!(
+            disk = self.disk.0,
+            node = %self.address,
+            open_batches = open.len(),
+            reads_out,
+            "disk {} lost: {why}",
+            self.disk
+        );
+        (self.lost)(self.disk, format!("storage node {}: {why}", self.address));
+        for batch in open.into_values() {
+            self.fail_batch(batch, &why);
+        }
+    }
+
+    /// Ends a batch the node will not answer: its reads fail (the array
+    /// re-reads them from the other replica), then the batch ends.
+    fn fail_batch(&self, batch: OpenBatch, why: &str) {
+        let model_ns = self.clock.model_ns(Instant::now());
+        let mut reads: Vec<ReadDone> = batch
+            .reads_out
+            .iter()
+            .map(|&(stream, playback_round, replica, piece)| ReadDone {
+                model_completion_ns: model_ns,
+                completion: Completion {
+                    disk: self.disk,
+                    stream,
+                    playback_round,
+                    replica,
+                    piece,
+                    outcome: ReadOutcome::IoError(format!(
+                        "storage node {} is lost: {why}",
+                        self.address
+                    )),
+                },
+            })
+            .collect();
+        reads.sort_by_key(|r| r.completion.order_at(r.model_completion_ns));
+        if !reads.is_empty() {
+            let _ = self.events.send(IoEvent::Reads {
+                round: batch.round,
+                reads,
+            });
+        }
+        let _ = self.events.send(IoEvent::BatchDone {
+            disk: self.disk,
+            round: batch.round,
+            reserved_ns: batch.reserved_ns,
+            granted_ns: batch.granted_ns,
+            requests: 0,
+            bytes: 0,
+            granted_commands: 0,
+            cache_hits: 0,
+            granted_bytes: 0,
+            granted_model_ns: 0,
+            ended_at: Instant::now(),
+            late: batch.late,
+            model_busy_ns: 0,
+            measured_busy_ns: 0,
+        });
+    }
+
+    /// One answer from the node.
+    fn answer(&self, message: pb::FromDisk) -> Result<(), String> {
+        use pb::from_disk::Kind;
+        match message.kind {
+            Some(Kind::Piece(piece)) => {
+                let queue = {
+                    let state = self.state.lock().expect("not poisoned");
+                    state
+                        .open
+                        .get(&piece.seq)
+                        .and_then(|b| b.sessions.get(&StreamId(piece.stream)))
+                        .cloned()
+                };
+                // A session that ended takes no more pieces.
+                if let Some(queue) = queue {
+                    let mut data = self.pool.take(piece.data.len());
+                    data.as_mut_slice().copy_from_slice(&piece.data);
+                    let _ = queue.send(Piece {
+                        stream: StreamId(piece.stream),
+                        playback_round: PlaybackRound(piece.playback_round),
+                        replica: wire::replica_from_wire(piece.replica)
+                            .map_err(|e| e.to_string())?,
+                        piece: u16::try_from(piece.piece)
+                            .map_err(|_| format!("piece {} is out of range", piece.piece))?,
+                        offset_bytes: piece.offset_bytes,
+                        data,
+                    });
+                }
+            }
+            Some(Kind::Reads(reads)) => {
+                let reads_round = reads.round;
+                let reads = reads
+                    .reads
+                    .iter()
+                    .map(wire::read_done_from_wire)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| e.to_string())?;
+                {
+                    let mut state = self.state.lock().expect("not poisoned");
+                    for read in &reads {
+                        let c = &read.completion;
+                        let key = (c.stream, c.playback_round, c.replica, c.piece);
+                        for batch in state.open.values_mut() {
+                            if batch.reads_out.remove(&key) {
+                                break;
+                            }
+                        }
+                    }
+                }
+                let _ = self.events.send(IoEvent::Reads {
+                    round: Round(reads_round),
+                    reads,
+                });
+            }
+            Some(Kind::Done(done)) => {
+                self.state
+                    .lock()
+                    .expect("not poisoned")
+                    .open
+                    .remove(&done.seq);
+                let _ = self
+                    .events
+                    .send(wire::batch_done_from_wire(&done, &self.clock));
+            }
+            None => return Err("an answer with nothing in it".into()),
+        }
+        Ok(())
+    }
+}
+
+/// One disk's executor thread: opens the disk's stream on its node, sends
+/// the driver's batches in order, watches for a node that stopped
+/// answering, and on a clean stop waits for the node to finish.
+fn run_disk(
+    runtime: Arc<NodeRuntime>,
+    node: NodeInfo,
+    array_id: String,
+    context: ExecutorContext,
+    batches: Receiver<DiskBatch>,
+) {
+    let ExecutorContext {
+        disk,
+        timing,
+        clock,
+        pool,
+        buffer_per_disk_bytes,
+        events,
+        lost,
+        ..
+    } = context;
+    let link = Arc::new(Link {
+        disk,
+        address: node.address.clone(),
+        clock,
+        pool,
+        events,
+        lost,
+        state: Mutex::new(LinkState::default()),
+    });
+    let (to_node, to_node_rx) = mpsc::channel::<pb::ToDisk>(BATCH_QUEUE_ROUNDS * 2);
+    let open = pb::ToDisk {
+        kind: Some(pb::to_disk::Kind::Open(pb::Open {
+            disk: disk.0,
+            array_id,
+            round_zero_unix_ns: wire::unix_ns_of(clock.t0),
+            round_duration_ns: clock.round_duration_ns,
+            emulated: timing == rondo_server::DiskTiming::Emulated,
+            buffer_bytes: buffer_per_disk_bytes,
+        })),
+    };
+    let _ = to_node.try_send(open);
+    let (ended_tx, ended_rx) = crossbeam_channel::bounded::<()>(1);
+    {
+        let link = Arc::clone(&link);
+        let address = node.address.clone();
+        runtime.handle().spawn(async move {
+            let why = match client(&address).await {
+                Err(e) => e.to_string(),
+                Ok(mut client) => match client.rounds(ReceiverStream::new(to_node_rx)).await {
+                    Err(status) => format!("opening disk {disk}: {}", status.message()),
+                    Ok(response) => {
+                        let mut answers = response.into_inner();
+                        loop {
+                            match answers.message().await {
+                                Ok(Some(message)) => {
+                                    if let Err(why) = link.answer(message) {
+                                        break format!("a malformed answer: {why}");
+                                    }
+                                }
+                                Ok(None) => break "the node ended the disk's stream".to_string(),
+                                Err(status) => {
+                                    break format!("the stream broke: {}", status.message());
+                                }
+                            }
+                        }
+                    }
+                },
+            };
+            link.lose(why);
+            let _ = ended_tx.send(());
+        });
+    }
+    let mut next_seq = 0u64;
+    let mut sender = Some(to_node);
+    loop {
+        let batch = match batches.recv_timeout(Duration::from_millis(100)) {
+            Ok(batch) => batch,
+            Err(RecvTimeoutError::Timeout) => {
+                check_overdue(&link);
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        let seq = next_seq;
+        next_seq += 1;
+        let open = OpenBatch::of(&batch);
+        let sent_open = {
+            let mut state = link.state.lock().expect("not poisoned");
+            if state.lost {
+                None
+            } else {
+                state.open.insert(seq, open);
+                Some(())
+            }
+        };
+        if sent_open.is_none() {
+            link.fail_batch(OpenBatch::of(&batch), "it was lost before this batch");
+            continue;
+        }
+        let message = pb::ToDisk {
+            kind: Some(pb::to_disk::Kind::Batch(pb::Batch {
+                seq,
+                round: batch.round.0,
+                reserved_ns: batch.reserved_ns,
+                granted_ns: batch.granted_ns,
+                commands: batch.commands.iter().map(wire::command_to_wire).collect(),
+                scheduler: wire::scheduler_to_wire(batch.scheduler),
+                late_start_ns: batch.late_start_ns,
+            })),
+        };
+        if let Some(to_node) = &sender
+            && to_node.blocking_send(message).is_err()
+        {
+            // The stream is gone; its task reports the loss (this batch
+            // is open, so it is failed with the others).
+            sender = None;
+        }
+        check_overdue(&link);
+    }
+    // A clean stop: the node finishes the open batches, then ends.
+    link.state.lock().expect("not poisoned").closing = true;
+    drop(sender);
+    let _ = ended_rx.recv_timeout(STOP_WAIT);
+}
+
+/// A batch still open [`LOST_AFTER_ROUNDS`] rounds after its round ended:
+/// the node is lost.
+fn check_overdue(link: &Link) {
+    let oldest = {
+        let state = link.state.lock().expect("not poisoned");
+        state.open.values().next().map(|b| b.round)
+    };
+    if let Some(round) = oldest {
+        let deadline = link.clock.boundary(Round(round.0 + 1 + LOST_AFTER_ROUNDS));
+        if Instant::now() > deadline {
+            link.lose(format!(
+                "its batch for round {} is not done {LOST_AFTER_ROUNDS} rounds after the round ended",
+                round.0
+            ));
+        }
+    }
+}
+
+/// For a test or a tool: the node's description.
+pub async fn describe(address: &str) -> Result<pb::NodeDescription, RemoteError> {
+    client(address)
+        .await?
+        .describe(pb::DescribeRequest {})
+        .await
+        .map(|r| r.into_inner())
+        .map_err(|s| RemoteError::Node {
+            address: address.to_string(),
+            why: s.message().to_string(),
+        })
+}
