@@ -3,9 +3,10 @@
 //! directory for a `rondo serve --storage-node ...` manager over gRPC. The
 //! manager serves the titles byte for byte as a single `rondo serve` does;
 //! one node process is killed (SIGKILL) while `rondo load` plays streams,
-//! its disk fails by itself within a round, no stream stalls or misses a
-//! deadline, and every title still plays byte for byte from the other
-//! replicas.
+//! its disk fails by itself within a round, no reserved read misses its
+//! deadline, no stream breaks, only streams with a read in flight on the
+//! node may stall, and every title still plays byte for byte from the
+//! other replicas.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -110,7 +111,18 @@ fn a_cluster_of_processes_serves_and_absorbs_a_killed_storage_node() {
         report["streams_started"].as_u64().unwrap() >= 3,
         "{report:#}"
     );
-    assert_eq!(report["stalls"], 0, "{report:#}");
+    // Only a stream whose read was in flight on the node when it died may
+    // get that round late (read again from the other replica in a later
+    // round: docs/cluster.md); no reserved read misses, nothing breaks.
+    let metrics: Value = reqwest::blocking::get(format!("{}/api/metrics", manager.url))
+        .unwrap()
+        .json()
+        .unwrap();
+    let in_flight = metrics["read_errors"].as_u64().expect("read_errors");
+    assert!(
+        report["stalled_streams"].as_u64().expect("stalled_streams") <= in_flight,
+        "{report:#} {metrics:#}"
+    );
     assert_eq!(report["streams_broken"], 0, "{report:#}");
     assert_eq!(report["deadline_misses"], 0, "{report:#}");
     assert_eq!(

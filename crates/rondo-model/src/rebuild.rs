@@ -317,6 +317,7 @@ mod tests {
                 backup_block_bytes: b_d,
                 fragment_sequence: Default::default(),
                 round_robin_counter: Default::default(),
+                disk_groups: 1,
             }),
             segment_rounds: 1,
         };

@@ -189,6 +189,7 @@ mod tests {
                 backup_block_bytes: None,
                 fragment_sequence: Default::default(),
                 round_robin_counter: Default::default(),
+                disk_groups: 1,
             }),
             segment_rounds: 1,
         };

@@ -79,6 +79,10 @@ pub struct FailureSpec {
     pub round: Round,
 }
 
+fn one_group() -> u32 {
+    1
+}
+
 /// Everything one run depends on, besides the titles. Unknown fields are
 /// refused, so a misspelled key in an experiment file is an error rather
 /// than a silently different experiment.
@@ -99,6 +103,10 @@ pub struct SimConfig {
     /// per title (docs/layout.md).
     #[serde(default)]
     pub round_robin_counter: RoundRobinCounter,
+    /// G disk groups: each backup in its primary's group (d mod G), so a
+    /// storage node of G consecutive disks can fail whole (seed 000 §8).
+    #[serde(default = "one_group")]
+    pub disk_groups: u32,
     /// Which replica each round of a new stream reads under `minimum`
     /// (`ReplicaChoice`; seed 000: the primary).
     #[serde(default)]
@@ -204,6 +212,7 @@ impl SimConfig {
             backup_block_bytes: None,
             fragment_sequence: FragmentSequence::PerFragment,
             round_robin_counter: RoundRobinCounter::PerDisk,
+            disk_groups: 1,
             replica_choice: ReplicaChoice::Primary,
             start_choice: StartChoice::First,
             guarantee: Guarantee::Deterministic,
@@ -1117,6 +1126,7 @@ fn layout_params(config: &SimConfig) -> LayoutParams {
             backup_block_bytes: config.backup_block_bytes,
             fragment_sequence: config.fragment_sequence,
             round_robin_counter: config.round_robin_counter,
+            disk_groups: config.disk_groups,
         }),
         segment_rounds: config.segment_rounds,
     }

@@ -689,3 +689,65 @@ fn dynamic_cycle_combines_streams_without_a_miss_and_beats_every_fixed_cycle() {
         );
     }
 }
+
+/// A storage node of G consecutive disks fails whole: with G disk groups
+/// (each backup in its primary's group, d mod G; seed 000 §8) that is one
+/// failure per group, and `minimum` absorbs it with no miss, no lost read
+/// and no stream stopped. The negative control fails the same node without
+/// groups: some of its rounds had both replicas on it.
+#[test]
+fn minimum_with_disk_groups_survives_a_whole_storage_node_failing() {
+    let mut control_losses = 0;
+    for seed in seeds(4, 200) {
+        let mut c = failure_scenario_config(seed, Scheme::Minimum);
+        let (disks, groups) = [(4, 2), (6, 2), (6, 3), (8, 2), (8, 4)][(mix(seed, 9) % 5) as usize];
+        c.disks = disks;
+        c.disk_groups = groups;
+        let node = (mix(seed, 3) % u64::from(disks / groups)) as u32;
+        let round = Round(1 + mix(seed, 4) % 600);
+        c.failure = None;
+        c.faults = FaultPlan::default();
+        c.faults.failures = (0..groups)
+            .map(|i| FailureSpec {
+                disk: DiskIndex(node * groups + i),
+                round,
+            })
+            .collect();
+        let r = run(&c, &titles(150)).unwrap();
+        let hint = replay_hint("minimum_with_disk_groups", seed);
+        assert!(r.admitted > 0, "seed {seed}: nothing admitted; {hint}");
+        assert!(
+            r.deadline_misses == 0
+                && r.disk_round_overruns == 0
+                && r.lost_reads == 0
+                && r.streams_aborted == 0
+                && r.busy_over_reserved_disk_rounds == 0,
+            "seed {seed}: {} misses, {} overruns, {} lost reads, {} stopped, {} rounds past reserved \
+             with D = {disks}, G = {groups}, {:?}, node {node} failing in round {}\n{hint}",
+            r.deadline_misses,
+            r.disk_round_overruns,
+            r.lost_reads,
+            r.streams_aborted,
+            r.busy_over_reserved_disk_rounds,
+            c.placement,
+            round.0,
+        );
+        // The control: one group, the same node lost.
+        c.disk_groups = 1;
+        let control = run(&c, &titles(150)).unwrap();
+        control_losses += control.streams_aborted + control.lost_reads + control.deadline_misses;
+        eprintln!(
+            "seed {seed}: D = {disks}, G = {groups}: {} admitted, {} disks failed; \
+             one group: {} stopped, {} lost reads, {} misses",
+            r.admitted,
+            r.disks_failed,
+            control.streams_aborted,
+            control.lost_reads,
+            control.deadline_misses
+        );
+    }
+    assert!(
+        control_losses > 0,
+        "without groups a node's loss must cost something somewhere"
+    );
+}

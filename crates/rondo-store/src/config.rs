@@ -124,6 +124,10 @@ pub struct StoreConfig {
     /// Rounds per run on one disk: 1 is `variable-grain` (the default), more
     /// is `segments` (`LayoutParams::segment_rounds`).
     pub segment_rounds: u32,
+    /// G disk groups: a backup stays in its primary's group (d mod G), so a
+    /// storage node holding G consecutive disks can fail whole
+    /// (`BackupParams::disk_groups`); 1 (the default): one group.
+    pub disk_groups: u32,
     /// Size of each device's stride area (the caller takes it from the disk
     /// profile or a configured size).
     pub capacity_bytes: u64,
@@ -151,6 +155,7 @@ impl StoreConfig {
             backup_block_bytes: None,
             round_robin_counter: RoundRobinCounter::PerTitle,
             segment_rounds: 1,
+            disk_groups: 1,
             capacity_bytes,
             device_paths: None,
         }
@@ -191,6 +196,10 @@ pub struct ArrayConfig {
     /// layout existed, and not written for them.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub segment_rounds: u32,
+    /// G disk groups (`BackupParams::disk_groups`); absent (1, one group) in
+    /// directories created before groups existed, and not written for them.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub disk_groups: u32,
     /// Where the stride area starts on every device.
     pub header_region_bytes: u64,
     /// In disk order: entry k is disk k.
@@ -295,6 +304,8 @@ pub struct DirectoryFlags {
     pub backup_block_bytes: Option<u64>,
     /// `--segment-rounds` (1 for `--layout variable-grain`)
     pub segment_rounds: Option<u32>,
+    /// `--disk-groups`
+    pub disk_groups: Option<u32>,
 }
 
 fn placement_name(placement: ReplicaPlacement) -> &'static str {
@@ -330,6 +341,7 @@ impl ArrayConfig {
             backup_block_bytes: config.backup_block_bytes,
             round_robin_counter: config.round_robin_counter,
             segment_rounds: config.segment_rounds,
+            disk_groups: config.disk_groups,
             header_region_bytes: HEADER_REGION_BYTES,
             devices,
             serving: ServingSettings::default(),
@@ -349,6 +361,7 @@ impl ArrayConfig {
                 // rule (docs/layout.md).
                 fragment_sequence: Default::default(),
                 round_robin_counter: self.round_robin_counter,
+                disk_groups: self.disk_groups,
             }),
             segment_rounds: self.segment_rounds,
         }
@@ -575,6 +588,15 @@ impl ArrayConfig {
                 layout(self.segment_rounds),
             ));
         }
+        if let Some(g) = flags.disk_groups
+            && g != self.disk_groups
+        {
+            return Err(conflict(
+                "--disk-groups",
+                g.to_string(),
+                format!("{} disk group(s)", self.disk_groups),
+            ));
+        }
         Ok(())
     }
 }
@@ -596,6 +618,35 @@ mod tests {
         let mut c = StoreConfig::new(4, "cheetah-4lp", 64 * 1024 * 1024);
         c.array_id = Some(ArrayId::from_seed(7));
         ArrayConfig::from_store_config(&c, ArrayId::from_seed(7))
+    }
+
+    /// Disk groups are kept in rondo.toml (absent when 1, as in directories
+    /// made before them), checked against the disk count, and a contradicting
+    /// flag is refused by name.
+    #[test]
+    fn disk_groups_round_trip_and_are_checked() {
+        let one = config();
+        assert!(!one.to_toml().contains("disk_groups"));
+        let mut c = StoreConfig::new(4, "cheetah-4lp", 64 * 1024 * 1024);
+        c.disk_groups = 2;
+        let two = ArrayConfig::from_store_config(&c, ArrayId::from_seed(7));
+        let text = two.to_toml();
+        assert!(text.contains("disk_groups = 2"), "{text}");
+        let back: ArrayConfig = toml::from_str(text.trim_start_matches(|c| c != '\n')).unwrap();
+        assert_eq!(back.layout_params().backup.unwrap().disk_groups, 2);
+        assert!(two.validate().is_ok());
+        c.disk_groups = 3;
+        let three = ArrayConfig::from_store_config(&c, ArrayId::from_seed(7));
+        let e = three.validate().unwrap_err();
+        assert!(e.contains("3 disk groups"), "{e}");
+        let e = two
+            .check_flags(&DirectoryFlags {
+                disk_groups: Some(1),
+                ..DirectoryFlags::default()
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--disk-groups"), "{e}");
     }
 
     #[test]

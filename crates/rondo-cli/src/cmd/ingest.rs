@@ -69,6 +69,9 @@ pub fn run(args: IngestArgs) -> anyhow::Result<()> {
     if let Some(n) = segment_rounds {
         create.segment_rounds = n;
     }
+    if let Some(g) = args.layout.disk_groups {
+        create.disk_groups = g;
+    }
     let outcomes = match open_or_create(&args.data_dir, create) {
         Ok((store, created)) => {
             if !created {
@@ -76,6 +79,7 @@ pub fn run(args: IngestArgs) -> anyhow::Result<()> {
                     .config()
                     .check_flags(&rondo_store::DirectoryFlags {
                         segment_rounds,
+                        disk_groups: args.layout.disk_groups,
                         ..rondo_store::DirectoryFlags::default()
                     })
                     .map_err(|e| anyhow::anyhow!("{}: {e}", args.data_dir.display()))?;

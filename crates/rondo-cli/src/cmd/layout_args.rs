@@ -26,6 +26,14 @@ pub struct LayoutArgs {
     /// Rounds per segment of the `segments` layout [default: 32].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..))]
     pub segment_rounds: Option<u32>,
+    /// Disk groups G of a new data directory or simulated array (seed 000
+    /// §8): disk d is in group d mod G and each backup stays in its
+    /// primary's group, so a storage node holding G consecutive disks can
+    /// fail whole under `minimum`. G must divide the disks into groups of
+    /// at least two [default: 1, one group]; for an existing data directory
+    /// it must match.
+    #[arg(long, value_name = "G", value_parser = clap::value_parser!(u32).range(1..))]
+    pub disk_groups: Option<u32>,
 }
 
 impl LayoutArgs {

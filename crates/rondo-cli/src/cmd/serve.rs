@@ -243,6 +243,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(n) = segment_rounds {
         create.segment_rounds = n;
     }
+    if let Some(g) = args.layout.disk_groups {
+        create.disk_groups = g;
+    }
     if let Some(stride_bytes) = args.stride_bytes {
         if stride_bytes == 0 || !stride_bytes.is_multiple_of(create.block_bytes) {
             bail!(
@@ -265,13 +268,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = store.config().clone();
     if created {
         eprintln!(
-            "created data directory {} ({} disks, {}, {} ms rounds, {} reservation, {} layout)",
+            "created data directory {} ({} disks, {}, {} ms rounds, {} reservation, {} layout{})",
             args.data_dir.display(),
             config.disk_count,
             config.disk_profile,
             config.round_duration_ns / NS_PER_MS,
             config.scheme,
-            layout_name(config.segment_rounds)
+            layout_name(config.segment_rounds),
+            match config.disk_groups {
+                1 => String::new(),
+                g => format!(", {g} disk groups"),
+            }
         );
     } else {
         if let Some(name) = &args.disk_profile
@@ -289,6 +296,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 round_duration_ns: args.round_ms.map(|ms| ms * NS_PER_MS),
                 segment_rounds,
                 stride_bytes: args.stride_bytes,
+                disk_groups: args.layout.disk_groups,
                 ..DirectoryFlags::default()
             })
             .map_err(|e| anyhow::anyhow!("{}: {e}", args.data_dir.display()))?;

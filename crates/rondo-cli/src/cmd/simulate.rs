@@ -357,6 +357,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|| DEFAULT_PROFILE.to_string());
             config.backup_block_bytes = args.backup_block_bytes;
             config.segment_rounds = args.layout.segment_rounds()?.unwrap_or(1);
+            config.disk_groups = args.layout.disk_groups.unwrap_or(1);
             config.buffer_per_disk_bytes =
                 super::serve::buffer_per_disk_bytes(args.buffer_per_disk_mib)?;
             config.read_group_rounds = args.policy.read_group_rounds(config.segment_rounds)?;
@@ -699,6 +700,7 @@ fn load_data_dir(
         placement: args.placement.map(placement_of),
         backup_block_bytes: args.backup_block_bytes,
         segment_rounds: args.layout.segment_rounds()?,
+        disk_groups: args.layout.disk_groups,
         ..DirectoryFlags::default()
     })?;
     let bound = rondo_store::titles::rondo_bound(&array)
@@ -740,6 +742,7 @@ fn load_data_dir(
     config.drive_prefetch = args.policy.drive_prefetch();
     config.dynamic_cycle = cycle;
     config.round_robin_counter = array.round_robin_counter;
+    config.disk_groups = array.disk_groups;
     // How the directory is served, as `rondo serve` resolves it.
     let serving = array.serving.overridden_by(&rondo_store::ServingSettings {
         backup_window_rounds: args.backup_window_rounds,

@@ -59,6 +59,7 @@ fn title(
             backup_block_bytes: None,
             fragment_sequence: Default::default(),
             round_robin_counter: Default::default(),
+            disk_groups: 1,
         }),
         segment_rounds: 1,
     };
@@ -1123,6 +1124,7 @@ fn grouped_title(
             backup_block_bytes: None,
             fragment_sequence: Default::default(),
             round_robin_counter: Default::default(),
+            disk_groups: 1,
         }),
         segment_rounds,
     };

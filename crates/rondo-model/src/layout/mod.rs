@@ -110,6 +110,24 @@ pub struct BackupParams {
     /// Deterministic placement's counter scope (ignored by random placement).
     #[serde(default)]
     pub round_robin_counter: RoundRobinCounter,
+    /// G, the disk groups (seed 000 §8): disk d is in group d mod G, and a
+    /// round's backup stays on the other disks of its primary's group. A
+    /// node holding G consecutive disks then has each in another group, so
+    /// the whole node can fail as one failure per group. 1: one group, the
+    /// whole array (seed 000 §3).
+    #[serde(default = "one_group")]
+    pub disk_groups: u32,
+}
+
+fn one_group() -> u32 {
+    1
+}
+
+impl BackupParams {
+    /// The disks in each group (D / G).
+    pub fn group_disks(&self, disk_count: u32) -> u32 {
+        disk_count / self.disk_groups.max(1)
+    }
 }
 
 /// The array-wide layout parameters, fixed when a data directory is created.
@@ -202,6 +220,16 @@ impl LayoutParams {
             if self.disk_count < 2 {
                 return Err(LayoutError::BackupNeedsTwoDisks);
             }
+            let groups = backup.disk_groups;
+            if groups == 0
+                || !self.disk_count.is_multiple_of(groups)
+                || self.disk_count / groups < 2
+            {
+                return Err(LayoutError::DiskGroups {
+                    disk_groups: groups,
+                    disk_count: self.disk_count,
+                });
+            }
             if let Some(b_d) = backup.backup_block_bytes {
                 if b_d == 0 || !b_d.is_multiple_of(self.block_bytes) {
                     return Err(LayoutError::BackupBlockNotBlocks {
@@ -231,6 +259,11 @@ pub enum LayoutError {
     EmptySegments,
     #[error("a backup replica needs at least two disks")]
     BackupNeedsTwoDisks,
+    #[error(
+        "{disk_groups} disk groups do not divide {disk_count} disks into groups of at least two \
+         (a backup stays in its primary's group)"
+    )]
+    DiskGroups { disk_groups: u32, disk_count: u32 },
     #[error("block size {block_bytes} bytes is not a positive multiple of the 512-byte sector")]
     BlockNotSectors { block_bytes: u64 },
     #[error(

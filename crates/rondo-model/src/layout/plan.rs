@@ -323,8 +323,12 @@ impl Builder {
 
     /// Fills `fragment_offset[q]` (the backup disk of fragment q is
     /// (primary + offset) mod D, offset in 1..D) for the round's fragments.
+    /// With G disk groups the offsets are G, 2G, ...: the other disks of
+    /// the primary's group (d mod G), counted as the other disks of the
+    /// array are without groups.
     fn assign_fragments(&mut self, disk: DiskIndex, fragments: usize, backup: BackupParams) {
-        let others = u64::from(self.plan.params.disk_count - 1);
+        let groups = backup.disk_groups.max(1);
+        let others = u64::from(backup.group_disks(self.plan.params.disk_count) - 1);
         self.fragment_offset.clear();
         match backup.placement {
             ReplicaPlacement::Deterministic => {
@@ -341,7 +345,7 @@ impl Builder {
                         // counter is c goes to (k + 1 + (c + q) mod (D−1)) mod D.
                         for q in 0..fragments as u64 {
                             self.fragment_offset
-                                .push(1 + ((*counter + q) % others) as u32);
+                                .push(groups * (1 + ((*counter + q) % others) as u32));
                         }
                         *counter += 1;
                     }
@@ -349,7 +353,8 @@ impl Builder {
                         // Seed 000 Figure 2, one step per fragment: the c-th
                         // fragment counted goes to (k + 1 + c mod (D−1)) mod D.
                         for _ in 0..fragments {
-                            self.fragment_offset.push(1 + (*counter % others) as u32);
+                            self.fragment_offset
+                                .push(groups * (1 + (*counter % others) as u32));
                             *counter += 1;
                         }
                     }
@@ -368,7 +373,7 @@ impl Builder {
                     self.touched.push(position as u32);
                     self.touched.push(pick as u32);
                     self.fragment_offset
-                        .push(1 + self.candidates[position as usize]);
+                        .push(groups * (1 + self.candidates[position as usize]));
                 }
                 self.restore_candidates();
             }

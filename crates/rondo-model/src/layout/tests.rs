@@ -29,6 +29,7 @@ fn deterministic(backup_block_bytes: Option<u64>) -> Option<BackupParams> {
         backup_block_bytes,
         fragment_sequence: FragmentSequence::PerFragment,
         round_robin_counter: RoundRobinCounter::PerDisk,
+        disk_groups: 1,
     })
 }
 
@@ -38,6 +39,7 @@ fn random(backup_block_bytes: Option<u64>) -> Option<BackupParams> {
         backup_block_bytes,
         fragment_sequence: FragmentSequence::PerFragment,
         round_robin_counter: RoundRobinCounter::PerDisk,
+        disk_groups: 1,
     })
 }
 
@@ -667,6 +669,7 @@ fn layout_params() -> impl Strategy<Value = LayoutParams> {
                 } else {
                     RoundRobinCounter::PerDisk
                 },
+                disk_groups: 1,
             })),
     ];
     // Segment runs of 1 (variable-grain) and of 2 to 4 rounds.
@@ -1051,6 +1054,7 @@ fn per_round_fragment_sequence_starts_each_round_where_its_whole_backup_would_go
             backup_block_bytes: Some(16 * K),
             fragment_sequence: sequence,
             round_robin_counter: RoundRobinCounter::PerDisk,
+            disk_groups: 1,
         });
         let plan = TitlePlan::new(&sizes, &params(4, backup), DiskIndex(0), 0).unwrap();
         (0..sizes.len())
@@ -1071,6 +1075,7 @@ fn per_round_fragment_sequence_starts_each_round_where_its_whole_backup_would_go
             backup_block_bytes: None,
             fragment_sequence: sequence,
             round_robin_counter: RoundRobinCounter::PerDisk,
+            disk_groups: 1,
         });
         let plan = TitlePlan::new(&sizes, &params(4, backup), DiskIndex(0), 0).unwrap();
         let whole = deterministic(None);
@@ -1095,6 +1100,7 @@ fn a_per_title_counter_steps_the_backup_offset_every_round() {
             backup_block_bytes: None,
             fragment_sequence: FragmentSequence::PerFragment,
             round_robin_counter: counter,
+            disk_groups: 1,
         });
         let plan = TitlePlan::new(&sizes, &params(4, backup), DiskIndex(1), 0).unwrap();
         (0..sizes.len())
@@ -1110,4 +1116,67 @@ fn a_per_title_counter_steps_the_backup_offset_every_round() {
         backup_disks(RoundRobinCounter::PerTitle),
         vec![2, 0, 2, 1, 3, 1, 0, 2, 0, 3, 1, 3]
     );
+}
+
+/// With G disk groups every backup fragment stays in its primary's group
+/// (d mod G), never on the primary, and a group's other disks share a
+/// disk's backups evenly; so a node holding G consecutive disks loses one
+/// disk per group, and every round keeps a replica.
+#[test]
+fn disk_groups_keep_each_backup_in_its_primary_group() {
+    for placement in [ReplicaPlacement::Deterministic, ReplicaPlacement::Random] {
+        for b_d in [None, Some(16 * K)] {
+            let backup = BackupParams {
+                placement,
+                backup_block_bytes: b_d,
+                fragment_sequence: FragmentSequence::PerFragment,
+                round_robin_counter: RoundRobinCounter::PerDisk,
+                disk_groups: 2,
+            };
+            let p = params(8, Some(backup));
+            p.validate().unwrap();
+            let sizes: Vec<u64> = (0..240).map(|i| 16 * K + (i % 3) * 16 * K).collect();
+            let plan = TitlePlan::new(&sizes, &p, DiskIndex(3), 7).unwrap();
+            let mut backups_on = [[0u64; 8]; 8];
+            for round in 0..sizes.len() {
+                let primary = plan.primary(round).disk;
+                for read in plan.backups(round) {
+                    assert_eq!(
+                        read.disk.0 % 2,
+                        primary.0 % 2,
+                        "{placement:?} {b_d:?} round {round}"
+                    );
+                    assert_ne!(read.disk, primary);
+                    backups_on[primary.index()][read.disk.index()] += 1;
+                }
+            }
+            // Nodes of two consecutive disks: a node's loss leaves each of
+            // its rounds a replica.
+            for node in 0..4u32 {
+                let lost = [2 * node, 2 * node + 1];
+                for round in 0..sizes.len() {
+                    let primary = plan.primary(round).disk.0;
+                    if lost.contains(&primary) {
+                        assert!(
+                            plan.backups(round)
+                                .iter()
+                                .all(|r| !lost.contains(&r.disk.0))
+                        );
+                    }
+                }
+            }
+            if placement == ReplicaPlacement::Deterministic && b_d.is_none() {
+                // Disk 3's 30 rounds: 10 backups on each of 1, 5 and 7.
+                let shares: Vec<u64> = [1, 5, 7].iter().map(|&d| backups_on[3][d]).collect();
+                assert_eq!(shares, [10, 10, 10]);
+            }
+        }
+    }
+    // Groups must divide the disks into groups of at least two.
+    for groups in [0, 3, 8] {
+        let mut backup = deterministic(None).unwrap();
+        backup.disk_groups = groups;
+        let e = params(8, Some(backup)).validate().unwrap_err();
+        assert!(matches!(e, LayoutError::DiskGroups { .. }), "{groups}: {e}");
+    }
 }

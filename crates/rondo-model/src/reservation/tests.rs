@@ -594,6 +594,7 @@ fn grouped_charges_read_a_group_in_one_request_and_hold_it_until_sent() {
             backup_block_bytes: None,
             fragment_sequence: Default::default(),
             round_robin_counter: RoundRobinCounter::PerTitle,
+            disk_groups: 1,
         }),
         segment_rounds,
     };
@@ -734,6 +735,7 @@ fn a_pair_split_by_a_rebuild_reads_its_second_round_from_the_backup() {
             backup_block_bytes: None,
             fragment_sequence: Default::default(),
             round_robin_counter: Default::default(),
+            disk_groups: 1,
         }),
         segment_rounds: 6,
     };
