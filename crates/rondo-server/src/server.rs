@@ -679,9 +679,19 @@ fn disk_lost(shared: &Arc<Shared>) -> DiskLost {
                 Ok(effects) => {
                     let stopped = crate::ops::apply_ops_effects(shared, core, effects);
                     crate::ops::publish_state(shared, disk, DiskState::Failed);
+                    // Its reads in flight in this round, read from the other
+                    // replica at once (sent by the driver after this job).
+                    let now_ns = shared.clock.model_ns(Instant::now());
+                    let round = core.array.next_round().minus(1);
+                    let recovered = core.array.recover_now(disk, now_ns).map_or(0, |late| {
+                        let reads = late.disks.iter().map(|d| d.commands.len()).sum::<usize>();
+                        crate::session::queue_late_start(core, round, late);
+                        reads
+                    });
                     tracing::error!(
                         disk = disk.0,
                         streams_stopped = stopped.len(),
+                        reads_recovered_at_once = recovered,
                         "disk {disk} failed: {cause} ({why}); its streams read the other replicas"
                     );
                 }

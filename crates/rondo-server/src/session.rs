@@ -245,7 +245,7 @@ pub async fn admit(
 /// A late start's reads go to their disks (sent by the driver after this
 /// job), each with the session's piece queue; its rounds released at once
 /// go to the session.
-fn queue_late_start(core: &mut Core, round: Round, late: LateStart) {
+pub(crate) fn queue_late_start(core: &mut Core, round: Round, late: LateStart) {
     for disk_plan in late.disks {
         let deliver_to = crate::round::deliver_to(core, &disk_plan.commands);
         core.late_batches.push(DiskBatch {

@@ -1543,6 +1543,228 @@ impl Array {
         Ok(())
     }
 
+    /// Disk `disk` was lost in the middle of the round in progress (its
+    /// storage node died) and has been failed ([`Array::fail_disk`]): the
+    /// reads it had in flight in this round, and the re-reads already
+    /// queued for them, are read at once from the other replica, each
+    /// survivor's after the work it was given, when they fit in what is
+    /// left of the round. They are the reads whose backups `minimum`
+    /// reserved on the survivors for this disk's failure, time those
+    /// survivors have not spent, since the disk was serving when the round
+    /// began. What does not fit stays queued for unreserved time, as a
+    /// failed read's re-read does. The reads come back as a [`LateStart`]
+    /// for the executor to hand to the disks, as a late start's do.
+    pub fn recover_now(&mut self, disk: DiskIndex, now_ns: u64) -> Option<LateStart> {
+        if !self.delivering || self.late_horizon_ns.is_empty() {
+            return None;
+        }
+        let round = self.next_round.minus(1);
+        let end_ns = self.round_start_ns(round) + self.round_duration_ns(round);
+        if now_ns >= end_ns {
+            return None;
+        }
+        // This round's reads still out on the lost disk: to the other
+        // replica, queued like a failed read's re-read.
+        let mut lost: Vec<(StreamId, PlaybackRound)> = Vec::new();
+        for (&key, f) in &self.inflight {
+            if f.read_round != round || f.queued || f.parts_held.iter().any(|&h| h) {
+                continue;
+            }
+            let Some(span) = self.reservations.stream_span(key.0) else {
+                continue;
+            };
+            let Some(layout) = self
+                .titles
+                .get(&span.title)
+                .and_then(|t| t.layout.as_deref())
+            else {
+                continue;
+            };
+            let round_layout = layout.round(key.1.index());
+            let out_on_disk = match f.replica {
+                Replica::Primary => round_layout.primary_disk == disk && f.pending[0],
+                Replica::Backup => round_layout
+                    .backups
+                    .iter()
+                    .enumerate()
+                    .any(|(e, b)| b.disk == disk && f.pending.get(e) == Some(&true)),
+            };
+            if out_on_disk {
+                lost.push(key);
+            }
+        }
+        lost.sort_unstable();
+        for key in lost {
+            let f = self.inflight.get(&key).expect("listed above").clone();
+            let span = self.reservations.stream_span(key.0).expect("listed above");
+            let title = Arc::clone(&self.titles[&span.title]);
+            let round_layout = title
+                .layout
+                .as_deref()
+                .expect("listed above")
+                .round(key.1.index());
+            let backup_disks: Vec<DiskIndex> =
+                round_layout.backups.iter().map(|b| b.disk).collect();
+            let Some(replica) =
+                replica_after_error(f.replica, round_layout.primary_disk, &backup_disks, |d| {
+                    !self.reservations.is_failed(d)
+                })
+            else {
+                continue;
+            };
+            let pieces = match replica {
+                Replica::Primary => 1,
+                Replica::Backup => backup_disks.len(),
+            };
+            self.inflight.insert(
+                key,
+                Inflight {
+                    replica,
+                    pending: vec![false; pieces],
+                    parts_out: vec![0; pieces],
+                    parts_held: vec![false; pieces],
+                    recovery: true,
+                    queued: true,
+                    ..f
+                },
+            );
+            self.rereads.push(key);
+            self.counters.rereads += 1;
+        }
+        // This round's queued re-reads, at once where they fit. A survivor's
+        // planned work ends by its horizon less the failure reservation it
+        // holds this round, unspent: no disk had failed when the round
+        // began. With another disk failed before (its backups being read
+        // now), only the backup time held for the lost disk's primaries.
+        let fixed_ns = self.config.reservation.round_fixed_ns;
+        let only_failure = (0..self.disk_count())
+            .map(DiskIndex)
+            .all(|d| d == disk || !self.reservations.is_failed(d));
+        let mut horizon_ns: Vec<u64> = self
+            .late_horizon_ns
+            .iter()
+            .enumerate()
+            .map(|(d, &h)| {
+                if h == u64::MAX {
+                    return h;
+                }
+                let survivor = DiskIndex(d as u32);
+                let unspent = if only_failure {
+                    self.reservations
+                        .reserved_ns(survivor, round)
+                        .saturating_sub(self.reservations.reserved_primary_ns(survivor, round))
+                } else {
+                    self.reservations
+                        .reserved_backup_from_ns(survivor, round, disk)
+                };
+                h.saturating_sub(unspent)
+            })
+            .collect();
+        let mut used = vec![false; horizon_ns.len()];
+        let mut per_disk: Vec<Vec<PlannedRead>> = vec![Vec::new(); horizon_ns.len()];
+        let queue = std::mem::take(&mut self.rereads);
+        for key in queue {
+            let Some(f) = self.inflight.get(&key) else {
+                continue;
+            };
+            let Some(span) = self.reservations.stream_span(key.0) else {
+                self.rereads.push(key);
+                continue;
+            };
+            if f.read_round != round {
+                self.rereads.push(key);
+                continue;
+            }
+            let charges = Arc::clone(&self.titles[&span.title].charges);
+            let i = key.1.index();
+            let reads: Vec<PlannedRead> = match f.replica {
+                Replica::Primary => vec![(charges.primary(i), 0u16)],
+                Replica::Backup => charges
+                    .backup(i)
+                    .iter()
+                    .enumerate()
+                    .map(|(entry, &c)| (c, entry as u16))
+                    .collect(),
+            }
+            .into_iter()
+            .map(|(c, backup_entry)| PlannedRead {
+                stream: key.0,
+                title: span.title,
+                playback_round: key.1,
+                disk: c.disk,
+                replica: f.replica,
+                backup_entry,
+                cost_ns: c.cost_ns,
+                rerouted: false,
+                joins_previous: false,
+                prefetch_bytes: 0,
+                cache_hit: false,
+            })
+            .collect();
+            let mut trial = horizon_ns.clone();
+            let mut trial_used = used.clone();
+            let fits = reads.iter().all(|r| {
+                let d = r.disk.index();
+                if self.reservations.is_failed(r.disk) || horizon_ns[d] == u64::MAX {
+                    return false;
+                }
+                // A batch of its own: a sweep's fixed term once per disk.
+                let start = trial[d].max(now_ns);
+                let fixed = if trial_used[d] { 0 } else { fixed_ns };
+                trial_used[d] = true;
+                trial[d] = start.saturating_add(fixed + r.cost_ns);
+                trial[d] <= end_ns
+            });
+            if !fits {
+                self.rereads.push(key);
+                continue;
+            }
+            horizon_ns = trial;
+            used = trial_used;
+            for r in reads {
+                per_disk[r.disk.index()].push(r);
+            }
+        }
+        let scheduler = self.policy.scheduler();
+        let mut late = LateStart {
+            start_ns: now_ns,
+            disks: Vec::new(),
+            releases: Vec::new(),
+        };
+        let mut ready = Vec::new();
+        for (d, reads) in per_disk.into_iter().enumerate() {
+            if reads.is_empty() {
+                continue;
+            }
+            let work_ns = fixed_ns + reads.iter().map(|r| r.cost_ns).sum::<u64>();
+            // Never below what it was: the unspent rest of the lost disk's
+            // backup time is not handed to later late starts.
+            self.late_horizon_ns[d] = self.late_horizon_ns[d].max(horizon_ns[d]);
+            let commands: Vec<DiskCommand> = reads
+                .iter()
+                .filter_map(|read| self.deliver_command(round, read, true, &mut ready))
+                .collect();
+            late.disks.push(DiskRoundPlan {
+                disk: DiskIndex(d as u32),
+                serving: true,
+                reserved_ns: Some(work_ns),
+                granted_ns: 0,
+                scheduler,
+                commands,
+            });
+        }
+        for r in ready {
+            late.releases.extend(self.deliveries.ready(
+                r.stream,
+                r.playback_round,
+                r.replica,
+                r.send_round,
+                round,
+            ));
+        }
+        (!late.disks.is_empty() || !late.releases.is_empty()).then_some(late)
+    }
+
     /// Fails a disk (an operator's action, or recorded failed before a
     /// restart): from the next round its reads go to the other replicas;
     /// streams with a round left that has no working replica are stopped.
