@@ -598,7 +598,6 @@ impl Array {
             self.release(stream);
             return None;
         }
-        let scheduler = self.policy.scheduler();
         let mut late = LateStart {
             start_ns: now_ns,
             disks: Vec::new(),
@@ -612,29 +611,11 @@ impl Array {
             let disk = DiskIndex(d as u32);
             self.late_horizon_ns[d] = self.late_horizon_ns[d].max(now_ns) + work_ns[d];
             let reads = self.policy.disk_reads(disk, round, reads);
-            let commands: Vec<DiskCommand> = reads
-                .iter()
-                .filter_map(|read| self.deliver_command(round, read, false, &mut ready))
-                .collect();
-            late.disks.push(DiskRoundPlan {
-                disk,
-                serving: true,
-                reserved_ns: Some(work_ns[d]),
-                granted_ns: 0,
-                scheduler,
-                commands,
-            });
+            let batch = self.late_batch(round, disk, &reads, false, work_ns[d], &mut ready);
+            late.disks.push(batch);
         }
         // Empty rounds of a burst are complete at once.
-        for r in ready {
-            late.releases.extend(self.deliveries.ready(
-                r.stream,
-                r.playback_round,
-                r.replica,
-                r.send_round,
-                round,
-            ));
-        }
+        late.releases = self.release_ready(ready, round);
         Some((admitted, late))
     }
 
@@ -1464,33 +1445,7 @@ impl Array {
                 self.inflight.remove(&key);
                 continue;
             };
-            let replica = f.replica;
-            let charges = Arc::clone(&self.titles[&span.title].charges);
-            let i = playback_round.index();
-            let reads: Vec<PlannedRead> = match replica {
-                Replica::Primary => vec![(charges.primary(i), 0u16)],
-                Replica::Backup => charges
-                    .backup(i)
-                    .iter()
-                    .enumerate()
-                    .map(|(entry, &c)| (c, entry as u16))
-                    .collect(),
-            }
-            .into_iter()
-            .map(|(c, backup_entry)| PlannedRead {
-                stream,
-                title: span.title,
-                playback_round,
-                disk: c.disk,
-                replica,
-                backup_entry,
-                cost_ns: c.cost_ns,
-                rerouted: false,
-                joins_previous: false,
-                prefetch_bytes: 0,
-                cache_hit: false,
-            })
-            .collect();
+            let reads = self.reread(key, span.title, f.replica);
             if reads.iter().any(|r| self.reservations.is_failed(r.disk)) {
                 // The other replica's disk failed meanwhile.
                 self.inflight.remove(&key);
@@ -1541,6 +1496,84 @@ impl Array {
             return Err(OpsError::NoSuchDisk { disk, disks });
         }
         Ok(())
+    }
+
+    /// The reads of a re-read of `key` (a stream of `title`) from `replica`:
+    /// the primary, or each backup entry, at their charges.
+    fn reread(
+        &self,
+        key: (StreamId, PlaybackRound),
+        title: TitleId,
+        replica: Replica,
+    ) -> Vec<PlannedRead> {
+        let charges = &self.titles[&title].charges;
+        let i = key.1.index();
+        let costs: Vec<(_, u16)> = match replica {
+            Replica::Primary => vec![(charges.primary(i), 0u16)],
+            Replica::Backup => charges
+                .backup(i)
+                .iter()
+                .enumerate()
+                .map(|(entry, &c)| (c, entry as u16))
+                .collect(),
+        };
+        costs
+            .into_iter()
+            .map(|(c, backup_entry)| PlannedRead {
+                stream: key.0,
+                title,
+                playback_round: key.1,
+                disk: c.disk,
+                replica,
+                backup_entry,
+                cost_ns: c.cost_ns,
+                rerouted: false,
+                joins_previous: false,
+                prefetch_bytes: 0,
+                cache_hit: false,
+            })
+            .collect()
+    }
+
+    /// One disk's reads in the round in progress as a batch of its own
+    /// (a late start's, a lost disk's recovered reads), with `work_ns` as
+    /// its budget; rounds with nothing to read go to `ready`.
+    fn late_batch(
+        &mut self,
+        round: Round,
+        disk: DiskIndex,
+        reads: &[PlannedRead],
+        recovery: bool,
+        work_ns: u64,
+        ready: &mut Vec<RoundReady>,
+    ) -> DiskRoundPlan {
+        let commands: Vec<DiskCommand> = reads
+            .iter()
+            .filter_map(|read| self.deliver_command(round, read, recovery, ready))
+            .collect();
+        DiskRoundPlan {
+            disk,
+            serving: true,
+            reserved_ns: Some(work_ns),
+            granted_ns: 0,
+            scheduler: self.policy.scheduler(),
+            commands,
+        }
+    }
+
+    /// Rounds complete at once (nothing to read) released from `round` on.
+    fn release_ready(&mut self, ready: Vec<RoundReady>, round: Round) -> Vec<Release> {
+        let mut releases = Vec::new();
+        for r in ready {
+            releases.extend(self.deliveries.ready(
+                r.stream,
+                r.playback_round,
+                r.replica,
+                r.send_round,
+                round,
+            ));
+        }
+        releases
     }
 
     /// Disk `disk` was lost in the middle of the round in progress (its
@@ -1675,32 +1708,7 @@ impl Array {
                 self.rereads.push(key);
                 continue;
             }
-            let charges = Arc::clone(&self.titles[&span.title].charges);
-            let i = key.1.index();
-            let reads: Vec<PlannedRead> = match f.replica {
-                Replica::Primary => vec![(charges.primary(i), 0u16)],
-                Replica::Backup => charges
-                    .backup(i)
-                    .iter()
-                    .enumerate()
-                    .map(|(entry, &c)| (c, entry as u16))
-                    .collect(),
-            }
-            .into_iter()
-            .map(|(c, backup_entry)| PlannedRead {
-                stream: key.0,
-                title: span.title,
-                playback_round: key.1,
-                disk: c.disk,
-                replica: f.replica,
-                backup_entry,
-                cost_ns: c.cost_ns,
-                rerouted: false,
-                joins_previous: false,
-                prefetch_bytes: 0,
-                cache_hit: false,
-            })
-            .collect();
+            let reads = self.reread(key, span.title, f.replica);
             let mut trial = horizon_ns.clone();
             let mut trial_used = used.clone();
             let fits = reads.iter().all(|r| {
@@ -1725,7 +1733,6 @@ impl Array {
                 per_disk[r.disk.index()].push(r);
             }
         }
-        let scheduler = self.policy.scheduler();
         let mut late = LateStart {
             start_ns: now_ns,
             disks: Vec::new(),
@@ -1740,28 +1747,17 @@ impl Array {
             // Never below what it was: the unspent rest of the lost disk's
             // backup time is not handed to later late starts.
             self.late_horizon_ns[d] = self.late_horizon_ns[d].max(horizon_ns[d]);
-            let commands: Vec<DiskCommand> = reads
-                .iter()
-                .filter_map(|read| self.deliver_command(round, read, true, &mut ready))
-                .collect();
-            late.disks.push(DiskRoundPlan {
-                disk: DiskIndex(d as u32),
-                serving: true,
-                reserved_ns: Some(work_ns),
-                granted_ns: 0,
-                scheduler,
-                commands,
-            });
-        }
-        for r in ready {
-            late.releases.extend(self.deliveries.ready(
-                r.stream,
-                r.playback_round,
-                r.replica,
-                r.send_round,
+            let batch = self.late_batch(
                 round,
-            ));
+                DiskIndex(d as u32),
+                &reads,
+                true,
+                work_ns,
+                &mut ready,
+            );
+            late.disks.push(batch);
         }
+        late.releases = self.release_ready(ready, round);
         (!late.disks.is_empty() || !late.releases.is_empty()).then_some(late)
     }
 
