@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A rondo cluster on this machine to try (issue 14; docs/cluster.md): NODES
+# `rondo node storage` processes of DISK_GROUPS disks each, and a `rondo serve
+# --storage-node ...` manager that admits, plans the rounds and serves HTTP.
+#
+# A new data directory is made first (NODES x DISK_GROUPS emulated disks, disk
+# groups G = DISK_GROUPS, so that a whole node can fail, and the sample titles)
+# by a `rondo serve` that stops once it is up. Then the nodes start, node k
+# reading disks kG .. kG+G-1, and the manager. Ctrl-C stops them all.
+# Kill a node (its pid is printed) to watch its disks fail by themselves on
+# the dashboard while the other replicas serve.
+#
+# Usage: tools/local-cluster.sh [DIR]     (default: ./rondo-cluster-data)
+# Settings (environment): RONDO (binary; default target/release/rondo,
+# built if missing), NODES (2), DISK_GROUPS (2), PORT (8080, the manager's HTTP),
+# NODE_PORT (7400: node k listens on NODE_PORT + k).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=${1:-rondo-cluster-data}
+NODES=${NODES:-2}
+DISK_GROUPS=${DISK_GROUPS:-2}
+PORT=${PORT:-8080}
+NODE_PORT=${NODE_PORT:-7400}
+RONDO=${RONDO:-target/release/rondo}
+if [[ ! -x $RONDO ]]; then
+    echo "building $RONDO ..." >&2
+    cargo build --release -p rondo-cli >&2
+fi
+pids=()
+stop() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+}
+trap stop EXIT INT TERM
+
+# Waits until the log file $1 has a line matching $2 (or the process $3 ends).
+wait_for() {
+    for _ in $(seq 1 600); do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        kill -0 "$3" 2>/dev/null || { cat "$1" >&2; echo "failed: see above" >&2; exit 1; }
+        sleep 0.1
+    done
+    echo "timed out waiting for '$2' in $1" >&2
+    exit 1
+}
+
+logs=$(mktemp -d)
+if [[ ! -e $DIR ]]; then
+    disks=$((NODES * DISK_GROUPS))
+    echo "creating $DIR: $disks emulated disks in $DISK_GROUPS disk groups, the sample titles" >&2
+    "$RONDO" serve --data-dir "$DIR" --disks "$disks" --disk-groups "$DISK_GROUPS" \
+        --listen 127.0.0.1:0 >"$logs/create.out" 2>"$logs/create.err" &
+    pid=$!
+    wait_for "$logs/create.out" "Press Ctrl-C" "$pid"
+    kill -TERM "$pid"
+    wait "$pid" || true
+fi
+
+flags=()
+for ((k = 0; k < NODES; k++)); do
+    disks=$(seq -s, $((k * DISK_GROUPS)) $((k * DISK_GROUPS + DISK_GROUPS - 1)))
+    address=127.0.0.1:$((NODE_PORT + k))
+    "$RONDO" node storage --data-dir "$DIR" --disks "$disks" --listen "$address" \
+        --node-id "storage-$k" >"$logs/node-$k.out" 2>"$logs/node-$k.err" &
+    pids+=($!)
+    wait_for "$logs/node-$k.out" "listening on" "$!"
+    echo "storage node storage-$k (pid $!) reads disks $disks on $address" >&2
+    flags+=(--storage-node "$address")
+done
+"$RONDO" serve --data-dir "$DIR" --listen "127.0.0.1:$PORT" "${flags[@]}" &
+pids+=($!)
+wait "${pids[-1]}"
