@@ -4,6 +4,8 @@
 // in <body data-points="N"> and its title, which the screenshot test reads.
 "use strict";
 
+// Per disk, the storage node that reads it (filled from /api/disks).
+let diskNodes = [];
 const MAX_ROUNDS = 300;
 const STATES = ["healthy", "suspect", "failed", "rebuilding"];
 const COLORS = { reserved: "#1565c0", measured: "#e65100", model: "#7b8794" };
@@ -243,7 +245,9 @@ function redraw() {
   $("sent").textContent = fmtBytes(totals.sent);
   $("disks").innerHTML = last.disks.map((d, i) => {
     const state = STATES[d.state] || ("state " + d.state);
-    return '<span class="disk s' + d.state + '" title="errors ' + d.errors + '">disk ' + i + ": " + state + "</span>";
+    // A cluster's disk: the storage node that reads it.
+    const node = diskNodes[i] ? " on " + diskNodes[i].replace(/[<>&"]/g, "") : "";
+    return '<span class="disk s' + d.state + '" title="errors ' + d.errors + '">disk ' + i + node + ": " + state + "</span>";
   }).join("");
   const rb = last.rebuild;
   if (rb) {
@@ -275,6 +279,12 @@ function reset(list, state) {
   $("conn").className = "stat live";
   redraw();
 }
+
+// Which storage node reads each disk (a cluster's manager; none otherwise).
+fetch("/api/disks")
+  .then(r => r.json())
+  .then(j => { diskNodes = (j.disks || []).map(d => d.node || ""); redraw(); })
+  .catch(() => {});
 
 // Live: the event stream. `?snapshot`: the history once, no live updates
 // (a page that finishes loading, for screenshots and printing).
