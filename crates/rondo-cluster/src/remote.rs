@@ -179,12 +179,7 @@ impl StorageNodes {
                 address: address.clone(),
                 why,
             };
-            let description = client(address)
-                .await?
-                .describe(pb::DescribeRequest {})
-                .await
-                .map_err(|s| node_error(format!("describe failed: {}", s.message())))?
-                .into_inner();
+            let description = describe(address).await?;
             if description.array_id != array_id {
                 return Err(node_error(format!(
                     "it serves array {}, not this directory's {array_id}",
@@ -613,7 +608,7 @@ fn check_overdue(link: &Link) {
     }
 }
 
-/// For a test or a tool: the node's description.
+/// A node's description: its id, array and disks.
 pub async fn describe(address: &str) -> Result<pb::NodeDescription, RemoteError> {
     client(address)
         .await?
