@@ -50,6 +50,10 @@ pub struct NodeInfo {
     pub role: String,
     /// Where it serves (its RPC or HTTP address).
     pub address: String,
+    /// A storage node's disks: the cluster's disk → node map is the union
+    /// of its storage nodes' lists.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<u32>,
 }
 
 /// One admitted stream, as the object manager logs it: enough for the
@@ -98,6 +102,10 @@ pub struct Coordinator {
     endpoints: String,
     lease_id: i64,
     keepalive: tokio::task::JoinHandle<()>,
+    /// True while the lease is kept alive; false once etcd said it is gone
+    /// or has not confirmed it for a whole TTL (it has then ended at etcd,
+    /// or will before anyone can tell this node otherwise).
+    alive: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Drop for Coordinator {
@@ -134,18 +142,31 @@ impl Coordinator {
         let lease_id = client.lease_grant(ttl_s, None).await.map_err(etcd)?.id();
         let (mut keeper, mut responses) = client.lease_keep_alive(lease_id).await.map_err(etcd)?;
         let period = Duration::from_millis((ttl_s as u64 * 1000 / 3).max(100));
+        let ttl = Duration::from_secs(ttl_s as u64);
+        let (alive_tx, alive) = tokio::sync::watch::channel(true);
         let keepalive = tokio::spawn(async move {
+            // Every answer is awaited for at most a period: across a
+            // partition etcd's answers stop without the stream breaking.
+            let mut confirmed = tokio::time::Instant::now();
             loop {
                 tokio::time::sleep(period).await;
-                if keeper.keep_alive().await.is_err() {
+                if confirmed.elapsed() >= ttl {
                     break;
                 }
-                match responses.message().await {
-                    Ok(Some(r)) if r.ttl() > 0 => {}
-                    // The lease is gone (expired while unreachable, or revoked).
-                    _ => break,
+                match tokio::time::timeout(period, keeper.keep_alive()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => break,
+                    Err(_) => continue,
+                }
+                match tokio::time::timeout(period, responses.message()).await {
+                    Ok(Ok(Some(r))) if r.ttl() > 0 => confirmed = tokio::time::Instant::now(),
+                    // The lease is gone (expired while unreachable, or revoked),
+                    // or the stream broke.
+                    Ok(_) => break,
+                    Err(_) => continue,
                 }
             }
+            let _ = alive_tx.send(false);
         });
         Ok(Coordinator {
             client,
@@ -153,6 +174,7 @@ impl Coordinator {
             endpoints: joined,
             lease_id,
             keepalive,
+            alive,
         })
     }
 
@@ -165,6 +187,20 @@ impl Coordinator {
 
     pub fn lease_id(&self) -> i64 {
         self.lease_id
+    }
+
+    /// Whether this session's lease is still kept alive.
+    pub fn lease_alive(&self) -> bool {
+        *self.alive.borrow()
+    }
+
+    /// Resolves once the lease has ended (see `alive`): the node's
+    /// membership and any leadership went with it.
+    pub fn lease_ended(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut alive = self.alive.clone();
+        async move {
+            let _ = alive.wait_for(|a| !*a).await;
+        }
     }
 
     /// Announces this node under its role, for as long as its lease lives.
@@ -197,11 +233,25 @@ impl Coordinator {
     /// manager's id or address) is what `leader` answers while it leads.
     pub async fn campaign(&mut self, value: &str) -> Result<Leadership, CoordError> {
         let name = self.keys.manager_election();
-        let response = self
-            .client
-            .campaign(name, value, self.lease_id)
-            .await
-            .map_err(|e| self.etcd(e))?;
+        // Each request times out (`connect`), but waiting for leadership
+        // may take as long as the leader lives. Campaigning again on the
+        // same lease reuses the same candidate key, so a timed-out wait is
+        // simply resumed while the lease lives.
+        let response = loop {
+            match self
+                .client
+                .campaign(name.clone(), value, self.lease_id)
+                .await
+            {
+                Ok(response) => break response,
+                Err(etcd_client::Error::GRpcStatus(s))
+                    if matches!(
+                        s.code(),
+                        tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+                    ) && self.lease_alive() => {}
+                Err(e) => return Err(self.etcd(e)),
+            }
+        };
         let key = response
             .leader()
             .cloned()

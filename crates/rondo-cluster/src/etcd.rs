@@ -44,12 +44,40 @@ impl LocalEtcd {
     /// `host` (an address of this machine, e.g. 127.0.0.1 or a namespace's
     /// veth address) on free ports, and waits until it answers.
     pub fn start(data_dir: &Path, host: &str) -> Result<LocalEtcd, EtcdError> {
-        std::fs::create_dir_all(data_dir)?;
         let (client_port, peer_port) = free_ports(host)?;
+        LocalEtcd::spawn(
+            data_dir,
+            host,
+            (client_port, peer_port),
+            Command::new("etcd"),
+        )
+    }
+
+    /// Starts etcd inside the network namespace `netns` (`ip netns exec`),
+    /// listening on `host`, that namespace's address, on etcd's own ports
+    /// (2379 for clients, 2380 for peers: the namespace holds nothing else),
+    /// and waits until it answers there.
+    pub fn start_in_netns(
+        data_dir: &Path,
+        netns: &str,
+        host: &str,
+    ) -> Result<LocalEtcd, EtcdError> {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", netns, "etcd"]);
+        LocalEtcd::spawn(data_dir, host, (2379, 2380), command)
+    }
+
+    fn spawn(
+        data_dir: &Path,
+        host: &str,
+        (client_port, peer_port): (u16, u16),
+        mut command: Command,
+    ) -> Result<LocalEtcd, EtcdError> {
+        std::fs::create_dir_all(data_dir)?;
         let client_url = format!("http://{host}:{client_port}");
         let peer_url = format!("http://{host}:{peer_port}");
         let log = std::fs::File::create(data_dir.join("etcd.log"))?;
-        let child = Command::new("etcd")
+        let child = command
             .args(["--name", "rondo"])
             .arg("--data-dir")
             .arg(data_dir.join("data"))

@@ -11,6 +11,9 @@
 //!   writes are fenced by the writer's leadership so that a deposed or
 //!   partitioned manager can never admit a stream, and keyed by the
 //!   client's request so that no request is ever admitted twice;
+//! - `membership`: a node process kept registered in etcd under its role,
+//!   and the manager's discovery of the storage nodes (the disk → node
+//!   map) there;
 //! - `etcd`: a local etcd server process for a cluster on one machine (the
 //!   project's scripts and tests start it; Debian's `etcd-server`).
 //!
@@ -21,11 +24,13 @@
 pub mod coord;
 pub mod etcd;
 pub mod keys;
+pub mod membership;
 pub mod remote;
 pub mod storage_node;
 pub mod wire;
 
 pub use coord::{CoordError, Coordinator, Leadership, Recorded, StreamRecord};
 pub use keys::{ClusterKeys, Role};
+pub use membership::{EtcdConfig, LEASE_TTL_S_DEFAULT};
 pub use remote::{RemoteError, StorageNodes};
 pub use storage_node::{StorageNodeConfig, StorageNodeService};

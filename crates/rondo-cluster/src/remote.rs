@@ -83,6 +83,9 @@ pub struct StorageNodes {
     array_id: String,
     nodes: Vec<NodeInfo>,
     disk_node: BTreeMap<DiskIndex, usize>,
+    /// This manager's epoch (its etcd leadership's revision; 0 without
+    /// etcd), sent when it opens a disk: a node refuses a lower one.
+    manager_epoch: u64,
 }
 
 /// `http://` in front of a bare `host:port`.
@@ -164,7 +167,15 @@ impl StorageNodes {
             array_id: array_id.to_string(),
             nodes,
             disk_node,
+            manager_epoch: 0,
         })
+    }
+
+    /// Opens the disks as the manager of `epoch` (its etcd leadership's
+    /// revision): a node then refuses any manager of a lower epoch.
+    pub fn with_manager_epoch(mut self, epoch: u64) -> StorageNodes {
+        self.manager_epoch = epoch;
+        self
     }
 
     async fn describe_all(
@@ -248,9 +259,18 @@ impl DiskExecutors for StorageNodes {
         let (batches, batches_rx) = crossbeam_channel::bounded(BATCH_QUEUE_ROUNDS);
         let runtime = Arc::clone(&self.runtime);
         let array_id = self.array_id.clone();
+        let manager_epoch = self.manager_epoch;
         let handle = std::thread::Builder::new()
             .name(format!("rondo-remote-{disk}"))
-            .spawn(move || run_disk(runtime, node, array_id, context, batches_rx))?;
+            .spawn(move || {
+                run_disk(
+                    runtime,
+                    node,
+                    (array_id, manager_epoch),
+                    context,
+                    batches_rx,
+                )
+            })?;
         Ok(DeviceThread {
             disk,
             batches,
@@ -471,7 +491,7 @@ impl Link {
 fn run_disk(
     runtime: Arc<NodeRuntime>,
     node: NodeInfo,
-    array_id: String,
+    (array_id, manager_epoch): (String, u64),
     context: ExecutorContext,
     batches: Receiver<DiskBatch>,
 ) {
@@ -503,6 +523,7 @@ fn run_disk(
             round_duration_ns: clock.round_duration_ns,
             emulated: timing == rondo_server::DiskTiming::Emulated,
             buffer_bytes: buffer_per_disk_bytes,
+            manager_epoch,
         })),
     };
     let _ = to_node.try_send(open);

@@ -67,6 +67,9 @@ pub struct StorageNodeService {
     /// Per disk, the latest manager stream's number: an older stream stops
     /// taking batches once a newer one opened the disk.
     generations: Arc<Mutex<HashMap<DiskIndex, u64>>>,
+    /// Per disk, the highest manager epoch that opened it: a manager below
+    /// it was deposed (its etcd leadership ended) and is refused.
+    epochs: Arc<Mutex<HashMap<DiskIndex, u64>>>,
     metrics: Arc<Metrics>,
 }
 
@@ -93,6 +96,7 @@ impl StorageNodeService {
             profile,
             devices: config.disks.iter().copied().zip(devices).collect(),
             generations: Default::default(),
+            epochs: Default::default(),
             metrics: Arc::new(Metrics::new(array.disk_count)),
         })
     }
@@ -181,6 +185,17 @@ impl StorageNode for StorageNodeService {
             return Err(Status::invalid_argument(
                 "round_duration_ns must be positive",
             ));
+        }
+        {
+            let mut epochs = self.epochs.lock().expect("not poisoned");
+            let highest = epochs.entry(disk).or_default();
+            if open.manager_epoch < *highest {
+                return Err(Status::failed_precondition(format!(
+                    "disk {disk} is held by a manager of epoch {highest}; epoch {} was deposed",
+                    open.manager_epoch
+                )));
+            }
+            *highest = open.manager_epoch;
         }
         let generation = {
             let mut generations = self.generations.lock().expect("not poisoned");

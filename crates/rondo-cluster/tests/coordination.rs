@@ -142,6 +142,7 @@ async fn membership_follows_each_nodes_lease() {
         id: id.into(),
         role: "storage".into(),
         address: format!("10.0.0.{}:7000", id.len()),
+        disks: vec![],
     };
     s1.register(Role::Storage, &info("s1")).await.unwrap();
     s2.register(Role::Storage, &info("s2")).await.unwrap();

@@ -267,3 +267,46 @@ async fn a_killed_node_of_two_disks_is_absorbed_with_disk_groups() {
     .await;
     assert_absorbed(&run);
 }
+
+/// A storage node fences managers by epoch (their etcd leadership's
+/// revision): once a manager of epoch 9 opened a disk, a deposed one of
+/// epoch 3 is refused, by name, while a later one of epoch 12 takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_node_refuses_a_deposed_manager() {
+    use rondo_cluster::wire::pb;
+    use rondo_cluster::wire::pb::storage_node_client::StorageNodeClient;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let store = create_store(&data);
+    let array_id = store.config().array_id.to_string();
+    drop(store);
+    let nodes = tokio::task::spawn_blocking(move || start_nodes(&data, &[vec![0]]))
+        .await
+        .unwrap();
+    let uri = rondo_cluster::remote::endpoint_uri(&nodes[0].address().to_string());
+    let open = |epoch: u64| {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tx.try_send(pb::ToDisk {
+            kind: Some(pb::to_disk::Kind::Open(pb::Open {
+                disk: 0,
+                array_id: array_id.clone(),
+                round_zero_unix_ns: 1,
+                round_duration_ns: 1_000_000_000,
+                emulated: true,
+                buffer_bytes: 1 << 20,
+                manager_epoch: epoch,
+            })),
+        })
+        .unwrap();
+        (tx, tokio_stream::wrappers::ReceiverStream::new(rx))
+    };
+    let mut client = StorageNodeClient::connect(uri).await.unwrap();
+    let (_held, stream) = open(9);
+    client.rounds(stream).await.expect("epoch 9 opens disk 0");
+    let (_deposed, stream) = open(3);
+    let refused = client.rounds(stream).await.expect_err("epoch 3 is below 9");
+    assert_eq!(format!("{:?}", refused.code()), "FailedPrecondition");
+    assert!(refused.message().contains("deposed"), "{refused:?}");
+    let (_later, stream) = open(12);
+    client.rounds(stream).await.expect("epoch 12 takes over");
+}

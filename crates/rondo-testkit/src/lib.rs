@@ -7,6 +7,8 @@
 //!   started and waited for, killed on drop; a subcommand's JSON output.
 //! - [`http`]: the small HTTP requests the end-to-end tests make again and
 //!   again.
+//! - [`netns`]: hosts in network namespaces on one bridge, for the
+//!   cluster tests, with cuts and partitions.
 //! - [`fuzz`]: a seeded mutation fuzzer for parsers, run as tests.
 //! - [`s3`]: a real S3 server (s3s-fs) over a directory, in process, for
 //!   the S3 tier's tests; also the `rondo-test-s3` binary.
@@ -14,5 +16,6 @@
 pub mod fuzz;
 pub mod http;
 pub mod media;
+pub mod netns;
 pub mod process;
 pub mod s3;

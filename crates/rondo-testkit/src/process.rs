@@ -46,6 +46,24 @@ impl Serve {
         }
     }
 
+    /// `rondo serve` run inside the network namespace `netns` (`ip netns
+    /// exec`, which execs it: the child is the server).
+    pub fn in_netns(netns: &str, rondo: impl AsRef<OsStr>) -> Serve {
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", netns])
+            .arg(rondo)
+            .arg("serve")
+            .env("RONDO_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        Serve {
+            command,
+            stderr_file: None,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
     /// `rondo serve --data-dir DATA --listen 127.0.0.1:0` (a free port).
     pub fn on(rondo: impl AsRef<OsStr>, data: &Path) -> Serve {
         Serve::new(rondo)
@@ -199,17 +217,22 @@ impl StorageNode {
     /// 127.0.0.1:0 --json` and waits (up to 30 s) for the line that names
     /// its address.
     pub fn start(rondo: impl AsRef<OsStr>, data: &Path, disks: &[u32]) -> StorageNode {
+        let mut command = Command::new(rondo);
+        command.args(["node", "storage"]);
+        StorageNode::spawn(command, data, disks, &["--listen", "127.0.0.1:0"])
+    }
+
+    /// Starts `rondo node storage --data-dir DATA --disks LIST --json
+    /// EXTRA...` from `command` (the binary and `node storage`, perhaps
+    /// behind `ip netns exec`), and waits (up to 30 s) for the line that
+    /// names its advertised address.
+    pub fn spawn(mut command: Command, data: &Path, disks: &[u32], extra: &[&str]) -> StorageNode {
         let list: Vec<String> = disks.iter().map(u32::to_string).collect();
-        let mut child = Command::new(rondo)
-            .args(["node", "storage", "--data-dir"])
+        let mut child = command
+            .arg("--data-dir")
             .arg(data)
-            .args([
-                "--disks",
-                &list.join(","),
-                "--listen",
-                "127.0.0.1:0",
-                "--json",
-            ])
+            .args(["--disks", &list.join(","), "--json"])
+            .args(extra)
             .env("RONDO_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -231,7 +254,11 @@ impl StorageNode {
             .unwrap_or_else(|_| panic!("rondo node storage for disks {disks:?} printed nothing"));
         let json: Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("rondo node storage printed {line:?}: {e}"));
-        node.address = json["address"].as_str().expect("an address").to_string();
+        node.address = json["advertised"]
+            .as_str()
+            .or(json["address"].as_str())
+            .expect("an address")
+            .to_string();
         node
     }
 

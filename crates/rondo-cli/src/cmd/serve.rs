@@ -147,8 +147,26 @@ pub struct ServeArgs {
     /// any, every disk must be on exactly one node, and this server is the
     /// cluster's manager and interface: it admits, schedules the rounds and
     /// serves HTTP, while the nodes read the disks (docs/cluster.md).
-    #[arg(long = "storage-node", value_name = "HOST:PORT")]
+    #[arg(
+        long = "storage-node",
+        value_name = "HOST:PORT",
+        conflicts_with = "etcd"
+    )]
     pub storage_nodes: Vec<String>,
+    #[command(flatten)]
+    pub etcd: crate::cmd::node::EtcdArgs,
+    /// With --etcd: this manager's name in the cluster (default:
+    /// manager-<listen address>).
+    #[arg(long, value_name = "NAME", requires = "etcd")]
+    pub manager_id: Option<String>,
+    /// With --etcd: the URL clients reach this server at, as registered in
+    /// etcd (default: http://<listen address>).
+    #[arg(long, value_name = "URL", requires = "etcd")]
+    pub advertise_url: Option<String>,
+    /// With --etcd: seconds to wait, once elected, for storage nodes that
+    /// cover every disk to register.
+    #[arg(long, value_name = "S", default_value_t = 60, requires = "etcd")]
+    pub discover_timeout_s: u64,
     #[command(flatten)]
     pub layout: LayoutArgs,
     #[command(flatten)]
@@ -263,7 +281,52 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         args.policy.read_group_rounds(create.segment_rounds)?;
         args.policy.dynamic_cycle(create.segment_rounds)?;
     }
-    let (store, created) = open_or_create(&args.data_dir, create)
+    // With etcd, this server first stands for the cluster's object manager:
+    // a standby waits here, before it takes the data directory, until the
+    // leader is gone.
+    let lost_leadership = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut manager_session = match args.etcd.config() {
+        None => None,
+        Some(etcd) => {
+            let manager = rondo_cluster::coord::NodeInfo {
+                id: args
+                    .manager_id
+                    .clone()
+                    .unwrap_or_else(|| format!("manager-{}", args.listen)),
+                role: rondo_cluster::Role::Manager.name().into(),
+                address: args
+                    .advertise_url
+                    .clone()
+                    .unwrap_or_else(|| format!("http://{}", args.listen)),
+                disks: Vec::new(),
+            };
+            eprintln!(
+                "standing for the object manager of cluster {} in etcd {}",
+                etcd.cluster,
+                etcd.endpoints.join(",")
+            );
+            let session =
+                rondo_cluster::membership::ManagerSession::elect(&etcd, &manager, |leader| {
+                    eprintln!("standby: the manager at {leader} leads; waiting until it is gone")
+                })
+                .context("standing for the object manager through etcd")?;
+            let lost = std::sync::Arc::clone(&lost_leadership);
+            session.on_leadership_lost(move || {
+                // Fencing: a manager whose lease ended may already have a
+                // successor, so it stops (the nodes refuse its epoch too).
+                eprintln!("etcd lease ended: no longer the object manager; stopping");
+                lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                // SAFETY: kill(2) on this process with a handled signal.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGTERM);
+                }
+            });
+            Some(session)
+        }
+    };
+    // A deposed manager on this host releases the directory when it stops,
+    // within a lease of its successor's election.
+    let (store, created) = open_store(&args.data_dir, create, manager_session.is_some())
         .with_context(|| format!("cannot open data directory {}", args.data_dir.display()))?;
     let config = store.config().clone();
     if created {
@@ -333,16 +396,36 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let names: Vec<&str> = stored.iter().map(|r| r.name.as_str()).collect();
         eprintln!("stored the sample titles: {}", names.join(", "));
     }
-    // A cluster's manager: the disks are read by storage nodes.
-    let remote_disks = if args.storage_nodes.is_empty() {
+    // A cluster's manager: the disks are read by storage nodes, named on the
+    // command line or found in etcd (`manager_session`, elected above).
+    let (storage_nodes, manager_epoch) = match manager_session.as_mut() {
+        None => (args.storage_nodes.clone(), 0),
+        Some(session) => {
+            let found = session
+                .discover(
+                    config.disk_count,
+                    Duration::from_secs(args.discover_timeout_s),
+                )
+                .context("finding the storage nodes in etcd")?
+                .to_vec();
+            eprintln!(
+                "elected object manager (epoch {}); storage nodes from etcd: {}",
+                session.epoch(),
+                found.join(", ")
+            );
+            (found, session.epoch())
+        }
+    };
+    let remote_disks = if storage_nodes.is_empty() {
         None
     } else {
         let nodes = rondo_cluster::StorageNodes::connect(
-            &args.storage_nodes,
+            &storage_nodes,
             &config.array_id.to_string(),
             config.disk_count,
         )
-        .context("reaching the storage nodes")?;
+        .context("reaching the storage nodes")?
+        .with_manager_epoch(manager_epoch);
         for node in nodes.nodes() {
             eprintln!(
                 "storage node {} at {} reads disks {:?}",
@@ -433,7 +516,37 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         println!("Press Ctrl-C to stop.");
     })
     .context("rondo serve")?;
+    if lost_leadership.load(std::sync::atomic::Ordering::SeqCst) {
+        anyhow::bail!(
+            "stopped: this server lost the object manager's leadership (its etcd lease ended)"
+        );
+    }
+    if let Some(session) = manager_session {
+        session
+            .resign()
+            .context("resigning the object manager's leadership")?;
+    }
     Ok(())
+}
+
+/// Opens (or creates) the data directory; an elected manager waits up to
+/// 30 s for a deposed one on the same host to let it go.
+fn open_store(
+    dir: &std::path::Path,
+    create: rondo_store::StoreConfig,
+    wait_for_lock: bool,
+) -> Result<(rondo_store::Store, bool), rondo_store::StoreError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match open_or_create(dir, create.clone()) {
+            Err(rondo_store::StoreError::Locked { .. })
+                if wait_for_lock && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// `--buffer-per-disk-mib` in bytes (the default without it), shared by
