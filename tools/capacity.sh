@@ -51,14 +51,20 @@ POLICY=${POLICY:-}
 START_BURST_ROUNDS=${START_BURST_ROUNDS:-0}
 URL="http://127.0.0.1:$PORT"
 
+STORAGE_NODES=${STORAGE_NODES:-0}
+DISKS_PER_NODE=${DISKS_PER_NODE:-2}
+
 # shellcheck source=tools/lib.sh
 source "$ROOT/tools/lib.sh"
+# shellcheck source=tools/lib-cluster.sh
+source "$ROOT/tools/lib-cluster.sh"
 require_tools ffmpeg curl jq
 ensure_rondo
 mkdir -p "$OUT"
 WORK=$(mktemp -d "${WORK_PARENT:-/tmp}/rondo-capacity.XXXXXX")
 SERVER_PID=""
 cleanup() {
+    (( STORAGE_NODES > 0 )) && cluster_stop
     if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
         kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
     fi
@@ -75,6 +81,16 @@ make_titles
 
 # 2. Store them.
 DATA="$WORK/data"
+if [[ -n ${CREATE:-} ]]; then
+    # shellcheck disable=SC2086 # a list of flags
+    "$RONDO" serve --data-dir "$DATA" $CREATE --no-samples --listen 127.0.0.1:0 \
+        > "$WORK/create.out" 2> "$WORK/create.err" &
+    pid=$!
+    for _ in $(seq 300); do grep -q "Press Ctrl-C" "$WORK/create.out" && break; sleep 0.1; done
+    grep -q "Press Ctrl-C" "$WORK/create.out" || { cat "$WORK/create.err" >&2; exit 1; }
+    kill -TERM "$pid"; wait "$pid" || true
+    say "created $DATA with: $CREATE"
+fi
 # shellcheck disable=SC2086 # LAYOUT and POLICY are lists of flags
 "$RONDO" ingest --data-dir "$DATA" $LAYOUT "${files[@]}" >&2
 
@@ -97,16 +113,22 @@ run_phase() {
     RATE=$(jq '.setup.arrival_rate_per_s' "$OUT/simulate.json")
     say "predicted $(jq -r '.at_load | "\(.mean_active_streams) ± \(.ci_half_width) streams (\(.replications) replications)"' "$OUT/simulate.json"); arrivals $RATE/s"
 
-    # 4. The server and the load.
-    # shellcheck disable=SC2086
-    "$RONDO" serve --data-dir "$DATA" $POLICY --listen "127.0.0.1:$PORT" --no-samples --connections-per-client-max 0 \
-        > "$OUT/serve.log" 2>&1 &
-    SERVER_PID=$!
-    for _ in $(seq 100); do
-        curl -sf "$URL/api/titles" >/dev/null && break
-        sleep 0.2
-    done
-    curl -sf "$URL/api/titles" >/dev/null || { say "the server did not start; see $OUT/serve.log"; exit 1; }
+    # 4. The server (or the cluster) and the load.
+    if (( STORAGE_NODES > 0 )); then
+        say "a cluster in network namespaces: etcd, $STORAGE_NODES storage nodes of $DISKS_PER_NODE disks, the manager"
+        cluster_start "$POLICY --no-samples --connections-per-client-max 0" "$OUT/serve.log" \
+            || { say "the cluster did not start; see $OUT/serve.log"; exit 1; }
+    else
+        # shellcheck disable=SC2086
+        "$RONDO" serve --data-dir "$DATA" $POLICY --listen "127.0.0.1:$PORT" --no-samples --connections-per-client-max 0 \
+            > "$OUT/serve.log" 2>&1 &
+        SERVER_PID=$!
+        for _ in $(seq 100); do
+            curl -sf "$URL/api/titles" >/dev/null && break
+            sleep 0.2
+        done
+        curl -sf "$URL/api/titles" >/dev/null || { say "the server did not start; see $OUT/serve.log"; exit 1; }
+    fi
     say "rondo serve up (pid $SERVER_PID); rondo load --rate $RATE for $END_ROUND s"
     "$RONDO" load --url "$URL" --rate "$RATE" --duration "$END_ROUND" --warmup "$WARMUP_S" \
         --zipf "$ZIPF" --seed "$SEED" --json > "$OUT/load.json" 2> "$OUT/load.err" &
@@ -131,7 +153,11 @@ run_phase() {
     say "window closes (round $(jq .rounds "$OUT/metrics-window-end.json")); draining"
     wait "$LOAD_PID"
     curl -sf "$URL/api/metrics" > "$OUT/metrics-end.json"
-    kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
+    if (( STORAGE_NODES > 0 )); then
+        cluster_stop
+    else
+        kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
+    fi
     SERVER_PID=""
     uptime > "$OUT/uptime-end.txt"
 

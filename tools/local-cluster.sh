@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# A rondo cluster on this machine to try (issue 14; docs/cluster.md): NODES
-# `rondo node storage` processes of DISK_GROUPS disks each, and a `rondo serve
-# --storage-node ...` manager that admits, plans the rounds and serves HTTP.
+# A rondo cluster on this machine to try (issue 14; docs/cluster.md): etcd,
+# NODES `rondo node storage` processes of DISK_GROUPS disks each that
+# register there, a `rondo serve --etcd` manager that is elected, finds them
+# there, admits, plans the rounds and serves HTTP, and a second `rondo serve
+# --etcd` that waits as the standby and takes over when the manager is gone.
 #
 # A new data directory is made first (NODES x DISK_GROUPS emulated disks, disk
 # groups G = DISK_GROUPS, so that a whole node can fail, and the sample titles)
 # by a `rondo serve` that stops once it is up. Then the nodes start, node k
 # reading disks kG .. kG+G-1, and the manager. Ctrl-C stops them all.
 # Kill a node (its pid is printed) to watch its disks fail by themselves on
-# the dashboard while the other replicas serve.
+# the dashboard while the other replicas serve; kill the manager to watch
+# the standby take over on PORT + 1 within a few seconds.
 #
 # Usage: tools/local-cluster.sh [DIR]     (default: ./rondo-cluster-data)
 # Settings (environment): RONDO (binary; default target/release/rondo,
 # built if missing), NODES (2), DISK_GROUPS (2), PORT (8080, the manager's HTTP),
-# NODE_PORT (7400: node k listens on NODE_PORT + k).
+# NODE_PORT (7400: node k listens on NODE_PORT + k), ETCD_PORT (23790; etcd's
+# peer port is the next one). Needs Debian's etcd-server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-rondo-cluster-data}
@@ -21,6 +25,9 @@ NODES=${NODES:-2}
 DISK_GROUPS=${DISK_GROUPS:-2}
 PORT=${PORT:-8080}
 NODE_PORT=${NODE_PORT:-7400}
+ETCD_PORT=${ETCD_PORT:-23790}
+ETCD=http://127.0.0.1:$ETCD_PORT
+command -v etcd >/dev/null || { echo "needs etcd (apt-get install -y etcd-server)" >&2; exit 1; }
 RONDO=${RONDO:-target/release/rondo}
 if [[ ! -x $RONDO ]]; then
     echo "building $RONDO ..." >&2
@@ -56,17 +63,32 @@ if [[ ! -e $DIR ]]; then
     wait "$pid" || true
 fi
 
-flags=()
+etcd --name rondo --data-dir "$logs/etcd" \
+    --listen-client-urls "$ETCD" --advertise-client-urls "$ETCD" \
+    --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+    --initial-cluster "rondo=http://127.0.0.1:$((ETCD_PORT + 1))" >"$logs/etcd.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do curl -sf "$ETCD/health" | grep -q '"health":"true"' && break; sleep 0.1; done
+echo "etcd (pid ${pids[-1]}) at $ETCD" >&2
+
 for ((k = 0; k < NODES; k++)); do
     disks=$(seq -s, $((k * DISK_GROUPS)) $((k * DISK_GROUPS + DISK_GROUPS - 1)))
     address=127.0.0.1:$((NODE_PORT + k))
     "$RONDO" node storage --data-dir "$DIR" --disks "$disks" --listen "$address" \
-        --node-id "storage-$k" >"$logs/node-$k.out" 2>"$logs/node-$k.err" &
+        --node-id "storage-$k" --etcd "$ETCD" >"$logs/node-$k.out" 2>"$logs/node-$k.err" &
     pids+=($!)
     wait_for "$logs/node-$k.out" "listening on" "$!"
     echo "storage node storage-$k (pid $!) reads disks $disks on $address" >&2
-    flags+=(--storage-node "$address")
 done
-"$RONDO" serve --data-dir "$DIR" --listen "127.0.0.1:$PORT" "${flags[@]}" &
+"$RONDO" serve --data-dir "$DIR" --listen "127.0.0.1:$PORT" --etcd "$ETCD" --manager-id manager-a &
 pids+=($!)
+manager=$!
+sleep 2
+echo "standby manager on port $((PORT + 1)): it serves once the manager (pid $manager) is gone" >&2
+"$RONDO" serve --data-dir "$DIR" --listen "127.0.0.1:$((PORT + 1))" --etcd "$ETCD" --manager-id manager-b \
+    2>"$logs/standby.err" &
+pids+=($!)
+wait "$manager" || true
+echo "the manager stopped; the standby's log: $logs/standby.err" >&2
 wait "${pids[-1]}"

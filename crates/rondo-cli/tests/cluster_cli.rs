@@ -131,3 +131,50 @@ fn a_cluster_of_processes_serves_and_absorbs_a_killed_storage_node() {
         "served from the other replicas, the same bytes"
     );
 }
+
+/// `rondo serve --scheme none` makes a directory without failure
+/// tolerance (for the cluster's scaling measurement, docs/cluster.md); the
+/// directory keeps it, a contradicting flag is refused by name, and a scheme
+/// the server does not serve is refused before anything is made.
+#[test]
+fn serve_makes_a_directory_with_the_scheme_asked_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut server = Serve::on(env!("CARGO_BIN_EXE_rondo"), &data)
+        .args(["--scheme", "none", "--no-samples"])
+        .start();
+    assert!(
+        server
+            .printed
+            .iter()
+            .any(|l| l.contains("failure tolerance: none reservation")),
+        "{:?}",
+        server.printed
+    );
+    assert!(server.terminate().success());
+    let contradicted = rondo()
+        .args([
+            "serve",
+            "--scheme",
+            "minimum",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!contradicted.status.success());
+    let said = String::from_utf8_lossy(&contradicted.stderr);
+    assert!(said.contains("scheme"), "{said}");
+    let other = tmp.path().join("other");
+    let refused = rondo()
+        .args(["serve", "--scheme", "mirroring", "--data-dir"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("`minimum` or `none`"), "{said}");
+    assert!(!other.exists(), "nothing made");
+}

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, bail};
 use clap::Args;
 use rondo_model::disk::profile_by_name;
-use rondo_model::reservation::Guarantee;
+use rondo_model::reservation::{Guarantee, Scheme};
 use rondo_model::units::{NS_PER_MS, STRIDE_BYTES_DEFAULT};
 use rondo_server::config::{
     DEFAULT_CLIENT_BUFFER_ROUNDS, DEFAULT_LISTEN, DEFAULT_LOOKAHEAD_ROUNDS,
@@ -43,6 +43,12 @@ pub struct ServeArgs {
     /// match.
     #[arg(long, value_name = "N")]
     pub disks: Option<u32>,
+    /// Failure tolerance of a new data directory: `minimum` (the default:
+    /// every admitted stream keeps its deadlines across any single disk
+    /// failure, seed 000) or `none` (no time reserved for a failure: more
+    /// streams, none protected); for an existing one it must match.
+    #[arg(long, value_name = "SCHEME", value_parser = parse_serve_scheme)]
+    pub scheme: Option<Scheme>,
     /// Disk profile of a new data directory (default cheetah-4lp; see `rondo
     /// disk list`); for an existing one it must match.
     #[arg(long, value_name = "NAME")]
@@ -251,6 +257,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         create.capacity_bytes =
             profile.capacity_bytes()? / STRIDE_BYTES_DEFAULT * STRIDE_BYTES_DEFAULT;
     }
+    if let Some(scheme) = args.scheme {
+        create.scheme = scheme;
+    }
     if let Some(disks) = args.disks {
         create.disk_count = disks;
     }
@@ -360,6 +369,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 segment_rounds,
                 stride_bytes: args.stride_bytes,
                 disk_groups: args.layout.disk_groups,
+                scheme: args.scheme,
                 ..DirectoryFlags::default()
             })
             .map_err(|e| anyhow::anyhow!("{}: {e}", args.data_dir.display()))?;
@@ -527,6 +537,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .context("resigning the object manager's leadership")?;
     }
     Ok(())
+}
+
+/// `--scheme`: the schemes `rondo serve` serves (`none`, `minimum`).
+fn parse_serve_scheme(s: &str) -> Result<Scheme, String> {
+    match s.parse::<Scheme>()? {
+        scheme @ (Scheme::None | Scheme::Minimum) => Ok(scheme),
+        other => Err(format!(
+            "rondo serve serves `minimum` or `none`, not `{other}` (rondo simulate models the others)"
+        )),
+    }
 }
 
 /// Opens (or creates) the data directory; an elected manager waits up to
