@@ -134,6 +134,10 @@ run_phase() {
         --zipf "$ZIPF" --seed "$SEED" --json > "$OUT/load.json" 2> "$OUT/load.err" &
     LOAD_PID=$!
     T0=$(date +%s)
+    if (( STORAGE_NODES > 0 )) && [[ -n ${KILL_NODE_AT_S:-} ]]; then
+        # A storage node's host dies under the load: node 0, SIGKILL.
+        ( sleep "$KILL_NODE_AT_S"; kill -KILL "${CLUSTER_PIDS[1]}" 2>/dev/null && say "killed storage node 0 (SIGKILL) at t = $KILL_NODE_AT_S s" ) &
+    fi
     : > "$OUT/history.jsonl"
     poll_history() { curl -sf "$URL/api/history" | jq -c '.[]' >> "$OUT/history.jsonl" || true; }
     wait_until() { # seconds since T0

@@ -175,6 +175,44 @@ fn a_cluster_on_separate_hosts_survives_a_cut_storage_node_and_a_manager_cut_fro
         b_waiting.contains("standby"),
         "the second manager waits as the standby: {b_waiting}"
     );
+    // The manager shows every node it sees in etcd (the dashboard's table).
+    let cluster = get_json(&format!("{}/api/cluster", a.url));
+    let nodes: Vec<(String, String, Value)> = cluster["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| {
+            (
+                n["id"].as_str().unwrap().to_string(),
+                n["address"].as_str().unwrap().to_string(),
+                n["disks"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        nodes,
+        vec![
+            (
+                "s0".into(),
+                format!("{}:7400", s0.address),
+                serde_json::json!([0, 1])
+            ),
+            (
+                "s1".into(),
+                format!("{}:7400", s1.address),
+                serde_json::json!([2, 3])
+            ),
+        ],
+        "{cluster:#}"
+    );
+    assert_eq!(cluster["managers"][0]["address"], a.url, "{cluster:#}");
+    assert_eq!(cluster["managers"][0]["role"], "leader", "{cluster:#}");
+    assert_eq!(
+        cluster["managers"][1]["address"],
+        format!("http://{}:8080", mb.address),
+        "{cluster:#}"
+    );
+    assert_eq!(cluster["managers"][1]["role"], "standby", "{cluster:#}");
 
     // A storage node's host is cut off while streams play.
     let load = Command::new(RONDO)
@@ -280,6 +318,13 @@ fn a_cluster_on_separate_hosts_survives_a_cut_storage_node_and_a_manager_cut_fro
     assert_eq!(
         disk_states(&b.url),
         ["healthy", "healthy", "failed", "failed"]
+    );
+    let cluster = get_json(&format!("{}/api/cluster", b.url));
+    assert_eq!(cluster["managers"][0]["address"], b.url, "{cluster:#}");
+    assert_eq!(
+        cluster["managers"].as_array().map(Vec::len),
+        Some(1),
+        "{cluster:#}"
     );
     assert_eq!(
         bodies(&b.url),

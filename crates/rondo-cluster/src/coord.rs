@@ -229,6 +229,16 @@ impl Coordinator {
         response.kvs().iter().map(decode).collect()
     }
 
+    /// A read-only view on the cluster's keys over this session's
+    /// connection, for a task of its own (it does not hold the lease).
+    pub fn observer(&self) -> Observer {
+        Observer {
+            client: self.client.clone(),
+            keys: self.keys.clone(),
+            endpoints: self.endpoints.clone(),
+        }
+    }
+
     /// Stands for object manager and waits until elected; `value` (the
     /// manager's id or address) is what `leader` answers while it leads.
     pub async fn campaign(&mut self, value: &str) -> Result<Leadership, CoordError> {
@@ -383,6 +393,58 @@ impl Coordinator {
             .await
             .map_err(|e| self.etcd(e))?;
         Ok(())
+    }
+}
+
+/// Reads the cluster's membership and election without a lease of its own.
+#[derive(Clone)]
+pub struct Observer {
+    client: Client,
+    keys: ClusterKeys,
+    endpoints: String,
+}
+
+impl Observer {
+    fn etcd(&self, source: etcd_client::Error) -> CoordError {
+        CoordError::Etcd {
+            endpoints: self.endpoints.clone(),
+            source,
+        }
+    }
+
+    /// The live members of a role, in id order.
+    pub async fn members(&mut self, role: Role) -> Result<Vec<NodeInfo>, CoordError> {
+        let prefix = self.keys.nodes(role);
+        let response = self
+            .client
+            .get(prefix, Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(|e| self.etcd(e))?;
+        response.kvs().iter().map(decode).collect()
+    }
+
+    /// The managers standing for election, the leader first and then the
+    /// standbys in the order they will lead (etcd's election keys by
+    /// creation revision): each one's value (its address).
+    pub async fn candidates(&mut self) -> Result<Vec<String>, CoordError> {
+        let prefix = format!("{}/", self.keys.manager_election());
+        let response = self
+            .client
+            .get(
+                prefix,
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend),
+                ),
+            )
+            .await
+            .map_err(|e| self.etcd(e))?;
+        Ok(response
+            .kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())
+            .collect())
     }
 }
 

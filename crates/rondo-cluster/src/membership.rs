@@ -9,6 +9,7 @@
 //! a partition healed needs no restart.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::coord::{CoordError, Coordinator, NodeInfo};
@@ -230,6 +231,38 @@ impl ManagerSession {
         &self.storage_nodes
     }
 
+    /// A view of the cluster for `/api/cluster` and the dashboard, kept
+    /// current by polling etcd every second on this session's runtime.
+    pub fn watch(&self, this: &NodeInfo, etcd: &EtcdConfig) -> Arc<ClusterWatch> {
+        let watch = Arc::new(ClusterWatch {
+            snapshot: Mutex::new(serde_json::json!({
+                "cluster": etcd.cluster,
+                "etcd": etcd.endpoints,
+                "this_manager": { "id": this.id, "address": this.address, "epoch": self.epoch() },
+                "nodes": [],
+                "managers": [],
+            })),
+        });
+        if let Some(session) = &self.session {
+            let mut observer = session.observer();
+            let watch = Arc::clone(&watch);
+            self.runtime.spawn(async move {
+                loop {
+                    let seen = async {
+                        let mut nodes = observer.members(Role::Storage).await?;
+                        nodes.extend(observer.members(Role::Interface).await?);
+                        let candidates = observer.candidates().await?;
+                        Ok::<_, CoordError>((nodes, candidates))
+                    }
+                    .await;
+                    watch.update(seen);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            });
+        }
+        watch
+    }
+
     /// Runs `lost` once if this manager's lease ends (etcd unreachable past
     /// its TTL, or the lease revoked): its leadership is then gone and a
     /// standby may already lead.
@@ -259,6 +292,46 @@ impl ManagerSession {
             session.resign(leadership).await?;
             session.close().await
         })
+    }
+}
+
+/// The cluster as its manager last saw it in etcd.
+pub struct ClusterWatch {
+    snapshot: Mutex<serde_json::Value>,
+}
+
+impl ClusterWatch {
+    fn update(&self, seen: Result<(Vec<NodeInfo>, Vec<String>), CoordError>) {
+        let mut snapshot = self.snapshot.lock().expect("not poisoned");
+        let seen_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        match seen {
+            Ok((nodes, candidates)) => {
+                snapshot["nodes"] = serde_json::to_value(&nodes).expect("serialisable");
+                snapshot["managers"] = candidates
+                    .iter()
+                    .enumerate()
+                    .map(|(k, address)| {
+                        serde_json::json!({
+                            "address": address,
+                            "role": if k == 0 { "leader" } else { "standby" },
+                        })
+                    })
+                    .collect();
+                snapshot["seen_unix_ms"] = seen_unix_ms.into();
+                snapshot["error"] = serde_json::Value::Null;
+            }
+            // The last good view stays, with what went wrong since.
+            Err(e) => snapshot["error"] = format!("{e}").into(),
+        }
+    }
+}
+
+impl rondo_server::executor::ClusterView for ClusterWatch {
+    fn snapshot(&self) -> serde_json::Value {
+        self.snapshot.lock().expect("not poisoned").clone()
     }
 }
 

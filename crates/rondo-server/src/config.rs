@@ -128,6 +128,10 @@ pub struct ServerConfig {
     /// threads here; `None`: every disk is read here.
     #[serde(skip)]
     pub remote_disks: Option<crate::executor::RemoteDisks>,
+    /// A cluster's manager: its view of the cluster's nodes (etcd), for
+    /// `/api/cluster` and the dashboard; `None` outside a cluster.
+    #[serde(skip)]
+    pub cluster: Option<crate::executor::Cluster>,
 }
 
 /// Default largest request body outside uploads: no route but the upload
@@ -158,6 +162,7 @@ impl Default for ServerConfig {
             request_body_bytes_max: DEFAULT_REQUEST_BODY_BYTES_MAX,
             upload_bytes_max: DEFAULT_UPLOAD_BYTES_MAX,
             remote_disks: None,
+            cluster: None,
         }
     }
 }

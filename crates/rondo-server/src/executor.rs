@@ -58,3 +58,22 @@ impl std::fmt::Debug for RemoteDisks {
         f.write_str("RemoteDisks")
     }
 }
+
+/// What a cluster's manager knows of its cluster (its nodes, from etcd),
+/// for `GET /api/cluster` and the dashboard. Answered from a snapshot the
+/// implementation keeps current: a request never waits on etcd.
+pub trait ClusterView: Send + Sync {
+    /// The cluster's nodes and managers as JSON (`rondo_cluster` says the
+    /// shape; docs/cluster.md).
+    fn snapshot(&self) -> serde_json::Value;
+}
+
+/// A server's view of its cluster (`ServerConfig::cluster`).
+#[derive(Clone)]
+pub struct Cluster(pub Arc<dyn ClusterView>);
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cluster")
+    }
+}

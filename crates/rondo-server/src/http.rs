@@ -186,6 +186,7 @@ async fn api_index() -> axum::Json<Value> {
             {"method": "POST", "path": "/api/admin/titles?name=NAME", "what": "ingest the request body as a title (Authorization: Bearer <token>); with &tier=TIER it is stored on that tier and staged onto the array when asked for"},
             {"method": "DELETE", "path": "/api/admin/titles/{id}", "what": "delete a title (Authorization: Bearer <token>)"},
             {"method": "GET", "path": "/api/disks", "what": "each disk's state and errors, and the rebuild's progress"},
+            {"method": "GET", "path": "/api/cluster", "what": "a cluster's manager (rondo serve --etcd): its storage nodes with their disks, and the managers (leader and standbys), as last seen in etcd; 404 elsewhere"},
             {"method": "GET", "path": "/api/admin/disks", "what": "as /api/disks, with each disk's device file (Authorization: Bearer <token>)"},
             {"method": "POST", "path": "/api/admin/disks/{k}/fail", "what": "mark disk k failed (Authorization: Bearer <token>)"},
             {"method": "POST", "path": "/api/admin/disks/{k}/replace", "what": "map a new device {\"path\": ...} to failed disk k (Authorization: Bearer <token>)"},

@@ -322,7 +322,21 @@ fn parse_disk(shared: &Shared, text: &str) -> Result<DiskIndex, OpsError> {
 
 /// Routes anyone may call.
 pub fn public_routes() -> Router<Arc<Shared>> {
-    Router::new().route("/api/disks", get(list_disks))
+    Router::new()
+        .route("/api/disks", get(list_disks))
+        .route("/api/cluster", get(cluster))
+}
+
+/// `GET /api/cluster`: a cluster's nodes and managers as this manager last
+/// saw them in etcd; 404 on a server that is no cluster's manager.
+async fn cluster(State(shared): State<Arc<Shared>>) -> Result<axum::Json<Value>, OpsError> {
+    match &shared.config.cluster {
+        Some(view) => Ok(axum::Json(view.0.snapshot())),
+        None => Err(OpsError(
+            StatusCode::NOT_FOUND,
+            "this server is not a cluster's manager (rondo serve --etcd)".into(),
+        )),
+    }
 }
 
 /// Routes behind the API token.

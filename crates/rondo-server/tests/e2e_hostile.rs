@@ -632,6 +632,7 @@ async fn no_public_answer_names_a_path_of_the_host_or_the_token() {
         "/dashboard".into(),
         "/api/history".into(),
         "/api/disks".into(),
+        "/api/cluster".into(),
         "/api/server-id".into(),
         "/no/such/endpoint".into(),
         "/api/titles/999".into(),

@@ -330,7 +330,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     libc::kill(libc::getpid(), libc::SIGTERM);
                 }
             });
-            Some(session)
+            Some((session, manager, etcd))
         }
     };
     // A deposed manager on this host releases the directory when it stops,
@@ -410,7 +410,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // command line or found in etcd (`manager_session`, elected above).
     let (storage_nodes, manager_epoch) = match manager_session.as_mut() {
         None => (args.storage_nodes.clone(), 0),
-        Some(session) => {
+        Some((session, _, _)) => {
             let found = session
                 .discover(
                     config.disk_count,
@@ -448,8 +448,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             nodes,
         )))
     };
+    // What /api/cluster and the dashboard show of the cluster.
+    let cluster = manager_session.as_ref().map(|(session, manager, etcd)| {
+        rondo_server::executor::Cluster(session.watch(manager, etcd))
+    });
     let server_config = ServerConfig {
         remote_disks,
+        cluster,
         listen: args.listen,
         lookahead_rounds: args.lookahead_rounds,
         guarantee: Guarantee::with_overrun_probability(serving.overrun_probability),
@@ -531,7 +536,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             "stopped: this server lost the object manager's leadership (its etcd lease ended)"
         );
     }
-    if let Some(session) = manager_session {
+    if let Some((session, _, _)) = manager_session {
         session
             .resign()
             .context("resigning the object manager's leadership")?;

@@ -286,6 +286,31 @@ fetch("/api/disks")
   .then(j => { diskNodes = (j.disks || []).map(d => d.node || ""); redraw(); })
   .catch(() => {});
 
+// A cluster's manager (rondo serve --etcd): every node it sees in etcd,
+// refreshed every 2 s; the section stays hidden on a single server (404).
+function esc(t) { return String(t).replace(/[<>&"]/g, c => "&#" + c.charCodeAt(0) + ";"); }
+function showCluster(j) {
+  document.getElementById("clusterSection").hidden = false;
+  const rows = (j.managers || []).map(m =>
+    "<tr><td>" + esc(m.address === j.this_manager.address ? j.this_manager.id + " (this one)" : "") +
+    "</td><td>manager: " + esc(m.role) + "</td><td>" + esc(m.address) + "</td><td></td></tr>");
+  for (const n of j.nodes || []) {
+    rows.push("<tr><td>" + esc(n.id) + "</td><td>" + esc(n.role) + "</td><td>" + esc(n.address) +
+      "</td><td>" + esc((n.disks || []).join(", ")) + "</td></tr>");
+  }
+  document.querySelector("#clusterNodes tbody").innerHTML = rows.join("");
+  document.getElementById("clusterNote").textContent = "cluster " + j.cluster + " in etcd " +
+    (j.etcd || []).join(", ") + "; this manager's epoch " + j.this_manager.epoch +
+    (j.error ? "; etcd not answering: " + j.error : "");
+}
+function pollCluster() {
+  fetch("/api/cluster")
+    .then(r => r.ok ? r.json() : null)
+    .then(j => { if (j) { showCluster(j); setTimeout(pollCluster, 2000); } })
+    .catch(() => setTimeout(pollCluster, 5000));
+}
+pollCluster();
+
 // Live: the event stream. `?snapshot`: the history once, no live updates
 // (a page that finishes loading, for screenshots and printing).
 function connect() {
