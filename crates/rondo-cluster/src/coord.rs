@@ -220,13 +220,7 @@ impl Coordinator {
 
     /// The live members of a role, in id order.
     pub async fn members(&mut self, role: Role) -> Result<Vec<NodeInfo>, CoordError> {
-        let prefix = self.keys.nodes(role);
-        let response = self
-            .client
-            .get(prefix, Some(GetOptions::new().with_prefix()))
-            .await
-            .map_err(|e| self.etcd(e))?;
-        response.kvs().iter().map(decode).collect()
+        self.observer().members(role).await
     }
 
     /// A read-only view on the cluster's keys over this session's

@@ -149,29 +149,25 @@ impl Host {
     /// dropped in this host's namespace (a blackhole route); the peer's
     /// packets still arrive but get no answer.
     pub fn block(&self, peer: &str) {
-        ip(&[
-            "netns",
-            "exec",
-            &self.netns,
-            "ip",
-            "route",
-            "add",
-            "blackhole",
-            &format!("{peer}/32"),
-        ]);
+        self.blackhole("add", peer);
     }
 
     /// Ends a [`Host::block`].
     pub fn unblock(&self, peer: &str) {
+        self.blackhole("del", peer);
+    }
+
+    fn blackhole(&self, verb: &str, peer: &str) {
+        let route = format!("{peer}/32");
         ip(&[
             "netns",
             "exec",
             &self.netns,
             "ip",
             "route",
-            "del",
+            verb,
             "blackhole",
-            &format!("{peer}/32"),
+            &route,
         ]);
     }
 }

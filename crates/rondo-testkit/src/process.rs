@@ -33,26 +33,20 @@ impl Serve {
     /// `rondo serve` with no flags, its stderr discarded, waiting up to 60 s
     /// for its URL.
     pub fn new(rondo: impl AsRef<OsStr>) -> Serve {
-        let mut command = Command::new(rondo);
-        command
-            .arg("serve")
-            .env("RONDO_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        Serve {
-            command,
-            stderr_file: None,
-            timeout: Duration::from_secs(60),
-        }
+        Serve::from_program(Command::new(rondo))
     }
 
     /// `rondo serve` run inside the network namespace `netns` (`ip netns
     /// exec`, which execs it: the child is the server).
     pub fn in_netns(netns: &str, rondo: impl AsRef<OsStr>) -> Serve {
         let mut command = Command::new("ip");
+        command.args(["netns", "exec", netns]).arg(rondo);
+        Serve::from_program(command)
+    }
+
+    /// `serve` after `program` (the binary, perhaps behind a wrapper).
+    fn from_program(mut command: Command) -> Serve {
         command
-            .args(["netns", "exec", netns])
-            .arg(rondo)
             .arg("serve")
             .env("RONDO_LOG", "warn")
             .stdout(Stdio::piped())
