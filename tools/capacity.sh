@@ -215,7 +215,7 @@ run_phase() {
               measured_busy_fraction: (($e.measured_busy_ns_total - $f.measured_busy_ns_total) / (($r1 - $r0) * 1e9)),
               rounds_measured_over_reserved: (if $e.rounds_over_reserved then $e.rounds_over_reserved - $f.rounds_over_reserved else null end),
               history_rounds_measured_over_reserved: ($h | map(select(.disks[$k].measured_busy_ns > .disks[$k].reserved_ns)) | length),
-              history_rounds_max_measured_over_reserved: ($h | map(.disks[$k].measured_busy_ns / .disks[$k].reserved_ns) | max)
+              history_rounds_max_measured_over_reserved: ($h | map(select(.disks[$k].reserved_ns > 0) | .disks[$k].measured_busy_ns / .disks[$k].reserved_ns) | max)
             }],
           uptime_start: $load_start,
           uptime_end: $load_end
