@@ -70,6 +70,12 @@ etcd --name rondo --data-dir "$logs/etcd" \
     --initial-cluster "rondo=http://127.0.0.1:$((ETCD_PORT + 1))" >"$logs/etcd.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do curl -sf "$ETCD/health" | grep -q '"health":"true"' && break; sleep 0.1; done
+# Another etcd already on the port would answer the health check for ours.
+kill -0 "${pids[-1]}" 2>/dev/null || {
+    cat "$logs/etcd.log" >&2
+    echo "etcd did not start (is port $ETCD_PORT taken? set ETCD_PORT)" >&2
+    exit 1
+}
 echo "etcd (pid ${pids[-1]}) at $ETCD" >&2
 
 for ((k = 0; k < NODES; k++)); do
