@@ -2,7 +2,8 @@
 # (sourced, not run; issue 14, docs/cluster.md): etcd, STORAGE_NODES storage
 # nodes and the manager, each in a namespace of its own on one bridge, the
 # load generator in this namespace. Needs root and iproute2.
-# Callers set ROOT, RONDO, WORK, DATA, STORAGE_NODES, DISKS_PER_NODE first.
+# Callers source tools/lib.sh and set ROOT, RONDO, WORK, DATA, STORAGE_NODES,
+# DISKS_PER_NODE first.
 
 CLUSTER_TAG="rc$(( $$ % 10000 ))"
 CLUSTER_SUBNET="10.215.$(( $$ % 250 + 1 ))"
@@ -40,13 +41,9 @@ cluster_start() {
     ip link set "${CLUSTER_TAG}br" up
     cluster_host etcd
     local etcd_ip=$CLUSTER_IP
-    ip netns exec "$CLUSTER_TAG-etcd" etcd --name rondo --data-dir "$WORK/etcd" \
-        --listen-client-urls "http://$etcd_ip:2379" --advertise-client-urls "http://$etcd_ip:2379" \
-        --listen-peer-urls "http://$etcd_ip:2380" --initial-advertise-peer-urls "http://$etcd_ip:2380" \
-        --initial-cluster "rondo=http://$etcd_ip:2380" > "$WORK/etcd.log" 2>&1 &
-    CLUSTER_PIDS+=($!)
-    for _ in $(seq 150); do curl -sf "http://$etcd_ip:2379/health" | grep -q '"health":"true"' && break; sleep 0.2; done
-    local etcd="http://$etcd_ip:2379"
+    etcd_start "$etcd_ip" 2379 "$WORK/etcd" "$WORK/etcd.log" ip netns exec "$CLUSTER_TAG-etcd" || return 1
+    CLUSTER_PIDS+=("$ETCD_PID")
+    local etcd=$ETCD_URL
     for ((k = 0; k < STORAGE_NODES; k++)); do
         local ip_k disks
         cluster_host "s$k"

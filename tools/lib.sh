@@ -43,3 +43,30 @@ make_titles() {
         files+=("$f")
     done
 }
+
+# Starts a one-member etcd on HOST ($1), client port $2 (peer port $2 + 1),
+# its data in $3 and its log in $4, run behind the command prefix in the rest
+# (e.g. `ip netns exec NS`, or nothing); waits until it answers healthy. Sets
+# ETCD_PID and ETCD_URL; fails, with its log, if it did not start (another
+# etcd on the port would answer the health check for it).
+etcd_start() {
+    local host=$1 port=$2 data=$3 log=$4
+    shift 4
+    local client="http://$host:$port" peer="http://$host:$((port + 1))"
+    "$@" etcd --name rondo --data-dir "$data" \
+        --listen-client-urls "$client" --advertise-client-urls "$client" \
+        --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
+        --initial-cluster "rondo=$peer" > "$log" 2>&1 &
+    ETCD_PID=$!
+    ETCD_URL=$client
+    for _ in $(seq 150); do
+        curl -sf "$client/health" | grep -q '"health":"true"' && break
+        kill -0 "$ETCD_PID" 2>/dev/null || break
+        sleep 0.2
+    done
+    kill -0 "$ETCD_PID" 2>/dev/null || {
+        cat "$log" >&2
+        echo "etcd did not start on $client (is the port taken?)" >&2
+        return 1
+    }
+}

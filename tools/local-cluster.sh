@@ -27,6 +27,8 @@ PORT=${PORT:-8080}
 NODE_PORT=${NODE_PORT:-7400}
 ETCD_PORT=${ETCD_PORT:-23790}
 ETCD=http://127.0.0.1:$ETCD_PORT
+# shellcheck source=tools/lib.sh
+source tools/lib.sh
 command -v etcd >/dev/null || { echo "needs etcd (apt-get install -y etcd-server)" >&2; exit 1; }
 RONDO=${RONDO:-target/release/rondo}
 if [[ ! -x $RONDO ]]; then
@@ -63,19 +65,8 @@ if [[ ! -e $DIR ]]; then
     wait "$pid" || true
 fi
 
-etcd --name rondo --data-dir "$logs/etcd" \
-    --listen-client-urls "$ETCD" --advertise-client-urls "$ETCD" \
-    --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
-    --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
-    --initial-cluster "rondo=http://127.0.0.1:$((ETCD_PORT + 1))" >"$logs/etcd.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do curl -sf "$ETCD/health" | grep -q '"health":"true"' && break; sleep 0.1; done
-# Another etcd already on the port would answer the health check for ours.
-kill -0 "${pids[-1]}" 2>/dev/null || {
-    cat "$logs/etcd.log" >&2
-    echo "etcd did not start (is port $ETCD_PORT taken? set ETCD_PORT)" >&2
-    exit 1
-}
+etcd_start 127.0.0.1 "$ETCD_PORT" "$logs/etcd" "$logs/etcd.log" || exit 1
+pids+=("$ETCD_PID")
 echo "etcd (pid ${pids[-1]}) at $ETCD" >&2
 
 for ((k = 0; k < NODES; k++)); do

@@ -179,10 +179,7 @@ impl Coordinator {
     }
 
     fn etcd(&self, source: etcd_client::Error) -> CoordError {
-        CoordError::Etcd {
-            endpoints: self.endpoints.clone(),
-            source,
-        }
+        etcd_error(&self.endpoints, source)
     }
 
     pub fn lease_id(&self) -> i64 {
@@ -355,20 +352,9 @@ impl Coordinator {
     /// creation revisions): what a new manager reserves again.
     pub async fn streams(&mut self) -> Result<Vec<(String, StreamRecord)>, CoordError> {
         let prefix = self.keys.streams();
-        let response = self
-            .client
-            .get(
-                prefix.clone(),
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_sort(SortTarget::Create, SortOrder::Ascend),
-                ),
-            )
-            .await
-            .map_err(|e| self.etcd(e))?;
-        response
-            .kvs()
+        self.observer()
+            .by_creation(&prefix)
+            .await?
             .iter()
             .map(|kv| {
                 let record = decode(kv)?;
@@ -400,10 +386,7 @@ pub struct Observer {
 
 impl Observer {
     fn etcd(&self, source: etcd_client::Error) -> CoordError {
-        CoordError::Etcd {
-            endpoints: self.endpoints.clone(),
-            source,
-        }
+        etcd_error(&self.endpoints, source)
     }
 
     /// The live members of a role, in id order.
@@ -422,23 +405,38 @@ impl Observer {
     /// creation revision): each one's value (its address).
     pub async fn candidates(&mut self) -> Result<Vec<String>, CoordError> {
         let prefix = format!("{}/", self.keys.manager_election());
-        let response = self
-            .client
-            .get(
-                prefix,
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_sort(SortTarget::Create, SortOrder::Ascend),
-                ),
-            )
-            .await
-            .map_err(|e| self.etcd(e))?;
-        Ok(response
-            .kvs()
+        Ok(self
+            .by_creation(&prefix)
+            .await?
             .iter()
             .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())
             .collect())
+    }
+}
+
+impl Observer {
+    /// The keys under `prefix` in the order they were created (their
+    /// creation revisions).
+    async fn by_creation(
+        &mut self,
+        prefix: &str,
+    ) -> Result<Vec<etcd_client::KeyValue>, CoordError> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend);
+        let mut response = self
+            .client
+            .get(prefix, Some(options))
+            .await
+            .map_err(|e| self.etcd(e))?;
+        Ok(response.take_kvs())
+    }
+}
+
+fn etcd_error(endpoints: &str, source: etcd_client::Error) -> CoordError {
+    CoordError::Etcd {
+        endpoints: endpoints.to_string(),
+        source,
     }
 }
 

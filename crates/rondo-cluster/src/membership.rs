@@ -8,12 +8,12 @@
 //! itself. Registration re-joins with a new lease when etcd comes back, so
 //! a partition healed needs no restart.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::coord::{CoordError, Coordinator, NodeInfo};
 use crate::keys::Role;
+use crate::remote::{DiskMapError, disk_map};
 
 /// How a node reaches the cluster's etcd.
 #[derive(Clone, Debug)]
@@ -98,33 +98,26 @@ pub async fn keep_registered(
 /// The storage nodes that cover every disk `0..disk_count` exactly once,
 /// as registered in etcd: their addresses in disk order.
 pub fn cover_disks(members: &[NodeInfo], disk_count: u32) -> Result<Vec<String>, String> {
-    let mut disk_node: BTreeMap<u32, &NodeInfo> = BTreeMap::new();
-    for node in members {
-        for &disk in &node.disks {
-            if disk >= disk_count {
-                return Err(format!(
-                    "storage node {} registers disk {disk}, but the array has {disk_count} disks",
-                    node.id
-                ));
-            }
-            if let Some(other) = disk_node.insert(disk, node) {
-                return Err(format!(
-                    "disk {disk} is registered by two storage nodes: {} and {}",
-                    other.id, node.id
-                ));
-            }
-        }
-    }
-    let missing: Vec<u32> = (0..disk_count)
-        .filter(|d| !disk_node.contains_key(d))
-        .collect();
-    if !missing.is_empty() {
-        return Err(format!("no storage node registered disks {missing:?}"));
-    }
+    let lists: Vec<Vec<u32>> = members.iter().map(|n| n.disks.clone()).collect();
+    let disk_node = disk_map(&lists, disk_count).map_err(|e| match e {
+        DiskMapError::Beyond { node, disk } => format!(
+            "storage node {} registers disk {disk}, but the array has {disk_count} disks",
+            members[node].id
+        ),
+        DiskMapError::Twice {
+            disk,
+            first,
+            second,
+        } => format!(
+            "disk {disk} is registered by two storage nodes: {} and {}",
+            members[first].id, members[second].id
+        ),
+        DiskMapError::Missing(missing) => format!("no storage node registered disks {missing:?}"),
+    })?;
     let mut addresses: Vec<String> = Vec::new();
-    for node in disk_node.values() {
-        if !addresses.contains(&node.address) {
-            addresses.push(node.address.clone());
+    for &node in disk_node.values() {
+        if !addresses.contains(&members[node].address) {
+            addresses.push(members[node].address.clone());
         }
     }
     Ok(addresses)
@@ -165,7 +158,6 @@ pub struct ManagerSession {
     runtime: tokio::runtime::Runtime,
     session: Option<Coordinator>,
     leadership: crate::coord::Leadership,
-    storage_nodes: Vec<String>,
     /// Set by a clean stop, whose lease revocation is no loss.
     resigned: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
@@ -198,7 +190,6 @@ impl ManagerSession {
             runtime,
             session: Some(session),
             leadership,
-            storage_nodes: Vec::new(),
             resigned: Default::default(),
         })
     }
@@ -209,26 +200,19 @@ impl ManagerSession {
         &mut self,
         disk_count: u32,
         timeout: Duration,
-    ) -> Result<&[String], CoordError> {
+    ) -> Result<Vec<String>, CoordError> {
         let session = self
             .session
             .as_mut()
             .ok_or_else(|| CoordError::Invalid("the manager's session was closed".into()))?;
-        self.storage_nodes = self
-            .runtime
-            .block_on(discover_storage_nodes(session, disk_count, timeout))?;
-        Ok(&self.storage_nodes)
+        self.runtime
+            .block_on(discover_storage_nodes(session, disk_count, timeout))
     }
 
     /// This manager's epoch: its leadership's etcd revision, which the
     /// storage nodes fence older managers by.
     pub fn epoch(&self) -> u64 {
         self.leadership.revision().max(0) as u64
-    }
-
-    /// The storage nodes' addresses found in etcd.
-    pub fn storage_nodes(&self) -> &[String] {
-        &self.storage_nodes
     }
 
     /// A view of the cluster for `/api/cluster` and the dashboard, kept

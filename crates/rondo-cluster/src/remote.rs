@@ -88,6 +88,51 @@ pub struct StorageNodes {
     manager_epoch: u64,
 }
 
+/// Why a set of nodes' disk lists is not a disk → node map.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DiskMapError {
+    /// Node `node` (its index in the list) names a disk past the array.
+    Beyond { node: usize, disk: u32 },
+    /// Two nodes name the same disk.
+    Twice {
+        disk: u32,
+        first: usize,
+        second: usize,
+    },
+    /// No node names these disks.
+    Missing(Vec<u32>),
+}
+
+/// The disk → node map of nodes given by their disk lists: every disk
+/// `0..disk_count` on exactly one node (its index in `lists`). The one rule
+/// both the manager's connection to its nodes and its discovery in etcd
+/// (`membership::cover_disks`) check.
+pub fn disk_map(lists: &[Vec<u32>], disk_count: u32) -> Result<BTreeMap<u32, usize>, DiskMapError> {
+    let mut disk_node = BTreeMap::new();
+    for (node, disks) in lists.iter().enumerate() {
+        for &disk in disks {
+            if disk >= disk_count {
+                return Err(DiskMapError::Beyond { node, disk });
+            }
+            if let Some(&first) = disk_node.get(&disk) {
+                return Err(DiskMapError::Twice {
+                    disk,
+                    first,
+                    second: node,
+                });
+            }
+            disk_node.insert(disk, node);
+        }
+    }
+    let missing: Vec<u32> = (0..disk_count)
+        .filter(|d| !disk_node.contains_key(d))
+        .collect();
+    if !missing.is_empty() {
+        return Err(DiskMapError::Missing(missing));
+    }
+    Ok(disk_node)
+}
+
 /// `http://` in front of a bare `host:port`.
 pub fn endpoint_uri(address: &str) -> String {
     if address.contains("://") {
@@ -184,51 +229,50 @@ impl StorageNodes {
         disk_count: u32,
     ) -> Result<(Vec<NodeInfo>, BTreeMap<DiskIndex, usize>), RemoteError> {
         let mut nodes = Vec::new();
-        let mut disk_node = BTreeMap::new();
         for address in addresses {
-            let node_error = |why: String| RemoteError::Node {
-                address: address.clone(),
-                why,
-            };
             let description = describe(address).await?;
             if description.array_id != array_id {
-                return Err(node_error(format!(
-                    "it serves array {}, not this directory's {array_id}",
-                    description.array_id
-                )));
-            }
-            let disks: Vec<DiskIndex> = description.disks.iter().map(|&d| DiskIndex(d)).collect();
-            for &disk in &disks {
-                if disk.0 >= disk_count {
-                    return Err(node_error(format!(
-                        "it claims disk {disk}, but the array has {disk_count}"
-                    )));
-                }
-                if let Some(&other) = disk_node.get(&disk) {
-                    let first: &NodeInfo = &nodes[other];
-                    return Err(RemoteError::DiskTwice {
-                        disk,
-                        first: first.address.clone(),
-                        second: address.clone(),
-                    });
-                }
-                disk_node.insert(disk, nodes.len());
+                return Err(RemoteError::Node {
+                    address: address.clone(),
+                    why: format!(
+                        "it serves array {}, not this directory's {array_id}",
+                        description.array_id
+                    ),
+                });
             }
             nodes.push(NodeInfo {
                 address: address.clone(),
                 node_id: description.node_id,
-                disks,
+                disks: description.disks.iter().map(|&d| DiskIndex(d)).collect(),
             });
         }
-        let missing: Vec<u32> = (0..disk_count)
-            .filter(|d| !disk_node.contains_key(&DiskIndex(*d)))
+        let lists: Vec<Vec<u32>> = nodes
+            .iter()
+            .map(|n| n.disks.iter().map(|d| d.0).collect())
             .collect();
-        if !missing.is_empty() {
-            return Err(RemoteError::DisksMissing {
+        let disk_node = disk_map(&lists, disk_count).map_err(|e| match e {
+            DiskMapError::Beyond { node, disk } => RemoteError::Node {
+                address: nodes[node].address.clone(),
+                why: format!("it claims disk {disk}, but the array has {disk_count}"),
+            },
+            DiskMapError::Twice {
+                disk,
+                first,
+                second,
+            } => RemoteError::DiskTwice {
+                disk: DiskIndex(disk),
+                first: nodes[first].address.clone(),
+                second: nodes[second].address.clone(),
+            },
+            DiskMapError::Missing(missing) => RemoteError::DisksMissing {
                 missing,
                 disk_count,
-            });
-        }
+            },
+        })?;
+        let disk_node = disk_node
+            .into_iter()
+            .map(|(d, n)| (DiskIndex(d), n))
+            .collect();
         Ok((nodes, disk_node))
     }
 

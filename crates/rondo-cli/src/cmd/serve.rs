@@ -416,8 +416,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     config.disk_count,
                     Duration::from_secs(args.discover_timeout_s),
                 )
-                .context("finding the storage nodes in etcd")?
-                .to_vec();
+                .context("finding the storage nodes in etcd")?;
             eprintln!(
                 "elected object manager (epoch {}); storage nodes from etcd: {}",
                 session.epoch(),

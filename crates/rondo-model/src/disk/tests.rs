@@ -1410,6 +1410,13 @@ fn the_cheetahs_split_charge_is_a_positioning_and_a_block() {
         split_ns as f64 / MS,
         bound.revolution_ns() as f64 / MS
     );
+    // What finer cuts would keep (docs/experiments/failure-tolerance-cost.md).
+    for sectors in [1, 8, 16, 32, 64] {
+        eprintln!(
+            "  split_ns({sectors} sectors) {:.2} ms",
+            bound.split_ns(sectors) as f64 / MS
+        );
+    }
     // At least a revolution (the rotational wait) and a block's transfer
     // at the inner zone's rate (16 KiB at about 11 MB/s), at most a
     // full-stroke seek more.
