@@ -133,10 +133,7 @@ impl Coordinator {
             endpoints: joined.clone(),
             source,
         };
-        let options = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(3))
-            .with_timeout(Duration::from_secs(5));
-        let mut client = Client::connect(endpoints, Some(options))
+        let mut client = Client::connect(endpoints, Some(connect_options()))
             .await
             .map_err(etcd)?;
         let lease_id = client.lease_grant(ttl_s, None).await.map_err(etcd)?.id();
@@ -385,6 +382,22 @@ pub struct Observer {
 }
 
 impl Observer {
+    /// Connects to etcd to read the cluster `cluster`'s keys, holding no
+    /// lease (a client of the cluster, such as an interface node looking for
+    /// the manager).
+    pub async fn connect(endpoints: &[String], cluster: &str) -> Result<Observer, CoordError> {
+        let keys = ClusterKeys::new(cluster).map_err(CoordError::Invalid)?;
+        let joined = endpoints.join(",");
+        let client = Client::connect(endpoints, Some(connect_options()))
+            .await
+            .map_err(|source| etcd_error(&joined, source))?;
+        Ok(Observer {
+            client,
+            keys,
+            endpoints: joined,
+        })
+    }
+
     fn etcd(&self, source: etcd_client::Error) -> CoordError {
         etcd_error(&self.endpoints, source)
     }
@@ -431,6 +444,14 @@ impl Observer {
             .map_err(|e| self.etcd(e))?;
         Ok(response.take_kvs())
     }
+}
+
+/// How every node connects to etcd: an unreachable etcd is an error within
+/// seconds, not a hang.
+fn connect_options() -> ConnectOptions {
+    ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(3))
+        .with_timeout(Duration::from_secs(5))
 }
 
 fn etcd_error(endpoints: &str, source: etcd_client::Error) -> CoordError {

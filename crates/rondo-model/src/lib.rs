@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod cycle;
 pub mod disk;
 pub mod health;
+pub mod interface;
 pub mod layout;
 pub mod rebuild;
 pub mod reservation;

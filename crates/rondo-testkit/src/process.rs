@@ -232,28 +232,13 @@ impl StorageNode {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("rondo node storage starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel::<String>();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let mut node = StorageNode {
-            child,
-            address: String::new(),
-        };
-        let line = lines
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("rondo node storage for disks {disks:?} printed nothing"));
-        let json: Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("rondo node storage printed {line:?}: {e}"));
-        node.address = json["advertised"]
+        let json = first_json_line(&mut child, "rondo node storage");
+        let address = json["advertised"]
             .as_str()
             .or(json["address"].as_str())
             .expect("an address")
             .to_string();
-        node
+        StorageNode { child, address }
     }
 
     /// SIGKILL, as when its host dies.
@@ -264,6 +249,59 @@ impl StorageNode {
 }
 
 impl Drop for StorageNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The first line a node process prints, as JSON (its `--json` start-up
+/// line), waiting up to 30 s.
+fn first_json_line(child: &mut Child, what: &str) -> Value {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, lines) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let line = lines
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("{what} printed nothing"));
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{what} printed {line:?}: {e}"))
+}
+
+/// A running `rondo node interface`, killed (SIGKILL) and reaped on drop.
+pub struct InterfaceNode {
+    pub child: Child,
+    /// Where clients reach it (`http://127.0.0.1:PORT`).
+    pub url: String,
+}
+
+impl InterfaceNode {
+    /// Starts `rondo node interface --listen 127.0.0.1:0 --json EXTRA...`
+    /// and waits (up to 30 s) for the line that names its URL.
+    pub fn start(rondo: impl AsRef<OsStr>, extra: &[&str]) -> InterfaceNode {
+        let mut child = Command::new(rondo)
+            .args(["node", "interface", "--listen", "127.0.0.1:0", "--json"])
+            .args(extra)
+            .env("RONDO_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("rondo node interface starts");
+        let json = first_json_line(&mut child, "rondo node interface");
+        let url = json["url"].as_str().expect("a URL").to_string();
+        InterfaceNode { child, url }
+    }
+
+    /// SIGKILL, as when its host dies.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for InterfaceNode {
     fn drop(&mut self) {
         self.kill();
     }

@@ -20,7 +20,56 @@ pub enum NodeCommand {
     /// manager, in the rounds and order the manager's array plans, paced to
     /// the disk model as `rondo serve` paces its own.
     Storage(StorageArgs),
+    /// An interface node: serves a cluster's clients (the player page, the
+    /// API, streams) apart from the object manager, relaying each stream
+    /// through an interface buffer so that a manager's loss and its
+    /// standby's takeover do not reach the clients (docs/cluster.md).
+    Interface(InterfaceArgs),
 }
+
+#[derive(Args, Debug)]
+pub struct InterfaceArgs {
+    /// Address the node's HTTP server listens on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8090")]
+    pub listen: SocketAddr,
+    /// The object manager's URL (e.g. http://10.0.0.1:8080); several,
+    /// comma-separated, are tried in turn. Without it, give --etcd: the
+    /// node follows the manager elected there.
+    #[arg(
+        long,
+        value_name = "URLS",
+        value_delimiter = ',',
+        required_unless_present = "etcd"
+    )]
+    pub manager: Vec<String>,
+    /// The interface buffer B_I, in seconds of playback: how long each
+    /// stream is held back, and so the longest gap in the manager's stream
+    /// (a takeover) its client never sees. Clients start this much later.
+    #[arg(long, value_name = "S", default_value_t = HOLD_S_DEFAULT)]
+    pub buffer_s: f64,
+    /// Seconds a broken stream keeps asking the managers for its rest
+    /// before its client's response ends short.
+    #[arg(long, value_name = "S", default_value_t = 30)]
+    pub resume_timeout_s: u64,
+    /// The node's name in the cluster (default: interface-<listen address>).
+    #[arg(long, value_name = "NAME")]
+    pub node_id: Option<String>,
+    /// The URL clients reach this node at, as registered in etcd (default:
+    /// http://<listen address>).
+    #[arg(long, value_name = "URL")]
+    pub advertise_url: Option<String>,
+    /// Print the node's address as JSON once it listens.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+}
+
+/// The interface buffer's default (assumption: a manager killed outright
+/// is replaced within a lease TTL of 3 s plus the standby's start, measured
+/// at 2.5–3.3 s on the namespace cluster (docs/cluster.md); 6 s leaves a
+/// round's margin on top of the resumed stream's first round).
+const HOLD_S_DEFAULT: f64 = 6.0;
 
 #[derive(Args, Debug)]
 pub struct StorageArgs {
@@ -82,7 +131,123 @@ impl EtcdArgs {
 pub fn run(command: NodeCommand) -> anyhow::Result<()> {
     match command {
         NodeCommand::Storage(args) => storage(args),
+        NodeCommand::Interface(args) => interface(args),
     }
+}
+
+fn interface(args: InterfaceArgs) -> anyhow::Result<()> {
+    init_logging();
+    if !(args.buffer_s.is_finite() && args.buffer_s >= 0.0) {
+        bail!(
+            "--buffer-s {}: a number of seconds, 0 or more",
+            args.buffer_s
+        );
+    }
+    let node_id = args
+        .node_id
+        .clone()
+        .unwrap_or_else(|| format!("interface-{}", args.listen));
+    let managers = match args.etcd.config() {
+        Some(etcd) => rondo_cluster::Managers::Etcd(etcd),
+        None => rondo_cluster::Managers::Listed(args.manager.clone()),
+    };
+    let config = rondo_cluster::InterfaceConfig {
+        node_id: node_id.clone(),
+        managers,
+        hold_ns: (args.buffer_s * 1e9) as u64,
+        resume_timeout: std::time::Duration::from_secs(args.resume_timeout_s),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("rondo-interface")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let node = rondo_cluster::InterfaceNode::new(config)
+            .await
+            .map_err(|e| anyhow::anyhow!("interface node {node_id}: {e}"))?;
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("listening on {}", args.listen))?;
+        let address = listener
+            .local_addr()
+            .context("reading the listen address")?;
+        let advertised = match &args.advertise_url {
+            Some(url) => url.clone(),
+            None if address.ip().is_unspecified() => {
+                bail!("listening on {address}: give --advertise-url URL, the address clients reach this node at")
+            }
+            None => format!("http://{address}"),
+        };
+        let _registration = match args.etcd.config() {
+            None => None,
+            Some(etcd) => Some(
+                register(
+                    etcd,
+                    rondo_cluster::Role::Interface,
+                    rondo_cluster::coord::NodeInfo {
+                        id: node_id.clone(),
+                        role: rondo_cluster::Role::Interface.name().into(),
+                        address: advertised.clone(),
+                        disks: Vec::new(),
+                    },
+                )
+                .await?,
+            ),
+        };
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "node_id": node_id,
+                    "address": address.to_string(),
+                    "url": format!("http://{address}"),
+                    "advertised": advertised,
+                    "buffer_seconds": args.buffer_s,
+                    "etcd": args.etcd.etcd,
+                    "manager": args.manager,
+                })
+            );
+        } else {
+            println!("interface node {node_id} serves clients at http://{address}");
+            match &args.etcd.etcd {
+                Some(etcd) => println!(
+                    "  following the manager elected in etcd {etcd} (cluster {}); registered as {advertised}",
+                    args.etcd.cluster
+                ),
+                None => println!("  for the manager at {}", args.manager.join(", ")),
+            }
+            println!(
+                "  each stream held back {} s (the interface buffer); Press Ctrl-C to stop.",
+                args.buffer_s
+            );
+        }
+        node.serve(listener, shutdown_signal())
+            .await
+            .context("serving HTTP")
+    })
+}
+
+/// Registers `info` in etcd (waiting at most 20 s for etcd to answer) and
+/// keeps it registered until the answer is dropped.
+async fn register(
+    etcd: rondo_cluster::EtcdConfig,
+    role: rondo_cluster::Role,
+    info: rondo_cluster::coord::NodeInfo,
+) -> anyhow::Result<AbortOnDrop> {
+    let (registered, mut told) = tokio::sync::watch::channel(0u64);
+    let endpoints = etcd.endpoints.join(",");
+    let task = tokio::spawn(rondo_cluster::membership::keep_registered(
+        etcd, role, info, registered,
+    ));
+    tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        told.wait_for(|&n| n > 0),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("etcd at {endpoints} did not answer within 20 s"))?
+    .context("registering in etcd")?;
+    Ok(AbortOnDrop(task))
 }
 
 fn storage(args: StorageArgs) -> anyhow::Result<()> {
@@ -127,30 +292,19 @@ fn storage(args: StorageArgs) -> anyhow::Result<()> {
         };
         let _registration = match args.etcd.config() {
             None => None,
-            Some(etcd) => {
-                let info = rondo_cluster::coord::NodeInfo {
-                    id: node_id.clone(),
-                    role: rondo_cluster::Role::Storage.name().into(),
-                    address: advertised.clone(),
-                    disks: disk_list.clone(),
-                };
-                let (registered, mut told) = tokio::sync::watch::channel(0u64);
-                let endpoints = etcd.endpoints.join(",");
-                let task = tokio::spawn(rondo_cluster::membership::keep_registered(
+            Some(etcd) => Some(
+                register(
                     etcd,
                     rondo_cluster::Role::Storage,
-                    info,
-                    registered,
-                ));
-                tokio::time::timeout(
-                    std::time::Duration::from_secs(20),
-                    told.wait_for(|&n| n > 0),
+                    rondo_cluster::coord::NodeInfo {
+                        id: node_id.clone(),
+                        role: rondo_cluster::Role::Storage.name().into(),
+                        address: advertised.clone(),
+                        disks: disk_list.clone(),
+                    },
                 )
-                .await
-                .map_err(|_| anyhow::anyhow!("etcd at {endpoints} did not answer within 20 s"))?
-                .context("registering in etcd")?;
-                Some(AbortOnDrop(task))
-            }
+                .await?,
+            ),
         };
         if args.json {
             println!(

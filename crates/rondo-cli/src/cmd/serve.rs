@@ -297,6 +297,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut manager_session = match args.etcd.config() {
         None => None,
         Some(etcd) => {
+            // The manager's address is registered before it listens.
+            if args.advertise_url.is_none()
+                && (args.listen.port() == 0 || args.listen.ip().is_unspecified())
+            {
+                bail!(
+                    "--listen {}: with --etcd, give the address clients reach this manager at \
+                     (--listen HOST:PORT with a port, or --advertise-url URL)",
+                    args.listen
+                );
+            }
             let manager = rondo_cluster::coord::NodeInfo {
                 id: args
                     .manager_id

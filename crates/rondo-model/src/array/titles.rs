@@ -51,6 +51,10 @@ impl RoundIndex {
         }
     }
 
+    pub fn round_duration_ns(&self) -> u64 {
+        self.round_duration_ns
+    }
+
     /// Number of playback rounds.
     pub fn rounds(&self) -> usize {
         self.round_start_bytes.len() - 1

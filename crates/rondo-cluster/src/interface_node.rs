@@ -1,0 +1,754 @@
+//! An interface node (seed 001's I node): the HTTP sessions of a cluster's
+//! clients, apart from the object manager, so that losing the manager does
+//! not lose them.
+//!
+//! Every request goes to the current object manager: a listed URL, or the
+//! leader elected in etcd. Streams (`GET /stream/{id}`, whole or one byte
+//! range) are relayed through an interface buffer B_I
+//! (`rondo_model::interface::Relay`): each is held back by `hold_ns` and
+//! released on the title's own schedule. When the manager's stream breaks
+//! (the manager killed, or deposed), the interface node finds the manager
+//! that leads now and asks it for the rest of the body with a Range request,
+//! retrying while it is refused (503) or unreachable; the client keeps
+//! receiving from the buffer meanwhile, so a takeover shorter than the
+//! buffer's slack does not reach it. Everything else (the player page, the
+//! API, `?t=` time seeks, uploads) is proxied as it is.
+//!
+//! `GET /api/interface` and `/interface/metrics` (Prometheus) report the
+//! node's streams and takeovers.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use rondo_model::array::RoundIndex;
+use rondo_model::interface::{Relay, ReleaseCurve};
+use serde_json::json;
+
+use crate::coord::Observer;
+use crate::membership::EtcdConfig;
+
+/// Where an interface node finds the object manager.
+#[derive(Clone, Debug)]
+pub enum Managers {
+    /// These base URLs, tried in turn (the first that answers is used until
+    /// it fails).
+    Listed(Vec<String>),
+    /// The leader elected in this cluster's etcd.
+    Etcd(EtcdConfig),
+}
+
+#[derive(Clone, Debug)]
+pub struct InterfaceConfig {
+    pub node_id: String,
+    pub managers: Managers,
+    /// The interface buffer B_I, as playback time: how long each stream is
+    /// held back, and so the longest upstream gap its client never sees.
+    pub hold_ns: u64,
+    /// How long a broken stream keeps asking for its rest before it gives
+    /// up and ends the client's response short.
+    pub resume_timeout: Duration,
+}
+
+/// How often a broken stream asks again while the manager is unreachable
+/// or refuses (assumption: a tenth of the 1 s default round, so a resumed
+/// stream loses at most that to polling; cheap beside a takeover's seconds).
+const RESUME_RETRY: Duration = Duration::from_millis(100);
+
+/// How long a request waits for a manager to answer before it is refused
+/// (assumption: past the 2.5–3.3 s a standby took to serve on the
+/// namespace cluster, docs/cluster.md, with room for a slower host).
+const MANAGER_WAIT: Duration = Duration::from_secs(10);
+
+/// A running interface node's state.
+pub struct InterfaceNode {
+    config: InterfaceConfig,
+    http: reqwest::Client,
+    observer: Option<tokio::sync::Mutex<Observer>>,
+    /// The manager in use (a listed one's index, or etcd's leader).
+    current: std::sync::Mutex<Option<String>>,
+    listed_next: AtomicU64,
+    schedules: std::sync::Mutex<HashMap<u64, Arc<RoundIndex>>>,
+    stats: Stats,
+}
+
+#[derive(Default)]
+struct Stats {
+    streams_relayed: AtomicU64,
+    streams_active: AtomicU64,
+    /// Streams reading from a manager now (the rest: every byte arrived,
+    /// or resuming).
+    upstreams_reading: AtomicU64,
+    /// Streams whose upstream broke and that asked a manager for the rest.
+    upstreams_lost: AtomicU64,
+    /// ... and got it.
+    streams_resumed: AtomicU64,
+    /// ... and gave up (the client's response ended short).
+    streams_abandoned: AtomicU64,
+    /// Release rounds whose bytes had not all arrived when due.
+    late_rounds: AtomicU64,
+    /// The longest time from an upstream's loss to its rest's first bytes.
+    resume_gap_ns_max: AtomicU64,
+    /// The least slack a resumed stream had left when its rest arrived.
+    resume_slack_ns_min: AtomicU64,
+    bytes_released: AtomicU64,
+    buffered_bytes: AtomicU64,
+}
+
+impl InterfaceNode {
+    /// Connects to etcd when told to find the manager there.
+    pub async fn new(config: InterfaceConfig) -> Result<Arc<InterfaceNode>, String> {
+        let observer = match &config.managers {
+            Managers::Listed(urls) if urls.is_empty() => {
+                return Err("no object manager given (--manager URL or --etcd URLS)".into());
+            }
+            Managers::Listed(_) => None,
+            Managers::Etcd(etcd) => Some(tokio::sync::Mutex::new(
+                Observer::connect(&etcd.endpoints, &etcd.cluster)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )),
+        };
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| format!("building the HTTP client: {e}"))?;
+        Ok(Arc::new(InterfaceNode {
+            config,
+            http,
+            observer,
+            current: Default::default(),
+            listed_next: AtomicU64::new(0),
+            schedules: Default::default(),
+            stats: Stats {
+                resume_slack_ns_min: AtomicU64::new(u64::MAX),
+                ..Stats::default()
+            },
+        }))
+    }
+
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/stream/{file}", get(stream))
+            .route("/api/interface", get(interface_json))
+            .route("/interface/metrics", get(interface_metrics))
+            .fallback(proxy)
+            .with_state(Arc::clone(self))
+    }
+
+    /// Serves clients on `listener` until `shutdown` resolves.
+    pub async fn serve(
+        self: &Arc<Self>,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+
+    /// The object manager to ask now.
+    async fn manager(&self) -> Result<String, String> {
+        if let Some(url) = self.current.lock().expect("not poisoned").clone() {
+            return Ok(url);
+        }
+        let url = match (&self.config.managers, &self.observer) {
+            (Managers::Listed(urls), _) => {
+                let k = self.listed_next.load(Relaxed) as usize % urls.len();
+                urls[k].trim_end_matches('/').to_string()
+            }
+            (Managers::Etcd(etcd), Some(observer)) => {
+                let candidates = observer
+                    .lock()
+                    .await
+                    .candidates()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                candidates.into_iter().next().ok_or_else(|| {
+                    format!(
+                        "no object manager is elected in cluster {} (etcd {})",
+                        etcd.cluster,
+                        etcd.endpoints.join(",")
+                    )
+                })?
+            }
+            (Managers::Etcd(_), None) => unreachable!("an etcd node has an observer"),
+        };
+        *self.current.lock().expect("not poisoned") = Some(url.clone());
+        Ok(url)
+    }
+
+    /// `url` failed: the next call asks etcd again, or tries the next
+    /// listed manager.
+    fn manager_failed(&self, url: &str) {
+        let mut current = self.current.lock().expect("not poisoned");
+        if current.as_deref() == Some(url) {
+            *current = None;
+            self.listed_next.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// A title's round index, from the manager's `/api/titles/{id}/schedule`
+    /// (kept: a title's schedule never changes under its id).
+    async fn schedule(&self, id: u64) -> Option<Arc<RoundIndex>> {
+        if let Some(index) = self.schedules.lock().expect("not poisoned").get(&id) {
+            return Some(Arc::clone(index));
+        }
+        #[derive(serde::Deserialize)]
+        struct Schedule {
+            round_duration_ns: u64,
+            client_bytes: Vec<u64>,
+        }
+        let response = self
+            .forward(
+                &Method::GET,
+                &format!("/api/titles/{id}/schedule"),
+                &HeaderMap::new(),
+                None,
+            )
+            .await
+            .ok()
+            .filter(|r| r.status().is_success())?;
+        let schedule: Schedule = response.json().await.ok()?;
+        if schedule.round_duration_ns == 0 || schedule.client_bytes.is_empty() {
+            return None;
+        }
+        let index = Arc::new(RoundIndex::new(
+            &schedule.client_bytes,
+            schedule.round_duration_ns,
+        ));
+        self.schedules
+            .lock()
+            .expect("not poisoned")
+            .insert(id, Arc::clone(&index));
+        Some(index)
+    }
+
+    /// Sends `method path` with `headers` and `body` to the manager. A
+    /// request without a body waits out a takeover: while no manager
+    /// answers it asks again (etcd's leader, or the next listed manager)
+    /// for up to `MANAGER_WAIT`, so a client arriving then starts late
+    /// rather than fails. A body is sent once.
+    async fn forward(
+        &self,
+        method: &Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: Option<Body>,
+    ) -> Result<reqwest::Response, String> {
+        let mut body = body;
+        let give_up = Instant::now() + MANAGER_WAIT;
+        loop {
+            let manager = match self.manager().await {
+                Ok(manager) => manager,
+                Err(e) if body.is_none() && Instant::now() < give_up => {
+                    tracing::debug!("no object manager yet: {e}");
+                    tokio::time::sleep(RESUME_RETRY).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let mut request = self
+                .http
+                .request(method.clone(), format!("{manager}{path_and_query}"));
+            for (name, value) in headers {
+                if !is_hop_by_hop(name) {
+                    request = request.header(name, value);
+                }
+            }
+            let had_body = body.is_some();
+            if let Some(body) = body.take() {
+                request = request.body(reqwest::Body::wrap_stream(body.into_data_stream()));
+            }
+            match request.send().await {
+                Ok(response) => return Ok(response),
+                Err(e) => {
+                    self.manager_failed(&manager);
+                    if had_body || Instant::now() >= give_up {
+                        return Err(format!("object manager {manager}: {e}"));
+                    }
+                    tokio::time::sleep(RESUME_RETRY).await;
+                }
+            }
+        }
+    }
+
+    fn snapshot(&self) -> serde_json::Value {
+        let s = &self.stats;
+        let slack_min = s.resume_slack_ns_min.load(Relaxed);
+        json!({
+            "node_id": self.config.node_id,
+            "manager": self.current.lock().expect("not poisoned").clone(),
+            "hold_seconds": self.config.hold_ns as f64 / 1e9,
+            "streams_relayed": s.streams_relayed.load(Relaxed),
+            "streams_active": s.streams_active.load(Relaxed),
+            "upstreams_reading": s.upstreams_reading.load(Relaxed),
+            "upstreams_lost": s.upstreams_lost.load(Relaxed),
+            "streams_resumed": s.streams_resumed.load(Relaxed),
+            "streams_abandoned": s.streams_abandoned.load(Relaxed),
+            "late_rounds": s.late_rounds.load(Relaxed),
+            "resume_gap_ms_max": s.resume_gap_ns_max.load(Relaxed) as f64 / 1e6,
+            "resume_slack_ms_min": (slack_min != u64::MAX).then(|| slack_min as f64 / 1e6),
+            "bytes_released": s.bytes_released.load(Relaxed),
+            "buffered_bytes": s.buffered_bytes.load(Relaxed),
+        })
+    }
+}
+
+/// Headers that belong to one connection, not to the message (RFC 9110
+/// §7.6.1), and the length, which the forwarded body sets itself.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "transfer-encoding"
+            | "te"
+            | "trailer"
+            | "upgrade"
+            | "content-length"
+    )
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, axum::Json(json!({ "error": message }))).into_response()
+}
+
+/// No manager answered: refused for now (a takeover may be under way).
+fn no_manager(message: String) -> Response {
+    let mut response = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("no object manager answered: {message}"),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+/// A manager's answer passed on as it is: status, headers, body.
+fn pass_on(upstream: reqwest::Response) -> Response {
+    let mut response = Response::builder().status(upstream.status());
+    for (name, value) in upstream.headers() {
+        if !is_hop_by_hop(name) || name == header::CONTENT_LENGTH {
+            response = response.header(name, value);
+        }
+    }
+    response
+        .body(Body::from_stream(upstream.bytes_stream()))
+        .unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string()))
+}
+
+async fn proxy(State(node): State<Arc<InterfaceNode>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let has_body = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() != b"0")
+        || parts.headers.contains_key(header::TRANSFER_ENCODING);
+    match node
+        .forward(
+            &parts.method,
+            &path,
+            &parts.headers,
+            has_body.then_some(body),
+        )
+        .await
+    {
+        Ok(upstream) => pass_on(upstream),
+        Err(e) => no_manager(e),
+    }
+}
+
+async fn interface_json(State(node): State<Arc<InterfaceNode>>) -> axum::Json<serde_json::Value> {
+    axum::Json(node.snapshot())
+}
+
+async fn interface_metrics(State(node): State<Arc<InterfaceNode>>) -> Response {
+    let s = &node.stats;
+    let mut text = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
+        text.push_str(&format!(
+            "# HELP rondo_interface_{name} {help}\n# TYPE rondo_interface_{name} {kind}\nrondo_interface_{name} {value}\n"
+        ));
+    };
+    metric(
+        "streams_relayed_total",
+        "counter",
+        "Streams relayed through the interface buffer.",
+        s.streams_relayed.load(Relaxed) as f64,
+    );
+    metric(
+        "streams_active",
+        "gauge",
+        "Streams being relayed now.",
+        s.streams_active.load(Relaxed) as f64,
+    );
+    metric(
+        "upstreams_reading",
+        "gauge",
+        "Streams reading from a manager now.",
+        s.upstreams_reading.load(Relaxed) as f64,
+    );
+    metric(
+        "upstreams_lost_total",
+        "counter",
+        "Streams whose manager's stream broke.",
+        s.upstreams_lost.load(Relaxed) as f64,
+    );
+    metric(
+        "streams_resumed_total",
+        "counter",
+        "Broken streams resumed at a manager with a Range request.",
+        s.streams_resumed.load(Relaxed) as f64,
+    );
+    metric(
+        "streams_abandoned_total",
+        "counter",
+        "Broken streams given up (the client's response ended short).",
+        s.streams_abandoned.load(Relaxed) as f64,
+    );
+    metric(
+        "late_rounds_total",
+        "counter",
+        "Release rounds whose bytes had not all arrived when due.",
+        s.late_rounds.load(Relaxed) as f64,
+    );
+    metric(
+        "bytes_released_total",
+        "counter",
+        "Stream bytes released to clients.",
+        s.bytes_released.load(Relaxed) as f64,
+    );
+    metric(
+        "buffered_bytes",
+        "gauge",
+        "Stream bytes held in interface buffers now.",
+        s.buffered_bytes.load(Relaxed) as f64,
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// `GET /stream/{file}`: relayed through the interface buffer when it is
+/// the whole title or one byte range of it; anything else is proxied.
+async fn stream(
+    State(node): State<Arc<InterfaceNode>>,
+    Path(file): Path<String>,
+    request: Request,
+) -> Response {
+    let time_seek = request
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p.starts_with("t=")));
+    let id = file.split('.').next().and_then(|id| id.parse::<u64>().ok());
+    let (Some(id), false, true) = (id, time_seek, request.method() == Method::GET) else {
+        return proxy(State(node), request).await;
+    };
+    let Some(index) = node.schedule(id).await else {
+        // The manager answers for an unknown title, or says why it cannot.
+        return proxy(State(node), request).await;
+    };
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let upstream = match node
+        .forward(&Method::GET, &path, request.headers(), None)
+        .await
+    {
+        Ok(upstream) => upstream,
+        Err(e) => return no_manager(e),
+    };
+    let span = match upstream.status() {
+        StatusCode::OK => Some((0, index.size_bytes())),
+        StatusCode::PARTIAL_CONTENT => upstream
+            .headers()
+            .get(header::CONTENT_RANGE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_content_range),
+        _ => None,
+    };
+    let curve = span
+        .filter(|&(_, length)| upstream.content_length() == Some(length))
+        .and_then(|(first, length)| Some((first, ReleaseCurve::for_span(&index, first, length)?)));
+    let Some((first_byte, curve)) = curve else {
+        // Refusals, errors, and anything not a plain byte span of the
+        // title as indexed go to the client as they are.
+        return pass_on(upstream);
+    };
+    let mut response = Response::builder().status(upstream.status());
+    for (name, value) in upstream.headers() {
+        if !is_hop_by_hop(name) || name == header::CONTENT_LENGTH {
+            response = response.header(name, value);
+        }
+    }
+    response = response.header(
+        "x-rondo-interface",
+        HeaderValue::from_str(&node.config.node_id).unwrap_or(HeaderValue::from_static("?")),
+    );
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
+    let relay = Relay::new(curve, index.round_duration_ns(), node.config.hold_ns);
+    tokio::spawn(relay_stream(
+        Arc::clone(&node),
+        path_without_query(&path),
+        first_byte,
+        relay,
+        upstream,
+        sender,
+    ));
+    response
+        .body(Body::from_stream(
+            tokio_stream::wrappers::ReceiverStream::new(receiver),
+        ))
+        .unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string()))
+}
+
+fn path_without_query(path: &str) -> String {
+    path.split('?').next().unwrap_or(path).to_string()
+}
+
+/// `bytes FIRST-LAST/SIZE` → (first, length).
+fn parse_content_range(value: &str) -> Option<(u64, u64)> {
+    let range = value.strip_prefix("bytes ")?.split('/').next()?;
+    let (first, last) = range.split_once('-')?;
+    let (first, last): (u64, u64) = (first.trim().parse().ok()?, last.trim().parse().ok()?);
+    (last >= first).then(|| (first, last - first + 1))
+}
+
+/// Where a stream's bytes come from now.
+enum Upstream {
+    Reading(reqwest::Response),
+    /// Lost at this instant; asking for the rest.
+    Resuming {
+        lost_at: Instant,
+        asking: std::pin::Pin<Box<dyn Future<Output = Option<reqwest::Response>> + Send>>,
+    },
+    /// Every byte arrived, or the rest could not be had.
+    Ended,
+}
+
+/// What woke a relayed stream.
+enum Event {
+    Chunk(Result<Option<Bytes>, reqwest::Error>),
+    Rest(Option<reqwest::Response>),
+    Release,
+}
+
+/// One relayed stream: reads its upstream into the buffer, resumes it at
+/// whichever manager leads when it breaks, and releases to the client on
+/// the relay's curve until every byte is out or the client leaves.
+async fn relay_stream(
+    node: Arc<InterfaceNode>,
+    path: String,
+    first_byte: u64,
+    mut relay: Relay,
+    upstream: reqwest::Response,
+    client: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+) {
+    let stats = &node.stats;
+    stats.streams_relayed.fetch_add(1, Relaxed);
+    stats.streams_active.fetch_add(1, Relaxed);
+    stats.upstreams_reading.fetch_add(1, Relaxed);
+    let epoch = Instant::now();
+    let now_ns = || epoch.elapsed().as_nanos() as u64;
+    let mut upstream = Upstream::Reading(upstream);
+    let mut held: VecDeque<Bytes> = VecDeque::new();
+    let mut held_bytes = 0u64;
+    let mut abandoned = false;
+    loop {
+        let wake = relay
+            .next_release_ns()
+            .map(|ns| tokio::time::Instant::from_std(epoch + Duration::from_nanos(ns)));
+        let event = tokio::select! {
+            event = async {
+                match &mut upstream {
+                    Upstream::Reading(r) => Event::Chunk(r.chunk().await),
+                    Upstream::Resuming { asking, .. } => Event::Rest(asking.await),
+                    Upstream::Ended => std::future::pending().await,
+                }
+            } => event,
+            _ = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => Event::Release,
+            _ = client.closed() => break,
+        };
+        match event {
+            Event::Release => {}
+            Event::Chunk(Ok(Some(bytes)))
+                if relay.received_bytes() + bytes.len() as u64 <= relay.curve().length_bytes() =>
+            {
+                relay.received(now_ns(), bytes.len() as u64);
+                held_bytes += bytes.len() as u64;
+                stats.buffered_bytes.fetch_add(bytes.len() as u64, Relaxed);
+                held.push_back(bytes);
+                if relay.received_bytes() == relay.curve().length_bytes() {
+                    stats.upstreams_reading.fetch_sub(1, Relaxed);
+                    upstream = Upstream::Ended;
+                }
+            }
+            // Broken, ended short, or more than asked for: ask the manager
+            // that leads now for the rest.
+            Event::Chunk(_) => {
+                stats.upstreams_reading.fetch_sub(1, Relaxed);
+                stats.upstreams_lost.fetch_add(1, Relaxed);
+                let from = first_byte + relay.received_bytes();
+                let last = first_byte + relay.curve().length_bytes() - 1;
+                tracing::info!(path, from, "upstream lost; asking a manager for the rest");
+                upstream = Upstream::Resuming {
+                    lost_at: Instant::now(),
+                    asking: Box::pin(ask_rest(Arc::clone(&node), path.clone(), from, last)),
+                };
+            }
+            Event::Rest(rest) => {
+                let Upstream::Resuming { lost_at, .. } = &upstream else {
+                    unreachable!("only a resuming upstream answers")
+                };
+                let gap_ns = lost_at.elapsed().as_nanos() as u64;
+                match rest {
+                    Some(response) => {
+                        let slack_ns = relay.slack_ns(now_ns());
+                        stats.streams_resumed.fetch_add(1, Relaxed);
+                        stats.resume_gap_ns_max.fetch_max(gap_ns, Relaxed);
+                        stats.resume_slack_ns_min.fetch_min(slack_ns, Relaxed);
+                        tracing::info!(
+                            path,
+                            gap_ms = gap_ns / 1_000_000,
+                            slack_ms = slack_ns / 1_000_000,
+                            "stream resumed"
+                        );
+                        stats.upstreams_reading.fetch_add(1, Relaxed);
+                        upstream = Upstream::Reading(response);
+                    }
+                    None => {
+                        stats.streams_abandoned.fetch_add(1, Relaxed);
+                        tracing::warn!(
+                            path,
+                            gap_ms = gap_ns / 1_000_000,
+                            "no manager resumed a stream"
+                        );
+                        abandoned = true;
+                        upstream = Upstream::Ended;
+                    }
+                }
+            }
+        }
+        let late_before = relay.late_rounds();
+        let mut release = relay.release(now_ns());
+        stats
+            .late_rounds
+            .fetch_add((relay.late_rounds() - late_before) as u64, Relaxed);
+        while release > 0 {
+            let mut bytes = held.pop_front().expect("released bytes are held");
+            if bytes.len() as u64 > release {
+                held.push_front(bytes.split_off(release as usize));
+            }
+            release -= bytes.len() as u64;
+            held_bytes -= bytes.len() as u64;
+            stats.buffered_bytes.fetch_sub(bytes.len() as u64, Relaxed);
+            stats.bytes_released.fetch_add(bytes.len() as u64, Relaxed);
+            if client.send(Ok(bytes)).await.is_err() {
+                break;
+            }
+        }
+        if relay.is_done() {
+            break;
+        }
+        if abandoned {
+            // What arrived is released on time; then the body ends short,
+            // which the client sees as a broken stream.
+            if relay.released_bytes() == relay.received_bytes() {
+                let _ = client
+                    .send(Err(std::io::Error::other(
+                        "the stream's manager was lost and no manager resumed it",
+                    )))
+                    .await;
+                break;
+            }
+        }
+    }
+    stats.buffered_bytes.fetch_sub(held_bytes, Relaxed);
+    stats.streams_active.fetch_sub(1, Relaxed);
+    if matches!(upstream, Upstream::Reading(_)) {
+        stats.upstreams_reading.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Asks the managers for bytes `from..=last` of `path` until one sends
+/// them (206 with that range), or `resume_timeout` passes.
+async fn ask_rest(
+    node: Arc<InterfaceNode>,
+    path: String,
+    from: u64,
+    last: u64,
+) -> Option<reqwest::Response> {
+    let give_up = Instant::now() + node.config.resume_timeout;
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::RANGE,
+        HeaderValue::from_str(&format!("bytes={from}-{last}")).expect("ASCII"),
+    );
+    while Instant::now() < give_up {
+        match node.forward(&Method::GET, &path, &headers, None).await {
+            Ok(response)
+                if response.status() == StatusCode::PARTIAL_CONTENT
+                    && response
+                        .headers()
+                        .get(header::CONTENT_RANGE)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(parse_content_range)
+                        == Some((from, last - from + 1)) =>
+            {
+                return Some(response);
+            }
+            Ok(response) if response.status() == StatusCode::SERVICE_UNAVAILABLE => {}
+            Ok(response) => {
+                tracing::warn!(path, status = %response.status(), "a manager refused a stream's rest");
+            }
+            Err(e) => tracing::debug!(path, "no manager for a stream's rest yet: {e}"),
+        }
+        tokio::time::sleep(RESUME_RETRY).await;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_ranges_parse_to_first_and_length() {
+        assert_eq!(parse_content_range("bytes 0-99/200"), Some((0, 100)));
+        assert_eq!(parse_content_range("bytes 150-199/200"), Some((150, 50)));
+        for bad in ["bytes */200", "bytes 9-3/200", "items 0-1/2", "bytes 0-x/2"] {
+            assert_eq!(parse_content_range(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn hop_by_hop_headers_stay_on_their_connection() {
+        assert!(is_hop_by_hop(&header::CONNECTION));
+        assert!(is_hop_by_hop(&header::TRANSFER_ENCODING));
+        assert!(!is_hop_by_hop(&header::RANGE));
+        assert!(!is_hop_by_hop(&header::HOST));
+    }
+}
