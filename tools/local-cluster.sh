@@ -3,7 +3,10 @@
 # NODES `rondo node storage` processes of DISK_GROUPS disks each that
 # register there, a `rondo serve --etcd` manager that is elected, finds them
 # there, admits, plans the rounds and serves HTTP, and a second `rondo serve
-# --etcd` that waits as the standby and takes over when the manager is gone.
+# --etcd` that waits as the standby and takes over when the manager is gone,
+# and INTERFACES `rondo node interface` processes, where clients go: each
+# relays streams from whichever manager leads through its buffer, so that a
+# manager's loss does not reach its clients.
 #
 # A new data directory is made first (NODES x DISK_GROUPS emulated disks, disk
 # groups G = DISK_GROUPS, so that a whole node can fail, and the sample titles)
@@ -11,12 +14,16 @@
 # reading disks kG .. kG+G-1, and the manager. Ctrl-C stops them all.
 # Kill a node (its pid is printed) to watch its disks fail by themselves on
 # the dashboard while the other replicas serve; kill the manager to watch
-# the standby take over on PORT + 1 within a few seconds.
+# the standby take over on PORT + 1 within a few seconds while the players
+# on the interface nodes (IFACE_PORT, IFACE_PORT + 1, ...) play on; kill an
+# interface node to watch its player page resume on another.
 #
 # Usage: tools/local-cluster.sh [DIR]     (default: ./rondo-cluster-data)
 # Settings (environment): RONDO (binary; default target/release/rondo,
 # built if missing), NODES (2), DISK_GROUPS (2), PORT (8080, the manager's HTTP),
-# NODE_PORT (7400: node k listens on NODE_PORT + k), ETCD_PORT (23790; etcd's
+# NODE_PORT (7400: node k listens on NODE_PORT + k), INTERFACES (2),
+# IFACE_PORT (8090: interface node k on IFACE_PORT + k), BUFFER_S (6, their
+# buffers in seconds), ETCD_PORT (23790; etcd's
 # peer port is the next one). Needs Debian's etcd-server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +32,9 @@ NODES=${NODES:-2}
 DISK_GROUPS=${DISK_GROUPS:-2}
 PORT=${PORT:-8080}
 NODE_PORT=${NODE_PORT:-7400}
+INTERFACES=${INTERFACES:-2}
+IFACE_PORT=${IFACE_PORT:-8090}
+BUFFER_S=${BUFFER_S:-6}
 ETCD_PORT=${ETCD_PORT:-23790}
 ETCD=http://127.0.0.1:$ETCD_PORT
 # shellcheck source=tools/lib.sh
@@ -82,6 +92,14 @@ done
 pids+=($!)
 manager=$!
 sleep 2
+for ((k = 0; k < INTERFACES; k++)); do
+    address=127.0.0.1:$((IFACE_PORT + k))
+    "$RONDO" node interface --listen "$address" --node-id "interface-$k" --etcd "$ETCD" \
+        --buffer-s "$BUFFER_S" >"$logs/interface-$k.out" 2>"$logs/interface-$k.err" &
+    pids+=($!)
+    wait_for "$logs/interface-$k.out" "serves clients" "$!"
+    echo "interface node interface-$k (pid $!): players at http://$address/ (dashboard: /dashboard)" >&2
+done
 echo "standby manager on port $((PORT + 1)): it serves once the manager (pid $manager) is gone" >&2
 "$RONDO" serve --data-dir "$DIR" --listen "127.0.0.1:$((PORT + 1))" --etcd "$ETCD" --manager-id manager-b \
     2>"$logs/standby.err" &

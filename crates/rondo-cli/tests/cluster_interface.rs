@@ -41,48 +41,118 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn manager(data: &Path, etcd: &str, id: &str, log: &Path) -> Serve {
+fn manager(data: &Path, etcd: &str, cluster: &str, id: &str, log: &Path) -> Serve {
     Serve::new(RONDO)
         .arg("--data-dir")
         .arg(data)
         .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-        .args(["--etcd", etcd, "--cluster", "iface", "--manager-id", id])
+        .args(["--etcd", etcd, "--cluster", cluster, "--manager-id", id])
         .stderr_to(log.to_path_buf())
         .timeout(Duration::from_secs(120))
 }
 
+/// etcd and two storage nodes (disks 0–1 and 2–3, two disk groups) over a
+/// new data directory holding the sample titles.
+struct Cluster {
+    /// Its name in etcd (each test its own, though each has its own etcd).
+    name: &'static str,
+    _storage: [StorageNode; 2],
+    etcd: LocalEtcd,
+    data: std::path::PathBuf,
+    tmp: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start(name: &'static str) -> Cluster {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let mut plain = Serve::on(RONDO, &data)
+            .args(["--disks", "4", "--disk-groups", "2"])
+            .timeout(Duration::from_secs(60))
+            .start();
+        assert!(plain.terminate().success());
+        let etcd = LocalEtcd::start(&tmp.path().join("etcd"), "127.0.0.1").expect("etcd starts");
+        let spawn_storage = |disks: &[u32], id: &str| {
+            let mut command = Command::new(RONDO);
+            command.args(["node", "storage"]);
+            let extra = [
+                "--listen",
+                "127.0.0.1:0",
+                "--node-id",
+                id,
+                "--etcd",
+                etcd.client_url(),
+                "--cluster",
+                name,
+            ];
+            StorageNode::spawn(command, &data, disks, &extra)
+        };
+        let storage = [spawn_storage(&[0, 1], "s0"), spawn_storage(&[2, 3], "s1")];
+        Cluster {
+            name,
+            _storage: storage,
+            etcd,
+            data,
+            tmp,
+        }
+    }
+
+    fn manager(&self, id: &str) -> Serve {
+        manager(
+            &self.data,
+            self.etcd.client_url(),
+            self.name,
+            id,
+            &self.tmp.path().join(format!("manager-{id}.log")),
+        )
+    }
+
+    fn interface(&self, id: &str, buffer_s: &str) -> InterfaceNode {
+        InterfaceNode::start(
+            RONDO,
+            &[
+                "--node-id",
+                id,
+                "--buffer-s",
+                buffer_s,
+                "--etcd",
+                self.etcd.client_url(),
+                "--cluster",
+                self.name,
+            ],
+        )
+    }
+}
+
+/// The interface nodes the manager sees in etcd, through `url` (polled
+/// every second there): waits up to 5 s for `count` of them.
+fn interfaces_seen(url: &str, count: usize) -> (Vec<String>, Value) {
+    let asked_at = Instant::now();
+    loop {
+        let cluster = get_json(&format!("{url}/api/cluster"));
+        let interfaces: Vec<String> = cluster["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .filter(|n| n["role"] == "interface")
+            .map(|n| n["address"].as_str().unwrap().to_string())
+            .collect();
+        if interfaces.len() >= count || asked_at.elapsed() > Duration::from_secs(5) {
+            return (interfaces, cluster);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn clients_of_an_interface_node_play_on_across_the_managers_takeover() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    let mut plain = Serve::on(RONDO, &data)
-        .args(["--disks", "4", "--disk-groups", "2"])
-        .timeout(Duration::from_secs(60))
-        .start();
-    assert!(plain.terminate().success());
-
-    let etcd = LocalEtcd::start(&tmp.path().join("etcd"), "127.0.0.1").expect("etcd starts");
-    let etcd_url = etcd.client_url().to_string();
-    let node_args = ["--etcd", &etcd_url, "--cluster", "iface"];
-    let spawn_storage = |disks: &[u32], id: &str| {
-        let mut command = Command::new(RONDO);
-        command.args(["node", "storage"]);
-        let mut extra = vec!["--listen", "127.0.0.1:0", "--node-id", id];
-        extra.extend(node_args);
-        StorageNode::spawn(command, &data, disks, &extra)
-    };
-    let _s0 = spawn_storage(&[0, 1], "s0");
-    let _s1 = spawn_storage(&[2, 3], "s1");
-    let a_log = tmp.path().join("manager-a.log");
-    let b_log = tmp.path().join("manager-b.log");
-    let mut a = manager(&data, &etcd_url, "a", &a_log).start();
+    let cluster = Cluster::start("takeover");
+    let mut a = cluster.manager("a").start();
     let standby = {
-        let serve = manager(&data, &etcd_url, "b", &b_log);
+        let serve = cluster.manager("b");
         std::thread::spawn(move || serve.start())
     };
-    let mut extra = vec!["--node-id", "i0", "--buffer-s", "6"];
-    extra.extend(node_args);
-    let interface = InterfaceNode::start(RONDO, &extra);
+    let interface = cluster.interface("i0", "6");
 
     // Through the interface node, the manager's API and player page, with
     // URLs that point at the interface node.
@@ -92,28 +162,12 @@ fn clients_of_an_interface_node_play_on_across_the_managers_takeover() {
         first_url.starts_with(&interface.url),
         "stream URLs name the interface node: {titles:#}"
     );
-    // The manager's view of etcd, polled every second, lists the node.
-    let interfaces_seen = || {
-        let cluster = get_json(&format!("{}/api/cluster", interface.url));
-        let interfaces: Vec<String> = cluster["nodes"]
-            .as_array()
-            .expect("nodes")
-            .iter()
-            .filter(|n| n["role"] == "interface")
-            .map(|n| n["address"].as_str().unwrap().to_string())
-            .collect();
-        (interfaces, cluster)
-    };
-    let asked_at = Instant::now();
-    let (mut interfaces, mut cluster) = interfaces_seen();
-    while interfaces.is_empty() && asked_at.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(200));
-        (interfaces, cluster) = interfaces_seen();
-    }
+    // The manager's view of etcd lists the node.
+    let (interfaces, cluster_seen) = interfaces_seen(&interface.url, 1);
     assert_eq!(
         interfaces,
         std::slice::from_ref(&interface.url),
-        "{cluster:#}"
+        "{cluster_seen:#}"
     );
 
     // Streams through the interface node; the manager killed under them.
@@ -158,6 +212,11 @@ fn clients_of_an_interface_node_play_on_across_the_managers_takeover() {
         report["streams_rejected"],
         report["verify"]
     );
+    let b_said =
+        std::fs::read_to_string(cluster.tmp.path().join("manager-b.log")).unwrap_or_default();
+    if report["streams_broken"] != 0 {
+        eprintln!("manager B's log:\n{b_said}");
+    }
     let lost = stats["upstreams_lost"].as_u64().unwrap();
     assert!(
         lost >= reading,
@@ -177,4 +236,103 @@ fn clients_of_an_interface_node_play_on_across_the_managers_takeover() {
     assert_eq!(report["verify"]["streams_checked"], 4, "{report:#}");
     // The interface node follows the new leader.
     assert_eq!(stats["manager"], b.url, "{stats:#}");
+}
+
+/// rondo's player page, loaded from one interface node, plays a title; that
+/// node is killed (SIGKILL) mid-title. The page resumes the title where it
+/// was on the other interface node by itself (a Range request there) and
+/// plays it to its end.
+#[test]
+fn the_player_page_resumes_on_another_interface_node_when_its_node_dies() {
+    if !rondo_testkit::browser::available() {
+        return;
+    }
+    let cluster = Cluster::start("failover");
+    let _manager = cluster.manager("a").start();
+    let mut i0 = cluster.interface("i0", "2");
+    let i1 = cluster.interface("i1", "2");
+    let (interfaces, cluster_seen) = interfaces_seen(&i0.url, 2);
+    assert_eq!(interfaces.len(), 2, "{cluster_seen:#}");
+    let titles = get_json(&format!("{}/api/titles", i0.url));
+    let longest = |t: &&Value| (t["duration_seconds"].as_f64().unwrap() * 1000.0) as u64;
+    let title = titles
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(longest)
+        .unwrap();
+    let (id, name) = (
+        title["id"].as_u64().unwrap(),
+        title["name"].as_str().unwrap(),
+    );
+    let duration_s = title["duration_seconds"].as_f64().unwrap();
+
+    let profile = tempfile::tempdir().unwrap();
+    let mut chromium =
+        rondo_testkit::browser::launch(&format!("{}/#play={id}", i0.url), profile.path());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let played = |title: &str| -> f64 {
+        title
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("t="))
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut seen: Vec<String> = Vec::new();
+    let mut killed_at: Option<(Instant, f64)> = None;
+    let mut changes: Vec<(String, f64)> = Vec::new();
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        let Some(now) =
+            runtime.block_on(rondo_testkit::browser::page_title(&client, profile.path()))
+        else {
+            continue;
+        };
+        if seen.last() != Some(&now) {
+            seen.push(now.clone());
+        }
+        // Each change of state, timed from the kill.
+        let status = now
+            .split_whitespace()
+            .nth(2)
+            .unwrap_or_default()
+            .to_string();
+        if changes.last().map(|(s, _): &(String, f64)| s) != Some(&status) {
+            let since_kill = killed_at.map_or(0.0, |(at, _)| at.elapsed().as_secs_f64());
+            changes.push((status, since_kill));
+        }
+        if killed_at.is_none() && now.contains(" playing ") && played(&now) >= 5.0 {
+            i0.kill();
+            killed_at = Some((Instant::now(), played(&now)));
+        }
+        if now.contains(" ended ") || now.contains(" error ") {
+            break;
+        }
+    }
+    let _ = chromium.kill();
+    let _ = chromium.wait();
+    let last = seen.last().cloned().unwrap_or_default();
+    let seen = seen.join("\n");
+    let (killed_at, killed_t) = killed_at.unwrap_or_else(|| panic!("never played 5 s:\n{seen}"));
+    eprintln!(
+        "player page: interface node killed at t={killed_t:.1}; {last} ({:.1} s after the kill); \
+         states (s after the kill): {changes:?}",
+        killed_at.elapsed().as_secs_f64()
+    );
+    assert!(
+        last.starts_with(&format!("rondo: {name} ended")),
+        "the page did not play {name} to its end:\n{seen}"
+    );
+    assert!(last.contains("failovers=1"), "{seen}");
+    assert!(played(&last) >= duration_s - 0.5, "{seen}");
+    let relayed = get_json(&format!("{}/api/interface", i1.url));
+    assert!(
+        relayed["streams_relayed"].as_u64().unwrap() >= 1,
+        "the other node carried the rest: {relayed:#}"
+    );
 }

@@ -28,6 +28,14 @@ pub enum EtcdError {
         secs: u64,
         log: String,
     },
+    #[error(
+        "etcd in {dir} exited after it started, {attempts} times (its ports taken?); its log: {log}"
+    )]
+    Exited {
+        dir: String,
+        attempts: u32,
+        log: String,
+    },
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -44,13 +52,35 @@ impl LocalEtcd {
     /// `host` (an address of this machine, e.g. 127.0.0.1 or a namespace's
     /// veth address) on free ports, and waits until it answers.
     pub fn start(data_dir: &Path, host: &str) -> Result<LocalEtcd, EtcdError> {
-        let (client_port, peer_port) = free_ports(host)?;
-        LocalEtcd::spawn(
-            data_dir,
-            host,
-            (client_port, peer_port),
-            Command::new("etcd"),
-        )
+        // Ports found free may be taken again before etcd binds them (by
+        // another test's etcd, which would then answer for this one): an
+        // etcd that did not outlive its first answer is started again on
+        // other ports.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (client_port, peer_port) = free_ports(host)?;
+            let mut etcd = LocalEtcd::spawn(
+                data_dir,
+                host,
+                (client_port, peer_port),
+                Command::new("etcd"),
+            )?;
+            std::thread::sleep(Duration::from_millis(300));
+            if etcd.child.try_wait()?.is_none() {
+                return Ok(etcd);
+            }
+            if attempt == 5 {
+                return Err(EtcdError::Exited {
+                    dir: etcd.data_dir.display().to_string(),
+                    attempts: attempt,
+                    log: std::fs::read_to_string(etcd.data_dir.join("etcd.log"))
+                        .unwrap_or_default(),
+                });
+            }
+            etcd.kill();
+            let _ = std::fs::remove_dir_all(data_dir);
+        }
     }
 
     /// Starts etcd inside the network namespace `netns` (`ip netns exec`),

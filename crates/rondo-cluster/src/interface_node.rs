@@ -143,6 +143,7 @@ impl InterfaceNode {
             .route("/api/interface", get(interface_json))
             .route("/interface/metrics", get(interface_metrics))
             .fallback(proxy)
+            .layer(axum::middleware::from_fn(cross_origin))
             .with_state(Arc::clone(self))
     }
 
@@ -334,6 +335,37 @@ fn no_manager(message: String) -> Response {
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+/// Any page may read from any interface node: the player page, loaded
+/// from one, resumes its stream on another when that one is lost (and asks
+/// it why a stream was refused). A preflight is answered here.
+async fn cross_origin(request: Request, next: axum::middleware::Next) -> Response {
+    let mut response = if request.method() == Method::OPTIONS {
+        let mut r = StatusCode::NO_CONTENT.into_response();
+        let h = r.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, HEAD"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("range"),
+        );
+        r
+    } else {
+        next.run(request).await
+    };
+    let h = response.headers_mut();
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("retry-after, content-range, content-length"),
+    );
     response
 }
 

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use e2e_support::*;
 use rondo_server::ServerConfig;
+use rondo_testkit::browser::{launch, page_title};
 
 const PAGE: &str = r#"<!doctype html>
 <html><body>
@@ -159,30 +160,6 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Headless Chromium on `url`, with DevTools on a port it picks (written to
-/// `profile/DevToolsActivePort`).
-fn launch_chromium(url: &str, profile: &std::path::Path) -> std::process::Child {
-    Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--mute-audio",
-            "--autoplay-policy=no-user-gesture-required",
-            &format!("--user-data-dir={}", profile.display()),
-            "--remote-debugging-port=0",
-            url,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromium starts")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chromium_plays_to_the_end_without_waiting_and_seeks() {
     init_logs();
@@ -237,7 +214,7 @@ async fn plays_to_the_end_and_seeks(
     let page_url = serve_page(page, report_tx);
 
     let profile = tempfile::tempdir().unwrap();
-    let mut chromium = launch_chromium(&page_url, profile.path());
+    let mut chromium = launch(&page_url, profile.path());
 
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut a_result = None;
@@ -319,7 +296,7 @@ async fn the_player_page_plays_every_sample_title_to_its_end() {
     for sample in &samples {
         let page_url = format!("{}/#play={}", server.url(), sample.id.0);
         let profile = tempfile::tempdir().unwrap();
-        let mut chromium = launch_chromium(&page_url, profile.path());
+        let mut chromium = launch(&page_url, profile.path());
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut titles_seen = Vec::new();
         let mut last = String::new();
@@ -360,28 +337,6 @@ async fn the_player_page_plays_every_sample_title_to_its_end() {
     let m = server.metrics();
     server.shutdown().await;
     assert_eq!(m.stream_round_misses, 0, "{m:?}");
-}
-
-/// The title of the page Chromium shows, read through DevTools' HTTP
-/// endpoint (`/json/list`); `None` until DevTools answers.
-async fn page_title(client: &reqwest::Client, profile: &std::path::Path) -> Option<String> {
-    let port = std::fs::read_to_string(profile.join("DevToolsActivePort")).ok()?;
-    let port = port.lines().next()?.trim().to_string();
-    let pages: serde_json::Value = client
-        .get(format!("http://127.0.0.1:{port}/json/list"))
-        .send()
-        .await
-        .ok()?
-        .json()
-        .await
-        .ok()?;
-    pages
-        .as_array()?
-        .iter()
-        .find(|p| p["type"] == "page")?
-        .get("title")?
-        .as_str()
-        .map(str::to_string)
 }
 
 /// One headless Chromium run on `url` that prints what it was asked for
@@ -524,7 +479,7 @@ async fn the_player_page_waits_while_the_server_is_full_then_plays() {
 
     // Now the page itself, from its first request to the end of playback.
     let profile = tempfile::tempdir().unwrap();
-    let mut chromium = launch_chromium(&page_url, profile.path());
+    let mut chromium = launch(&page_url, profile.path());
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut titles_seen: Vec<String> = Vec::new();
     let mut freed_at = None;
@@ -606,7 +561,7 @@ async fn the_player_page_waits_for_a_staging_then_plays_the_tier_title() {
     let page_url = format!("{}/#play=vaulted", server.url());
     let profile = tempfile::tempdir().unwrap();
     let opened = Instant::now();
-    let mut chromium = launch_chromium(&page_url, profile.path());
+    let mut chromium = launch(&page_url, profile.path());
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut titles_seen: Vec<String> = Vec::new();
     let mut playing_at = None;
@@ -859,7 +814,7 @@ async fn browser_start_up_p50() {
         let page_url = format!("{}/#play={id}", server.url());
         async move {
             let profile = tempfile::tempdir().unwrap();
-            let mut chromium = launch_chromium(&page_url, profile.path());
+            let mut chromium = launch(&page_url, profile.path());
             let deadline = Instant::now() + limit;
             let mut last = String::new();
             while Instant::now() < deadline {

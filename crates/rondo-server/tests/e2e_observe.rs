@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use e2e_support::*;
 use futures_util::StreamExt;
 use rondo_server::RunningServer;
+use rondo_testkit::browser::{launch, page_title};
 use serde_json::Value;
 
 /// Prometheus text as series (name with labels, as written) → value,
@@ -364,24 +365,13 @@ async fn metrics_and_events_follow_the_streams() {
     );
 }
 
-const CHROMIUM_FLAGS: [&str; 8] = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--window-size=1280,900",
-];
-
 /// Headless Chromium in a one-shot mode (`--dump-dom`, `--screenshot`),
 /// killed after 60 s; returns its stdout.
 fn chromium_once(profile: &std::path::Path, extra: &[&str], url: &str) -> String {
     let output = Command::new("timeout")
         .arg("60")
         .arg("chromium")
-        .args(CHROMIUM_FLAGS)
+        .args(rondo_testkit::browser::FLAGS)
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(extra)
         .arg(url)
@@ -394,23 +384,6 @@ fn chromium_once(profile: &std::path::Path, extra: &[&str], url: &str) -> String
         output.status
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// The title of the page Chromium shows, through DevTools' HTTP endpoint.
-async fn page_title(client: &reqwest::Client, profile: &std::path::Path) -> Option<String> {
-    let port = std::fs::read_to_string(profile.join("DevToolsActivePort")).ok()?;
-    let port = port.lines().next()?.trim().to_string();
-    let pages: Value = client
-        .get(format!("http://127.0.0.1:{port}/json/list"))
-        .send()
-        .await
-        .ok()?
-        .json()
-        .await
-        .ok()?;
-    pages.as_array()?.iter().find(|p| p["type"] == "page")?["title"]
-        .as_str()
-        .map(str::to_string)
 }
 
 /// `rondo dashboard: N rounds, K streams` → (N, K).
@@ -453,15 +426,7 @@ async fn dashboard_renders_with_data_in_headless_chromium() {
 
     // Live: the page draws the history, then every round's event.
     let profile = tempfile::tempdir().unwrap();
-    let mut live = Command::new("chromium")
-        .args(CHROMIUM_FLAGS)
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg("--remote-debugging-port=0")
-        .arg(format!("{base}/dashboard"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromium starts");
+    let mut live = launch(&format!("{base}/dashboard"), profile.path());
     let mut titles = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(40);
     while Instant::now() < deadline {

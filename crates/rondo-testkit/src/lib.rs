@@ -13,6 +13,7 @@
 //! - [`s3`]: a real S3 server (s3s-fs) over a directory, in process, for
 //!   the S3 tier's tests; also the `rondo-test-s3` binary.
 
+pub mod browser;
 pub mod fuzz;
 pub mod http;
 pub mod media;

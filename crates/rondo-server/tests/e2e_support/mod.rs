@@ -6,10 +6,11 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 // Not every test uses every helper (as `dead_code` above).
+#[allow(unused_imports)]
+pub use rondo_testkit::browser::available as chromium_available;
 #[allow(unused_imports)]
 pub use rondo_testkit::http::{get_json, get_text};
 use rondo_testkit::media::Clip;
@@ -227,22 +228,6 @@ pub async fn admin_post(
     let status = response.status();
     let value = response.json().await.unwrap_or(serde_json::Value::Null);
     (status, value)
-}
-
-/// Whether chromium can run; panics when it is missing unless
-/// `RONDO_SKIP_BROWSER_TESTS` is set.
-pub fn chromium_available() -> bool {
-    if Command::new("chromium").arg("--version").output().is_ok() {
-        return true;
-    }
-    if std::env::var_os("RONDO_SKIP_BROWSER_TESTS").is_some() {
-        eprintln!("SKIPPED (RONDO_SKIP_BROWSER_TESTS): chromium is not installed");
-        return false;
-    }
-    panic!(
-        "chromium is not installed: apt-get install -y chromium (.ci/run does), or set \
-         RONDO_SKIP_BROWSER_TESTS=1 to skip this test"
-    );
 }
 
 /// Checks, after a rebuild of `disk`, that every round with a replica on it
