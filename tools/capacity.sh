@@ -32,6 +32,13 @@
 # burst the prediction assumes: 0, as runs before it; rondo serve's default
 # --start-burst-s 6 is 6 at 1 s rounds, which matters under --cycle dynamic:
 # docs/cycle.md).
+# Cluster mode (as root; docs/cluster.md): STORAGE_NODES (N > 0 runs the
+# server as a cluster in network namespaces), DISKS_PER_NODE (2), CREATE
+# (flags for a new directory, e.g. "--disks 8 --disk-groups 2 --scheme
+# minimum"), KILL_NODE_AT_S (SIGKILL storage node 0 then), INTERFACE_NODES
+# (1: clients go through an interface node, with a standby manager),
+# BUFFER_S (its buffer, 6), KILL_MANAGER_AT_S (SIGKILL the elected manager
+# then; the server-side window figures are then the standby's).
 # Needs: ffmpeg, curl, jq. Wall time ≈ WARMUP_S + MEASURE_S + TITLE_SECONDS (twice with COMPARE_POLICY)
 # + a minute.
 set -euo pipefail
@@ -134,6 +141,11 @@ run_phase() {
         --zipf "$ZIPF" --seed "$SEED" --json > "$OUT/load.json" 2> "$OUT/load.err" &
     LOAD_PID=$!
     T0=$(date +%s)
+    if (( STORAGE_NODES > 0 )) && [[ -n ${KILL_MANAGER_AT_S:-} ]]; then
+        # The elected manager's host dies under the load: SIGKILL; the
+        # standby takes over and the interface node resumes its streams.
+        ( sleep "$KILL_MANAGER_AT_S"; kill -KILL "$SERVER_PID" 2>/dev/null && say "killed the manager (SIGKILL) at t = $KILL_MANAGER_AT_S s" ) &
+    fi
     if (( STORAGE_NODES > 0 )) && [[ -n ${KILL_NODE_AT_S:-} ]]; then
         # A storage node's host dies under the load: node 0, SIGKILL.
         ( sleep "$KILL_NODE_AT_S"; kill -KILL "${CLUSTER_PIDS[1]}" 2>/dev/null && say "killed storage node 0 (SIGKILL) at t = $KILL_NODE_AT_S s" ) &
@@ -157,6 +169,10 @@ run_phase() {
     say "window closes (round $(jq .rounds "$OUT/metrics-window-end.json")); draining"
     wait "$LOAD_PID"
     curl -sf "$URL/api/metrics" > "$OUT/metrics-end.json"
+    if (( ${INTERFACE_NODES:-0} > 0 )); then
+        curl -sf "$URL/api/interface" > "$OUT/interface-end.json" || true
+        say "interface node: $(jq -c . "$OUT/interface-end.json")"
+    fi
     if (( STORAGE_NODES > 0 )); then
         cluster_stop
     else

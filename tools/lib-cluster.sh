@@ -3,7 +3,9 @@
 # nodes and the manager, each in a namespace of its own on one bridge, the
 # load generator in this namespace. Needs root and iproute2.
 # Callers source tools/lib.sh and set ROOT, RONDO, WORK, DATA, STORAGE_NODES,
-# DISKS_PER_NODE first.
+# DISKS_PER_NODE first. With INTERFACE_NODES=1 a standby manager and an
+# interface node (buffer BUFFER_S seconds) start too, each in its own
+# namespace, and URL is the interface node's: the clients' way in.
 
 CLUSTER_TAG="rc$(( $$ % 10000 ))"
 CLUSTER_SUBNET="10.215.$(( $$ % 250 + 1 ))"
@@ -62,7 +64,22 @@ cluster_start() {
         > "$log" 2>&1 &
     SERVER_PID=$!
     URL="http://$manager_ip:8080"
-    cluster_wait_http "$URL/api/titles"
+    cluster_wait_http "$URL/api/titles" || return 1
+    if (( ${INTERFACE_NODES:-0} > 0 )); then
+        cluster_host standby
+        # shellcheck disable=SC2086 # a list of flags
+        ip netns exec "$CLUSTER_TAG-standby" "$RONDO" serve --data-dir "$DATA" $serve_flags \
+            --listen "$CLUSTER_IP:8080" --etcd "$etcd" --cluster capacity --manager-id standby \
+            > "$log.standby" 2>&1 &
+        CLUSTER_PIDS+=($!)
+        cluster_host iface0
+        ip netns exec "$CLUSTER_TAG-iface0" "$RONDO" node interface --listen "$CLUSTER_IP:8090" \
+            --node-id interface-0 --etcd "$etcd" --cluster capacity --buffer-s "${BUFFER_S:-6}" \
+            > "$WORK/interface-0.out" 2> "$WORK/interface-0.err" &
+        CLUSTER_PIDS+=($!)
+        URL="http://$CLUSTER_IP:8090"
+        cluster_wait_http "$URL/api/interface"
+    fi
 }
 
 # Stops every process and removes the namespaces and the bridge.

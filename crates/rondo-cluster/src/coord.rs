@@ -231,30 +231,50 @@ impl Coordinator {
     /// manager's id or address) is what `leader` answers while it leads.
     pub async fn campaign(&mut self, value: &str) -> Result<Leadership, CoordError> {
         let name = self.keys.manager_election();
-        // Each request times out (`connect`), but waiting for leadership
-        // may take as long as the leader lives. Campaigning again on the
-        // same lease reuses the same candidate key, so a timed-out wait is
-        // simply resumed while the lease lives.
-        let response = loop {
-            match self
+        // The wait for leadership may last as long as the leader lives, so
+        // it runs on a connection with no request timeout: a campaign that
+        // times out is cancelled, and etcd's election then resigns its
+        // candidate key, possibly after a retry has taken that key up
+        // again, leaving a "leader" whose key is gone (seen: a standby
+        // elected with no key, so nobody could find it). The wait ends
+        // with the lease instead.
+        let joined = self.endpoints.clone();
+        let endpoints: Vec<&str> = joined.split(',').collect();
+        let mut waiting = Client::connect(
+            endpoints,
+            Some(ConnectOptions::new().with_connect_timeout(Duration::from_secs(3))),
+        )
+        .await
+        .map_err(|e| self.etcd(e))?;
+        loop {
+            let ended = self.lease_ended();
+            let response = tokio::select! {
+                r = waiting.campaign(name.clone(), value, self.lease_id) => r.map_err(|e| self.etcd(e))?,
+                () = ended => {
+                    return Err(CoordError::Invalid(
+                        "this node's etcd lease ended while it waited for leadership".into(),
+                    ));
+                }
+            };
+            let key = response
+                .leader()
+                .cloned()
+                .ok_or_else(|| CoordError::Invalid("etcd elected no leader key".into()))?;
+            // Elected only if the key still stands: it is the fencing token
+            // and what others find the leader by.
+            let standing = self
                 .client
-                .campaign(name.clone(), value, self.lease_id)
+                .get(key.key().to_vec(), None)
                 .await
-            {
-                Ok(response) => break response,
-                Err(etcd_client::Error::GRpcStatus(s))
-                    if matches!(
-                        s.code(),
-                        tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
-                    ) && self.lease_alive() => {}
-                Err(e) => return Err(self.etcd(e)),
+                .map_err(|e| self.etcd(e))?
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.create_revision() == key.rev());
+            if standing {
+                return Ok(Leadership { key });
             }
-        };
-        let key = response
-            .leader()
-            .cloned()
-            .ok_or_else(|| CoordError::Invalid("etcd elected no leader key".into()))?;
-        Ok(Leadership { key })
+            tracing::warn!("elected on a candidate key that is gone; standing again");
+        }
     }
 
     /// The current object manager's value, if one leads.

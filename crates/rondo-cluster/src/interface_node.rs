@@ -63,7 +63,8 @@ pub struct InterfaceConfig {
 /// stream loses at most that to polling; cheap beside a takeover's seconds).
 const RESUME_RETRY: Duration = Duration::from_millis(100);
 
-/// How long a request waits for a manager to answer before it is refused
+/// How long a request waits for a manager to answer (or to end its
+/// takeover's refusal of new streams) before it is refused
 /// (assumption: past the 2.5–3.3 s a standby took to serve on the
 /// namespace cluster, docs/cluster.md, with room for a slower host).
 const MANAGER_WAIT: Duration = Duration::from_secs(10);
@@ -501,12 +502,25 @@ async fn stream(
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
-    let upstream = match node
-        .forward(&Method::GET, &path, request.headers(), None)
-        .await
-    {
-        Ok(upstream) => upstream,
-        Err(e) => return no_manager(e),
+    // A manager that has just taken over refuses new streams for seconds:
+    // the client waits here meanwhile, as through the takeover itself.
+    let asked_at = Instant::now();
+    let upstream = loop {
+        let upstream = match node
+            .forward(&Method::GET, &path, request.headers(), None)
+            .await
+        {
+            Ok(upstream) => upstream,
+            Err(e) => return no_manager(e),
+        };
+        let in_takeover = upstream.status() == StatusCode::SERVICE_UNAVAILABLE
+            && upstream
+                .headers()
+                .contains_key(rondo_server::config::TAKEOVER_HEADER);
+        if !in_takeover || asked_at.elapsed() >= MANAGER_WAIT {
+            break upstream;
+        }
+        tokio::time::sleep(RESUME_RETRY).await;
     };
     let span = match upstream.status() {
         StatusCode::OK => Some((0, index.size_bytes())),
@@ -738,6 +752,11 @@ async fn ask_rest(
     headers.insert(
         header::RANGE,
         HeaderValue::from_str(&format!("bytes={from}-{last}")).expect("ASCII"),
+    );
+    // A manager that just took over admits these before new streams.
+    headers.insert(
+        rondo_server::config::RESUME_HEADER,
+        HeaderValue::from_static("1"),
     );
     while Instant::now() < give_up {
         match node.forward(&Method::GET, &path, &headers, None).await {

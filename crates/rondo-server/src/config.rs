@@ -132,7 +132,23 @@ pub struct ServerConfig {
     /// `/api/cluster` and the dashboard; `None` outside a cluster.
     #[serde(skip)]
     pub cluster: Option<crate::executor::Cluster>,
+    /// A manager that took over from another: until this instant it
+    /// refuses new streams (503, reason `takeover`), admitting only the
+    /// streams its predecessor carried, which interface nodes ask for again
+    /// with `x-rondo-resume` ([`RESUME_HEADER`]); so those get the rounds
+    /// back before new arrivals take them.
+    #[serde(skip)]
+    pub takeover_until: Option<std::time::Instant>,
 }
+
+/// The header an interface node sends when it asks for the rest of a
+/// stream whose manager was lost.
+pub const RESUME_HEADER: &str = "x-rondo-resume";
+
+/// The header on a new stream's refusal during a takeover (503): the
+/// refusal lasts seconds, so an interface node holds the request and asks
+/// again rather than turning its client away.
+pub const TAKEOVER_HEADER: &str = "x-rondo-takeover";
 
 /// Default largest request body outside uploads: no route but the upload
 /// reads one, and the control routes' JSON is under 1 KiB.
@@ -163,6 +179,7 @@ impl Default for ServerConfig {
             upload_bytes_max: DEFAULT_UPLOAD_BYTES_MAX,
             remote_disks: None,
             cluster: None,
+            takeover_until: None,
         }
     }
 }

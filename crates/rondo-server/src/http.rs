@@ -588,6 +588,23 @@ async fn stream(
             "the server is shutting down".into(),
         ));
     }
+    if let Some(until) = shared.config.takeover_until
+        && std::time::Instant::now() < until
+        && !headers.contains_key(crate::config::RESUME_HEADER)
+    {
+        let mut refusal = unavailable(
+            &shared,
+            "takeover",
+            "this manager has just taken over; the streams its predecessor carried resume first"
+                .into(),
+        );
+        // Interface nodes hold such a request and ask again.
+        refusal.headers.push((
+            header::HeaderName::from_static(crate::config::TAKEOVER_HEADER),
+            HeaderValue::from_static("1"),
+        ));
+        return Err(refusal);
+    }
     let admitted = admit(
         &shared,
         StreamRequest {

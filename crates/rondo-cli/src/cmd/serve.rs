@@ -30,6 +30,13 @@ use rondo_store::{DirectoryFlags, ServingSettings};
 
 use crate::cmd::layout_args::{LayoutArgs, layout_name};
 
+/// How long a manager that took over refuses new streams (assumption: the
+/// interface nodes ask for their streams' rest every 100 ms from the moment
+/// the manager answers, so within a round of its start they are all asking;
+/// 5 s leaves those refused for lack of room four more rounds to be placed,
+/// within the interface buffer's default 6 s).
+const TAKEOVER_GRACE_S_DEFAULT: f64 = 5.0;
+
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// The data directory; created when absent (with the sample titles).
@@ -173,6 +180,12 @@ pub struct ServeArgs {
     /// cover every disk to register.
     #[arg(long, value_name = "S", default_value_t = 60, requires = "etcd")]
     pub discover_timeout_s: u64,
+    /// With --etcd: seconds a manager that took over from another refuses
+    /// new streams (503, reason takeover), so that the streams its
+    /// predecessor carried, asked for again by the interface nodes, get
+    /// their rounds back first.
+    #[arg(long, value_name = "S", default_value_t = TAKEOVER_GRACE_S_DEFAULT, requires = "etcd")]
+    pub takeover_grace_s: f64,
     #[command(flatten)]
     pub layout: LayoutArgs,
     #[command(flatten)]
@@ -294,6 +307,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // a standby waits here, before it takes the data directory, until the
     // leader is gone.
     let lost_leadership = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Set when this manager waited as the standby: it then takes over
+    // streams that interface nodes will ask for again.
+    let mut took_over = false;
     let mut manager_session = match args.etcd.config() {
         None => None,
         Some(etcd) => {
@@ -326,7 +342,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             );
             let session =
                 rondo_cluster::membership::ManagerSession::elect(&etcd, &manager, |leader| {
-                    eprintln!("standby: the manager at {leader} leads; waiting until it is gone")
+                    eprintln!("standby: the manager at {leader} leads; waiting until it is gone");
+                    took_over = true;
                 })
                 .context("standing for the object manager through etcd")?;
             let lost = std::sync::Arc::clone(&lost_leadership);
@@ -464,6 +481,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let server_config = ServerConfig {
         remote_disks,
         cluster,
+        takeover_until: took_over
+            .then(|| std::time::Instant::now() + Duration::from_secs_f64(args.takeover_grace_s)),
         listen: args.listen,
         lookahead_rounds: args.lookahead_rounds,
         guarantee: Guarantee::with_overrun_probability(serving.overrun_probability),
