@@ -23,23 +23,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rondo_cluster::etcd::LocalEtcd;
+use rondo_testkit::http::get_json_blocking as get_json;
 use rondo_testkit::netns::{Host, Lan, skip_reason};
 use rondo_testkit::process::{RondoServe, Serve, StorageNode, success_json as json};
 use serde_json::Value;
 
 const RONDO: &str = env!("CARGO_BIN_EXE_rondo");
-
-fn get_json(url: &str) -> Value {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-        .get(url)
-        .send()
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
-        .json()
-        .unwrap()
-}
 
 /// Every title's whole body, by id (fetched at once: each is paced).
 fn bodies(url: &str) -> Vec<(u64, Vec<u8>)> {

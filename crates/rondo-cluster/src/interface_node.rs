@@ -415,66 +415,69 @@ async fn interface_json(State(node): State<Arc<InterfaceNode>>) -> axum::Json<se
 
 async fn interface_metrics(State(node): State<Arc<InterfaceNode>>) -> Response {
     let s = &node.stats;
+    let metrics = [
+        (
+            "streams_relayed_total",
+            "counter",
+            "Streams relayed through the interface buffer.",
+            &s.streams_relayed,
+        ),
+        (
+            "streams_active",
+            "gauge",
+            "Streams being relayed now.",
+            &s.streams_active,
+        ),
+        (
+            "upstreams_reading",
+            "gauge",
+            "Streams reading from a manager now.",
+            &s.upstreams_reading,
+        ),
+        (
+            "upstreams_lost_total",
+            "counter",
+            "Streams whose manager's stream broke.",
+            &s.upstreams_lost,
+        ),
+        (
+            "streams_resumed_total",
+            "counter",
+            "Broken streams resumed at a manager with a Range request.",
+            &s.streams_resumed,
+        ),
+        (
+            "streams_abandoned_total",
+            "counter",
+            "Broken streams given up (the client's response ended short).",
+            &s.streams_abandoned,
+        ),
+        (
+            "late_rounds_total",
+            "counter",
+            "Release rounds whose bytes had not all arrived when due.",
+            &s.late_rounds,
+        ),
+        (
+            "bytes_released_total",
+            "counter",
+            "Stream bytes released to clients.",
+            &s.bytes_released,
+        ),
+        (
+            "buffered_bytes",
+            "gauge",
+            "Stream bytes held in interface buffers now.",
+            &s.buffered_bytes,
+        ),
+    ];
     let mut text = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
+    for (name, kind, help, value) in metrics {
         text.push_str(&format!(
-            "# HELP rondo_interface_{name} {help}\n# TYPE rondo_interface_{name} {kind}\nrondo_interface_{name} {value}\n"
+            "# HELP rondo_interface_{name} {help}\n# TYPE rondo_interface_{name} {kind}\nrondo_interface_{name} {}\n",
+            value.load(Relaxed)
         ));
-    };
-    metric(
-        "streams_relayed_total",
-        "counter",
-        "Streams relayed through the interface buffer.",
-        s.streams_relayed.load(Relaxed) as f64,
-    );
-    metric(
-        "streams_active",
-        "gauge",
-        "Streams being relayed now.",
-        s.streams_active.load(Relaxed) as f64,
-    );
-    metric(
-        "upstreams_reading",
-        "gauge",
-        "Streams reading from a manager now.",
-        s.upstreams_reading.load(Relaxed) as f64,
-    );
-    metric(
-        "upstreams_lost_total",
-        "counter",
-        "Streams whose manager's stream broke.",
-        s.upstreams_lost.load(Relaxed) as f64,
-    );
-    metric(
-        "streams_resumed_total",
-        "counter",
-        "Broken streams resumed at a manager with a Range request.",
-        s.streams_resumed.load(Relaxed) as f64,
-    );
-    metric(
-        "streams_abandoned_total",
-        "counter",
-        "Broken streams given up (the client's response ended short).",
-        s.streams_abandoned.load(Relaxed) as f64,
-    );
-    metric(
-        "late_rounds_total",
-        "counter",
-        "Release rounds whose bytes had not all arrived when due.",
-        s.late_rounds.load(Relaxed) as f64,
-    );
-    metric(
-        "bytes_released_total",
-        "counter",
-        "Stream bytes released to clients.",
-        s.bytes_released.load(Relaxed) as f64,
-    );
-    metric(
-        "buffered_bytes",
-        "gauge",
-        "Stream bytes held in interface buffers now.",
-        s.buffered_bytes.load(Relaxed) as f64,
-    );
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

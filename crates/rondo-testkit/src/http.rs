@@ -8,6 +8,20 @@
 
 use serde_json::Value;
 
+/// GETs `url` from a test without a runtime (a 10 s timeout) and parses
+/// the answer as JSON.
+pub fn get_json_blocking(url: &str) -> Value {
+    reqwest::blocking::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .expect("an HTTP client")
+        .get(url)
+        .send()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        .json()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+}
+
 /// GETs `url` and parses the answer as JSON.
 pub async fn get_json(client: &reqwest::Client, url: &str) -> Value {
     client

@@ -179,22 +179,14 @@ fn interface(args: InterfaceArgs) -> anyhow::Result<()> {
             }
             None => format!("http://{address}"),
         };
-        let _registration = match args.etcd.config() {
-            None => None,
-            Some(etcd) => Some(
-                register(
-                    etcd,
-                    rondo_cluster::Role::Interface,
-                    rondo_cluster::coord::NodeInfo {
-                        id: node_id.clone(),
-                        role: rondo_cluster::Role::Interface.name().into(),
-                        address: advertised.clone(),
-                        disks: Vec::new(),
-                    },
-                )
-                .await?,
-            ),
-        };
+        let _registration = register(
+            args.etcd.config(),
+            rondo_cluster::Role::Interface,
+            &node_id,
+            &advertised,
+            Vec::new(),
+        )
+        .await?;
         if args.json {
             println!(
                 "{}",
@@ -228,13 +220,25 @@ fn interface(args: InterfaceArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Registers `info` in etcd (waiting at most 20 s for etcd to answer) and
-/// keeps it registered until the answer is dropped.
+/// With etcd, registers this node (`role`, `id`, the `address` others reach
+/// it at, its `disks`), waiting at most 20 s for etcd to answer, and keeps
+/// it registered until the answer is dropped.
 async fn register(
-    etcd: rondo_cluster::EtcdConfig,
+    etcd: Option<rondo_cluster::EtcdConfig>,
     role: rondo_cluster::Role,
-    info: rondo_cluster::coord::NodeInfo,
-) -> anyhow::Result<AbortOnDrop> {
+    id: &str,
+    address: &str,
+    disks: Vec<u32>,
+) -> anyhow::Result<Option<AbortOnDrop>> {
+    let Some(etcd) = etcd else {
+        return Ok(None);
+    };
+    let info = rondo_cluster::coord::NodeInfo {
+        id: id.to_string(),
+        role: role.name().into(),
+        address: address.to_string(),
+        disks,
+    };
     let (registered, mut told) = tokio::sync::watch::channel(0u64);
     let endpoints = etcd.endpoints.join(",");
     let task = tokio::spawn(rondo_cluster::membership::keep_registered(
@@ -247,7 +251,7 @@ async fn register(
     .await
     .map_err(|_| anyhow::anyhow!("etcd at {endpoints} did not answer within 20 s"))?
     .context("registering in etcd")?;
-    Ok(AbortOnDrop(task))
+    Ok(Some(AbortOnDrop(task)))
 }
 
 fn storage(args: StorageArgs) -> anyhow::Result<()> {
@@ -290,22 +294,14 @@ fn storage(args: StorageArgs) -> anyhow::Result<()> {
             }
             None => address.to_string(),
         };
-        let _registration = match args.etcd.config() {
-            None => None,
-            Some(etcd) => Some(
-                register(
-                    etcd,
-                    rondo_cluster::Role::Storage,
-                    rondo_cluster::coord::NodeInfo {
-                        id: node_id.clone(),
-                        role: rondo_cluster::Role::Storage.name().into(),
-                        address: advertised.clone(),
-                        disks: disk_list.clone(),
-                    },
-                )
-                .await?,
-            ),
-        };
+        let _registration = register(
+            args.etcd.config(),
+            rondo_cluster::Role::Storage,
+            &node_id,
+            &advertised,
+            disk_list.clone(),
+        )
+        .await?;
         if args.json {
             println!(
                 "{}",
