@@ -244,7 +244,7 @@ run_phase() {
       "  server registered streams (admitted .. released), mean: \(.server_mean_registered_streams)",
       "  rejection ratio: predicted \(.predicted_rejection_ratio * 1000 | round / 1000), measured \(.measured_rejection_ratio * 1000 | round / 1000)",
       "  stalls \(.stalls); deadline misses: \(.server_misses_window) in the window, \(.deadline_misses_run) over the whole load run; disk-round overruns from the window on \(.disk_round_overruns_since_window); errors \(.streams_errors), broken \(.streams_broken)",
-      (.disks[] | "  disk \(.disk): reserved \(.reserved_fraction * 1000 | round / 10)%, measured busy \(.measured_busy_fraction * 1000 | round / 10)%, model busy \(.model_busy_fraction * 1000 | round / 10)%, rounds measured > reserved \(.rounds_measured_over_reserved) (history samples: \(.history_rounds_measured_over_reserved), max ratio \(.history_rounds_max_measured_over_reserved * 1000 | round / 1000))"),
+      (.disks[] | "  disk \(.disk): reserved \(.reserved_fraction * 1000 | round / 10)%, measured busy \(.measured_busy_fraction * 1000 | round / 10)%, model busy \(.model_busy_fraction * 1000 | round / 10)%, rounds measured > reserved \(.rounds_measured_over_reserved) (history samples: \(.history_rounds_measured_over_reserved), max ratio \(if .history_rounds_max_measured_over_reserved == null then "–" else (.history_rounds_max_measured_over_reserved * 1000 | round / 1000) end))"),
       "  load average: \(.uptime_start) -> \(.uptime_end)"' "$OUT/summary.json"
     say "results in $OUT"
 }
