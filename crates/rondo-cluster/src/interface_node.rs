@@ -264,7 +264,8 @@ impl InterfaceNode {
                 .http
                 .request(method.clone(), format!("{manager}{path_and_query}"));
             for (name, value) in headers {
-                if !is_hop_by_hop(name) {
+                // The forwarded body sets its own length.
+                if !is_hop_by_hop(name) && name != header::CONTENT_LENGTH {
                     request = request.header(name, value);
                 }
             }
@@ -308,7 +309,7 @@ impl InterfaceNode {
 }
 
 /// Headers that belong to one connection, not to the message (RFC 9110
-/// §7.6.1), and the length, which the forwarded body sets itself.
+/// §7.6.1).
 fn is_hop_by_hop(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
@@ -319,8 +320,19 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
             | "te"
             | "trailer"
             | "upgrade"
-            | "content-length"
     )
+}
+
+/// A client's answer begun as the manager's: its status and its message
+/// headers.
+fn response_head(upstream: &reqwest::Response) -> axum::http::response::Builder {
+    let mut response = Response::builder().status(upstream.status());
+    for (name, value) in upstream.headers() {
+        if !is_hop_by_hop(name) {
+            response = response.header(name, value);
+        }
+    }
+    response
 }
 
 fn error(status: StatusCode, message: String) -> Response {
@@ -372,13 +384,7 @@ async fn cross_origin(request: Request, next: axum::middleware::Next) -> Respons
 
 /// A manager's answer passed on as it is: status, headers, body.
 fn pass_on(upstream: reqwest::Response) -> Response {
-    let mut response = Response::builder().status(upstream.status());
-    for (name, value) in upstream.headers() {
-        if !is_hop_by_hop(name) || name == header::CONTENT_LENGTH {
-            response = response.header(name, value);
-        }
-    }
-    response
+    response_head(&upstream)
         .body(Body::from_stream(upstream.bytes_stream()))
         .unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string()))
 }
@@ -542,13 +548,7 @@ async fn stream(
         // title as indexed go to the client as they are.
         return pass_on(upstream);
     };
-    let mut response = Response::builder().status(upstream.status());
-    for (name, value) in upstream.headers() {
-        if !is_hop_by_hop(name) || name == header::CONTENT_LENGTH {
-            response = response.header(name, value);
-        }
-    }
-    response = response.header(
+    let response = response_head(&upstream).header(
         "x-rondo-interface",
         HeaderValue::from_str(&node.config.node_id).unwrap_or(HeaderValue::from_static("?")),
     );
