@@ -243,6 +243,17 @@ fn clients_of_an_interface_node_play_on_across_the_managers_takeover() {
     assert_eq!(report["verify"]["streams_checked"], 4, "{report:#}");
     // The interface node follows the new leader.
     assert_eq!(stats["manager"], b.url, "{stats:#}");
+    // It brought each stream's schedule at A, and B placed the streams on
+    // their old diagonals (one whose start burst was still arriving is
+    // placed first-fit).
+    let b_metrics = get_json(&format!("{}/api/metrics", b.url));
+    let (in_place, moved) = (
+        b_metrics["resumed_in_place"].as_u64().unwrap(),
+        b_metrics["resumed_moved"].as_u64().unwrap(),
+    );
+    eprintln!("manager B: {in_place} resumed streams on their own diagonals, {moved} first-fit");
+    assert_eq!(in_place + moved, lost, "{b_metrics:#}");
+    assert!(in_place >= 1, "{b_metrics:#}");
 }
 
 /// rondo's player page, loaded from one interface node, plays a title; that

@@ -29,7 +29,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header}
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
-use rondo_model::array::RoundIndex;
+use rondo_model::array::{PriorSchedule, RoundIndex};
 use rondo_model::interface::{Relay, ReleaseCurve};
 use serde_json::json;
 
@@ -617,6 +617,7 @@ async fn relay_stream(
     stats.upstreams_reading.fetch_add(1, Relaxed);
     let epoch = Instant::now();
     let now_ns = || epoch.elapsed().as_nanos() as u64;
+    let mut schedule = schedule_of(&upstream);
     let mut upstream = Upstream::Reading(upstream);
     let mut held: VecDeque<Bytes> = VecDeque::new();
     let mut held_bytes = 0u64;
@@ -663,9 +664,17 @@ async fn relay_stream(
                 let from = first_byte + relay.received_bytes();
                 let last = first_byte + relay.curve().length_bytes() - 1;
                 tracing::info!(path, from, "upstream lost; asking a manager for the rest");
+                let lost_at = Instant::now();
+                // The lost manager's time at the loss: what it said when it
+                // answered, plus what passed here since.
+                let prior =
+                    schedule.map(|(s, answered_at): (PriorSchedule, Instant)| PriorSchedule {
+                        lost_at_ns: s.lost_at_ns + (lost_at - answered_at).as_nanos() as u64,
+                        ..s
+                    });
                 upstream = Upstream::Resuming {
-                    lost_at: Instant::now(),
-                    asking: Box::pin(ask_rest(Arc::clone(&node), path.clone(), from, last)),
+                    lost_at,
+                    asking: Box::pin(ask_rest(Arc::clone(&node), path.clone(), from, last, prior)),
                 };
             }
             Event::Rest(rest) => {
@@ -686,6 +695,7 @@ async fn relay_stream(
                             "stream resumed"
                         );
                         stats.upstreams_reading.fetch_add(1, Relaxed);
+                        schedule = schedule_of(&response);
                         upstream = Upstream::Reading(response);
                     }
                     None => {
@@ -742,13 +752,30 @@ async fn relay_stream(
     }
 }
 
+/// Where the manager that answered reads the stream, and when the answer
+/// came (`x-rondo-schedule`), if it said.
+fn schedule_of(response: &reqwest::Response) -> Option<(PriorSchedule, Instant)> {
+    let value = response
+        .headers()
+        .get(rondo_server::config::SCHEDULE_HEADER)?
+        .to_str()
+        .ok()?;
+    Some((
+        rondo_server::config::parse_schedule(value).ok()?,
+        Instant::now(),
+    ))
+}
+
 /// Asks the managers for bytes `from..=last` of `path` until one sends
-/// them (206 with that range), or `resume_timeout` passes.
+/// them (206 with that range), or `resume_timeout` passes. With the lost
+/// manager's schedule (`prior`) the new one places the stream on its old
+/// diagonal.
 async fn ask_rest(
     node: Arc<InterfaceNode>,
     path: String,
     from: u64,
     last: u64,
+    prior: Option<PriorSchedule>,
 ) -> Option<reqwest::Response> {
     let give_up = Instant::now() + node.config.resume_timeout;
     let mut headers = HeaderMap::new();
@@ -757,9 +784,12 @@ async fn ask_rest(
         HeaderValue::from_str(&format!("bytes={from}-{last}")).expect("ASCII"),
     );
     // A manager that just took over admits these before new streams.
+    let resume = prior.map_or("1".to_string(), |p| {
+        rondo_server::config::format_schedule(&p)
+    });
     headers.insert(
         rondo_server::config::RESUME_HEADER,
-        HeaderValue::from_static("1"),
+        HeaderValue::from_str(&resume).expect("ASCII"),
     );
     while Instant::now() < give_up {
         match node.forward(&Method::GET, &path, &headers, None).await {

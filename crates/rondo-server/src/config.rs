@@ -142,8 +142,64 @@ pub struct ServerConfig {
 }
 
 /// The header an interface node sends when it asks for the rest of a
-/// stream whose manager was lost.
+/// stream whose manager was lost: `1`, or the stream's [`SCHEDULE_HEADER`]
+/// from that manager with `at-ns` moved on to when the stream broke
+/// (the new manager then places it on its old diagonal,
+/// `rondo_model::array::PriorSchedule`).
 pub const RESUME_HEADER: &str = "x-rondo-resume";
+
+/// The header on an admitted stream's answer: where this manager reads it
+/// (its rounds' numbering, the stream's start round, first playback round
+/// and start burst) and the manager's model time then, for a client that
+/// may have to ask another manager for the rest ([`format_schedule`]).
+pub const SCHEDULE_HEADER: &str = "x-rondo-schedule";
+
+/// [`SCHEDULE_HEADER`]'s value: `id=<hex>;start=<round>;first=<playback
+/// round>;burst=<rounds>;at-ns=<model ns>`.
+pub fn format_schedule(schedule: &rondo_model::array::PriorSchedule) -> String {
+    format!(
+        "id={:016x};start={};first={};burst={};at-ns={}",
+        schedule.schedule_id,
+        schedule.start_round,
+        schedule.first_playback_round,
+        schedule.burst_rounds,
+        schedule.lost_at_ns
+    )
+}
+
+/// Reads [`format_schedule`]'s value; the error names the part that is
+/// wrong.
+pub fn parse_schedule(value: &str) -> Result<rondo_model::array::PriorSchedule, String> {
+    let mut fields: [Option<&str>; 5] = [None; 5];
+    const NAMES: [&str; 5] = ["id", "start", "first", "burst", "at-ns"];
+    for part in value.split(';') {
+        let (name, text) = part
+            .trim()
+            .split_once('=')
+            .ok_or_else(|| format!("'{part}' is not name=value"))?;
+        let slot = NAMES
+            .iter()
+            .position(|n| *n == name)
+            .ok_or_else(|| format!("unknown field '{name}' (known: {})", NAMES.join(", ")))?;
+        fields[slot] = Some(text);
+    }
+    let field = |i: usize| fields[i].ok_or_else(|| format!("'{}' is missing", NAMES[i]));
+    let number = |i: usize| -> Result<u64, String> {
+        field(i)?
+            .parse()
+            .map_err(|e| format!("'{}': {e}", NAMES[i]))
+    };
+    let small = |i: usize| -> Result<u32, String> {
+        u32::try_from(number(i)?).map_err(|_| format!("'{}' is out of range", NAMES[i]))
+    };
+    Ok(rondo_model::array::PriorSchedule {
+        schedule_id: u64::from_str_radix(field(0)?, 16).map_err(|e| format!("'id': {e}"))?,
+        start_round: number(1)?,
+        first_playback_round: small(2)?,
+        burst_rounds: small(3)?,
+        lost_at_ns: number(4)?,
+    })
+}
 
 /// The header on a new stream's refusal during a takeover (503): the
 /// refusal lasts seconds, so an interface node holds the request and asks
@@ -180,6 +236,45 @@ impl Default for ServerConfig {
             remote_disks: None,
             cluster: None,
             takeover_until: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schedule_header_reads_back_and_a_bad_one_is_named() {
+        let schedule = rondo_model::array::PriorSchedule {
+            schedule_id: 0x00ab_cdef_0123_4567,
+            start_round: 1234,
+            first_playback_round: 56,
+            burst_rounds: 6,
+            lost_at_ns: 987_654_321_000,
+        };
+        let text = format_schedule(&schedule);
+        assert_eq!(
+            text,
+            "id=00abcdef01234567;start=1234;first=56;burst=6;at-ns=987654321000"
+        );
+        assert_eq!(parse_schedule(&text), Ok(schedule));
+        for (bad, named) in [
+            ("1", "not name=value"),
+            ("id=zz;start=1;first=0;burst=0;at-ns=0", "'id'"),
+            ("id=1;start=1;first=0;burst=0", "'at-ns' is missing"),
+            (
+                "id=1;start=1;first=0;burst=0;at-ns=0;seek=3",
+                "unknown field 'seek'",
+            ),
+            ("id=1;start=-1;first=0;burst=0;at-ns=0", "'start'"),
+            (
+                "id=1;start=1;first=4294967296;burst=0;at-ns=0",
+                "'first' is out of range",
+            ),
+        ] {
+            let error = parse_schedule(bad).unwrap_err();
+            assert!(error.contains(named), "{bad}: {error}");
         }
     }
 }

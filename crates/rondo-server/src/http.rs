@@ -605,6 +605,7 @@ async fn stream(
         ));
         return Err(refusal);
     }
+    let prior = resumed_from(&shared, &headers)?;
     let admitted = admit(
         &shared,
         StreamRequest {
@@ -614,6 +615,7 @@ async fn stream(
             prefix: selection.prefix,
             peer: peer.to_string(),
             connection: connection.map(|c| c.0),
+            prior,
         },
     )
     .await
@@ -657,9 +659,39 @@ async fn stream(
             "the server is shutting down".into(),
         ),
     })?;
+    if let Some(schedule) = &admitted.schedule
+        && let Ok(value) = HeaderValue::from_str(&crate::config::format_schedule(schedule))
+    {
+        builder = builder.header(crate::config::SCHEDULE_HEADER, value);
+    }
     Ok(builder
         .body(Body::from_stream(admitted.body))
         .expect("valid response"))
+}
+
+/// The lost manager's schedule a resumed stream brings (`x-rondo-resume`
+/// with a schedule), for admission to place it on its old diagonal. `None`
+/// for a new stream, a bare `x-rondo-resume: 1`, and a schedule of this
+/// server's own (a stream resumed here keeps no diagonal of a round that
+/// is gone). A malformed one is refused: 400 naming what is wrong.
+fn resumed_from(
+    shared: &Shared,
+    headers: &HeaderMap,
+) -> Result<Option<rondo_model::array::PriorSchedule>, ApiError> {
+    let Some(value) = headers.get(crate::config::RESUME_HEADER) else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or_default().trim();
+    if text == "1" {
+        return Ok(None);
+    }
+    let prior = crate::config::parse_schedule(text).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("{}: {e}", crate::config::RESUME_HEADER),
+        )
+    })?;
+    Ok((prior.schedule_id != shared.schedule_id()).then_some(prior))
 }
 
 /// Most body bytes read (and dropped) from a refused request.

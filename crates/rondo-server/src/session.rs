@@ -32,7 +32,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use rondo_model::array::{AdmitRequest, LateStart, Span};
+use rondo_model::array::{AdmitRequest, LateStart, PriorSchedule, Span};
 use rondo_model::layout::Replica;
 use rondo_model::reservation::Rejection;
 use rondo_model::units::{PlaybackRound, Round, StreamId};
@@ -112,12 +112,17 @@ pub struct StreamRequest {
     pub peer: String,
     /// The connection it came on (absent when not served by the listener).
     pub connection: Option<ConnectionHandle>,
+    /// Where a lost manager read it (a stream asked for again after a
+    /// takeover, `x-rondo-resume`).
+    pub prior: Option<PriorSchedule>,
 }
 
 /// An admitted stream and the body that delivers it.
 pub struct Admitted {
     pub stream: StreamId,
     pub start_round: Round,
+    /// Where this server reads it, for the `x-rondo-schedule` header.
+    pub schedule: Option<PriorSchedule>,
     pub body: SessionBody,
 }
 
@@ -135,14 +140,15 @@ pub async fn admit(
     let (inbox, receiver) = mpsc::unbounded_channel();
     let (pieces, pieces_rx) = crossbeam_channel::unbounded();
     let taken_rounds = Arc::new(AtomicU32::new(0));
-    let (first_byte, length_bytes) = (request.first_byte, request.length_bytes);
+    let (first_byte, length_bytes, prior) =
+        (request.first_byte, request.length_bytes, request.prior);
     let (job_title, job_taken, peer, connection) = (
         Arc::clone(&title),
         Arc::clone(&taken_rounds),
         request.peer.clone(),
         request.connection.clone(),
     );
-    let admission = shared
+    let (admission, schedule) = shared
         .with_core(move |shared, core| {
             // The array maps the bytes to playback rounds and reserves only
             // those (nothing past the round of the range's last byte), in
@@ -156,6 +162,7 @@ pub async fn admit(
                         first_byte,
                         length_bytes,
                     },
+                    prior,
                 },
                 now_ns,
             );
@@ -163,6 +170,17 @@ pub async fn admit(
                 Ok((a, late)) => (Ok(a), late),
                 Err(e) => (Err(e), None),
             };
+            if prior.is_some() {
+                let c = core.array.counters();
+                shared
+                    .metrics
+                    .resumed_in_place
+                    .store(c.resumed_in_place, Relaxed);
+                shared.metrics.resumed_moved.store(c.resumed_moved, Relaxed);
+            }
+            let schedule = admission.as_ref().ok().and_then(|a| {
+                PriorSchedule::of(&core.array, a.stream, shared.schedule_id(), now_ns)
+            });
             match &admission {
                 Ok(a) => {
                     shared.metrics.admitted.fetch_add(1, Relaxed);
@@ -188,7 +206,7 @@ pub async fn admit(
                 // The HTTP handler logs the rejection with its reason.
                 Err(rejection) => shared.metrics.count_rejection(rejection),
             }
-            admission
+            (admission, schedule)
         })
         .await
         .ok_or(None)?;
@@ -220,6 +238,7 @@ pub async fn admit(
     Ok(Admitted {
         stream: admission.stream,
         start_round: admission.start_round,
+        schedule,
         body: SessionBody {
             prefix: (!request.prefix.is_empty()).then_some(request.prefix),
             title,

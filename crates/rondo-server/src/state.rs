@@ -98,6 +98,13 @@ pub enum RemoveTitleError {
 }
 
 impl Shared {
+    /// This server's numbering of rounds, as named in its streams'
+    /// `x-rondo-schedule` headers: from its per-start instance id.
+    pub fn schedule_id(&self) -> u64 {
+        let hex = self.instance_id.get(..16).unwrap_or(&self.instance_id);
+        u64::from_str_radix(hex, 16).unwrap_or(0)
+    }
+
     /// Each damaged title's lost rounds.
     pub fn lost_rounds(
         &self,

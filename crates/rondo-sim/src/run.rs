@@ -777,6 +777,7 @@ impl Executor<'_> {
         let request = AdmitRequest {
             title: TitleId(title as u64),
             span,
+            prior: None,
         };
         let outcome = self
             .prepared

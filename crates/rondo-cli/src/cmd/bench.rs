@@ -971,6 +971,7 @@ fn whole(title: TitleId) -> rondo_model::array::AdmitRequest {
     rondo_model::array::AdmitRequest {
         title,
         span: rondo_model::array::Span::Whole,
+        prior: None,
     }
 }
 

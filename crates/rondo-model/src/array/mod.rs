@@ -45,8 +45,8 @@ use crate::health::{ArrayHealth, DiskState, ExtentKey, HealthPolicy};
 use crate::layout::{Replica, TitleLayout};
 use crate::rebuild::{CopyFailure, RebuildProgress, RebuildQueue, rebuild_tasks};
 use crate::reservation::{
-    Admission, Bound, Burst, Pairs, PlannedRead, Rejection, ReservationConfig, Reservations,
-    replica_after_error,
+    Admission, Bound, Burst, Grouping, Pairs, PlannedRead, Rejection, ReservationConfig,
+    Reservations, Shape, replica_after_error,
 };
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
@@ -185,7 +185,73 @@ pub enum Span {
 pub struct AdmitRequest {
     pub title: TitleId,
     pub span: Span,
+    /// A stream asked for again after the manager that carried it was lost
+    /// (a takeover): where that manager read it. `None`: a new stream.
+    pub prior: Option<PriorSchedule>,
 }
+
+/// Where an earlier manager read a stream it carried (its shape there, in
+/// that manager's numbering of rounds, `schedule_id`) and when it was lost.
+///
+/// At capacity every (disk, round) diagonal is full, and the rounds a lost
+/// manager's streams leave free are exactly their own diagonals. A stream
+/// asked for again and placed first-fit lands on whichever diagonal has
+/// room now, which at capacity is usually not its own: the streams that
+/// come after it find theirs taken and are refused or start late
+/// (measured: 24 of ~250 clients stalled, docs/cluster.md). Placed instead
+/// at its old read rounds shifted by one shift common to every stream of
+/// that manager, every stream keeps its diagonal and all of them fit as
+/// they did ([`Array::admit`] with a prior).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PriorSchedule {
+    /// Which manager's numbering of rounds the rounds here are in.
+    pub schedule_id: u64,
+    /// The round of its first read there.
+    pub start_round: u64,
+    /// The playback round it read first there.
+    pub first_playback_round: u32,
+    /// The playback rounds its start burst read in its first round (0:
+    /// none).
+    pub burst_rounds: u32,
+    /// That manager's model time when the stream broke (what it said its
+    /// time was when it answered, plus the time the client saw pass since):
+    /// the round it was lost in, the same for all of its streams, whatever
+    /// each had been sent by then.
+    pub lost_at_ns: u64,
+}
+
+impl PriorSchedule {
+    /// Where `stream` of `array` reads, for its client to bring back after
+    /// a takeover (with `lost_at_ns` its model time now). `None` for an
+    /// unknown stream, and for one read in read groups or drive-cache pairs,
+    /// whose reads a start round and burst do not describe.
+    pub fn of(array: &Array, stream: StreamId, schedule_id: u64, now_ns: u64) -> Option<Self> {
+        let span = array.reservations.stream_span(stream)?;
+        if span.grouping.is_grouped() || span.pairs {
+            return None;
+        }
+        Some(PriorSchedule {
+            schedule_id,
+            start_round: span.start_round.0,
+            first_playback_round: span.first_playback_round.0,
+            burst_rounds: span.burst_rounds,
+            lost_at_ns: now_ns,
+        })
+    }
+}
+
+/// Rounds past the earliest start round that a lost manager's round of
+/// loss is placed at, setting the shift of all of its streams asked for
+/// again (assumption: its clients ask again within this many rounds of the
+/// first; one that comes later, or was already a round behind at the loss
+/// and comes later than a round after the first, is placed first-fit. Each
+/// round of margin is a round of every resumed client's buffer).
+pub const RESUME_MARGIN_ROUNDS: u64 = 2;
+
+/// Lost managers whose shift the array keeps (assumption: more takeovers
+/// than this within one title's length are not expected; an older one's
+/// streams are placed first-fit).
+const RESUME_SHIFTS_MAX: usize = 8;
 
 /// An admitted stream.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
@@ -369,6 +435,11 @@ pub struct ArrayCounters {
     /// array sees them. 0 across a failure under a backup window, whose
     /// clients lead by k - 1 rounds.
     pub late_releases: u64,
+    /// Of `admitted`, streams asked for again after a takeover
+    /// ([`PriorSchedule`]) placed on their own diagonal, and those placed
+    /// first-fit because it had no room or they came too late for it.
+    pub resumed_in_place: u64,
+    pub resumed_moved: u64,
 }
 
 /// The array state machine.
@@ -407,6 +478,9 @@ pub struct Array {
     /// Under a backup window, per disk: the failed disk's backup reads it
     /// still has to do, earliest deadline first (`reservation::window`).
     recovery: recovery::Recovery,
+    /// Per lost manager (`PriorSchedule::schedule_id`), the shift its
+    /// streams asked for again are placed with, oldest first.
+    resume_shifts: Vec<(u64, i64)>,
 }
 
 impl Array {
@@ -436,6 +510,7 @@ impl Array {
             counters: ArrayCounters::default(),
             cycle: config.cycle.map(cycle::CycleState::new),
             recovery: recovery::Recovery::new(&config),
+            resume_shifts: Vec::new(),
             config,
         }
     }
@@ -547,7 +622,13 @@ impl Array {
         request: &AdmitRequest,
         now_ns: u64,
     ) -> Result<(Admitted, Option<LateStart>), Rejection> {
-        if let Some((admitted, late)) = self.try_late_start(request, now_ns) {
+        // A stream asked for again is placed on its own diagonal (`admit`).
+        if let Some((admitted, late)) = request
+            .prior
+            .is_none()
+            .then(|| self.try_late_start(request, now_ns))
+            .flatten()
+        {
             self.count_admitted(admitted.stream);
             self.counters.late_starts += 1;
             return Ok((admitted, Some(late)));
@@ -676,17 +757,34 @@ impl Array {
         let group_rounds = self
             .admission_cycle_rounds()
             .filter(|&g| self.reservations.has_grouping(request.title, g));
+        // A stream asked for again placed first-fit reads plain: a burst
+        // would take other resumed streams' diagonals while all come back.
+        let burst = match request.prior {
+            Some(_) => Burst::default(),
+            None => self.config.burst,
+        };
+        let in_place = match (request.prior, group_rounds) {
+            (Some(prior), None) => self.admit_in_place(
+                request.title,
+                prior,
+                first_playback_round..end_playback_round,
+                earliest_round,
+            ),
+            _ => None,
+        };
         let Admission {
             stream,
             start_round,
-        } = if let Some(g) = group_rounds {
+        } = if let Some(admission) = in_place {
+            admission
+        } else if let Some(g) = group_rounds {
             // The dynamic cycle: the stream reads groups of the cycle.
             self.reservations.try_admit_grouped(
                 request.title,
                 first_playback_round..end_playback_round,
                 earliest_round,
                 lookahead_rounds,
-                self.config.burst,
+                burst,
                 g,
             )?
         } else {
@@ -695,7 +793,7 @@ impl Array {
                 first_playback_round..end_playback_round,
                 earliest_round,
                 lookahead_rounds,
-                self.config.burst,
+                burst,
                 match self.config.drive_prefetch {
                     DrivePrefetch::None => Pairs::Never,
                     // The switch changes admitted streams' reads from the
@@ -726,6 +824,83 @@ impl Array {
             skip_bytes,
             length_bytes,
         })
+    }
+
+    /// A stream asked for again after a takeover, placed at its old read
+    /// rounds plus its lost manager's shift (set by the first of them: the
+    /// round of loss to [`RESUME_MARGIN_ROUNDS`] past the earliest round):
+    /// the whole stream, start burst and all, when its client had none of
+    /// it; from a round after its burst, plain. `None` when its client
+    /// stopped inside its burst (those rounds were read before the loss),
+    /// when that round has passed or the stream does not fit there; it is
+    /// then placed first-fit.
+    fn admit_in_place(
+        &mut self,
+        title: TitleId,
+        prior: PriorSchedule,
+        playback_rounds: Range<PlaybackRound>,
+        earliest_round: Round,
+    ) -> Option<Admission> {
+        let (first, end) = (playback_rounds.start.index(), playback_rounds.end.index());
+        let old_first = prior.first_playback_round as usize;
+        let old = Shape::new(
+            old_first,
+            end.max(old_first + 1),
+            prior.burst_rounds as usize,
+            Grouping::NONE,
+        );
+        let placement = if first == old_first {
+            Some((prior.start_round, prior.burst_rounds))
+        } else if first < old_first || old.is_early(first) {
+            None
+        } else {
+            Some((prior.start_round + old.read_offset(first) as u64, 0))
+        };
+        let Some((old_round, burst_rounds)) = placement else {
+            self.counters.resumed_moved += 1;
+            return None;
+        };
+        let shift = match self
+            .resume_shifts
+            .iter()
+            .find(|(id, _)| *id == prior.schedule_id)
+        {
+            Some(&(_, shift)) => shift,
+            None => {
+                // Rounds are one length in both managers (one configuration).
+                let lost_round = prior.lost_at_ns / self.config.reservation.round_duration_ns;
+                let shift = (earliest_round.0 + RESUME_MARGIN_ROUNDS) as i64 - lost_round as i64;
+                if self.resume_shifts.len() == RESUME_SHIFTS_MAX {
+                    self.resume_shifts.remove(0);
+                }
+                self.resume_shifts.push((prior.schedule_id, shift));
+                shift
+            }
+        };
+        let target = (old_round as i64).saturating_add(shift);
+        let placed = u64::try_from(target)
+            .ok()
+            .filter(|&t| t >= earliest_round.0)
+            .and_then(|t| {
+                self.reservations
+                    .try_admit_shaped(
+                        title,
+                        playback_rounds,
+                        Round(t),
+                        1,
+                        Burst {
+                            rounds: burst_rounds,
+                            bytes: 0,
+                        },
+                        Pairs::Never,
+                    )
+                    .ok()
+            });
+        match placed {
+            Some(_) => self.counters.resumed_in_place += 1,
+            None => self.counters.resumed_moved += 1,
+        }
+        placed
     }
 
     /// Releases a stream (its client left): reservations from the next

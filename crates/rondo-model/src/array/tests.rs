@@ -105,6 +105,7 @@ fn whole(title: u64) -> AdmitRequest {
     AdmitRequest {
         title: TitleId(title),
         span: Span::Whole,
+        prior: None,
     }
 }
 
@@ -147,6 +148,7 @@ fn spans_map_bytes_and_times_to_playback_rounds() {
                 first_byte: 1500,
                 length_bytes: 2000,
             },
+            prior: None,
         })
         .unwrap();
     // Byte 1500 is 500 into round 2 (round 1 is empty); byte 3499 is in round 3.
@@ -162,6 +164,7 @@ fn spans_map_bytes_and_times_to_playback_rounds() {
                 first_byte: 10,
                 length_bytes: u64::MAX,
             },
+            prior: None,
         })
         .unwrap();
     assert_eq!(
@@ -175,6 +178,7 @@ fn spans_map_bytes_and_times_to_playback_rounds() {
             span: Span::FromTime {
                 t_ns: 2_500_000_000,
             },
+            prior: None,
         })
         .unwrap();
     assert_eq!(
@@ -187,7 +191,8 @@ fn spans_map_bytes_and_times_to_playback_rounds() {
             span: Span::Bytes {
                 first_byte: 6000,
                 length_bytes: 1
-            }
+            },
+            prior: None,
         }),
         Err(Rejection::PastEnd { .. })
     ));
@@ -839,6 +844,7 @@ fn a_round_with_no_good_replica_stops_only_the_streams_that_reach_it() {
                 first_byte: 0,
                 length_bytes: lost_start_byte,
             },
+            prior: None,
         })
         .unwrap();
     assert_eq!(before.end_playback_round, PlaybackRound(4));
@@ -954,6 +960,7 @@ fn a_disk_is_rebuilt_while_another_is_failed_and_the_rest_comes_back() {
                 first_byte: 0,
                 length_bytes: lost_start_byte,
             },
+            prior: None,
         })
         .unwrap();
     }
@@ -1252,6 +1259,7 @@ fn a_read_group_is_one_request_and_its_rounds_are_released_in_their_own_rounds()
                 first_byte: 4 * 100 * KIB,
                 length_bytes: u64::MAX,
             },
+            prior: None,
         })
         .unwrap();
     assert_eq!(s.first_playback_round, PlaybackRound(4));
@@ -1703,4 +1711,169 @@ fn a_disk_lost_mid_round_has_its_reads_in_flight_read_from_the_backups_at_once()
         assert_eq!(a.counters().stream_round_misses, 0);
         a.check_invariants();
     }
+}
+
+/// What a lost manager's streams look like to its successor: per stream
+/// its title, the first playback round its client has not got (the first
+/// read in round `lost_round` or later) and the end of its span, where the
+/// lost manager read it and whether it had started.
+fn carried_streams(
+    a: &Array,
+    lost_round: Round,
+) -> Vec<(TitleId, Range<PlaybackRound>, PriorSchedule, bool)> {
+    let reservations = a.reservations();
+    let lost_at_ns = lost_round.0 * NS_PER_S + 300 * NS_PER_MS;
+    reservations
+        .stream_ids()
+        .filter_map(|stream| {
+            let span = reservations.stream_span(stream)?;
+            let next = (span.first_playback_round.0..span.end_playback_round.0)
+                .find(|&r| span.read_round(PlaybackRound(r)) >= lost_round)?;
+            Some((
+                span.title,
+                PlaybackRound(next)..span.end_playback_round,
+                PriorSchedule::of(a, stream, 1, lost_at_ns)?,
+                span.start_round < lost_round,
+            ))
+        })
+        .collect()
+}
+/// The round a stream described by `prior` read `playback_round` in.
+fn carried_read_round(prior: &PriorSchedule, playback_round: PlaybackRound) -> u64 {
+    let first = prior.first_playback_round as usize;
+    let shape = Shape::new(
+        first,
+        playback_round.index().max(first) + 1,
+        prior.burst_rounds as usize,
+        crate::reservation::Grouping::NONE,
+    );
+    prior.start_round + shape.read_offset(playback_round.index()) as u64
+}
+
+/// A manager at capacity is lost; its successor, a new array numbering its
+/// rounds from elsewhere, is asked for the rest of every stream. Placed
+/// first-fit, streams land on whatever diagonal has room and later ones
+/// find theirs taken; placed at their old read rounds plus one shift
+/// common to the lost manager (`PriorSchedule`), every one fits again,
+/// each client waiting at most `RESUME_MARGIN_ROUNDS` beyond the takeover.
+/// Eight disks and six-round start bursts, as `rondo serve`'s defaults.
+#[test]
+fn streams_asked_for_again_after_a_takeover_keep_their_diagonals_and_all_fit() {
+    let disks = 8;
+    let make = || {
+        let mut cfg = config(disks, Scheme::Minimum);
+        cfg.burst = crate::reservation::Burst {
+            rounds: 6,
+            bytes: 0,
+        };
+        let mut a = Array::new(cfg);
+        let mut allocator = ArrayAllocator::uniform(disks, 4000);
+        for t in 0..8u64 {
+            // Rounds of 60–130 KiB, different per title and round.
+            let bytes: Vec<u64> = (0..60u64)
+                .map(|r| (60 + (t * 37 + r * 11) % 70) * KIB)
+                .collect();
+            a.add_title(title(t, disks, (t % 8) as u32, &bytes, &mut allocator));
+        }
+        a
+    };
+    // Manager A: arrivals every round until admission refuses, then on.
+    let mut a = make();
+    let mut seed = 0x5eed_u64;
+    let mut next = move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        seed >> 33
+    };
+    let mut refused = 0;
+    let lost_round = Round(100);
+    for round in 0..lost_round.0 {
+        a.begin_round_admission_only(Round(round));
+        for _ in 0..20 {
+            refused += a.admit(&whole(next() % 8)).is_err() as u64;
+        }
+    }
+    assert!(refused > 0, "manager A never reached capacity");
+    let carried = carried_streams(&a, lost_round);
+    let started = carried.iter().filter(|c| c.3).count() as u64;
+    assert!(carried.len() >= 20, "{} streams", carried.len());
+
+    // Its successor, its rounds numbered from 1000 (its round 1000 is A's
+    // lost round: no gap), asked for every stream over two rounds, in an
+    // order of its own. Per stream, the rounds its client waits beyond
+    // A's schedule: its first missing round's read round at B less the
+    // one it had at A.
+    let resume = |prior: bool| -> (u64, Vec<i64>, ArrayCounters) {
+        let mut b = make();
+        let mut rejected = 0;
+        let mut waits = Vec::new();
+        let mut order: Vec<usize> = (0..carried.len()).collect();
+        order.sort_by_key(|&i| (i * 7919) % carried.len());
+        for (n, &i) in order.iter().enumerate() {
+            if n == 0 || n == order.len() / 2 {
+                // Round 1000 next, then 1001.
+                b.begin_round_admission_only(Round(999 + (n > 0) as u64));
+            }
+            let (title, rounds, prior_schedule, _) = carried[i].clone();
+            let first_byte = b
+                .title(title)
+                .unwrap()
+                .index
+                .round_byte_range(rounds.start.index())
+                .start;
+            let request = AdmitRequest {
+                title,
+                span: Span::Bytes {
+                    first_byte,
+                    length_bytes: u64::MAX,
+                },
+                prior: prior.then_some(prior_schedule),
+            };
+            match b.admit(&request) {
+                Ok(admitted) => {
+                    let span = b.reservations().stream_span(admitted.stream).unwrap();
+                    let at_b = span.read_round(rounds.start).0 as i64 - 1000;
+                    let at_a = carried_read_round(&prior_schedule, rounds.start) as i64
+                        - lost_round.0 as i64;
+                    waits.push(at_b - at_a);
+                }
+                Err(_) => rejected += 1,
+            }
+            b.check_invariants();
+        }
+        (rejected, waits, b.counters())
+    };
+    let (first_fit_rejected, first_fit_waits) = {
+        let (r, w, _) = resume(false);
+        (r, w)
+    };
+    let (rejected, waits, counters) = resume(true);
+    let max = |w: &[i64]| w.iter().copied().max().unwrap_or(0);
+    eprintln!(
+        "{} streams carried at capacity ({refused} refused before); asked for again \
+         first-fit: {first_fit_rejected} refused, clients wait up to {} rounds; \
+         on their own diagonals: {rejected} refused, up to {} rounds ({} in place, {} moved)",
+        carried.len(),
+        max(&first_fit_waits),
+        max(&waits),
+        counters.resumed_in_place,
+        counters.resumed_moved
+    );
+    assert!(
+        first_fit_rejected > 0 || max(&first_fit_waits) > RESUME_MARGIN_ROUNDS as i64,
+        "first-fit found room for every stream in time"
+    );
+    assert_eq!(rejected, 0);
+    // Every stream that had started is placed on its diagonal; one that
+    // had not (its start round ahead) may be placed first-fit.
+    assert!(
+        counters.resumed_in_place >= started,
+        "{started} had started"
+    );
+    assert_eq!(
+        counters.resumed_in_place + counters.resumed_moved,
+        carried.len() as u64
+    );
+    assert!(max(&waits) <= RESUME_MARGIN_ROUNDS as i64, "{waits:?}");
 }

@@ -329,6 +329,18 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         g(&metrics.admitted_late_start),
     );
     w.single(
+        "rondo_resumed_in_place_total",
+        "counter",
+        "Streams asked for again after a takeover placed on their own (disk, round) diagonal, their lost manager's rounds shifted.",
+        g(&metrics.resumed_in_place),
+    );
+    w.single(
+        "rondo_resumed_moved_total",
+        "counter",
+        "Streams asked for again after a takeover placed first-fit: their own diagonal had no room or its round had passed.",
+        g(&metrics.resumed_moved),
+    );
+    w.single(
         "rondo_deadline_misses_total",
         "counter",
         "Stream-round misses: a live stream's request for round i not complete when round i ended.",
