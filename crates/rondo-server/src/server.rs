@@ -252,7 +252,13 @@ impl RunningServer {
                 rounds: (config.start_burst.as_nanos() as u64).div_ceil(round_duration_ns) as u32,
                 bytes: config.start_burst_bytes,
             },
-            late_start: config.late_start,
+            // A late start's check is on this process's model time; a
+            // storage node elsewhere gets the batch a network hop later and
+            // answers another hop later, which the check does not know
+            // (measured: a late start missed its round on the namespace
+            // cluster, docs/cluster.md). A cluster's manager starts streams
+            // at round boundaries.
+            late_start: config.late_start && config.remote_disks.is_none(),
             drive_prefetch: prefetch,
             cycle: config.cycle,
         });
