@@ -363,6 +363,57 @@ fn the_player_page_resumes_on_another_interface_node_when_its_node_dies() {
     );
 }
 
+/// `rondo load --failover`'s clients, playing through one interface node,
+/// resume on the other when it is killed (SIGKILL), as the player page
+/// does: a Range request from the first byte not received; no stream
+/// breaks.
+#[test]
+fn load_clients_resume_on_another_interface_node_when_theirs_dies() {
+    let cluster = Cluster::start("load-failover");
+    let _manager = cluster.manager("a").start();
+    let mut i0 = cluster.interface("i0", "2");
+    let i1 = cluster.interface("i1", "2");
+    let (interfaces, cluster_seen) = interfaces_seen(&i0.url, 2);
+    assert_eq!(interfaces.len(), 2, "{cluster_seen:#}");
+    // Arrivals end before the kill: a client arriving later would ask the
+    // dead node for its title's schedule.
+    let load = Command::new(RONDO)
+        .args(["load", "--url", &i0.url, "--rate", "2", "--duration", "5"])
+        .args(["--seed", "5", "--failover", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(7));
+    let at_kill = get_json(&format!("{}/api/interface", i0.url));
+    let active = at_kill["streams_active"].as_u64().unwrap();
+    assert!(active >= 3, "streams through i0 at the kill: {at_kill:#}");
+    i0.kill();
+    let report: Value = json(&load.wait_with_output().unwrap());
+    let i1_stats = get_json(&format!("{}/api/interface", i1.url));
+    eprintln!(
+        "{active} streams through i0 when it was killed; load: {} started, {} failed over ({} \
+         times), {} stalled ({} stalls, longest {} ms), {} broken; i1: {i1_stats}",
+        report["streams_started"],
+        report["failed_over_streams"],
+        report["failovers"],
+        report["stalled_streams"],
+        report["stalls"],
+        report["stall_ms_max"],
+        report["streams_broken"],
+    );
+    assert_eq!(report["streams_broken"], 0, "{report:#}");
+    assert_eq!(report["streams_errors"], 0, "{report:#}");
+    assert!(
+        report["failed_over_streams"].as_u64().unwrap() >= active,
+        "{report:#}"
+    );
+    assert!(
+        i1_stats["streams_relayed"].as_u64().unwrap() >= active,
+        "{i1_stats:#}"
+    );
+}
+
 /// Titles of the capacity test: long and heavy enough that a few dozen
 /// streams fill four Cheetah disks, and every stream admitted before the
 /// kill is still playing at it.

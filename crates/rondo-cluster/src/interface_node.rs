@@ -553,7 +553,19 @@ async fn stream(
         HeaderValue::from_str(&node.config.node_id).unwrap_or(HeaderValue::from_static("?")),
     );
     let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
-    let relay = Relay::new(curve, index.round_duration_ns(), node.config.hold_ns);
+    // A client resuming here after its interface node died has played its
+    // buffer out: it gets the rest on the title's curve from the first
+    // byte, not held back again (the start burst the manager sends it
+    // still fills this buffer ahead of the curve).
+    let hold_ns = if request
+        .headers()
+        .contains_key(rondo_server::config::RESUME_HEADER)
+    {
+        0
+    } else {
+        node.config.hold_ns
+    };
+    let relay = Relay::new(curve, index.round_duration_ns(), hold_ns);
     tokio::spawn(relay_stream(
         Arc::clone(&node),
         path_without_query(&path),

@@ -97,6 +97,13 @@ pub struct LoadArgs {
     /// Add one record per stream and per idle client to the report.
     #[arg(long)]
     pub per_stream: bool,
+    /// When a stream's body breaks (its interface node died), ask another
+    /// of the cluster's interface nodes (listed at the start by GET
+    /// /api/cluster) for the rest with a Range request, as rondo's player
+    /// page does, for up to 15 s; playback goes on from where it was.
+    /// Without it a broken body ends the stream (counted broken).
+    #[arg(long)]
+    pub failover: bool,
 }
 
 fn seconds(name: &str, value: f64, allow_zero: bool) -> anyhow::Result<Duration> {
@@ -156,6 +163,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
             .map(|s| seconds("drain-timeout", s, true))
             .transpose()?,
         progress: !args.json,
+        failover: args.failover,
         per_stream: args.per_stream,
     };
     let report = run::run_blocking(config)?;

@@ -47,6 +47,17 @@ pub struct ClientSettings {
     pub playout_delay: Option<Duration>,
 }
 
+/// Base URLs of a cluster's interface nodes a broken stream may resume at
+/// (`--failover`); empty: a broken body is the stream's end.
+pub type FailoverUrls = std::sync::Arc<[String]>;
+
+/// How long a client whose stream broke keeps asking other interface nodes
+/// for the rest (assumption: an interface node answers within seconds; a
+/// manager's takeover, which it waits out, takes about 4 s, docs/cluster.md).
+const FAILOVER_TIME: Duration = Duration::from_secs(15);
+/// Pause between two asks.
+const FAILOVER_RETRY: Duration = Duration::from_millis(200);
+
 /// Counters the progress line reads while the run goes on.
 #[derive(Debug, Default)]
 pub struct LiveCounters {
@@ -58,6 +69,8 @@ pub struct LiveCounters {
     pub broken: AtomicU64,
     pub completed: AtomicU64,
     pub stalls: AtomicU64,
+    /// Streams resumed at another interface node after their body broke.
+    pub failovers: AtomicU64,
 }
 
 /// What one client is asked to do.
@@ -118,6 +131,9 @@ pub struct StreamRecord {
     pub error: Option<String>,
     /// FNV-1a 64 of the body, hex, with `--verify`.
     pub body_fnv64: Option<String>,
+    /// Times its body broke and it resumed at another interface node
+    /// (`--failover`).
+    pub failovers: u32,
 }
 
 impl StreamRecord {
@@ -149,6 +165,7 @@ impl StreamRecord {
             error_kind: None,
             error: None,
             body_fnv64: None,
+            failovers: 0,
         }
     }
 
@@ -213,6 +230,7 @@ pub async fn run_stream(
     plan: StreamPlan,
     run_start: Instant,
     settings: ClientSettings,
+    failover: FailoverUrls,
     live: &LiveCounters,
     mut cancel: watch::Receiver<bool>,
 ) -> StreamRecord {
@@ -324,6 +342,7 @@ pub async fn run_stream(
     let mut hash = plan.hash_body.then(Fnv64::new);
     let mut received_bytes = 0u64;
     let mut response = response;
+    let mut stream_url = plan.title.stream_url.clone();
     let ending: Option<(&str, String)> = loop {
         let chunk = tokio::select! {
             chunk = tokio::time::timeout(settings.read_timeout, response.chunk()) => chunk,
@@ -339,9 +358,39 @@ pub async fn run_stream(
                     format!("no data for {:?}", settings.read_timeout),
                 ));
             }
-            Ok(Err(e)) => break Some(("body", format!("reading the body: {e}"))),
+            Ok(Err(e)) => Err(("body", format!("reading the body: {e}"))),
+            Ok(Ok(None)) if received_bytes < expected_bytes => Err((
+                "truncated",
+                format!("the body ended after {received_bytes} of {expected_bytes} bytes"),
+            )),
             Ok(Ok(None)) => break None,
-            Ok(Ok(Some(chunk))) => chunk,
+            Ok(Ok(Some(chunk))) => Ok(chunk),
+        };
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(ending) => {
+                // As rondo's player page does: the rest from another
+                // interface node, from the first byte not received.
+                match resume_elsewhere(
+                    &client,
+                    &failover,
+                    &stream_url,
+                    received_bytes,
+                    expected_bytes,
+                    settings.header_timeout,
+                )
+                .await
+                {
+                    Some((url, rest)) => {
+                        stream_url = url;
+                        response = rest;
+                        record.failovers += 1;
+                        live.failovers.fetch_add(1, Relaxed);
+                        continue;
+                    }
+                    None => break Some(ending),
+                }
+            }
         };
         let now = Instant::now();
         received_bytes += chunk.len() as u64;
@@ -400,6 +449,54 @@ pub async fn run_stream(
             record
         }
     }
+}
+
+/// Asks the interface nodes in `failover` other than the one `stream_url`
+/// names, in turn, for bytes `from..` of the stream (a Range request
+/// marked `x-rondo-resume`) until one answers 206 with that range, for up
+/// to [`FAILOVER_TIME`]. The stream URL it answered at, and its answer.
+async fn resume_elsewhere(
+    client: &reqwest::Client,
+    failover: &[String],
+    stream_url: &str,
+    from: u64,
+    size_bytes: u64,
+    header_timeout: Duration,
+) -> Option<(String, reqwest::Response)> {
+    let path = stream_path(stream_url)?;
+    let others: Vec<&String> = failover
+        .iter()
+        .filter(|base| !stream_url.starts_with(base.as_str()))
+        .collect();
+    if others.is_empty() || from >= size_bytes {
+        return None;
+    }
+    let give_up = Instant::now() + FAILOVER_TIME;
+    for base in others.iter().cycle() {
+        if Instant::now() >= give_up {
+            return None;
+        }
+        let url = format!("{base}{path}");
+        let asked = client
+            .get(&url)
+            .header(reqwest::header::RANGE, format!("bytes={from}-"))
+            .header("x-rondo-resume", "1")
+            .send();
+        if let Ok(Ok(response)) = tokio::time::timeout(header_timeout, asked).await
+            && response.status() == reqwest::StatusCode::PARTIAL_CONTENT
+            && response.content_length() == Some(size_bytes - from)
+        {
+            return Some((url, response));
+        }
+        tokio::time::sleep(FAILOVER_RETRY).await;
+    }
+    None
+}
+
+/// `http://host:port/stream/1.mp4` → `/stream/1.mp4`.
+fn stream_path(url: &str) -> Option<&str> {
+    let after_scheme = url.split_once("://")?.1;
+    Some(&after_scheme[after_scheme.find('/')?..])
 }
 
 async fn fetch_schedule(

@@ -103,6 +103,10 @@ pub struct Report {
     /// Stalls the strict player (no playout delay) would have had.
     pub stalls_without_delay: u64,
     pub stalled_streams: usize,
+    /// Streams resumed at another interface node after their body broke
+    /// (`--failover`), and how many times in all.
+    pub failed_over_streams: usize,
+    pub failovers: u64,
     pub stall_ms_total: f64,
     pub stall_ms_max: f64,
     /// Smallest margin by which any round arrived before it was due.
@@ -285,6 +289,8 @@ pub fn summarise(mut c: Collected) -> Report {
             .map(|r| r.stalls_without_delay as u64)
             .sum(),
         stalled_streams: c.records.iter().filter(|r| r.stalls > 0).count(),
+        failed_over_streams: c.records.iter().filter(|r| r.failovers > 0).count(),
+        failovers: c.records.iter().map(|r| r.failovers as u64).sum(),
         stall_ms_total: c.records.iter().map(|r| r.stall_ms_total).sum(),
         stall_ms_max: c.records.iter().map(|r| r.stall_ms_max).fold(0.0, f64::max),
         min_slack_ms: c
@@ -384,6 +390,12 @@ pub fn render_text(r: &Report) -> String {
             .map_or("one round".into(), |v| format!("{v} ms")),
         r.stalls_without_delay
     ));
+    if r.failovers > 0 {
+        line(format!(
+            "  failover:  {} stream(s) resumed at another interface node, {} time(s) in all",
+            r.failed_over_streams, r.failovers
+        ));
+    }
     line(format!(
         "  server:    deadline misses {} ({}){}",
         r.deadline_misses

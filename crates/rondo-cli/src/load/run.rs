@@ -20,7 +20,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::client::{
-    ClientSettings, LiveCounters, Outcome, StreamPlan, StreamRecord, TitleInfo, run_stream,
+    ClientSettings, FailoverUrls, LiveCounters, Outcome, StreamPlan, StreamRecord, TitleInfo,
+    run_stream,
 };
 use super::idle::{IdleRecord, open_idle};
 use super::report::{Collected, Report, RunSettings, VerifiedTitle, VerifySummary, summarise};
@@ -45,6 +46,9 @@ pub struct LoadConfig {
     pub drain_timeout: Option<Duration>,
     pub progress: bool,
     pub per_stream: bool,
+    /// Resume a broken stream at another of the cluster's interface nodes
+    /// (`--failover`).
+    pub failover: bool,
 }
 
 /// Seed offsets: arrivals, title choice and idle clients' titles are
@@ -75,6 +79,52 @@ struct ListedTitle {
     stream_url: String,
     schedule_url: Option<String>,
     home: Option<String>,
+}
+
+/// The interface nodes `GET {url}/api/cluster` lists (their base URLs),
+/// for `--failover`; an error naming why when there is no such list.
+async fn interface_nodes(
+    client: &reqwest::Client,
+    url: &str,
+    timeout: Duration,
+) -> anyhow::Result<Vec<String>> {
+    let cluster_url = format!("{url}/api/cluster");
+    let fetch = async {
+        let response = client
+            .get(&cluster_url)
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {cluster_url}"))?;
+        let status = response.status();
+        if !status.is_success() {
+            bail!(
+                "--failover needs a cluster's interface nodes, and {cluster_url} answered {status} \
+                 (a single rondo serve has none)"
+            );
+        }
+        let cluster: serde_json::Value = response
+            .json()
+            .await
+            .with_context(|| format!("{cluster_url} did not return JSON"))?;
+        let nodes: Vec<String> = cluster["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|n| n["role"] == "interface")
+            .filter_map(|n| n["address"].as_str())
+            .map(|a| a.trim_end_matches('/').to_string())
+            .collect();
+        if nodes.len() < 2 {
+            bail!(
+                "--failover needs at least two interface nodes; {cluster_url} lists {}",
+                nodes.len()
+            );
+        }
+        Ok(nodes)
+    };
+    tokio::time::timeout(timeout, fetch)
+        .await
+        .with_context(|| format!("{cluster_url} did not answer within {timeout:?}"))?
 }
 
 async fn fetch_titles(
@@ -137,12 +187,13 @@ fn progress_bar(visible: bool) -> ProgressBar {
 fn progress_message(live: &LiveCounters, phase: &str) -> String {
     let g = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed);
     format!(
-        "{phase}: {} requested, {} playing, {} rejected, {} errors, {} stalls",
+        "{phase}: {} requested, {} playing, {} rejected, {} errors, {} stalls, {} failovers",
         g(&live.requested),
         g(&live.active),
         g(&live.rejected),
         g(&live.errors) + g(&live.broken),
         g(&live.stalls),
+        g(&live.failovers),
     )
 }
 
@@ -163,6 +214,12 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
         .drain_timeout
         .unwrap_or_else(|| Duration::from_secs_f64(2.0 * longest_title + 60.0));
     let before = server_metrics::fetch(&client, &config.url, config.client.header_timeout).await;
+    let failover: FailoverUrls = if config.failover {
+        interface_nodes(&client, &config.url, config.client.header_timeout).await?
+    } else {
+        Vec::new()
+    }
+    .into();
 
     // Idle clients: opened (and admitted or not) before the first arrival.
     let mut idle_choice = TitleChoice::zipf(
@@ -238,11 +295,11 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
             hash_body: index < config.verify_streams,
         };
         let (client, live, cancel) = (client.clone(), Arc::clone(&live), cancel_rx.clone());
-        let settings = config.client;
+        let (settings, failover) = (config.client, FailoverUrls::clone(&failover));
         pending.insert(index, plan.clone());
-        tasks.spawn(
-            async move { run_stream(client, plan, run_start, settings, &live, cancel).await },
-        );
+        tasks.spawn(async move {
+            run_stream(client, plan, run_start, settings, failover, &live, cancel).await
+        });
         index += 1;
         // Keep finished records out of the join set as we go.
         while let Some(done) = tasks.try_join_next() {
@@ -356,7 +413,16 @@ async fn verify(
         references.spawn(async move {
             (
                 id,
-                run_stream(client, plan, Instant::now(), settings, &live, never).await,
+                run_stream(
+                    client,
+                    plan,
+                    Instant::now(),
+                    settings,
+                    Vec::new().into(),
+                    &live,
+                    never,
+                )
+                .await,
             )
         });
     }
