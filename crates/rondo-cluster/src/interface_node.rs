@@ -557,14 +557,16 @@ async fn stream(
     // buffer out: it gets the rest on the title's curve from the first
     // byte, not held back again (the start burst the manager sends it
     // still fills this buffer ahead of the curve).
-    let hold_ns = if request
+    // (`x-rondo-resume` from `rondo load --failover`, `?resume=1` from the
+    // player page, whose <video> sends no headers of its own.)
+    let resuming = request
         .headers()
         .contains_key(rondo_server::config::RESUME_HEADER)
-    {
-        0
-    } else {
-        node.config.hold_ns
-    };
+        || request
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "resume=1"));
+    let hold_ns = if resuming { 0 } else { node.config.hold_ns };
     let relay = Relay::new(curve, index.round_duration_ns(), hold_ns);
     tokio::spawn(relay_stream(
         Arc::clone(&node),
