@@ -244,6 +244,40 @@ impl Default for ServerConfig {
 mod tests {
     use super::*;
 
+    /// Any header text: a schedule that formats back to itself, or a
+    /// clear error; never a panic.
+    #[test]
+    fn fuzz_schedule_headers() {
+        let corpus: Vec<Vec<u8>> = [
+            "id=00abcdef01234567;start=1234;first=56;burst=6;at-ns=987654321000",
+            "id=ffffffffffffffff;start=18446744073709551615;first=4294967295;burst=0;at-ns=0",
+            "at-ns=1;burst=2;first=3;start=4;id=5",
+            "id=1;;start=2",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        let regressions =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz-regressions/schedule");
+        rondo_testkit::fuzz::fuzz(
+            "schedule",
+            "cargo test -p rondo-server --lib fuzz_schedule_headers",
+            corpus,
+            &regressions,
+            128,
+            |input| {
+                let text = String::from_utf8_lossy(input);
+                match parse_schedule(&text) {
+                    Ok(schedule) => {
+                        assert_eq!(parse_schedule(&format_schedule(&schedule)), Ok(schedule))
+                    }
+                    Err(e) => assert!(!e.is_empty()),
+                }
+            },
+        );
+    }
+
     #[test]
     fn a_schedule_header_reads_back_and_a_bad_one_is_named() {
         let schedule = rondo_model::array::PriorSchedule {

@@ -856,7 +856,12 @@ impl Array {
         } else if first < old_first || old.is_early(first) {
             None
         } else {
-            Some((prior.start_round + old.read_offset(first) as u64, 0))
+            Some((
+                prior
+                    .start_round
+                    .saturating_add(old.read_offset(first) as u64),
+                0,
+            ))
         };
         let Some((old_round, burst_rounds)) = placement else {
             self.counters.resumed_moved += 1;
@@ -879,10 +884,18 @@ impl Array {
                 shift
             }
         };
-        let target = (old_round as i64).saturating_add(shift);
+        // The prior comes from a client: a place later than the lost
+        // manager could have given (a start the look-ahead away from its
+        // round of loss, then the margin) is not taken.
+        let latest_round = earliest_round
+            .0
+            .saturating_add(RESUME_MARGIN_ROUNDS + self.config.lookahead_rounds + 1);
+        let target = i64::try_from(old_round)
+            .unwrap_or(i64::MAX)
+            .saturating_add(shift);
         let placed = u64::try_from(target)
             .ok()
-            .filter(|&t| t >= earliest_round.0)
+            .filter(|&t| t >= earliest_round.0 && t < latest_round)
             .and_then(|t| {
                 self.reservations
                     .try_admit_shaped(

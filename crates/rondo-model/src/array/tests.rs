@@ -1877,3 +1877,42 @@ fn streams_asked_for_again_after_a_takeover_keep_their_diagonals_and_all_fit() {
     );
     assert!(max(&waits) <= RESUME_MARGIN_ROUNDS as i64, "{waits:?}");
 }
+
+/// A prior is what a client says: one far off, or of impossible rounds,
+/// is placed first-fit, never rounds ahead and never a panic.
+#[test]
+fn a_prior_schedule_from_a_client_is_bounded() {
+    let mut a = array(4, Scheme::Minimum, &[100 * KIB; 20]);
+    a.begin_round_admission_only(Round(9));
+    let asked = |prior: PriorSchedule| AdmitRequest {
+        title: TitleId(0),
+        span: Span::Bytes {
+            first_byte: 300 * KIB,
+            length_bytes: u64::MAX,
+        },
+        prior: Some(prior),
+    };
+    for (id, start_round, first_playback_round, burst_rounds, lost_at_ns) in [
+        (1, u64::MAX, 0, 0, 0),
+        (2, 0, u32::MAX, u32::MAX, u64::MAX),
+        (3, 5_000, 0, 0, 10 * NS_PER_S),
+        (4, 2, 3, 0, u64::MAX),
+    ] {
+        let prior = PriorSchedule {
+            schedule_id: id,
+            start_round,
+            first_playback_round,
+            burst_rounds,
+            lost_at_ns,
+        };
+        let admitted = a.admit(&asked(prior)).unwrap();
+        assert!(
+            admitted.start_round.0 < 10 + 4 + RESUME_MARGIN_ROUNDS,
+            "{prior:?} started in round {}",
+            admitted.start_round.0
+        );
+        a.check_invariants();
+    }
+    assert_eq!(a.counters().resumed_in_place, 0);
+    assert_eq!(a.counters().resumed_moved, 4);
+}
