@@ -238,6 +238,27 @@ impl PriorSchedule {
             lost_at_ns: now_ns,
         })
     }
+
+    /// The round the lost manager read `playback_round` in (its start round
+    /// for the rounds of its start burst); `None` before its first.
+    pub fn read_round(&self, playback_round: PlaybackRound) -> Option<u64> {
+        let (first, i) = (self.first_playback_round as usize, playback_round.index());
+        let shape = Shape::new(
+            first,
+            i.checked_add(1)?.max(first + 1),
+            self.burst_rounds as usize,
+            Grouping::NONE,
+        );
+        (i >= first).then(|| self.start_round.saturating_add(shape.read_offset(i) as u64))
+    }
+
+    /// Whether `playback_round` was read in its start burst with the rounds
+    /// before it.
+    fn read_early(&self, playback_round: PlaybackRound) -> bool {
+        let first = self.first_playback_round as usize;
+        let i = playback_round.index();
+        i > first && i < first.saturating_add(self.burst_rounds as usize)
+    }
 }
 
 /// Rounds past the earliest start round that a lost manager's round of
@@ -843,27 +864,13 @@ impl Array {
         playback_rounds: Range<PlaybackRound>,
         earliest_round: Round,
     ) -> Option<Admission> {
-        let (first, end) = (playback_rounds.start.index(), playback_rounds.end.index());
-        let old_first = prior.first_playback_round as usize;
-        let old = Shape::new(
-            old_first,
-            end.max(old_first + 1),
-            prior.burst_rounds as usize,
-            Grouping::NONE,
-        );
-        let placement = if first == old_first {
-            Some((prior.start_round, prior.burst_rounds))
-        } else if first < old_first || old.is_early(first) {
-            None
-        } else {
-            Some((
-                prior
-                    .start_round
-                    .saturating_add(old.read_offset(first) as u64),
-                0,
-            ))
+        let first = playback_rounds.start;
+        let burst_rounds = match first.0 == prior.first_playback_round {
+            true => prior.burst_rounds,
+            false => 0,
         };
-        let Some((old_round, burst_rounds)) = placement else {
+        let placement = prior.read_round(first).filter(|_| !prior.read_early(first));
+        let Some(old_round) = placement else {
             self.counters.resumed_moved += 1;
             return None;
         };

@@ -1738,18 +1738,6 @@ fn carried_streams(
         })
         .collect()
 }
-/// The round a stream described by `prior` read `playback_round` in.
-fn carried_read_round(prior: &PriorSchedule, playback_round: PlaybackRound) -> u64 {
-    let first = prior.first_playback_round as usize;
-    let shape = Shape::new(
-        first,
-        playback_round.index().max(first) + 1,
-        prior.burst_rounds as usize,
-        crate::reservation::Grouping::NONE,
-    );
-    prior.start_round + shape.read_offset(playback_round.index()) as u64
-}
-
 /// A manager at capacity is lost; its successor, a new array numbering its
 /// rounds from elsewhere, is asked for the rest of every stream. Placed
 /// first-fit, streams land on whatever diagonal has room and later ones
@@ -1834,7 +1822,7 @@ fn streams_asked_for_again_after_a_takeover_keep_their_diagonals_and_all_fit() {
                 Ok(admitted) => {
                     let span = b.reservations().stream_span(admitted.stream).unwrap();
                     let at_b = span.read_round(rounds.start).0 as i64 - 1000;
-                    let at_a = carried_read_round(&prior_schedule, rounds.start) as i64
+                    let at_a = prior_schedule.read_round(rounds.start).unwrap() as i64
                         - lost_round.0 as i64;
                     waits.push(at_b - at_a);
                 }
