@@ -146,12 +146,30 @@ async fn cluster_run(clients: usize, layout: Layout) -> Run {
     }
     tokio::time::sleep(Duration::from_secs(6)).await;
     if let Some(killed) = layout.kill {
-        // Killed 150 ms into a round, while its disks read the round's batch.
-        let round = server.metrics().rounds;
-        while server.metrics().rounds == round {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        // Killed early in a round, while its disks read the round's batch:
+        // a third into the shorter of their last rounds' measured busy
+        // times, so that reads are in flight however fast the host runs
+        // them (a fixed 150 ms once found both disks done on a loaded host).
+        let lost_disks = layout.nodes[killed].clone();
+        let mut kill_after = Duration::from_millis(20);
+        for _ in 0..8 {
+            let round = server.metrics().rounds;
+            while server.metrics().rounds == round {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            let snapshot = server.metrics();
+            let busy_ns_min = lost_disks
+                .iter()
+                .map(|&d| snapshot.disks[d as usize].last_measured_busy_ns)
+                .min()
+                .unwrap_or(0);
+            kill_after = Duration::from_nanos(busy_ns_min / 3).max(Duration::from_millis(5));
+            if busy_ns_min >= 30_000_000 {
+                break;
+            }
         }
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(kill_after).await;
+        eprintln!("node {killed} killed {kill_after:?} into a round");
         nodes.remove(killed).kill();
         // Found by the node's stream ending, within a round or two.
         let killed_at = std::time::Instant::now();
