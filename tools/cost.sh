@@ -65,7 +65,9 @@ NGINX_PORT=${NGINX_PORT:-18091}
 PERF=${PERF:-$(command -v perf >/dev/null && echo 1 || echo 0)}
 PERF_RECORD=${PERF_RECORD:-0}
 # Which servers to measure ("rondo nginx"; "rondo" alone while iterating:
-# the comparison is the ratio of one run with both).
+# the comparison is the ratio of one run with both). "rondo-unshared" is
+# rondo with --no-shared-reads: every stream's every round read from its
+# disk, to measure what shared reads save in the same run.
 SERVERS=${SERVERS:-"rondo nginx"}
 # Open connections rondo accepts in all: nginx's 2 workers × 8192 below, so
 # that neither server's connection cap decides how many streams it carries.
@@ -110,7 +112,7 @@ start_rondo() {
     "$RONDO" serve --data-dir "$DATA" --listen "127.0.0.1:$PORT" --disks "$DISKS" \
         --disk-profile "$PROFILE" --no-samples --connections-per-client-max 0 \
         --connections-max "$CONNECTIONS_MAX" --buffer-per-disk-mib "$BUFFER_PER_DISK_MIB" \
-        >> "$OUT/serve.log" 2>&1 &
+        "$@" >> "$OUT/serve.log" 2>&1 &
     RONDO_PID=$!
     PIDS+=("$RONDO_PID")
     for _ in $(seq 150); do curl -sf "$URL/api/titles" >/dev/null && return 0; sleep 0.2; done
@@ -197,7 +199,7 @@ connections() { ss -Htn state established "( sport = :$1 )" | wc -l; }
 # its data is there; its device files are sparse and terabytes long, too
 # long for fincore to walk each second.
 page_cache_kib() {
-    if [[ $1 == rondo ]]; then echo 0; return; fi
+    if [[ $1 == rondo* ]]; then echo 0; return; fi
     fincore --bytes --noheadings --output RES "$WWW"/media/* | awk '{t += $1} END {print int(t / 1024)}'
 }
 # Per thread of a server's processes: "name utime+stime-ticks voluntary
@@ -217,6 +219,8 @@ done; done 2>/dev/null; }
 phase() {
     local server=$1 n=$2 url port pid tag="$1-$2"
     if [[ $server == rondo ]]; then start_rondo; pid=$RONDO_PID; url=$URL; port=$PORT
+    elif [[ $server == rondo-unshared ]]; then
+        start_rondo --no-shared-reads; pid=$RONDO_PID; url=$URL; port=$PORT
     else start_nginx; pid=$NGINX_PID; url=$NGINX_URL; port=$NGINX_PORT; fi
     sleep 3
     read -r idle_rss idle_pss < <(mem_kib "$pid")
@@ -247,7 +251,7 @@ phase() {
         c=$(connections "$port"); m=$(mem_kib "$pid")
         # rondo's read buffers in use and kept free for reuse, KiB.
         b="0 0"
-        if [[ $server == rondo ]]; then
+        if [[ $server == rondo* ]]; then
             b=$(curl -sf "$url/api/metrics" | jq -r '"\(.buffer_bytes_in_use / 1024 | floor) \(.buffer_bytes_free / 1024 | floor)"' || echo "0 0")
         fi
         echo "$(date +%s) $c $m $b $(page_cache_kib "$server")" >> "$OUT/samples-$tag.txt"
@@ -265,11 +269,12 @@ phase() {
                 --percent-limit 0.5 -g none 2>/dev/null | grep -v '^$' > "$OUT/perf-report-$tag.txt" || true
         fi
     fi
-    if [[ $server == rondo ]]; then curl -sf "$url/api/metrics" > "$OUT/metrics-$tag.json"; fi
+    echo '{"disks": []}' > "$OUT/metrics-$tag.json"
+    if [[ $server == rondo* ]]; then curl -sf "$url/api/metrics" > "$OUT/metrics-$tag.json"; fi
     stop_pid "$pid"
     jq -n --arg server "$server" --argjson n "$n" --argjson ticks $((cpu1 - cpu0)) \
         --argjson hz "$CLK_TCK" --argjson idle_rss "$idle_rss" --argjson idle_pss "$idle_pss" \
-        --slurpfile load "$OUT/load-$tag.json" \
+        --slurpfile load "$OUT/load-$tag.json" --slurpfile metrics "$OUT/metrics-$tag.json" \
         --argjson round_s "$(jq '.round_duration_ns / 1e9' "$WWW/sched/0.json")" \
         --rawfile samples "$OUT/samples-$tag.txt" '
         # "At N": while 98% of the streams it carries are connected; a server
@@ -303,7 +308,10 @@ phase() {
           page_cache_at_n_kib: $page_cache,
           total_per_stream_kib: (if $rss then ($rss - $idle_rss + $page_cache) / $ref else null end),
           buffers_in_use_per_stream_kib: (($buf_in_use // 0) / $ref),
-          buffers_free_per_stream_kib: (($buf_free // 0) / $ref)
+          buffers_free_per_stream_kib: (($buf_free // 0) / $ref),
+          # rondo: the stream reads that took the buffer of another read.
+          reads: ($metrics[0].disks | map(.reads) | add),
+          shared_reads: ($metrics[0].disks | map(.shared_reads // 0) | add)
         }' > "$OUT/phase-$tag.json"
     # Where the CPU went: per thread group, CPU seconds and context switches
     # over the phase (threads that started during it count from 0).
@@ -323,7 +331,7 @@ phase() {
                     voluntary_switches: (.[3] | tonumber), involuntary_switches: (.[4] | tonumber) })),
               counts_per_mb: ($perf | with_entries(.value = (.value / $mb))) }' \
         "$OUT/phase-$tag.json" > "$OUT/phase-$tag.json.tmp" && mv "$OUT/phase-$tag.json.tmp" "$OUT/phase-$tag.json"
-    say "$tag: $(jq -c '{started, rejected, stalls, deadline_misses, startup_latency_ms_p99, cpu_s, cpu_s_per_gb, rss_per_stream_kib, buffers_in_use_per_stream_kib, buffers_free_per_stream_kib, samples_at_n}' "$OUT/phase-$tag.json")"
+    say "$tag: $(jq -c '{started, rejected, stalls, deadline_misses, startup_latency_ms_p99, cpu_s, cpu_s_per_gb, rss_per_stream_kib, buffers_in_use_per_stream_kib, buffers_free_per_stream_kib, samples_at_n, reads, shared_reads}' "$OUT/phase-$tag.json")"
     say "$tag: memory per stream in rounds of its data: RSS $(jq '.rss_per_stream_kib / .round_kib_mean * 100 | round / 100' "$OUT/phase-$tag.json"), RSS + page cache $(jq '.total_per_stream_kib / .round_kib_mean * 100 | round / 100' "$OUT/phase-$tag.json")"
     say "$tag: by thread (CPU s): $(jq -c '.threads | map("\(.group)×\(.count) \(.cpu_s)") | join(", ")' "$OUT/phase-$tag.json")"
     say "$tag: per delivered MB: $(jq -c '.counts_per_mb | map_values(. * 100 | round / 100)' "$OUT/phase-$tag.json")"
@@ -336,18 +344,21 @@ uptime > "$OUT/uptime-end.txt"
 # rondo's value over nginx's for one N; null when nginx's is 0 (too small a
 # run to measure).
 jq -s --arg up0 "$(cat "$OUT/uptime-start.txt")" --arg up1 "$(cat "$OUT/uptime-end.txt")" '
-    def ratio(f): (map(select(.server == "rondo"))[0] | f) as $a
+    def ratio_of(s; f): (map(select(.server == s))[0] | f) as $a
         | (map(select(.server == "nginx"))[0] | f) as $b
         | if $a == null or $b == null or $b == 0 then null else $a / $b end;
+    def ratio(f): ratio_of("rondo"; f);
     { phases: ., uptime_start: $up0, uptime_end: $up1,
       ratios: (group_by(.streams) | map({
         streams: .[0].streams,
         cpu_s_per_gb_rondo_over_nginx: ratio(.cpu_s_per_gb),
         rss_per_stream_rondo_over_nginx: ratio(.rss_per_stream_kib),
         total_per_stream_rondo_over_nginx: ratio(.total_per_stream_kib),
-        pss_per_stream_rondo_over_nginx: ratio(.pss_per_stream_kib)
+        pss_per_stream_rondo_over_nginx: ratio(.pss_per_stream_kib),
+        cpu_s_per_gb_unshared_over_nginx: ratio_of("rondo-unshared"; .cpu_s_per_gb),
+        total_per_stream_unshared_over_nginx: ratio_of("rondo-unshared"; .total_per_stream_kib)
       })) }' "$OUT"/phase-*.json > "$OUT/summary.json"
 jq -r '(.phases[] | "\(.server) N=\(.streams): started \(.started), rejected \(.rejected), stalls \(.stalls), deadline misses \(.deadline_misses), start-up p99 \(.startup_latency_ms_p99 | round) ms, \(.bytes_received / 1e9 * 1000 | round / 1000) GB, CPU \(.cpu_s) s = \(.cpu_s_per_gb * 100 | round / 100) s/GB, RSS idle \(.idle_rss_kib) KiB, at N \(.rss_at_n_kib) KiB, per stream \(.rss_per_stream_kib) KiB (PSS \(.pss_per_stream_kib))"),
-       (.ratios[] | "ratio rondo/nginx N=\(.streams): CPU s/GB \(.cpu_s_per_gb_rondo_over_nginx), RSS/stream \(.rss_per_stream_rondo_over_nginx), PSS/stream \(.pss_per_stream_rondo_over_nginx)"),
+       (.ratios[] | "ratio rondo/nginx N=\(.streams): CPU s/GB \(.cpu_s_per_gb_rondo_over_nginx), RSS/stream \(.rss_per_stream_rondo_over_nginx), RSS+page cache/stream \(.total_per_stream_rondo_over_nginx), PSS/stream \(.pss_per_stream_rondo_over_nginx); without shared reads: CPU s/GB \(.cpu_s_per_gb_unshared_over_nginx), RSS+page cache/stream \(.total_per_stream_unshared_over_nginx)"),
        "load average: \(.uptime_start) -> \(.uptime_end)"' "$OUT/summary.json"
 say "results in $OUT"

@@ -450,6 +450,8 @@ impl Link {
             bytes: 0,
             granted_commands: 0,
             cache_hits: 0,
+            shared_reads: 0,
+            shared_bytes: 0,
             granted_bytes: 0,
             granted_model_ns: 0,
             ended_at: Instant::now(),
@@ -484,7 +486,7 @@ impl Link {
                         piece: u16::try_from(piece.piece)
                             .map_err(|_| format!("piece {} is out of range", piece.piece))?,
                         offset_bytes: piece.offset_bytes,
-                        data,
+                        data: data.into_bytes(),
                     });
                 }
             }

@@ -220,7 +220,7 @@ impl StorageNode for StorageNodeService {
             disk,
             Arc::clone(device) as Arc<dyn rondo_server::storage::Storage>,
             model,
-            timing,
+            timing.into(),
             clock,
             pool,
             events_tx,
@@ -383,7 +383,7 @@ fn piece_message(seq: u64, piece: Piece) -> pb::FromDisk {
             replica: wire::replica_to_wire(piece.replica),
             piece: u32::from(piece.piece),
             offset_bytes: piece.offset_bytes,
-            data: piece.data.into_bytes(),
+            data: piece.data,
         })),
     }
 }

@@ -94,6 +94,10 @@ pub struct ServerConfig {
     /// round of waiting. A player's second and third requests (an MPEG-TS
     /// title's end, then its start again) come just after a round began.
     pub late_start: bool,
+    /// Stream reads of the same extents share one buffer while it is held
+    /// (`io`: streams of a title started in the same round read once). Off
+    /// only to measure what it saves; it changes no decision.
+    pub share_reads: bool,
     /// Rounds a stream reads per request (seed 003's GPMP: k = u + 1, the
     /// next u rounds read ahead into host memory with each read); 1 reads
     /// each round in its own request (Sweep). Above 1 it needs a `segments`
@@ -224,6 +228,7 @@ impl Default for ServerConfig {
             start_burst: DEFAULT_START_BURST,
             start_burst_bytes: DEFAULT_START_BURST_BYTES,
             late_start: true,
+            share_reads: true,
             read_group_rounds: 1,
             drive_prefetch: rondo_model::array::DrivePrefetch::None,
             cycle: None,

@@ -24,6 +24,18 @@
 //! [`IoEvent::Reads`]. The batch's end, the model's busy time and the
 //! measured busy time follow in a [`IoEvent::BatchDone`].
 //!
+//! **Shared reads.** Streams of a title that started in the same round read
+//! the same extents in the same rounds. A stream read whose extents (device
+//! offset, length and stored CRC32C of each) are those of a read still held
+//! in memory, by a stream of this batch or of an earlier round that has not
+//! sent it yet, takes that buffer instead of reading the device again
+//! (`Bytes` clones of one pooled buffer). It completes at its own model
+//! instant all the same: the schedule, the reservations and the model's
+//! busy time are those of every stream reading for itself, so the
+//! guarantee does not depend on what is shared; only the host's copies,
+//! checksums and buffers are saved. A read that was to share a read of
+//! this batch that failed or is not complete yet reads for itself.
+//!
 //! **Other I/O on the device.** A batch also carries the round's
 //! [`DiskBatch::granted_io`]: the rebuild's source reads and target writes
 //! and the ingest writes that the core granted this disk in this round
@@ -45,10 +57,12 @@
 //! is served from the model's state at its arrival (after its backlog).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::hash_map::Entry;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
 use rondo_model::array::command::CommandExtent;
 use rondo_model::array::{Completion, DiskCommand, Purpose, ReadOutcome, batch_plan};
@@ -152,6 +166,11 @@ pub enum IoEvent {
         granted_commands: usize,
         /// Stream reads the model served wholly from the drive's cache.
         cache_hits: usize,
+        /// Stream reads that took the bytes of another stream's read of the
+        /// same extents instead of reading the device (part of `requests`),
+        /// and their bytes (part of `bytes`).
+        shared_reads: usize,
+        shared_bytes: u64,
         granted_bytes: u64,
         /// The model's service time of those commands (start to completion
         /// of each), part of `model_busy_ns`.
@@ -187,12 +206,32 @@ pub struct DeviceThread {
 /// unless the host's storage is far slower than the model.
 pub const BATCH_QUEUE_ROUNDS: usize = 4;
 
+/// How a disk thread does its I/O.
+#[derive(Copy, Clone, Debug)]
+pub struct DeviceIo {
+    pub timing: DiskTiming,
+    /// Whether stream reads of the same extents share one buffer (module
+    /// doc). Off where each stream read must reach the device: the
+    /// differential test's faults are per stream read, as the simulator's.
+    pub share_reads: bool,
+}
+
+impl From<DiskTiming> for DeviceIo {
+    /// `timing`, with shared reads.
+    fn from(timing: DiskTiming) -> DeviceIo {
+        DeviceIo {
+            timing,
+            share_reads: true,
+        }
+    }
+}
+
 /// Starts disk `disk`'s thread. It exits when the batch channel closes.
 pub fn spawn_device(
     disk: DiskIndex,
     device: Arc<dyn Storage>,
     model: Disk,
-    timing: DiskTiming,
+    io: DeviceIo,
     clock: RoundClock,
     pool: BufferPool,
     events: Sender<IoEvent>,
@@ -205,11 +244,13 @@ pub fn spawn_device(
                 disk,
                 device,
                 model,
-                timing,
+                timing: io.timing,
+                share_reads: io.share_reads,
                 clock,
                 pool,
                 events,
                 partials: PartialChecks::default(),
+                recent: HashMap::new(),
             };
             worker.run(receiver);
         })?;
@@ -225,10 +266,68 @@ struct Worker {
     device: Arc<dyn Storage>,
     model: Disk,
     timing: DiskTiming,
+    share_reads: bool,
     clock: RoundClock,
     pool: BufferPool,
     events: Sender<IoEvent>,
     partials: PartialChecks,
+    /// Stream reads whose buffers may still be held (by sessions that have
+    /// not sent them yet), by their extents: a later read of the same
+    /// extents shares a live one.
+    recent: HashMap<ReadKey, Weak<PooledBuf>>,
+}
+
+/// A stream read's extents as a key for sharing its bytes: the device
+/// offset, length and stored CRC32C of each. Two reads with the same key
+/// read the same checked bytes (the CRC32C guards against an extent
+/// rewritten in place between them).
+type ReadKey = Box<[(u64, u64, u32)]>;
+
+/// The key of a whole stream read whose every extent has its stored
+/// checksum (`None`: parts of a cut read, or other commands, are not
+/// shared).
+fn read_key(command: &DiskCommand) -> Option<ReadKey> {
+    if !is_delivery(command) || command.part_offset_bytes != 0 {
+        return None;
+    }
+    let key: Option<Vec<(u64, u64, u32)>> = command
+        .extents
+        .iter()
+        .filter(|x| x.length_bytes > 0)
+        .map(|x| match (x.crc32c, x.whole) {
+            (Some(crc), None) => Some((x.device_offset_bytes, x.length_bytes, crc)),
+            _ => None,
+        })
+        .collect();
+    key.filter(|k| !k.is_empty()).map(Vec::into_boxed_slice)
+}
+
+/// A pooled read buffer several streams hold: back to the pool when the
+/// last one drops it.
+struct SharedBuf(Arc<PooledBuf>);
+
+impl AsRef<[u8]> for SharedBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_ref().as_ref()
+    }
+}
+
+fn shared_bytes(buf: Arc<PooledBuf>) -> Bytes {
+    Bytes::from_owner(SharedBuf(buf))
+}
+
+/// Where a stream read of a batch gets its bytes.
+enum Sharing {
+    /// Not looked at yet (its first extent is not read yet).
+    Undecided,
+    /// Read here, into its own buffer; with its key if others may share it.
+    Own(Option<ReadKey>),
+    /// The bytes of a read still held from an earlier round.
+    Shared(Bytes),
+    /// The bytes of the read of this batch's command of that index.
+    Follows(usize),
+    /// Delivered.
+    Done,
 }
 
 /// How far an emulated disk thread may run ahead of its model to read, and
@@ -339,7 +438,9 @@ impl Worker {
         if let Some(device) = batch.device.take() {
             tracing::info!(disk = self.disk.0, device = %device.describe(), "disk thread uses its new device");
             self.device = device;
+            self.recent.clear();
         }
+        self.recent.retain(|_, held| held.strong_count() > 0);
         let round_start = self.clock.boundary(batch.round);
         // One model request per extent, a read group's rounds joined
         // (`batch_plan`), with the command extents each one reads.
@@ -367,7 +468,7 @@ impl Worker {
                         })
                         .collect();
                     self.send_reads(batch.round, reads);
-                    self.done(&batch, arrived_at, 0, 0, 0, 0);
+                    self.done(&batch, arrived_at, 0, 0, Tally::default());
                     return;
                 }
             };
@@ -380,6 +481,11 @@ impl Worker {
                 .map(|c| c.extents.iter().filter(|x| x.length_bytes > 0).count())
                 .collect(),
             granted_model_ns: 0,
+            sharing: batch.commands.iter().map(|_| Sharing::Undecided).collect(),
+            leaders: HashMap::new(),
+            delivered: batch.commands.iter().map(|_| None).collect(),
+            shared_reads: 0,
+            shared_bytes: 0,
         };
         let accesses = &outcome.commands;
         // The media accesses read so far, and reported so far (a prefix of
@@ -439,9 +545,8 @@ impl Worker {
                         continue;
                     }
                     let command = &batch.commands[c];
-                    let outcome = state.failures[c].take().unwrap_or(ReadOutcome::Ok);
+                    let (data, outcome) = self.take_bytes(command, c, &mut state);
                     if outcome == ReadOutcome::Ok {
-                        let data = state.buffers[c].take();
                         let queue = batch.deliver_to.get(c).and_then(Option::as_ref);
                         deliver(command, data, queue);
                     }
@@ -476,14 +581,116 @@ impl Worker {
                         .any(|&(c, _)| is_delivery(&batch.commands[c]))
             })
             .count();
-        self.done(
-            &batch,
-            ended_at,
-            outcome.busy_ns,
-            measured_busy_ns,
-            state.granted_model_ns,
+        let tally = Tally {
+            granted_model_ns: state.granted_model_ns,
             cache_hits,
-        );
+            shared_reads: state.shared_reads,
+            shared_bytes: state.shared_bytes,
+        };
+        self.done(&batch, ended_at, outcome.busy_ns, measured_busy_ns, tally);
+    }
+
+    /// Where stream read `c` gets its bytes, decided when its first extent
+    /// is due: a live buffer of the same extents, this batch's first read
+    /// of them, or its own read.
+    fn sharing_for(&self, command: &DiskCommand, c: usize, state: &mut BatchState) -> Sharing {
+        let Some(key) = read_key(command).filter(|_| self.share_reads) else {
+            return Sharing::Own(None);
+        };
+        if let Some(held) = self.recent.get(&key).and_then(Weak::upgrade) {
+            return Sharing::Shared(shared_bytes(held));
+        }
+        match state.leaders.entry(key.clone()) {
+            Entry::Occupied(leader) => Sharing::Follows(*leader.get()),
+            Entry::Vacant(slot) => {
+                slot.insert(c);
+                Sharing::Own(Some(key))
+            }
+        }
+    }
+
+    /// A complete stream read's bytes and outcome. Its own buffer becomes
+    /// shareable (kept for the batch's later reads of the same extents, and
+    /// known to later rounds while a session holds it); a read that was to
+    /// share one of this batch's that failed or is not complete yet reads
+    /// for itself now.
+    fn take_bytes(
+        &mut self,
+        command: &DiskCommand,
+        c: usize,
+        state: &mut BatchState,
+    ) -> (Option<Bytes>, ReadOutcome) {
+        let shared = |state: &mut BatchState, bytes: Bytes| {
+            state.shared_reads += 1;
+            state.shared_bytes += bytes.len() as u64;
+            (Some(bytes), ReadOutcome::Ok)
+        };
+        match std::mem::replace(&mut state.sharing[c], Sharing::Done) {
+            Sharing::Shared(bytes) => shared(state, bytes),
+            Sharing::Follows(leader) => match state.delivered[leader].clone() {
+                Some(bytes) => shared(state, bytes),
+                None => self.read_now(command),
+            },
+            own => {
+                let outcome = state.failures[c].take().unwrap_or(ReadOutcome::Ok);
+                let Some(buf) = state.buffers[c].take() else {
+                    return (None, outcome);
+                };
+                if outcome != ReadOutcome::Ok {
+                    return (None, outcome);
+                }
+                let bytes = match own {
+                    Sharing::Own(Some(key)) => {
+                        let held = Arc::new(buf);
+                        self.recent.insert(key, Arc::downgrade(&held));
+                        let bytes = shared_bytes(held);
+                        state.delivered[c] = Some(bytes.clone());
+                        bytes
+                    }
+                    _ => buf.into_bytes(),
+                };
+                (Some(bytes), outcome)
+            }
+        }
+    }
+
+    /// Reads and checks a stream read's extents at once, into a buffer of
+    /// its own (a read whose shared source failed or came too late).
+    fn read_now(&mut self, command: &DiskCommand) -> (Option<Bytes>, ReadOutcome) {
+        let extents: Vec<&CommandExtent> = command
+            .extents
+            .iter()
+            .filter(|x| x.length_bytes > 0)
+            .collect();
+        let mut buf = self.pool.take(command.bytes() as usize);
+        let mut outcome = ReadOutcome::Ok;
+        {
+            let mut rest = buf.as_mut_slice();
+            let mut ops = Vec::with_capacity(extents.len());
+            for extent in &extents {
+                let (mine, tail) =
+                    std::mem::take(&mut rest).split_at_mut(extent.length_bytes as usize);
+                rest = tail;
+                ops.push(ReadOp {
+                    device_offset_bytes: extent.device_offset_bytes,
+                    buf: mine,
+                });
+            }
+            let results = self.device.read_many(&mut ops);
+            for ((op, result), extent) in ops.iter().zip(results).zip(&extents) {
+                outcome = match result {
+                    Err(err) => ReadOutcome::IoError(err.to_string()),
+                    Ok(()) => self.partials.check(self.disk, command, extent, op.buf),
+                };
+                if outcome != ReadOutcome::Ok {
+                    break;
+                }
+            }
+        }
+        if outcome != ReadOutcome::Ok {
+            return (None, outcome);
+        }
+        (Some(buf.into_bytes()), outcome)
     }
 
     /// Reads the stream extents of the media accesses `range` (indices into
@@ -504,6 +711,12 @@ impl Worker {
             for &(c, e) in &owners[request] {
                 let command = &batch.commands[c];
                 if !is_delivery(command) || state.failures[c].is_some() {
+                    continue;
+                }
+                if matches!(state.sharing[c], Sharing::Undecided) {
+                    state.sharing[c] = self.sharing_for(command, c, state);
+                }
+                if !matches!(state.sharing[c], Sharing::Own(_)) {
                     continue;
                 }
                 let mut extents = command.extents.iter().filter(|x| x.length_bytes > 0);
@@ -575,9 +788,14 @@ impl Worker {
         ended_at: Instant,
         model_busy_ns: u64,
         measured_busy_ns: u64,
-        granted_model_ns: u64,
-        cache_hits: usize,
+        tally: Tally,
     ) {
+        let Tally {
+            granted_model_ns,
+            cache_hits,
+            shared_reads,
+            shared_bytes,
+        } = tally;
         let (reads, other): (Vec<&DiskCommand>, Vec<&DiskCommand>) =
             batch.commands.iter().partition(|c| is_delivery(c));
         let _ = self.events.send(IoEvent::BatchDone {
@@ -591,12 +809,23 @@ impl Worker {
             granted_bytes: other.iter().map(|c| c.bytes()).sum(),
             granted_model_ns,
             cache_hits,
+            shared_reads,
+            shared_bytes,
             ended_at,
             late: batch.late_start_ns.is_some(),
             model_busy_ns,
             measured_busy_ns,
         });
     }
+}
+
+/// A finished batch's counts for [`IoEvent::BatchDone`].
+#[derive(Default)]
+struct Tally {
+    granted_model_ns: u64,
+    cache_hits: usize,
+    shared_reads: usize,
+    shared_bytes: u64,
 }
 
 /// What a disk thread holds for one batch while it reads it.
@@ -610,11 +839,20 @@ struct BatchState {
     extents_left: Vec<usize>,
     /// The model's service time of the granted (rebuild, ingest) commands.
     granted_model_ns: u64,
+    /// Per command, where its bytes come from.
+    sharing: Vec<Sharing>,
+    /// The first read of each shareable set of extents in this batch.
+    leaders: HashMap<ReadKey, usize>,
+    /// Per command, its bytes once delivered, if others of this batch may
+    /// share them (held until the batch ends).
+    delivered: Vec<Option<Bytes>>,
+    shared_reads: usize,
+    shared_bytes: u64,
 }
 
 /// A read's bytes to its session's piece queue (a session that has ended
 /// drops them: back to the pool).
-fn deliver(command: &DiskCommand, data: Option<PooledBuf>, queue: Option<&PieceSender>) {
+fn deliver(command: &DiskCommand, data: Option<Bytes>, queue: Option<&PieceSender>) {
     let Purpose::Deliver {
         stream,
         playback_round,
@@ -773,6 +1011,149 @@ mod tests {
             recovery: false,
         };
         command(Op::Read, purpose, offset_bytes, length_bytes)
+    }
+
+    /// A storage that counts the reads reaching it.
+    struct Counted {
+        inner: crate::storage::FaultyStorage<crate::storage::MemoryStorage>,
+        reads: std::sync::atomic::AtomicU64,
+    }
+
+    impl Storage for Counted {
+        fn read_at(&self, device_offset_bytes: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.inner.read_at(device_offset_bytes, buf)
+        }
+
+        fn describe(&self) -> String {
+            "counted".into()
+        }
+    }
+
+    /// Streams reading the same extents share one read: in one batch (the
+    /// first read of them), and in a later round while a session still
+    /// holds the bytes; once every holder dropped them, the device is read
+    /// again. Every stream gets the right bytes and completes, and a read
+    /// whose shared source failed reads for itself.
+    #[test]
+    fn reads_of_the_same_extents_share_one_buffer_while_it_is_held() {
+        use crate::storage::{Fault, FaultyStorage, MemoryStorage};
+        use std::sync::atomic::Ordering::Relaxed;
+        const EXTENT: u64 = 16384;
+        let memory = MemoryStorage::new(4 << 20);
+        let content =
+            |at: u64| -> Vec<u8> { (0..EXTENT).map(|i| ((i + at / 4096) % 251) as u8).collect() };
+        for at in [0, 1 << 20] {
+            memory.write_at(at, &content(at));
+        }
+        let storage = Arc::new(Counted {
+            inner: FaultyStorage::new(memory),
+            reads: Default::default(),
+        });
+        let metrics = Arc::new(crate::metrics::Metrics::new(1));
+        let pool = BufferPool::new(1 << 26, Arc::clone(&metrics));
+        let (events_tx, events) = crossbeam_channel::unbounded();
+        let clock = RoundClock {
+            t0: Instant::now(),
+            round_duration_ns: 1_000_000_000,
+        };
+        let thread = spawn_device(
+            DiskIndex(0),
+            Arc::clone(&storage) as Arc<dyn Storage>,
+            Disk::from_name("cheetah-4lp").unwrap(),
+            DiskTiming::Native.into(),
+            clock,
+            pool,
+            events_tx,
+        )
+        .unwrap();
+        let stream_read = |stream: u64, at: u64| {
+            let mut c = read(stream, at, EXTENT);
+            c.extents[0].crc32c = Some(checksum(&content(at)));
+            c
+        };
+        // Runs one batch of (stream, offset) reads; returns each stream's
+        // bytes (in command order), the completions' outcomes and the
+        // batch's shared reads.
+        let run = |round: u64, reads: &[(u64, u64)]| {
+            let (pieces_tx, pieces_rx) = crossbeam_channel::unbounded();
+            let commands: Vec<DiskCommand> =
+                reads.iter().map(|&(s, at)| stream_read(s, at)).collect();
+            let mut batch = DiskBatch::round(Round(round), None, commands);
+            batch.deliver_to = reads.iter().map(|_| Some(pieces_tx.clone())).collect();
+            thread.batches.send(batch).unwrap();
+            let mut outcomes = Vec::new();
+            let shared = loop {
+                match events.recv().unwrap() {
+                    IoEvent::Reads { reads, .. } => outcomes.extend(
+                        reads
+                            .into_iter()
+                            .map(|r| (r.completion.stream.0, r.completion.outcome)),
+                    ),
+                    IoEvent::BatchDone { shared_reads, .. } => break shared_reads,
+                }
+            };
+            let pieces: Vec<Piece> = pieces_rx.try_iter().collect();
+            (pieces, outcomes, shared)
+        };
+        let device_reads = || storage.reads.load(Relaxed);
+
+        // Three streams on extent A, one on B: two device reads.
+        let (held, outcomes, shared) = run(0, &[(1, 0), (2, 0), (3, 0), (4, 1 << 20)]);
+        assert_eq!(device_reads(), 2);
+        assert_eq!(shared, 2);
+        assert_eq!(outcomes.len(), 4);
+        assert!(
+            outcomes.iter().all(|(_, o)| *o == ReadOutcome::Ok),
+            "{outcomes:?}"
+        );
+        assert_eq!(held.len(), 4);
+        for piece in &held {
+            let at = if piece.stream.0 == 4 { 1 << 20 } else { 0 };
+            assert_eq!(
+                &piece.data[..],
+                &content(at)[..],
+                "stream {}",
+                piece.stream.0
+            );
+        }
+        // Buffers: one per distinct read (A's three streams hold one).
+        assert_eq!(
+            metrics.buffer_bytes_in_use.load(Relaxed),
+            2 * EXTENT,
+            "one buffer per distinct read"
+        );
+
+        // A later round's read of A while a session still holds it: shared.
+        let (later, _, shared) = run(1, &[(5, 0)]);
+        assert_eq!(device_reads(), 2);
+        assert_eq!(shared, 1);
+        assert_eq!(&later[0].data[..], &content(0)[..]);
+
+        // Every holder drops it: read again.
+        drop(held);
+        drop(later);
+        let (again, _, shared) = run(2, &[(6, 0)]);
+        assert_eq!(device_reads(), 3);
+        assert_eq!(shared, 0);
+        drop(again);
+
+        // The first read of B fails: the stream that was to share it reads
+        // for itself, and gets good bytes.
+        storage.inner.arm(1 << 20, Fault::IoError);
+        let (pieces, outcomes, shared) = run(3, &[(7, 1 << 20), (8, 1 << 20)]);
+        assert_eq!(shared, 0);
+        assert_eq!(device_reads(), 5);
+        let outcome_of = |stream: u64| &outcomes.iter().find(|(s, _)| *s == stream).unwrap().1;
+        assert!(
+            matches!(outcome_of(7), ReadOutcome::IoError(_)),
+            "{outcomes:?}"
+        );
+        assert_eq!(outcome_of(8), &ReadOutcome::Ok);
+        assert_eq!(pieces.len(), 1);
+        assert_eq!(pieces[0].stream.0, 8);
+        assert_eq!(&pieces[0].data[..], &content(1 << 20)[..]);
     }
 
     #[test]

@@ -56,6 +56,11 @@ pub struct DiskMetrics {
     /// Reads the disk model served wholly from the drive's cache (seed
     /// 003's prefetched blocks).
     pub cache_hits: AtomicU64,
+    /// Stream reads that took another stream's buffer of the same extents
+    /// instead of reading the device (part of `reads`), and their bytes
+    /// (part of `bytes_read`).
+    pub shared_reads: AtomicU64,
+    pub shared_bytes: AtomicU64,
     pub model_busy_ns_total: AtomicU64,
     pub measured_busy_ns_total: AtomicU64,
     /// Rounds whose batch ended after the round did (disk-round overruns).
@@ -98,6 +103,8 @@ impl Default for DiskMetrics {
             granted_commands: AtomicU64::new(0),
             granted_bytes: AtomicU64::new(0),
             cache_hits: AtomicU64::new(0),
+            shared_reads: AtomicU64::new(0),
+            shared_bytes: AtomicU64::new(0),
             model_busy_ns_total: AtomicU64::new(0),
             measured_busy_ns_total: AtomicU64::new(0),
             overruns: AtomicU64::new(0),
@@ -574,6 +581,8 @@ impl Metrics {
                     granted_commands: g(&d.granted_commands),
                     granted_bytes: g(&d.granted_bytes),
                     cache_hits: g(&d.cache_hits),
+                    shared_reads: g(&d.shared_reads),
+                    shared_bytes: g(&d.shared_bytes),
                     model_busy_ns_total: g(&d.model_busy_ns_total),
                     measured_busy_ns_total: g(&d.measured_busy_ns_total),
                     overruns: g(&d.overruns),
@@ -653,6 +662,8 @@ pub struct DiskSnapshot {
     pub granted_commands: u64,
     pub granted_bytes: u64,
     pub cache_hits: u64,
+    pub shared_reads: u64,
+    pub shared_bytes: u64,
     pub model_busy_ns_total: u64,
     pub measured_busy_ns_total: u64,
     pub overruns: u64,

@@ -318,6 +318,8 @@ impl Driver {
                 granted_bytes,
                 granted_model_ns,
                 cache_hits,
+                shared_reads,
+                shared_bytes,
                 ended_at,
                 late,
                 model_busy_ns,
@@ -326,6 +328,8 @@ impl Driver {
                 let metrics = &self.shared.metrics;
                 let d = &metrics.disks[disk.index()];
                 d.cache_hits.fetch_add(cache_hits as u64, Relaxed);
+                d.shared_reads.fetch_add(shared_reads as u64, Relaxed);
+                d.shared_bytes.fetch_add(shared_bytes, Relaxed);
                 d.reads.fetch_add(requests as u64, Relaxed);
                 d.bytes_read.fetch_add(bytes, Relaxed);
                 // Every batch of the round, a late start's too, must end

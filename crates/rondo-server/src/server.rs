@@ -363,7 +363,10 @@ impl RunningServer {
                     device.disk(),
                     Arc::clone(&device) as Arc<dyn crate::storage::Storage>,
                     model,
-                    config.disk_timing,
+                    crate::io::DeviceIo {
+                        timing: config.disk_timing,
+                        share_reads: config.share_reads,
+                    },
                     clock,
                     pool.clone(),
                     events_tx.clone(),

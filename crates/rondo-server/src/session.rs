@@ -38,7 +38,6 @@ use rondo_model::reservation::Rejection;
 use rondo_model::units::{PlaybackRound, Round, StreamId};
 use tokio::sync::mpsc;
 
-use crate::buffers::PooledBuf;
 use crate::io::DiskBatch;
 use crate::listener::ConnectionHandle;
 use crate::metrics::TitleCounters;
@@ -56,7 +55,10 @@ pub struct Piece {
     pub piece: u16,
     /// Where `data` starts in the piece (0 unless its read was cut).
     pub offset_bytes: u64,
-    pub data: PooledBuf,
+    /// The bytes, in a pooled read buffer (back to the pool when the last
+    /// holder drops them): the streams that read the same extents share
+    /// one buffer (`io`'s shared reads).
+    pub data: Bytes,
 }
 
 /// Where disk threads put a session's pieces: a lock-free queue that wakes
@@ -332,10 +334,10 @@ pub fn end_stream(core: &mut Core, stream: StreamId) -> Option<StreamState> {
 struct Pieces {
     replica: Replica,
     /// Each piece's first (or only) part.
-    pieces: Vec<Option<PooledBuf>>,
+    pieces: Vec<Option<Bytes>>,
     /// The later parts of pieces whose read a backup window cut: (piece,
     /// offset in it, bytes). Empty but for such rounds.
-    later_parts: Vec<(u16, u64, PooledBuf)>,
+    later_parts: Vec<(u16, u64, Bytes)>,
 }
 
 /// The HTTP body of a stream: holds the pieces its disk reads put in its
@@ -507,8 +509,8 @@ fn assemble(
     title: &LoadedTitle,
     playback_round: PlaybackRound,
     replica: Replica,
-    pieces: Vec<Option<PooledBuf>>,
-    later_parts: Vec<(u16, u64, PooledBuf)>,
+    pieces: Vec<Option<Bytes>>,
+    later_parts: Vec<(u16, u64, Bytes)>,
 ) -> Option<Bytes> {
     let playback_round = playback_round.index();
     let client_bytes = title.record.client_bytes[playback_round] as usize;
@@ -523,7 +525,7 @@ fn assemble(
                 return None;
             }
             let buf = pieces.next().flatten()?;
-            Some(buf.into_bytes().slice(..client_bytes))
+            Some(buf.slice(..client_bytes))
         }
         Replica::Backup => {
             let layout = title.layout.round(playback_round);
@@ -557,12 +559,8 @@ fn assemble(
 /// A cut piece's bytes: its first part followed by its later parts in
 /// order (copied once; rare: only backup reads recovered over a backup
 /// window are cut). `None` if the parts leave a gap.
-fn join_parts(
-    first: &PooledBuf,
-    piece: u16,
-    later_parts: &[(u16, u64, PooledBuf)],
-) -> Option<Vec<u8>> {
-    let mut parts: Vec<&(u16, u64, PooledBuf)> =
+fn join_parts(first: &Bytes, piece: u16, later_parts: &[(u16, u64, Bytes)]) -> Option<Vec<u8>> {
+    let mut parts: Vec<&(u16, u64, Bytes)> =
         later_parts.iter().filter(|(p, _, _)| *p == piece).collect();
     parts.sort_by_key(|(_, at, _)| *at);
     let mut joined = first.as_ref().to_vec();

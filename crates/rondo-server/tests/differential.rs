@@ -335,7 +335,12 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
                 DiskIndex(d as u32),
                 Arc::clone(s) as Arc<dyn Storage>,
                 Disk::new(profile.clone()).unwrap(),
-                DiskTiming::Native,
+                // Faults are per stream read here, as in the simulator:
+                // every stream read reaches the storage.
+                rondo_server::io::DeviceIo {
+                    timing: DiskTiming::Native,
+                    share_reads: false,
+                },
                 clock,
                 pool.clone(),
                 events_tx.clone(),

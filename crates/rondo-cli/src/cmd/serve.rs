@@ -105,6 +105,14 @@ pub struct ServeArgs {
     /// machine's memory. `rondo simulate --data-dir` takes the same flag.
     #[arg(long, value_name = "MIB")]
     pub buffer_per_disk_mib: Option<u64>,
+    /// Read every stream's every round from its disk, even when another
+    /// stream's read of the same extents is still in memory. By default
+    /// such reads share that buffer (streams of a title started in the
+    /// same round read once); this changes no admission or schedule, only
+    /// the host's copies and memory, and is here to measure what sharing
+    /// saves (`tools/cost.sh`).
+    #[arg(long)]
+    pub no_shared_reads: bool,
     /// Rounds of data a session may hold for its client.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_CLIENT_BUFFER_ROUNDS)]
     pub client_buffer_rounds: u64,
@@ -510,6 +518,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         request_body_bytes_max: args.request_body_bytes_max,
         upload_bytes_max: args.upload_bytes_max,
         buffer_per_disk_bytes: buffer_per_disk_bytes(args.buffer_per_disk_mib)?,
+        share_reads: !args.no_shared_reads,
         ..ServerConfig::default()
     };
     let data_dir = args.data_dir.clone();

@@ -486,7 +486,19 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
     // Per disk: one family at a time, a sample per disk.
     let disk_labels: Vec<String> = (0..metrics.disks.len()).map(|d| d.to_string()).collect();
     type DiskValue = fn(&crate::metrics::DiskMetrics) -> f64;
-    let per_disk: [(&str, &str, &str, DiskValue); 18] = [
+    let per_disk: [(&str, &str, &str, DiskValue); 20] = [
+        (
+            "rondo_disk_shared_reads_total",
+            "counter",
+            "Stream reads that took the buffer of another stream's read of the same extents instead of reading the device.",
+            |d| d.shared_reads.load(Relaxed) as f64,
+        ),
+        (
+            "rondo_disk_shared_bytes_total",
+            "counter",
+            "Bytes of the stream reads that shared another stream's buffer.",
+            |d| d.shared_bytes.load(Relaxed) as f64,
+        ),
         (
             "rondo_disk_cache_hits_total",
             "counter",
