@@ -39,9 +39,10 @@
 # Settings (environment): RONDO, STREAMS ("100 1000"), DISKS (8), PROFILE
 # (nvme-gen4), TITLE_SECONDS (120), BITRATES_KBPS ("200 400 600 800"), ZIPF
 # (1), SEED (1), ARRIVAL_S (10), PORT (18090), NGINX_PORT (18091), SERVERS
-# ("rondo nginx"), PERF (1 when perf is installed), PERF_RECORD (0),
-# CONNECTIONS_MAX (16384, rondo's --connections-max: nginx's 2 × 8192),
-# BUFFER_PER_DISK_MIB (64, rondo's --buffer-per-disk-mib).
+# ("rondo nginx"; also "rondo-unshared" and "nginx-lowmem", below), PERF (1
+# when perf is installed), PERF_RECORD (0), CONNECTIONS_MAX (16384, rondo's
+# --connections-max: nginx's 2 × 8192), BUFFER_PER_DISK_MIB (64, rondo's
+# --buffer-per-disk-mib), NGINX_MEMORY_MIB (24, nginx-lowmem's cgroup).
 # Needs: ffmpeg, curl, jq, ss (iproute2), fincore (util-linux), nginx
 # (installed if missing); perf (Debian's linux-perf) for the counts.
 set -euo pipefail
@@ -67,7 +68,12 @@ PERF_RECORD=${PERF_RECORD:-0}
 # Which servers to measure ("rondo nginx"; "rondo" alone while iterating:
 # the comparison is the ratio of one run with both). "rondo-unshared" is
 # rondo with --no-shared-reads: every stream's every round read from its
-# disk, to measure what shared reads save in the same run.
+# disk, to measure what shared reads save in the same run. "nginx-lowmem" is
+# issue 15's second workload, titles that do not fit in the page cache: nginx
+# (with `aio threads`, so that a read from disk does not block a worker) in a
+# memory cgroup of NGINX_MEMORY_MIB for its processes and the page cache
+# they fill, which holds less than the titles (34 MB), so that it reads
+# from disk too; the files are evicted from the cache before it starts.
 SERVERS=${SERVERS:-"rondo nginx"}
 # Open connections rondo accepts in all: nginx's 2 workers × 8192 below, so
 # that neither server's connection cap decides how many streams it carries.
@@ -75,6 +81,8 @@ CONNECTIONS_MAX=${CONNECTIONS_MAX:-16384}
 # rondo's stream buffers per disk (MiB): the serve default, 64 (seed 000 §6.3);
 # larger to find what the machine, not the budget, limits.
 BUFFER_PER_DISK_MIB=${BUFFER_PER_DISK_MIB:-64}
+# nginx-lowmem's memory cgroup limit (MiB): its RSS and its page cache.
+NGINX_MEMORY_MIB=${NGINX_MEMORY_MIB:-24}
 
 # shellcheck source=tools/lib.sh
 source "$ROOT/tools/lib.sh"
@@ -89,9 +97,11 @@ ensure_rondo
 mkdir -p "$OUT"
 WORK=$(mktemp -d "${WORK_PARENT:-/tmp}/rondo-cost.XXXXXX")
 PIDS=()
+CGROUP=""
 cleanup() {
     for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
+    [[ -n $CGROUP ]] && rmdir "$CGROUP" 2>/dev/null
     [[ ${KEEP_WORK:-0} == 1 ]] && say "kept $WORK" || rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -173,8 +183,34 @@ $locations    }
 }
 EOF
 cp "$WORK/nginx/nginx.conf" "$OUT/nginx.conf"
+sed 's/^    sendfile on;$/    sendfile on;\n    aio threads;/' "$WORK/nginx/nginx.conf" > "$WORK/nginx/nginx-lowmem.conf"
+cp "$WORK/nginx/nginx-lowmem.conf" "$OUT/nginx-lowmem.conf"
+# A memory cgroup of NGINX_MEMORY_MIB (v1 or v2); prints its directory.
+memory_cgroup() {
+    local dir bytes=$((NGINX_MEMORY_MIB * 1024 * 1024))
+    if [[ -w /sys/fs/cgroup/memory ]]; then
+        dir=/sys/fs/cgroup/memory/rondo-cost-$$
+        mkdir -p "$dir" && echo "$bytes" > "$dir/memory.limit_in_bytes"
+    elif grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+        dir=/sys/fs/cgroup/rondo-cost-$$
+        mkdir -p "$dir" && echo "$bytes" > "$dir/memory.max"
+    else
+        say "nginx-lowmem needs a writable memory cgroup (v1 or v2) to limit nginx's page cache"
+        exit 1
+    fi
+    echo "$dir"
+}
 start_nginx() {
-    nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
+    local conf=$WORK/nginx/nginx.conf
+    if [[ ${1:-} == lowmem ]]; then
+        conf=$WORK/nginx/nginx-lowmem.conf
+        [[ -n $CGROUP ]] || CGROUP=$(memory_cgroup)
+        # Out of the page cache, so that nginx's reads fill its own cgroup's.
+        for f in "$WWW"/media/*; do dd if="$f" iflag=nocache count=0 status=none; done
+        (echo "$BASHPID" > "$CGROUP/cgroup.procs" && exec nginx -p "$WORK/nginx" -c "$conf") &
+    else
+        nginx -p "$WORK/nginx" -c "$conf" &
+    fi
     NGINX_PID=$!
     PIDS+=("$NGINX_PID")
     for _ in $(seq 100); do curl -sf "$NGINX_URL/api/titles" >/dev/null && return 0; sleep 0.1; done
@@ -221,6 +257,8 @@ phase() {
     if [[ $server == rondo ]]; then start_rondo; pid=$RONDO_PID; url=$URL; port=$PORT
     elif [[ $server == rondo-unshared ]]; then
         start_rondo --no-shared-reads; pid=$RONDO_PID; url=$URL; port=$PORT
+    elif [[ $server == nginx-lowmem ]]; then
+        start_nginx lowmem; pid=$NGINX_PID; url=$NGINX_URL; port=$NGINX_PORT
     else start_nginx; pid=$NGINX_PID; url=$NGINX_URL; port=$NGINX_PORT; fi
     sleep 3
     read -r idle_rss idle_pss < <(mem_kib "$pid")
@@ -348,6 +386,9 @@ jq -s --arg up0 "$(cat "$OUT/uptime-start.txt")" --arg up1 "$(cat "$OUT/uptime-e
         | (map(select(.server == "nginx"))[0] | f) as $b
         | if $a == null or $b == null or $b == 0 then null else $a / $b end;
     def ratio(f): ratio_of("rondo"; f);
+    def ratio_to(s; f): (map(select(.server == "rondo"))[0] | f) as $a
+        | (map(select(.server == s))[0] | f) as $b
+        | if $a == null or $b == null or $b == 0 then null else $a / $b end;
     { phases: ., uptime_start: $up0, uptime_end: $up1,
       ratios: (group_by(.streams) | map({
         streams: .[0].streams,
@@ -356,9 +397,11 @@ jq -s --arg up0 "$(cat "$OUT/uptime-start.txt")" --arg up1 "$(cat "$OUT/uptime-e
         total_per_stream_rondo_over_nginx: ratio(.total_per_stream_kib),
         pss_per_stream_rondo_over_nginx: ratio(.pss_per_stream_kib),
         cpu_s_per_gb_unshared_over_nginx: ratio_of("rondo-unshared"; .cpu_s_per_gb),
-        total_per_stream_unshared_over_nginx: ratio_of("rondo-unshared"; .total_per_stream_kib)
+        total_per_stream_unshared_over_nginx: ratio_of("rondo-unshared"; .total_per_stream_kib),
+        cpu_s_per_gb_rondo_over_nginx_lowmem: ratio_to("nginx-lowmem"; .cpu_s_per_gb),
+        total_per_stream_rondo_over_nginx_lowmem: ratio_to("nginx-lowmem"; .total_per_stream_kib)
       })) }' "$OUT"/phase-*.json > "$OUT/summary.json"
 jq -r '(.phases[] | "\(.server) N=\(.streams): started \(.started), rejected \(.rejected), stalls \(.stalls), deadline misses \(.deadline_misses), start-up p99 \(.startup_latency_ms_p99 | round) ms, \(.bytes_received / 1e9 * 1000 | round / 1000) GB, CPU \(.cpu_s) s = \(.cpu_s_per_gb * 100 | round / 100) s/GB, RSS idle \(.idle_rss_kib) KiB, at N \(.rss_at_n_kib) KiB, per stream \(.rss_per_stream_kib) KiB (PSS \(.pss_per_stream_kib))"),
-       (.ratios[] | "ratio rondo/nginx N=\(.streams): CPU s/GB \(.cpu_s_per_gb_rondo_over_nginx), RSS/stream \(.rss_per_stream_rondo_over_nginx), RSS+page cache/stream \(.total_per_stream_rondo_over_nginx), PSS/stream \(.pss_per_stream_rondo_over_nginx); without shared reads: CPU s/GB \(.cpu_s_per_gb_unshared_over_nginx), RSS+page cache/stream \(.total_per_stream_unshared_over_nginx)"),
+       (.ratios[] | "ratio rondo/nginx N=\(.streams): CPU s/GB \(.cpu_s_per_gb_rondo_over_nginx), RSS/stream \(.rss_per_stream_rondo_over_nginx), RSS+page cache/stream \(.total_per_stream_rondo_over_nginx), PSS/stream \(.pss_per_stream_rondo_over_nginx); without shared reads: CPU s/GB \(.cpu_s_per_gb_unshared_over_nginx), RSS+page cache/stream \(.total_per_stream_unshared_over_nginx); against nginx-lowmem: CPU s/GB \(.cpu_s_per_gb_rondo_over_nginx_lowmem), RSS+page cache/stream \(.total_per_stream_rondo_over_nginx_lowmem)"),
        "load average: \(.uptime_start) -> \(.uptime_end)"' "$OUT/summary.json"
 say "results in $OUT"
