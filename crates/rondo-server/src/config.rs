@@ -55,6 +55,15 @@ pub const DEFAULT_START_BURST: Duration = Duration::from_secs(6);
 /// for them, so a short title is wanted whole (assumption: 1 MiB, a typical
 /// Linux receive window after autotuning; docs/server.md).
 pub const DEFAULT_START_BURST_BYTES: u64 = 1 << 20;
+/// Time a late start's reads must have left in the round beyond the disk
+/// model's (`ArrayConfig::late_start_allowance_ns`). Assumption: the batch's
+/// hand-over to the disk thread, its report at the next wake (one
+/// `io::EMULATION_QUANTUM_NS`) and a loaded host's scheduling take under
+/// 10 ms. Measured: a late start admitted 2.9 ms before its round's end,
+/// whose model reads fitted, completed after it on a loaded 2-core host
+/// (6 deadline misses in a `tools/cost.sh` run, docs/capacity.md). A stream
+/// asked for in a round's last 10 ms starts at the next boundary instead.
+pub const LATE_START_ALLOWANCE_NS: u64 = 10_000_000;
 /// Default grace time for a client that stops reading.
 pub const DEFAULT_STALL_GRACE: Duration = Duration::from_secs(30);
 /// Titles up to this long can be admitted: it sizes the reservation tables

@@ -259,6 +259,7 @@ impl RunningServer {
             // cluster, docs/cluster.md). A cluster's manager starts streams
             // at round boundaries.
             late_start: config.late_start && config.remote_disks.is_none(),
+            late_start_allowance_ns: crate::config::LATE_START_ALLOWANCE_NS,
             drive_prefetch: prefetch,
             cycle: config.cycle,
         });

@@ -1409,6 +1409,7 @@ pub fn prepare_placed(
         },
         // Arrivals come at round boundaries in the simulator.
         late_start: false,
+        late_start_allowance_ns: 0,
         drive_prefetch: config.drive_prefetch,
         cycle: config.dynamic_cycle,
     });

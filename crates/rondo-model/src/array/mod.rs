@@ -101,6 +101,12 @@ pub struct ArrayConfig {
     /// everything the disks were given for it ([`Array::admit_now`]). Off
     /// in seed 000 (streams start at round boundaries) and the simulator.
     pub late_start: bool,
+    /// Time a late start's reads must have left in the round beyond what
+    /// the model gives them: the executor's delay between the model's
+    /// instants and the reads' real completion (handing the batch over,
+    /// reporting at its wake quantum, a loaded host's scheduling). 0 where
+    /// the model's instants are the completions (the simulator).
+    pub late_start_allowance_ns: u64,
     /// Seed 003's drive-cache prefetching: which streams read in
     /// drive-cache pairs (the reservation config's `drive_cache_segments`
     /// bounds how many prefetched blocks a disk holds).
@@ -676,7 +682,8 @@ impl Array {
             return None;
         }
         let round = self.next_round.minus(1);
-        let end_ns = self.round_start_ns(round) + self.round_duration_ns(round);
+        let end_ns = (self.round_start_ns(round) + self.round_duration_ns(round))
+            .saturating_sub(self.config.late_start_allowance_ns);
         if now_ns >= end_ns {
             return None;
         }

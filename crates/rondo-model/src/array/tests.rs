@@ -35,6 +35,7 @@ fn config(disks: u32, scheme: Scheme) -> ArrayConfig {
         write_bound: bound,
         burst: Default::default(),
         late_start: false,
+        late_start_allowance_ns: 0,
         drive_prefetch: DrivePrefetch::None,
         cycle: None,
     }
@@ -1111,6 +1112,36 @@ fn a_stream_starts_in_the_round_in_progress_when_its_reads_fit_there() {
     assert!(late.is_none());
     assert!(s.start_round >= Round(1));
     a.check_invariants();
+}
+
+/// A late start must leave the executor's allowance in the round beyond
+/// the model's reads: a stream asked for when its reads would fit only
+/// without it starts at the next boundary.
+#[test]
+fn a_late_start_leaves_the_executors_allowance_in_the_round() {
+    let run = |allowance_ns: u64, now_ns: u64| {
+        let mut cfg = config(4, Scheme::Minimum);
+        cfg.late_start = true;
+        cfg.late_start_allowance_ns = allowance_ns;
+        let mut a = Array::new(cfg);
+        let mut allocator = ArrayAllocator::uniform(4, 1000);
+        a.add_title(title(0, 4, 0, &[100 * KIB; 8], &mut allocator));
+        a.admit_now(&whole(0), 0).unwrap();
+        let plan = a.begin_round(Round(0));
+        complete_all(&mut a, &plan);
+        let (s, late) = a.admit_now(&whole(0), now_ns).unwrap();
+        a.check_invariants();
+        (s.start_round, late.is_some())
+    };
+    // Late in the round, with room for the model's reads: a late start
+    // without an allowance, the next boundary with one larger than the
+    // room left.
+    let now_ns = 1_000_000_000 - 200_000_000;
+    assert_eq!(run(0, now_ns), (Round(0), true));
+    assert_eq!(run(10_000_000, now_ns), (Round(0), true));
+    assert_eq!(run(190_000_000, now_ns), (Round(1), false));
+    // Inside the allowance itself: no late start at all.
+    assert_eq!(run(10_000_000, 995_000_000), (Round(1), false));
 }
 
 /// A title on the segments layout (runs of `segment_rounds`) whose streams
