@@ -678,10 +678,7 @@ impl Worker {
             }
             let results = self.device.read_many(&mut ops);
             for ((op, result), extent) in ops.iter().zip(results).zip(&extents) {
-                outcome = match result {
-                    Err(err) => ReadOutcome::IoError(err.to_string()),
-                    Ok(()) => self.partials.check(self.disk, command, extent, op.buf),
-                };
+                outcome = self.checked_read(command, extent, result, op.buf);
                 if outcome != ReadOutcome::Ok {
                     break;
                 }
@@ -761,15 +758,25 @@ impl Worker {
             if state.failures[c].is_some() {
                 continue;
             }
-            let outcome = match result {
-                Err(err) => ReadOutcome::IoError(err.to_string()),
-                Ok(()) => self
-                    .partials
-                    .check(self.disk, &batch.commands[c], extent, op.buf),
-            };
+            let outcome = self.checked_read(&batch.commands[c], extent, result, op.buf);
             if outcome != ReadOutcome::Ok {
                 state.failures[c] = Some(outcome);
             }
+        }
+    }
+
+    /// An extent read's outcome: the device's error, or its bytes checked
+    /// against their checksum (a cut extent's across its parts).
+    fn checked_read(
+        &mut self,
+        command: &DiskCommand,
+        extent: &CommandExtent,
+        result: std::io::Result<()>,
+        data: &[u8],
+    ) -> ReadOutcome {
+        match result {
+            Err(err) => ReadOutcome::IoError(err.to_string()),
+            Ok(()) => self.partials.check(self.disk, command, extent, data),
         }
     }
 
