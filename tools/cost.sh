@@ -40,8 +40,10 @@
 # (nvme-gen4), TITLE_SECONDS (120), BITRATES_KBPS ("200 400 600 800"), ZIPF
 # (1), SEED (1), ARRIVAL_S (10), PORT (18090), NGINX_PORT (18091), SERVERS
 # ("rondo nginx"; also "rondo-unshared" and "nginx-lowmem", below), PERF (1
-# when perf is installed), PERF_RECORD (0), CONNECTIONS_MAX (16384, rondo's
-# --connections-max: nginx's 2 × 8192), BUFFER_PER_DISK_MIB (64, rondo's
+# when perf is installed), PERF_RECORD (0), PERF_KEEP_DATA
+# (0), CONNECTIONS_MAX (16384, rondo's
+# --connections-max: nginx's 2 × 8192), NGINX_WORKER_CONNECTIONS (8192),
+# LOAD_PROCESSES (auto: one per 10,000 streams), BUFFER_PER_DISK_MIB (64, rondo's
 # --buffer-per-disk-mib), NGINX_MEMORY_MIB (24, nginx-lowmem's cgroup).
 # Needs: ffmpeg, curl, jq, ss (iproute2), fincore (util-linux), nginx
 # (installed if missing); perf (Debian's linux-perf) for the counts.
@@ -65,6 +67,8 @@ NGINX_PORT=${NGINX_PORT:-18091}
 # record` (PERF_RECORD=1; results/cost/perf-report-*.txt).
 PERF=${PERF:-$(command -v perf >/dev/null && echo 1 || echo 0)}
 PERF_RECORD=${PERF_RECORD:-0}
+# Keep each phase's perf.data in OUT_DIR (PERF_KEEP_DATA=1 with PERF_RECORD=1).
+PERF_KEEP_DATA=${PERF_KEEP_DATA:-0}
 # Which servers to measure ("rondo nginx"; "rondo" alone while iterating:
 # the comparison is the ratio of one run with both). "rondo-unshared" is
 # rondo with --no-shared-reads: every stream's every round read from its
@@ -78,6 +82,12 @@ SERVERS=${SERVERS:-"rondo nginx"}
 # Open connections rondo accepts in all: nginx's 2 workers × 8192 below, so
 # that neither server's connection cap decides how many streams it carries.
 CONNECTIONS_MAX=${CONNECTIONS_MAX:-16384}
+# nginx's worker_connections (per worker; 2 workers on this machine).
+NGINX_WORKER_CONNECTIONS=${NGINX_WORKER_CONNECTIONS:-8192}
+# Processes of the load generator: one holds at most the open-file limit of
+# connections, so by default one per 10,000 streams (`rondo load
+# --processes`).
+LOAD_PROCESSES=${LOAD_PROCESSES:-auto}
 # rondo's stream buffers per disk (MiB): the serve default, 64 (seed 000 §6.3);
 # larger to find what the machine, not the budget, limits.
 BUFFER_PER_DISK_MIB=${BUFFER_PER_DISK_MIB:-64}
@@ -163,7 +173,7 @@ worker_processes auto;
 worker_rlimit_nofile 65536;
 pid $WORK/nginx/nginx.pid;
 error_log $WORK/nginx/logs/error.log warn;
-events { worker_connections 8192; }
+events { worker_connections $NGINX_WORKER_CONNECTIONS; }
 http {
     access_log off;
     sendfile on;
@@ -279,7 +289,9 @@ phase() {
     fi
     rate=$(jq -n "$n / $ARRIVAL_S")
     say "$tag: idle RSS $idle_rss KiB; rondo load --rate $rate --max-streams $n"
-    "$RONDO" load --url "$url" --rate "$rate" --duration $((ARRIVAL_S * 3)) \
+    local processes=$LOAD_PROCESSES
+    [[ $processes == auto ]] && processes=$(( (n + 9999) / 10000 ))
+    "$RONDO" load --url "$url" --rate "$rate" --duration $((ARRIVAL_S * 3)) --processes "$processes" \
         --max-streams "$n" --zipf "$ZIPF" --seed "$SEED" --json \
         > "$OUT/load-$tag.json" 2> "$OUT/load-$tag.err" &
     local load_pid=$!
@@ -305,6 +317,8 @@ phase() {
             kill -INT "$PERF_RECORD_PID" 2>/dev/null || true; wait "$PERF_RECORD_PID" 2>/dev/null || true
             perf report -i "$WORK/perf-$tag.data" --no-children --stdio --sort comm,dso,symbol \
                 --percent-limit 0.5 -g none 2>/dev/null | grep -v '^$' > "$OUT/perf-report-$tag.txt" || true
+            # The profile itself, for `perf report -i` with other sortings.
+            if [[ $PERF_KEEP_DATA == 1 ]]; then cp "$WORK/perf-$tag.data" "$OUT/"; fi
         fi
     fi
     echo '{"disks": []}' > "$OUT/metrics-$tag.json"

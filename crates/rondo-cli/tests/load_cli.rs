@@ -4,7 +4,8 @@
 //! (short, so a run drains quickly): a light load that every stream plays
 //! without a stall, with idle clients held and the server's counters
 //! matching the clients' view; a heavy load on a two-disk array that
-//! admission must partly refuse; a server frozen with SIGSTOP mid-playback,
+//! admission must partly refuse; the same load dealt over two client
+//! processes; a server frozen with SIGSTOP mid-playback,
 //! which every playing client must see as a stall; and the refusals of bad
 //! input. Each server is killed when its guard is dropped, panics included
 //! (rondo-testkit's `Serve`).
@@ -151,6 +152,76 @@ fn light_load_plays_every_stream_without_a_stall() {
     assert_eq!(r["idle_streams"].as_array().unwrap().len(), 3);
 }
 
+/// `--processes 2` makes the load one process makes: the same seeded
+/// arrivals and titles, every stream and idle client run once, in one
+/// merged report whose counts agree with the server's.
+#[test]
+fn the_same_load_in_two_processes_is_the_same_load() {
+    let server = Server::start(&[]);
+    let run = |processes: &str| {
+        let out = load(&[
+            "--url",
+            &server.url,
+            "--rate",
+            "3",
+            "--duration",
+            "3",
+            "--seed",
+            "11",
+            "--idle-clients",
+            "3",
+            "--processes",
+            processes,
+            "--json",
+            "--per-stream",
+        ]);
+        success_json(&out)
+    };
+    let one = run("1");
+    let two = run("2");
+    assert_eq!(two["settings"]["processes"], 2, "{:#}", two["settings"]);
+    for key in ["streams_requested", "streams_started", "streams_completed"] {
+        assert_eq!(one[key], two[key], "{key}: one process {one:#} two {two:#}");
+    }
+    assert!(u(&two, "streams_started") >= 1, "{two:#}");
+    assert_eq!(u(&two, "stalls"), 0, "{two:#}");
+    assert_eq!(one["bytes_received"], two["bytes_received"]);
+    // Each stream once, in index order, with the arrival and title one
+    // process drew for it.
+    let streams = |r: &Value| -> Vec<(u64, u64, f64)> {
+        r["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (u(s, "index"), u(s, "title_id"), f(s, "arrival_s")))
+            .collect()
+    };
+    let (a, b) = (streams(&one), streams(&two));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!((x.0, x.1), (y.0, y.1), "{a:?} {b:?}");
+        assert!((x.2 - y.2).abs() < 1e-9, "{a:?} {b:?}");
+    }
+    assert_eq!(
+        u(&two["idle_clients"], "held"),
+        3,
+        "{:#}",
+        two["idle_clients"]
+    );
+    let mut idle: Vec<u64> = two["idle_streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| u(s, "index"))
+        .collect();
+    idle.sort_unstable();
+    assert_eq!(idle, vec![0, 1, 2]);
+    // The parent read the server's counters around both children.
+    let admitted = u(&two["server_metrics_delta"], "admitted");
+    assert_eq!(admitted, u(&two, "streams_started") + 3, "{two:#}");
+    assert_eq!(u(&two, "deadline_misses"), 0, "{two:#}");
+}
+
 #[test]
 fn heavy_load_on_two_disks_is_partly_refused() {
     let server = Server::start(&["--disks", "2"]);
@@ -264,4 +335,15 @@ fn bad_input_is_refused_with_a_clear_message() {
         "{stderr}"
     );
     assert!(out.stdout.is_empty());
+    for (args, names) in [
+        (&["--processes", "0"][..], "--processes"),
+        (&["--processes", "2", "--verify", "1"][..], "--verify"),
+        (&["--shard", "3/2"][..], "--shard"),
+        (&["--shard", "half"][..], "--shard"),
+    ] {
+        let out = load(args);
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(names), "{args:?}: {stderr}");
+    }
 }

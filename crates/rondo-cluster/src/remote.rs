@@ -18,14 +18,15 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::Sender;
 use rondo_model::array::{Completion, Purpose, ReadOutcome};
 use rondo_model::layout::Replica;
 use rondo_model::units::{DiskIndex, PlaybackRound, Round, StreamId};
 use rondo_server::buffers::BufferPool;
 use rondo_server::executor::{DiskExecutors, DiskLost, ExecutorContext};
 use rondo_server::io::{
-    BATCH_QUEUE_ROUNDS, DeviceThread, DiskBatch, IoEvent, ReadDone, RoundClock,
+    BATCH_QUEUE_ROUNDS, BatchReceiver, BatchRecvError, DeviceThread, DiskBatch, IoEvent, ReadDone,
+    RoundClock, batch_queue,
 };
 use rondo_server::session::{Piece, PieceSender};
 use tokio::sync::mpsc;
@@ -300,7 +301,7 @@ impl DiskExecutors for StorageNodes {
             .get(&disk)
             .map(|&n| self.nodes[n].clone())
             .ok_or_else(|| std::io::Error::other(format!("no storage node serves disk {disk}")))?;
-        let (batches, batches_rx) = crossbeam_channel::bounded(BATCH_QUEUE_ROUNDS);
+        let (batches, batches_rx) = batch_queue();
         let runtime = Arc::clone(&self.runtime);
         let array_id = self.array_id.clone();
         let manager_epoch = self.manager_epoch;
@@ -539,7 +540,7 @@ fn run_disk(
     node: NodeInfo,
     (array_id, manager_epoch): (String, u64),
     context: ExecutorContext,
-    batches: Receiver<DiskBatch>,
+    batches: BatchReceiver,
 ) {
     let ExecutorContext {
         disk,
@@ -609,11 +610,11 @@ fn run_disk(
     loop {
         let batch = match batches.recv_timeout(Duration::from_millis(100)) {
             Ok(batch) => batch,
-            Err(RecvTimeoutError::Timeout) => {
+            Err(BatchRecvError::Timeout) => {
                 check_overdue(&link);
                 continue;
             }
-            Err(RecvTimeoutError::Disconnected) => break,
+            Err(BatchRecvError::Disconnected) => break,
         };
         let seq = next_seq;
         next_seq += 1;

@@ -2,7 +2,7 @@
 //! in the order the core's disk model serves them (C-SCAN), into pooled
 //! aligned buffers, and paces them to the model when timing is emulated.
 //!
-//! Each round the round driver sends a [`DiskBatch`] over a bounded channel.
+//! Each round the round driver sends a [`DiskBatch`] over a bounded queue.
 //! The thread hands the batch's extents to its `Disk` model
 //! (`execute_batch(.., Scheduler::Cscan)`, starting at the round's model
 //! time), then reads the extents in the model's service order with
@@ -56,14 +56,14 @@
 //! array queues them); a late start's batch ([`DiskBatch::late_start_ns`])
 //! is served from the model's state at its arrival (after its backlog).
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::sync::{Arc, Weak};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 use rondo_model::array::command::CommandExtent;
 use rondo_model::array::{Completion, DiskCommand, Purpose, ReadOutcome, batch_plan};
 use rondo_model::disk::{CommandTiming, Disk, Scheduler};
@@ -197,8 +197,156 @@ pub struct ReadDone {
 /// A running device thread.
 pub struct DeviceThread {
     pub disk: DiskIndex,
-    pub batches: Sender<DiskBatch>,
+    pub batches: BatchSender,
     pub handle: JoinHandle<()>,
+}
+
+/// The bounded queue of a disk thread's batches. A waiting disk thread
+/// sleeps on a condition variable: a channel's receive spins and then
+/// yields the CPU several times before it sleeps, which on a 2-core host
+/// running eight disk threads cost about 5% of the server's CPU in
+/// `sched_yield` (a profile of `tools/cost.sh` at 1000 streams,
+/// docs/serving-cost.md), for a wait that is usually most of a round.
+struct BatchQueue {
+    state: Mutex<BatchQueueState>,
+    /// Signalled when a batch is queued or the sender is gone.
+    filled: Condvar,
+    /// Signalled when the disk thread takes a batch.
+    drained: Condvar,
+}
+
+struct BatchQueueState {
+    batches: VecDeque<DiskBatch>,
+    senders: usize,
+    receiver_gone: bool,
+}
+
+/// The driver's end of a disk thread's batch queue; when the last clone is
+/// dropped the thread stops once the queued batches are done.
+pub struct BatchSender(Arc<BatchQueue>);
+
+/// A disk thread's end of its batch queue.
+pub struct BatchReceiver(Arc<BatchQueue>);
+
+/// The disk thread has stopped: the batch was not queued.
+#[derive(Debug)]
+pub struct DiskThreadGone;
+
+/// Why [`BatchReceiver::recv_timeout`] returned no batch.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BatchRecvError {
+    Timeout,
+    /// Every sender is gone and every batch taken.
+    Disconnected,
+}
+
+/// A disk thread's batch queue of [`BATCH_QUEUE_ROUNDS`].
+pub fn batch_queue() -> (BatchSender, BatchReceiver) {
+    let queue = Arc::new(BatchQueue {
+        state: Mutex::new(BatchQueueState {
+            batches: VecDeque::with_capacity(BATCH_QUEUE_ROUNDS),
+            senders: 1,
+            receiver_gone: false,
+        }),
+        filled: Condvar::new(),
+        drained: Condvar::new(),
+    });
+    (BatchSender(Arc::clone(&queue)), BatchReceiver(queue))
+}
+
+impl BatchSender {
+    /// Queues a batch, waiting while [`BATCH_QUEUE_ROUNDS`] are queued.
+    pub fn send(&self, batch: DiskBatch) -> Result<(), DiskThreadGone> {
+        let mut state = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+        while state.batches.len() >= BATCH_QUEUE_ROUNDS && !state.receiver_gone {
+            state = self
+                .0
+                .drained
+                .wait(state)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        if state.receiver_gone {
+            return Err(DiskThreadGone);
+        }
+        state.batches.push_back(batch);
+        drop(state);
+        self.0.filled.notify_one();
+        Ok(())
+    }
+}
+
+impl Clone for BatchSender {
+    fn clone(&self) -> BatchSender {
+        self.0
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .senders += 1;
+        BatchSender(Arc::clone(&self.0))
+    }
+}
+
+impl Drop for BatchSender {
+    fn drop(&mut self) {
+        self.0
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .senders -= 1;
+        self.0.filled.notify_one();
+    }
+}
+
+impl BatchReceiver {
+    /// The next batch, sleeping until there is one; `None` once every
+    /// sender is gone and every batch is taken.
+    pub fn recv(&self) -> Option<DiskBatch> {
+        self.recv_until(None).ok()
+    }
+
+    /// [`BatchReceiver::recv`], waiting at most `timeout`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<DiskBatch, BatchRecvError> {
+        self.recv_until(Some(Instant::now() + timeout))
+    }
+
+    fn recv_until(&self, deadline: Option<Instant>) -> Result<DiskBatch, BatchRecvError> {
+        let mut state = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(batch) = state.batches.pop_front() {
+                drop(state);
+                self.0.drained.notify_one();
+                return Ok(batch);
+            }
+            if state.senders == 0 {
+                return Err(BatchRecvError::Disconnected);
+            }
+            state = match deadline {
+                None => self.0.filled.wait(state).unwrap_or_else(|e| e.into_inner()),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(BatchRecvError::Timeout);
+                    }
+                    self.0
+                        .filled
+                        .wait_timeout(state, deadline - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+}
+
+impl Drop for BatchReceiver {
+    fn drop(&mut self) {
+        self.0
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .receiver_gone = true;
+        self.0.drained.notify_all();
+    }
 }
 
 /// Batches a device thread may have queued before the driver's send waits:
@@ -236,7 +384,7 @@ pub fn spawn_device(
     pool: BufferPool,
     events: Sender<IoEvent>,
 ) -> std::io::Result<DeviceThread> {
-    let (batches, receiver) = crossbeam_channel::bounded(BATCH_QUEUE_ROUNDS);
+    let (batches, receiver) = batch_queue();
     let handle = std::thread::Builder::new()
         .name(format!("rondo-disk-{disk}"))
         .spawn(move || {
@@ -427,8 +575,8 @@ impl PartialChecks {
 }
 
 impl Worker {
-    fn run(&mut self, batches: Receiver<DiskBatch>) {
-        for batch in batches {
+    fn run(&mut self, batches: BatchReceiver) {
+        while let Some(batch) = batches.recv() {
             self.execute(batch);
         }
     }
@@ -923,6 +1071,47 @@ mod tests {
     use rondo_model::disk::Op;
     use rondo_model::layout::Replica;
     use rondo_model::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
+
+    /// The batch queue keeps order, holds the driver back at
+    /// [`BATCH_QUEUE_ROUNDS`] until the disk thread takes one, times out
+    /// when empty, hands out what is queued after the senders are gone and
+    /// then reports them gone; a send to a thread that stopped fails.
+    #[test]
+    fn the_batch_queue_bounds_orders_and_ends() {
+        let batch = |r: u64| DiskBatch::round(Round(r), None, Vec::new());
+        let (tx, rx) = batch_queue();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_millis(5)).err(),
+            Some(BatchRecvError::Timeout)
+        );
+        for r in 0..BATCH_QUEUE_ROUNDS as u64 {
+            tx.send(batch(r)).unwrap();
+        }
+        let second = tx.clone();
+        let (sent_tx, sent_rx) = std::sync::mpsc::channel();
+        let blocked = std::thread::spawn(move || {
+            second.send(batch(99)).unwrap();
+            sent_tx.send(()).unwrap();
+        });
+        // The queue is full: the fifth send waits for the thread.
+        assert!(sent_rx.recv_timeout(Duration::from_millis(50)).is_err());
+        assert_eq!(rx.recv().map(|b| b.round), Some(Round(0)));
+        sent_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        blocked.join().unwrap();
+        drop(tx);
+        let rest: Vec<u64> = std::iter::from_fn(|| rx.recv())
+            .map(|b| b.round.0)
+            .collect();
+        let queued: Vec<u64> = (1..BATCH_QUEUE_ROUNDS as u64).chain([99]).collect();
+        assert_eq!(rest, queued);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_millis(5)).err(),
+            Some(BatchRecvError::Disconnected)
+        );
+        let (tx, rx) = batch_queue();
+        drop(rx);
+        assert!(tx.send(batch(0)).is_err());
+    }
 
     /// An extent read in three parts is checked against its whole
     /// checksum when its last part is read, for each stream reading it; a

@@ -52,7 +52,7 @@ pub struct Driver {
     shared: Arc<Shared>,
     /// The array and the sessions: this thread's alone.
     core: Core,
-    disks: Vec<Sender<DiskBatch>>,
+    disks: Vec<crate::io::BatchSender>,
     events: Receiver<IoEvent>,
     /// Jobs from HTTP handlers, sessions and the copier, run on the core.
     jobs: Receiver<CoreJob>,
@@ -66,7 +66,7 @@ impl Driver {
     pub fn new(
         shared: Arc<Shared>,
         core: Core,
-        disks: Vec<Sender<DiskBatch>>,
+        disks: Vec<crate::io::BatchSender>,
         events: Receiver<IoEvent>,
         jobs: Receiver<CoreJob>,
         faults: Sender<ExtentFaults>,

@@ -44,7 +44,8 @@ The server's deadline misses over the run come from GET /metrics \
 (rondo_deadline_misses_total) or else GET /api/metrics (stream_round_misses).\n\n\
 Examples:\n  rondo load --rate 2 --duration 60\n  \
 rondo load --url http://127.0.0.1:8080 --rate 50 --duration 300 --warmup 60 --json\n  \
-rondo load --rate 100 --max-streams 900 --idle-clients 100 --duration 20 --json --per-stream")]
+rondo load --rate 100 --max-streams 900 --idle-clients 100 --duration 20 --json --per-stream\n  \
+rondo load --rate 2000 --max-streams 30000 --duration 30 --processes 2   (more connections than one process may open)")]
 pub struct LoadArgs {
     /// Base URL of the rondo server.
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8080")]
@@ -104,6 +105,61 @@ pub struct LoadArgs {
     /// Without it a broken body ends the stream (counted broken).
     #[arg(long)]
     pub failover: bool,
+    /// Run the clients in K processes of this program. One process holds at
+    /// most its open-file limit of connections (`ulimit -n`, one per stream
+    /// or idle client); K processes hold K times that. Each draws the same
+    /// seeded arrivals and titles and runs every K-th stream, so the load is
+    /// the one a single process makes; their records are merged into one
+    /// report. Not with --verify.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub processes: usize,
+    /// Run only streams and idle clients whose index is I modulo K (set by
+    /// --processes for its client processes).
+    #[arg(long, value_name = "I/K", hide = true)]
+    pub shard: Option<String>,
+}
+
+/// The command line of client process `index` of `count` for
+/// `--processes`: these arguments, that process's `--shard`, and a JSON
+/// report with every stream's record for the parent to merge.
+fn child_args(args: &LoadArgs, index: usize, count: usize) -> Vec<String> {
+    let mut line: Vec<String> = vec![
+        "load".into(),
+        "--url".into(),
+        args.url.clone(),
+        "--rate".into(),
+        args.rate.to_string(),
+        "--duration".into(),
+        args.duration.to_string(),
+        "--zipf".into(),
+        args.zipf.to_string(),
+        "--seed".into(),
+        args.seed.to_string(),
+        "--max-streams".into(),
+        args.max_streams.to_string(),
+        "--idle-clients".into(),
+        args.idle_clients.to_string(),
+        "--warmup".into(),
+        args.warmup.to_string(),
+        "--header-timeout".into(),
+        args.header_timeout.to_string(),
+        "--read-timeout".into(),
+        args.read_timeout.to_string(),
+        "--shard".into(),
+        format!("{index}/{count}"),
+        "--json".into(),
+        "--per-stream".into(),
+    ];
+    if let Some(ms) = args.playout_delay_ms {
+        line.extend(["--playout-delay-ms".into(), ms.to_string()]);
+    }
+    if let Some(s) = args.drain_timeout {
+        line.extend(["--drain-timeout".into(), s.to_string()]);
+    }
+    if args.failover {
+        line.push("--failover".into());
+    }
+    line
 }
 
 fn seconds(name: &str, value: f64, allow_zero: bool) -> anyhow::Result<Duration> {
@@ -136,6 +192,19 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
             args.duration
         );
     }
+    if args.processes == 0 {
+        bail!("--processes must be at least 1");
+    }
+    if args.processes > 1 && args.verify > 0 {
+        bail!("--verify runs in one process: leave out --processes, or --verify");
+    }
+    if args.processes > 1 && args.shard.is_some() {
+        bail!("--shard is set by --processes for its client processes; give one or the other");
+    }
+    let shard = match &args.shard {
+        Some(text) => run::Shard::parse(text)?,
+        None => run::Shard::ALL,
+    };
     let url = args.url.trim_end_matches('/').to_string();
     if !url.starts_with("http://") {
         bail!("--url must be an http:// URL of a rondo server, like http://127.0.0.1:8080");
@@ -165,8 +234,16 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
         progress: !args.json,
         failover: args.failover,
         per_stream: args.per_stream,
+        shard,
     };
-    let report = run::run_blocking(config)?;
+    let report = if args.processes > 1 {
+        let children = (0..args.processes)
+            .map(|index| child_args(&args, index, args.processes))
+            .collect();
+        run::run_processes(config, children)?
+    } else {
+        run::run_blocking(config)?
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -85,7 +85,7 @@ pub struct StreamPlan {
 }
 
 /// How a stream ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Completed,
@@ -95,7 +95,7 @@ pub enum Outcome {
 }
 
 /// One client's measurements (`--per-stream` prints them).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StreamRecord {
     pub index: usize,
     pub title_id: u64,

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -22,7 +22,7 @@ pub const IDLE_RECV_BUFFER_BYTES: u32 = 4096;
 const MAX_HEAD_BYTES: usize = 16 * 1024;
 
 /// How an idle client ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IdleOutcome {
     /// Admitted (200) and held, unread, until the run ended.
@@ -31,7 +31,7 @@ pub enum IdleOutcome {
     Error,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct IdleRecord {
     pub index: usize,
     pub title_id: u64,

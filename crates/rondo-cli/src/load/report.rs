@@ -32,6 +32,8 @@ pub struct RunSettings {
     pub drain_timeout_s: f64,
     /// `None`: one round of each title.
     pub playout_delay_ms: Option<f64>,
+    /// Client processes the streams were dealt over (`--processes`).
+    pub processes: usize,
 }
 
 /// Requests per title.
@@ -336,8 +338,17 @@ pub fn render_text(r: &Report) -> String {
         out.push('\n');
     };
     line(format!(
-        "rondo load: {} at {} streams/s for {} s (Zipf {}, seed {})",
-        s.url, s.rate_per_s, s.duration_s, s.zipf_exponent, s.seed
+        "rondo load: {} at {} streams/s for {} s (Zipf {}, seed {}{})",
+        s.url,
+        s.rate_per_s,
+        s.duration_s,
+        s.zipf_exponent,
+        s.seed,
+        if s.processes > 1 {
+            format!(", {} client processes", s.processes)
+        } else {
+            String::new()
+        }
     ));
     let reasons: Vec<String> = r
         .rejections_by_reason

@@ -7,6 +7,13 @@
 //! are cut and count as broken). Then the idle clients are released, the
 //! server's counters read again, `--verify`'s reference GETs made, and the
 //! report built.
+//!
+//! With `--processes K` the clients run in K child processes (one process
+//! holds at most its open-file limit of connections): every child draws the
+//! same seeded arrivals and titles and runs the streams (and idle clients)
+//! whose index is its own modulo K, so the load is the one a single process
+//! would make; this process reads the server's counters before and after
+//! and merges the children's records into one report.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -49,6 +56,36 @@ pub struct LoadConfig {
     /// Resume a broken stream at another of the cluster's interface nodes
     /// (`--failover`).
     pub failover: bool,
+    /// Which of the streams this process runs.
+    pub shard: Shard,
+}
+
+/// The streams (and idle clients) one process runs: those whose index is
+/// `index` modulo `count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Shard {
+    /// Every stream, in this process.
+    pub const ALL: Shard = Shard { index: 0, count: 1 };
+
+    /// Parses `I/K` (`--shard`).
+    pub fn parse(text: &str) -> anyhow::Result<Shard> {
+        let parsed = text
+            .split_once('/')
+            .and_then(|(i, k)| Some((i.parse().ok()?, k.parse().ok()?)));
+        match parsed {
+            Some((index, count)) if index < count => Ok(Shard { index, count }),
+            _ => bail!("--shard must be I/K with I < K, like 0/2, not {text:?}"),
+        }
+    }
+
+    fn owns(&self, index: usize) -> bool {
+        index % self.count == self.index
+    }
 }
 
 /// Seed offsets: arrivals, title choice and idle clients' titles are
@@ -230,6 +267,9 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     let mut opening = JoinSet::new();
     for index in 0..config.idle_clients {
         let title = titles[idle_choice.next_title()].clone();
+        if !config.shard.owns(index) {
+            continue;
+        }
         let timeout = config.client.header_timeout;
         opening.spawn(async move { open_idle(index, title.id, &title.stream_url, timeout).await });
     }
@@ -288,6 +328,10 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
         }
         tokio::time::sleep_until((run_start + Duration::from_secs_f64(arrival_s)).into()).await;
         let title = titles[choice.next_title()].clone();
+        if !config.shard.owns(index) {
+            index += 1;
+            continue;
+        }
         let plan = StreamPlan {
             index,
             title,
@@ -347,23 +391,8 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     ticker.abort();
     bar.finish_and_clear();
 
-    let settings = RunSettings {
-        url: config.url.clone(),
-        rate_per_s: config.rate_per_s,
-        duration_s,
-        zipf_exponent: config.zipf_exponent,
-        seed: config.seed,
-        max_streams: config.max_streams,
-        idle_clients: config.idle_clients,
-        warmup_s: config.warmup.as_secs_f64(),
-        verify_streams: config.verify_streams,
-        header_timeout_s: config.client.header_timeout.as_secs_f64(),
-        read_timeout_s: config.client.read_timeout.as_secs_f64(),
-        drain_timeout_s: drain_timeout.as_secs_f64(),
-        playout_delay_ms: config.client.playout_delay.map(|d| d.as_secs_f64() * 1e3),
-    };
     Ok(summarise(Collected {
-        settings,
+        settings: run_settings(&config, drain_timeout, config.shard.count),
         titles,
         records,
         idle: idle_records,
@@ -374,6 +403,135 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
         wall_s,
         per_stream: config.per_stream,
     }))
+}
+
+/// The settings echoed into the report.
+fn run_settings(config: &LoadConfig, drain_timeout: Duration, processes: usize) -> RunSettings {
+    RunSettings {
+        url: config.url.clone(),
+        rate_per_s: config.rate_per_s,
+        duration_s: config.duration.as_secs_f64(),
+        zipf_exponent: config.zipf_exponent,
+        seed: config.seed,
+        max_streams: config.max_streams,
+        idle_clients: config.idle_clients,
+        warmup_s: config.warmup.as_secs_f64(),
+        verify_streams: config.verify_streams,
+        header_timeout_s: config.client.header_timeout.as_secs_f64(),
+        read_timeout_s: config.client.read_timeout.as_secs_f64(),
+        drain_timeout_s: drain_timeout.as_secs_f64(),
+        playout_delay_ms: config.client.playout_delay.map(|d| d.as_secs_f64() * 1e3),
+        processes,
+    }
+}
+
+/// What this process reads from a child's `--json --per-stream` report.
+#[derive(serde::Deserialize)]
+struct ChildReport {
+    streams: Vec<StreamRecord>,
+    #[serde(default)]
+    idle_streams: Vec<IdleRecord>,
+    open_files_limit: Option<u64>,
+    wall_s: f64,
+}
+
+/// Runs the load in `child_args.len()` child processes of this program
+/// (each given its `rondo load ... --shard I/K --json --per-stream` line)
+/// and merges their records into one report.
+pub fn run_processes(config: LoadConfig, child_args: Vec<Vec<String>>) -> anyhow::Result<Report> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(async move {
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.client.header_timeout)
+            .user_agent("rondo-load")
+            .build()
+            .context("building the HTTP client")?;
+        let titles = fetch_titles(&client, &config.url, config.client.header_timeout).await?;
+        let longest_title = titles
+            .iter()
+            .map(|t| t.duration_seconds)
+            .fold(0.0, f64::max);
+        let drain_timeout = config
+            .drain_timeout
+            .unwrap_or_else(|| Duration::from_secs_f64(2.0 * longest_title + 60.0));
+        let before =
+            server_metrics::fetch(&client, &config.url, config.client.header_timeout).await;
+        let program = std::env::current_exe().context("finding this program to run its clients")?;
+        let count = child_args.len();
+        let mut children = Vec::with_capacity(count);
+        for (index, args) in child_args.into_iter().enumerate() {
+            let child = std::process::Command::new(&program)
+                .args(&args)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .with_context(|| format!("starting client process {index} of {count}"))?;
+            children.push(child);
+        }
+        let bar = progress_bar(config.progress);
+        bar.set_message(format!("{count} client processes running"));
+        let ticker = {
+            let bar = bar.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(PROGRESS_TICK);
+                loop {
+                    tick.tick().await;
+                    bar.tick();
+                }
+            })
+        };
+        // Read one child's report after the other: they run on their own,
+        // and a child whose report is not read yet waits only to print it.
+        let outputs = tokio::task::spawn_blocking(move || {
+            children
+                .into_iter()
+                .map(|c| c.wait_with_output())
+                .collect::<Vec<_>>()
+        })
+        .await
+        .context("waiting for the client processes")?;
+        ticker.abort();
+        bar.finish_and_clear();
+        let (mut records, mut idle) = (Vec::new(), Vec::new());
+        let (mut open_files_limit, mut wall_s) = (None::<u64>, 0.0f64);
+        for (index, output) in outputs.into_iter().enumerate() {
+            let output =
+                output.with_context(|| format!("waiting for client process {index} of {count}"))?;
+            if !output.status.success() {
+                bail!(
+                    "client process {index} of {count} failed ({}); its error is above",
+                    output.status
+                );
+            }
+            let child: ChildReport = serde_json::from_slice(&output.stdout).with_context(|| {
+                format!("client process {index} of {count} printed no readable report")
+            })?;
+            records.extend(child.streams);
+            idle.extend(child.idle_streams);
+            open_files_limit = match (open_files_limit, child.open_files_limit) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            wall_s = wall_s.max(child.wall_s);
+        }
+        // The children waited a round and a half after their streams for
+        // the server to count the last misses.
+        let after = server_metrics::fetch(&client, &config.url, config.client.header_timeout).await;
+        Ok(summarise(Collected {
+            settings: run_settings(&config, drain_timeout, count),
+            titles,
+            records,
+            idle,
+            deadline_misses: server_metrics::deadline_misses(&before, &after),
+            server_metrics_delta: server_metrics::api_delta(&before, &after),
+            verify: None,
+            open_files_limit,
+            wall_s,
+            per_stream: config.per_stream,
+        }))
+    })
 }
 
 /// Compares the hashed streams with one full GET per title, made now that
