@@ -44,7 +44,8 @@
 # (0), CONNECTIONS_MAX (16384, rondo's
 # --connections-max: nginx's 2 × 8192), NGINX_WORKER_CONNECTIONS (8192),
 # LOAD_PROCESSES (auto: one per 10,000 streams), BUFFER_PER_DISK_MIB (64, rondo's
-# --buffer-per-disk-mib), NGINX_MEMORY_MIB (24, nginx-lowmem's cgroup).
+# --buffer-per-disk-mib), NGINX_MEMORY_MIB (24, nginx-lowmem's cgroup),
+# NETWORK_MBPS_MAX (none; rondo's --network-mbps-max).
 # Needs: ffmpeg, curl, jq, ss (iproute2), fincore (util-linux), nginx
 # (installed if missing); perf (Debian's linux-perf) for the counts.
 set -euo pipefail
@@ -93,6 +94,9 @@ LOAD_PROCESSES=${LOAD_PROCESSES:-auto}
 BUFFER_PER_DISK_MIB=${BUFFER_PER_DISK_MIB:-64}
 # nginx-lowmem's memory cgroup limit (MiB): its RSS and its page cache.
 NGINX_MEMORY_MIB=${NGINX_MEMORY_MIB:-24}
+# rondo's --network-mbps-max (empty: not limited): what this host can send,
+# so that rondo refuses (503, reason "network") what it cannot carry.
+NETWORK_MBPS_MAX=${NETWORK_MBPS_MAX:-}
 
 # shellcheck source=tools/lib.sh
 source "$ROOT/tools/lib.sh"
@@ -132,6 +136,7 @@ start_rondo() {
     "$RONDO" serve --data-dir "$DATA" --listen "127.0.0.1:$PORT" --disks "$DISKS" \
         --disk-profile "$PROFILE" --no-samples --connections-per-client-max 0 \
         --connections-max "$CONNECTIONS_MAX" --buffer-per-disk-mib "$BUFFER_PER_DISK_MIB" \
+        ${NETWORK_MBPS_MAX:+--network-mbps-max "$NETWORK_MBPS_MAX"} \
         "$@" >> "$OUT/serve.log" 2>&1 &
     RONDO_PID=$!
     PIDS+=("$RONDO_PID")

@@ -128,6 +128,11 @@ pub struct ServerConfig {
     pub backup_window_rounds: u32,
     /// Server buffer admission may reserve, per disk.
     pub buffer_per_disk_bytes: u64,
+    /// What the host can send its clients, in bits per second (seed 000
+    /// §6.3's network term): admission reserves each stream's bytes of each
+    /// round against it and refuses the rest (503, reason "network").
+    /// `None`: not limited.
+    pub network_bits_per_s_max: Option<u64>,
     /// Longest title the reservation tables can hold.
     pub max_title_duration: Duration,
     /// Bounds on client connections (count, header and idle timeouts,
@@ -243,6 +248,7 @@ impl Default for ServerConfig {
             cycle: None,
             backup_window_rounds: 1,
             buffer_per_disk_bytes: DEFAULT_BUFFER_PER_DISK_BYTES,
+            network_bits_per_s_max: None,
             max_title_duration: DEFAULT_MAX_TITLE_DURATION,
             connections: Default::default(),
             request_body_bytes_max: DEFAULT_REQUEST_BODY_BYTES_MAX,

@@ -288,6 +288,52 @@ async fn no_start_round_within_the_lookahead_gives_503_with_retry_after() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn streams_beyond_the_network_capacity_get_503_and_the_others_play_whole() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    // 4 Mbit/s, padded: every full round is close to the largest.
+    let clip = make_media_padded(dir.path(), "clip", MediaKind::Ts, 6, Some(4000));
+    let store = create_store(&dir.path().join("data"));
+    let record = ingest(&store, &clip, "clip");
+    let round_bytes_max = *record.client_bytes.iter().max().unwrap();
+    // Room for two streams' largest rounds and a quarter more: a third
+    // stream, started in the same round or the next, exceeds it.
+    let bytes_per_round = 2 * round_bytes_max + round_bytes_max / 4;
+    let config = rondo_server::ServerConfig {
+        network_bits_per_s_max: Some(bytes_per_round * 8),
+        lookahead_rounds: 1,
+        start_burst: Duration::ZERO,
+        start_burst_bytes: 0,
+        disk_timing: rondo_server::DiskTiming::Native,
+        ..test_config()
+    };
+    let server = start(store, config).await;
+    let url = format!("{}/stream/{}.ts", server.url(), record.id.0);
+    let client = reqwest::Client::new();
+    let first = client.get(&url).send().await.unwrap();
+    let second = client.get(&url).send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(second.status(), StatusCode::OK);
+    let third = client.get(&url).send().await.unwrap();
+    assert_eq!(third.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(third.headers().contains_key(RETRY_AFTER));
+    let body: serde_json::Value = third.json().await.unwrap();
+    assert_eq!(body["reason"], "network", "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("network"),
+        "{body}"
+    );
+    assert_eq!(server.metrics().rejected_network, 1);
+    // The admitted two play whole, on time.
+    let media = std::fs::read(&clip).unwrap();
+    assert!(first.bytes().await.unwrap() == media);
+    assert!(second.bytes().await.unwrap() == media);
+    let m = server.metrics();
+    assert_eq!(m.stream_round_misses, 0, "{m:?}");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_client_that_stops_reading_is_dropped_after_the_grace_time_and_delays_no_one() {
     use tokio::io::AsyncWriteExt;
     init_logs();

@@ -165,6 +165,9 @@ pub struct SimConfig {
     pub lookahead_rounds: Option<u64>,
     /// Server buffer per disk (seed 000 §6.3: 64 MB).
     pub buffer_per_disk_bytes: u64,
+    /// Network capacity in bits per second (seed 000 §6.3); `None`: not
+    /// limited, as in seed 000's experiments.
+    pub network_bits_per_s_max: Option<u64>,
     pub warmup_rounds: u64,
     pub end_round: u64,
     pub failure: Option<FailureSpec>,
@@ -235,6 +238,7 @@ impl SimConfig {
             // Seed 000 §6.3: "64 MB for every extra disk"; MB read as 2^20
             // bytes since buffers are 16 KB blocks (assumption).
             buffer_per_disk_bytes: 64 << 20,
+            network_bits_per_s_max: None,
             warmup_rounds: 3000,
             end_round: 9000,
             failure: None,
@@ -1363,6 +1367,9 @@ pub fn prepare_placed(
         longest,
         lookahead_rounds,
     );
+    reservation.network_capacity_bytes_per_round = config.network_bits_per_s_max.map(|bits| {
+        rondo_model::reservation::network_bytes_per_round(bits, config.round_duration_ns)
+    });
     if let Some(why) =
         config
             .drive_prefetch

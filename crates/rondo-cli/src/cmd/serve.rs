@@ -105,6 +105,15 @@ pub struct ServeArgs {
     /// machine's memory. `rondo simulate --data-dir` takes the same flag.
     #[arg(long, value_name = "MIB")]
     pub buffer_per_disk_mib: Option<u64>,
+    /// What the host can send its clients, in megabits per second (10^6
+    /// bits): seed 000 §6.3's network capacity. Admission reserves every
+    /// stream's bytes of each round against it, so that streams beyond
+    /// what the network interface (or the host's CPU, measured with
+    /// `tools/cost.sh`) can send are refused (503, reason "network")
+    /// rather than all slowed. Default: not limited. `rondo simulate`
+    /// takes the same flag.
+    #[arg(long, value_name = "MBPS")]
+    pub network_mbps_max: Option<f64>,
     /// Read every stream's every round from its disk, even when another
     /// stream's read of the same extents is still in memory. By default
     /// such reads share that buffer (streams of a title started in the
@@ -518,6 +527,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         request_body_bytes_max: args.request_body_bytes_max,
         upload_bytes_max: args.upload_bytes_max,
         buffer_per_disk_bytes: buffer_per_disk_bytes(args.buffer_per_disk_mib)?,
+        network_bits_per_s_max: network_bits_per_s(args.network_mbps_max)?,
         share_reads: !args.no_shared_reads,
         ..ServerConfig::default()
     };
@@ -624,10 +634,43 @@ pub fn buffer_per_disk_bytes(mib: Option<u64>) -> anyhow::Result<u64> {
     }
 }
 
+/// `--network-mbps-max` in bits per second, shared by `rondo serve` and
+/// `rondo simulate` so that a prediction is made with the capacity the
+/// server admits against.
+pub fn network_bits_per_s(mbps: Option<f64>) -> anyhow::Result<Option<u64>> {
+    match mbps {
+        None => Ok(None),
+        Some(m) if !(m.is_finite() && m > 0.0) => {
+            anyhow::bail!(
+                "--network-mbps-max {m}: must be a positive number of megabits per second"
+            )
+        }
+        Some(m) if m * 1e6 >= u64::MAX as f64 => {
+            anyhow::bail!("--network-mbps-max {m}: too large")
+        }
+        Some(m) => Ok(Some((m * 1e6).round() as u64)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::invocation_for;
     use std::path::Path;
+
+    #[test]
+    fn network_capacity_is_read_in_megabits_and_bad_values_are_refused() {
+        use super::network_bits_per_s;
+        assert_eq!(network_bits_per_s(None).unwrap(), None);
+        assert_eq!(network_bits_per_s(Some(1.5)).unwrap(), Some(1_500_000));
+        assert_eq!(
+            network_bits_per_s(Some(10_000.0)).unwrap(),
+            Some(10_000_000_000)
+        );
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e20] {
+            let e = network_bits_per_s(Some(bad)).unwrap_err().to_string();
+            assert!(e.contains("--network-mbps-max"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn hints_name_the_command_the_user_can_run() {

@@ -125,6 +125,12 @@ pub struct SimulateArgs {
     /// what `rondo serve --buffer-per-disk-mib` is given.
     #[arg(long, value_name = "MIB")]
     buffer_per_disk_mib: Option<u64>,
+    /// Network capacity in megabits per second (seed 000 §6.3): streams
+    /// whose bytes of a round would exceed it are refused. Default: not
+    /// limited. With --data-dir, give what `rondo serve --network-mbps-max`
+    /// is given.
+    #[arg(long, value_name = "MBPS")]
+    network_mbps_max: Option<f64>,
     /// Start burst: up to this many of a new stream's first rounds read in
     /// its first round and sent at once, when they fit (`rondo serve
     /// --start-burst-s`); 0: none, as in seed 000.
@@ -360,6 +366,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             config.disk_groups = args.layout.disk_groups.unwrap_or(1);
             config.buffer_per_disk_bytes =
                 super::serve::buffer_per_disk_bytes(args.buffer_per_disk_mib)?;
+            config.network_bits_per_s_max =
+                super::serve::network_bits_per_s(args.network_mbps_max)?;
             config.read_group_rounds = args.policy.read_group_rounds(config.segment_rounds)?;
             config.drive_prefetch = args.policy.drive_prefetch();
             config.dynamic_cycle = args.policy.dynamic_cycle(config.segment_rounds)?;
@@ -758,6 +766,7 @@ fn load_data_dir(
     // Cheetah, seed 000 Table 2's 11.3 MB/s).
     config.mu_rate_bytes_per_s = profile.paper_bound()?.rate_bytes_per_s as f64;
     config.buffer_per_disk_bytes = super::serve::buffer_per_disk_bytes(args.buffer_per_disk_mib)?;
+    config.network_bits_per_s_max = super::serve::network_bits_per_s(args.network_mbps_max)?;
     config.lookahead_rounds = Some(rondo_store::titles::DEFAULT_LOOKAHEAD_ROUNDS);
     Ok((config, bound, titles))
 }

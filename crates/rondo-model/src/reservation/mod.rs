@@ -292,6 +292,14 @@ impl ReservationConfig {
     }
 }
 
+/// A network of `bits_per_s` as the bytes it sends in one round of
+/// `round_duration_ns` (seed 000 §6.3's per-round network capacity),
+/// rounded down so that admission never reserves more than the link carries.
+pub fn network_bytes_per_round(bits_per_s: u64, round_duration_ns: u64) -> u64 {
+    (u128::from(bits_per_s) * u128::from(round_duration_ns) / 8 / 1_000_000_000)
+        .min(u128::from(u64::MAX)) as u64
+}
+
 /// Why a stream was not admitted.
 #[derive(Clone, Debug, PartialEq, Eq, Error, Serialize, Deserialize)]
 pub enum Rejection {

@@ -323,6 +323,48 @@ fn buffer_capacity_limits_admission() {
 }
 
 #[test]
+fn network_capacity_limits_admission_by_the_bytes_sent_each_round() {
+    let mut cfg = config(2, Scheme::None);
+    // Two streams' sends fit in a round, a third's does not.
+    cfg.network_capacity_bytes_per_round = Some(2 * 700 + 100);
+    let mut r = Reservations::new(cfg);
+    let charges = TitleCharges::new(
+        vec![
+            Charge {
+                disk: DiskIndex(0),
+                cost_ns: 1,
+                revolutions: 0,
+            };
+            2
+        ],
+        vec![vec![], vec![]],
+        vec![0, 700, 700],
+        &[700, 700],
+    )
+    .unwrap();
+    r.add_title(TitleId(0), charges);
+    r.try_admit(TitleId(0), Round(0), 1).unwrap();
+    r.try_admit(TitleId(0), Round(0), 1).unwrap();
+    assert!(matches!(
+        r.try_admit(TitleId(0), Round(0), 1),
+        Err(Rejection::Network { .. })
+    ));
+    // Two rounds later the first two have sent their last round.
+    assert_eq!(
+        r.try_admit(TitleId(0), Round(0), 4).unwrap().start_round,
+        Round(2)
+    );
+}
+
+#[test]
+fn network_bytes_per_round_is_the_link_over_a_round_rounded_down() {
+    assert_eq!(network_bytes_per_round(8_000_000, 1000 * MS), 1_000_000);
+    assert_eq!(network_bytes_per_round(8_000_000, 500 * MS), 500_000);
+    assert_eq!(network_bytes_per_round(15, 1000 * MS), 1);
+    assert_eq!(network_bytes_per_round(u64::MAX, u64::MAX), u64::MAX);
+}
+
+#[test]
 fn a_range_reserves_only_its_rounds() {
     let mut r = Reservations::new(config(4, Scheme::Minimum));
     r.add_title(TitleId(0), striped(4, 0, &[100, 200, 300, 400, 500]));
