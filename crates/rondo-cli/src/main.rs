@@ -37,7 +37,7 @@ enum Command {
     Experiment(cmd::experiment::ExperimentCommand),
     /// Serve titles over HTTP from a data directory (full operation). With no
     /// arguments: ./rondo-data with 4 emulated Cheetah disks and sample titles.
-    Serve(cmd::serve::ServeArgs),
+    Serve(Box<cmd::serve::ServeArgs>),
     /// Store media files as titles (hands them to a running server that owns
     /// the data directory).
     Ingest(cmd::ingest::IngestArgs),
@@ -71,7 +71,7 @@ fn main() {
         Command::Trace(c) => cmd::trace::run(c),
         Command::Simulate(a) => cmd::simulate::run(*a),
         Command::Experiment(c) => cmd::experiment::run(c),
-        Command::Serve(a) => cmd::serve::run(a),
+        Command::Serve(a) => cmd::serve::run(*a),
         Command::Ingest(a) => cmd::ingest::run(a),
         Command::Fsck(a) => cmd::fsck::run(a),
         Command::Tier(c) => cmd::tier::run(c),

@@ -164,6 +164,18 @@ async fn interface_nodes(
         .with_context(|| format!("{cluster_url} did not answer within {timeout:?}"))?
 }
 
+/// How long the drain waits for the last streams: `--drain-timeout`, or
+/// twice the longest title and a minute.
+fn drain_timeout(config: &LoadConfig, titles: &[TitleInfo]) -> Duration {
+    let longest_title = titles
+        .iter()
+        .map(|t| t.duration_seconds)
+        .fold(0.0, f64::max);
+    config
+        .drain_timeout
+        .unwrap_or_else(|| Duration::from_secs_f64(2.0 * longest_title + 60.0))
+}
+
 async fn fetch_titles(
     client: &reqwest::Client,
     url: &str,
@@ -243,13 +255,7 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
         .build()
         .context("building the HTTP client")?;
     let titles = fetch_titles(&client, &config.url, config.client.header_timeout).await?;
-    let longest_title = titles
-        .iter()
-        .map(|t| t.duration_seconds)
-        .fold(0.0, f64::max);
-    let drain_timeout = config
-        .drain_timeout
-        .unwrap_or_else(|| Duration::from_secs_f64(2.0 * longest_title + 60.0));
+    let drain_timeout = drain_timeout(&config, &titles);
     let before = server_metrics::fetch(&client, &config.url, config.client.header_timeout).await;
     let failover: FailoverUrls = if config.failover {
         interface_nodes(&client, &config.url, config.client.header_timeout).await?
@@ -450,13 +456,7 @@ pub fn run_processes(config: LoadConfig, child_args: Vec<Vec<String>>) -> anyhow
             .build()
             .context("building the HTTP client")?;
         let titles = fetch_titles(&client, &config.url, config.client.header_timeout).await?;
-        let longest_title = titles
-            .iter()
-            .map(|t| t.duration_seconds)
-            .fold(0.0, f64::max);
-        let drain_timeout = config
-            .drain_timeout
-            .unwrap_or_else(|| Duration::from_secs_f64(2.0 * longest_title + 60.0));
+        let drain_timeout = drain_timeout(&config, &titles);
         let before =
             server_metrics::fetch(&client, &config.url, config.client.header_timeout).await;
         let program = std::env::current_exe().context("finding this program to run its clients")?;
