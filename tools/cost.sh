@@ -40,12 +40,12 @@
 # (nvme-gen4), TITLE_SECONDS (120), BITRATES_KBPS ("200 400 600 800"), ZIPF
 # (1), SEED (1), ARRIVAL_S (10), PORT (18090), NGINX_PORT (18091), SERVERS
 # ("rondo nginx"; also "rondo-unshared" and "nginx-lowmem", below), PERF (1
-# when perf is installed), PERF_RECORD (0), PERF_KEEP_DATA
-# (0), CONNECTIONS_MAX (16384, rondo's
-# --connections-max: nginx's 2 × 8192), NGINX_WORKER_CONNECTIONS (8192),
-# LOAD_PROCESSES (auto: one per 10,000 streams), BUFFER_PER_DISK_MIB (64, rondo's
-# --buffer-per-disk-mib), NGINX_MEMORY_MIB (24, nginx-lowmem's cgroup),
-# NETWORK_MBPS_MAX (none; rondo's --network-mbps-max).
+# when perf is installed), PERF_RECORD (0), PERF_KEEP_DATA (0),
+# CONNECTIONS_MAX (16384, rondo's --connections-max: nginx's 2 × 8192),
+# NGINX_WORKER_CONNECTIONS (8192), LOAD_PROCESSES (auto: one per 10,000
+# streams), BUFFER_PER_DISK_MIB (64, rondo's --buffer-per-disk-mib),
+# NGINX_MEMORY_MIB (24, nginx-lowmem's cgroup), NETWORK_MBPS_MAX (none;
+# rondo's --network-mbps-max).
 # Needs: ffmpeg, curl, jq, ss (iproute2), fincore (util-linux), nginx
 # (installed if missing); perf (Debian's linux-perf) for the counts.
 set -euo pipefail

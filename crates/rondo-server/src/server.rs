@@ -203,9 +203,7 @@ impl RunningServer {
             longest_stream_rounds.max(max_title_rounds + 1),
             config.lookahead_rounds,
         );
-        reservation.network_capacity_bytes_per_round = config
-            .network_bits_per_s_max
-            .map(|bits| rondo_model::reservation::network_bytes_per_round(bits, round_duration_ns));
+        reservation.set_network_bits_per_s(config.network_bits_per_s_max);
         // The drive caches' segments for prefetched blocks, and their bus.
         prefetch.configure(&bound, &mut reservation);
         // A failed disk's backups read over a window of rounds, the

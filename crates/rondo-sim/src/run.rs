@@ -1367,9 +1367,7 @@ pub fn prepare_placed(
         longest,
         lookahead_rounds,
     );
-    reservation.network_capacity_bytes_per_round = config.network_bits_per_s_max.map(|bits| {
-        rondo_model::reservation::network_bytes_per_round(bits, config.round_duration_ns)
-    });
+    reservation.set_network_bits_per_s(config.network_bits_per_s_max);
     if let Some(why) =
         config
             .drive_prefetch

@@ -224,6 +224,16 @@ async fn fetch_titles(
     Ok(titles)
 }
 
+/// The load's HTTP client (the clients' and this process's own requests).
+fn http_client(config: &LoadConfig) -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(config.client.header_timeout)
+        .tcp_nodelay(true)
+        .user_agent("rondo-load")
+        .build()
+        .context("building the HTTP client")
+}
+
 fn progress_bar(visible: bool) -> ProgressBar {
     if !visible {
         return ProgressBar::hidden();
@@ -248,12 +258,7 @@ fn progress_message(live: &LiveCounters, phase: &str) -> String {
 
 async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     let open_files_limit = rondo_server::raise_open_files_limit();
-    let client = reqwest::Client::builder()
-        .connect_timeout(config.client.header_timeout)
-        .tcp_nodelay(true)
-        .user_agent("rondo-load")
-        .build()
-        .context("building the HTTP client")?;
+    let client = http_client(&config)?;
     let titles = fetch_titles(&client, &config.url, config.client.header_timeout).await?;
     let drain_timeout = drain_timeout(&config, &titles);
     let before = server_metrics::fetch(&client, &config.url, config.client.header_timeout).await;
@@ -450,11 +455,7 @@ pub fn run_processes(config: LoadConfig, child_args: Vec<Vec<String>>) -> anyhow
         .build()
         .context("starting the tokio runtime")?;
     runtime.block_on(async move {
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.client.header_timeout)
-            .user_agent("rondo-load")
-            .build()
-            .context("building the HTTP client")?;
+        let client = http_client(&config)?;
         let titles = fetch_titles(&client, &config.url, config.client.header_timeout).await?;
         let drain_timeout = drain_timeout(&config, &titles);
         let before =
@@ -472,16 +473,7 @@ pub fn run_processes(config: LoadConfig, child_args: Vec<Vec<String>>) -> anyhow
         }
         let bar = progress_bar(config.progress);
         bar.set_message(format!("{count} client processes running"));
-        let ticker = {
-            let bar = bar.clone();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(PROGRESS_TICK);
-                loop {
-                    tick.tick().await;
-                    bar.tick();
-                }
-            })
-        };
+        bar.enable_steady_tick(PROGRESS_TICK);
         // Read one child's report after the other: they run on their own,
         // and a child whose report is not read yet waits only to print it.
         let outputs = tokio::task::spawn_blocking(move || {
@@ -492,7 +484,6 @@ pub fn run_processes(config: LoadConfig, child_args: Vec<Vec<String>>) -> anyhow
         })
         .await
         .context("waiting for the client processes")?;
-        ticker.abort();
         bar.finish_and_clear();
         let (mut records, mut idle) = (Vec::new(), Vec::new());
         let (mut open_files_limit, mut wall_s) = (None::<u64>, 0.0f64);

@@ -249,6 +249,13 @@ impl ReservationConfig {
         }
     }
 
+    /// Sets the network capacity from a link of `bits_per_s` (`None`: not
+    /// limited), as bytes per round of this configuration's rounds.
+    pub fn set_network_bits_per_s(&mut self, bits_per_s: Option<u64>) {
+        self.network_capacity_bytes_per_round =
+            bits_per_s.map(|bits| network_bytes_per_round(bits, self.round_duration_ns));
+    }
+
     /// Sets the backup window (`backup_window`); the tables' horizon grows
     /// by its k - 1 rounds, which the spread reaches past a stream's last.
     pub fn set_backup_window(&mut self, window: BackupWindow) {
