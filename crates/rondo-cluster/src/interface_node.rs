@@ -698,14 +698,18 @@ async fn relay_stream(
                 let gap_ns = lost_at.elapsed().as_nanos() as u64;
                 match rest {
                     Some(response) => {
+                        // A stream resumed before its first byte has no
+                        // slack to count (its schedule starts with the rest).
                         let slack_ns = relay.slack_ns(now_ns());
                         stats.streams_resumed.fetch_add(1, Relaxed);
                         stats.resume_gap_ns_max.fetch_max(gap_ns, Relaxed);
-                        stats.resume_slack_ns_min.fetch_min(slack_ns, Relaxed);
+                        if let Some(slack_ns) = slack_ns {
+                            stats.resume_slack_ns_min.fetch_min(slack_ns, Relaxed);
+                        }
                         tracing::info!(
                             path,
                             gap_ms = gap_ns / 1_000_000,
-                            slack_ms = slack_ns / 1_000_000,
+                            slack_ms = slack_ns.map(|s| s / 1_000_000),
                             "stream resumed"
                         );
                         stats.upstreams_reading.fetch_add(1, Relaxed);

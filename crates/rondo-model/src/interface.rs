@@ -184,15 +184,16 @@ impl Relay {
     /// arrived: until the release round that first needs a byte not yet
     /// received begins (`u64::MAX` once everything has arrived). Zero when
     /// that round has begun. An upstream that stops at `now_ns` must resume
-    /// (its first round arriving) within this.
-    pub fn slack_ns(&self, now_ns: u64) -> u64 {
+    /// (its first round arriving) within this. `None` before the first
+    /// byte: the release curve is anchored by the first bytes to arrive, so
+    /// a stream with nothing received has no schedule to fall behind (an
+    /// upstream lost then delays its start, not its playback).
+    pub fn slack_ns(&self, now_ns: u64) -> Option<u64> {
         if self.received_bytes >= self.curve.length_bytes() {
-            return u64::MAX;
+            return Some(u64::MAX);
         }
-        match self.round_start_ns(self.curve.round_due(self.received_bytes)) {
-            None => 0,
-            Some(starts) => starts.saturating_sub(now_ns),
-        }
+        self.round_start_ns(self.curve.round_due(self.received_bytes))
+            .map(|starts| starts.saturating_sub(now_ns))
     }
 
     pub fn late_rounds(&self) -> u32 {
@@ -271,10 +272,11 @@ mod tests {
     fn slack_is_what_the_buffer_covers_and_a_gap_within_it_costs_nothing() {
         let curve = ReleaseCurve::for_span(&index(), 0, 360).unwrap();
         let mut relay = Relay::new(curve, T, 3 * T);
+        assert_eq!(relay.slack_ns(0), None, "nothing received: no schedule yet");
         relay.received(0, 100);
         relay.received(T, 50);
         // Upstream lost at 1.5 T: byte 150 is due in round 3, at 3 T + 3 T.
-        assert_eq!(relay.slack_ns(T + T / 2), 6 * T - (T + T / 2));
+        assert_eq!(relay.slack_ns(T + T / 2), Some(6 * T - (T + T / 2)));
         for t in [3 * T, 4 * T] {
             relay.release(t);
         }
@@ -283,9 +285,9 @@ mod tests {
         relay.release(6 * T);
         assert_eq!(relay.released_bytes(), 350);
         assert_eq!(relay.late_rounds(), 0);
-        assert_eq!(relay.slack_ns(6 * T), T);
+        assert_eq!(relay.slack_ns(6 * T), Some(T));
         relay.received(6 * T + 1, 10);
-        assert_eq!(relay.slack_ns(6 * T + 1), u64::MAX);
+        assert_eq!(relay.slack_ns(6 * T + 1), Some(u64::MAX));
     }
 
     #[test]
@@ -298,6 +300,6 @@ mod tests {
         assert_eq!(relay.late_rounds(), 1, "round 1's 50 bytes missing");
         relay.received(2 * T + 5, 30);
         assert_eq!(relay.release(2 * T + 5), 30, "released as it arrives");
-        assert_eq!(relay.slack_ns(2 * T + 5), 0);
+        assert_eq!(relay.slack_ns(2 * T + 5), Some(0));
     }
 }
