@@ -45,7 +45,7 @@
 # NGINX_WORKER_CONNECTIONS (8192), LOAD_PROCESSES (auto: one per 10,000
 # streams), BUFFER_PER_DISK_MIB (64, rondo's --buffer-per-disk-mib),
 # NGINX_MEMORY_MIB (24, nginx-lowmem's cgroup), NETWORK_MBPS_MAX (none;
-# rondo's --network-mbps-max).
+# rondo's --network-mbps-max), LOAD_NICE (0; the load generator's nice).
 # Needs: ffmpeg, curl, jq, ss (iproute2), fincore (util-linux), nginx
 # (installed if missing); perf (Debian's linux-perf) for the counts.
 set -euo pipefail
@@ -97,6 +97,12 @@ NGINX_MEMORY_MIB=${NGINX_MEMORY_MIB:-24}
 # rondo's --network-mbps-max (empty: not limited): what this host can send,
 # so that rondo refuses (503, reason "network") what it cannot carry.
 NETWORK_MBPS_MAX=${NETWORK_MBPS_MAX:-}
+# The load generator's nice value (0: the same priority as the server). The
+# clients share the server's 2 cores; at a negative value (e.g. -10) they
+# get the CPU they need first, so that a client that stalls was starved by
+# the server's data path, not by the server's own CPU use taking theirs:
+# the clients stand in for hosts elsewhere.
+LOAD_NICE=${LOAD_NICE:-0}
 
 # shellcheck source=tools/lib.sh
 source "$ROOT/tools/lib.sh"
@@ -296,7 +302,7 @@ phase() {
     say "$tag: idle RSS $idle_rss KiB; rondo load --rate $rate --max-streams $n"
     local processes=$LOAD_PROCESSES
     [[ $processes == auto ]] && processes=$(( (n + 9999) / 10000 ))
-    "$RONDO" load --url "$url" --rate "$rate" --duration $((ARRIVAL_S * 3)) --processes "$processes" \
+    nice -n "$LOAD_NICE" "$RONDO" load --url "$url" --rate "$rate" --duration $((ARRIVAL_S * 3)) --processes "$processes" \
         --max-streams "$n" --zipf "$ZIPF" --seed "$SEED" --json \
         > "$OUT/load-$tag.json" 2> "$OUT/load-$tag.err" &
     local load_pid=$!
