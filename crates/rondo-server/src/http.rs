@@ -525,12 +525,15 @@ fn unavailable(shared: &Shared, reason: &str, detail: String) -> ApiError {
     }
 }
 
+// One argument per axum extractor.
+#[allow(clippy::too_many_arguments)]
 async fn stream(
     State(shared): State<Arc<Shared>>,
     Path(file): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     connection: Option<axum::Extension<ConnectionHandle>>,
+    fast_path: Option<axum::Extension<crate::sink::FastPath>>,
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -616,6 +619,7 @@ async fn stream(
             peer: peer.to_string(),
             connection: connection.map(|c| c.0),
             prior,
+            sink: fast_path.map(|f| f.0.0),
         },
     )
     .await
@@ -664,9 +668,10 @@ async fn stream(
     {
         builder = builder.header(crate::config::SCHEDULE_HEADER, value);
     }
-    Ok(builder
-        .body(Body::from_stream(admitted.body))
-        .expect("valid response"))
+    // Sent by hyper, or by the listener's send loops (the body is then
+    // empty here, and the head says how long the stream is).
+    let body = admitted.body.map_or_else(Body::empty, Body::from_stream);
+    Ok(builder.body(body).expect("valid response"))
 }
 
 /// The lost manager's schedule a resumed stream brings (`x-rondo-resume`

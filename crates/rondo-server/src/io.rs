@@ -388,6 +388,7 @@ pub fn spawn_device(
     let handle = std::thread::Builder::new()
         .name(format!("rondo-disk-{disk}"))
         .spawn(move || {
+            raise_deadline_thread_priority();
             let mut worker = Worker {
                 disk,
                 device,
@@ -1062,6 +1063,24 @@ fn read_done(
 /// Whether a command is a stream read (its bytes read here).
 fn is_delivery(command: &DiskCommand) -> bool {
     matches!(command.purpose, Purpose::Deliver { .. })
+}
+
+/// The nice value of the threads whose lateness is a missed deadline (the
+/// round driver and the disk threads), where the process may lower it.
+/// They use a few percent of the CPU; the HTTP workers' bulk copies must
+/// not queue them (assumption: −5, a weight 3× the default's; measured:
+/// on a loaded 2-core host a late start's batch was queued past its
+/// round's end behind them, docs/serving-cost.md).
+pub const DEADLINE_THREAD_NICE: i32 = -5;
+
+/// Runs the calling thread at [`DEADLINE_THREAD_NICE`] if the process may
+/// (root or `CAP_SYS_NICE`); returns whether it does. Linux keeps a nice
+/// value per thread.
+pub fn raise_deadline_thread_priority() -> bool {
+    // SAFETY: gettid has no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+    // SAFETY: setpriority on this thread's id; a refusal only returns -1.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, DEADLINE_THREAD_NICE) == 0 }
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 //!                                                                |  DiskBatch per disk and round
 //!                                   I/O thread per device <------'
 //!   piece --> session's piece queue      completion --> round driver --> array
-//!   release (SessionMsg) from the driver --> SessionBody --> socket
+//!   release from the driver --> send loop (sink: a batch per driver step) --> socket
+//!                           `--> SessionBody (hyper polls it; SessionMsg) --> socket
 //! ```
 
 pub mod auth;
@@ -30,6 +31,7 @@ pub mod ops;
 pub mod round;
 pub mod server;
 pub mod session;
+pub mod sink;
 pub mod staging;
 pub mod state;
 pub mod storage;

@@ -12,6 +12,11 @@
 //! session the array stops (a client that stopped reading, a stream whose
 //! data is gone) closes its connection at once: a response body that hyper
 //! no longer polls (the socket is full) could not end it otherwise.
+//! While a connection's requests are plain GETs (no body, none pipelined
+//! behind), the listener reads each head itself and answers it through
+//! `sink` (a stream's rounds written by the send loops; the connection
+//! kept alive after each answer); its first other request hands the
+//! connection to hyper, with the bytes read of it, for good.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -130,6 +135,11 @@ impl ConnectionHandle {
     /// Closes the connection now, whatever it is doing.
     pub fn close(&self) {
         self.close.cancel();
+    }
+
+    /// Resolves when the connection is to close.
+    pub(crate) fn cancelled(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.close.cancelled()
     }
 }
 
@@ -431,18 +441,77 @@ async fn connection(
     let epoch = Instant::now();
     let last_activity_ms = Arc::new(AtomicU64::new(0));
     let fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
-    let io = TokioIo::new(Tracked {
-        inner: socket,
-        epoch,
-        last_activity_ms: Arc::clone(&last_activity_ms),
-    });
-    // A child of the server's shutdown token: each wake of this task then
-    // polls only its own token. Polling the one token every connection
-    // shares took its lock on every wake of every stream (about 1% of the
-    // server's CPU at 1000 streams, docs/serving-cost.md).
     let handle = ConnectionHandle {
         close: shutdown.child_token(),
     };
+    // Each request's head is read here while the connection's requests are
+    // plain GETs: rondo answers them itself (`sink`; a stream's rounds by
+    // the send loops) and keeps the connection alive after each. The first
+    // other request (a body, HEAD, a pipelined one) hands the connection,
+    // with the bytes read so far, to hyper for good.
+    let mut socket = socket;
+    let mut read = Vec::new();
+    let (socket, first, header_started) = loop {
+        match next_request(socket, read, &limits, &shutdown).await {
+            Next::Ours {
+                socket: s,
+                request,
+                keep_alive,
+            } => {
+                let mut request = *request;
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request.extensions_mut().insert(handle.clone());
+                let answered = crate::sink::answer(
+                    s,
+                    request,
+                    keep_alive,
+                    router.clone(),
+                    handle.clone(),
+                    shutdown.clone(),
+                    limits.idle_timeout,
+                )
+                .await;
+                match answered {
+                    crate::sink::Answered::KeepAlive(s, leftover) => {
+                        socket = s;
+                        read = leftover;
+                    }
+                    crate::sink::Answered::Closed(reason) => {
+                        if let Some(reason) = reason {
+                            metrics.count_connection_closed(reason);
+                            tracing::debug!(peer = %peer, reason = reason.label(), "connection closed by the server");
+                        }
+                        return;
+                    }
+                }
+            }
+            Next::Other {
+                socket,
+                read,
+                header_started,
+            } => break (socket, read, header_started),
+            Next::TimedOut(socket) => {
+                reset_on_close(fd);
+                metrics.count_connection_closed(CloseReason::HeaderTimeout);
+                drop(socket);
+                return;
+            }
+            Next::Gone => return,
+        }
+    };
+    last_activity_ms.store(millis_since(epoch), Relaxed);
+    let io = TokioIo::new(Rewind {
+        first: (!first.is_empty()).then(|| bytes::Bytes::from(first)),
+        inner: Tracked {
+            inner: socket,
+            epoch,
+            last_activity_ms: Arc::clone(&last_activity_ms),
+        },
+    });
+    // `handle` is a child of the server's shutdown token: each wake of this
+    // task then polls only its own token. Polling the one token every
+    // connection shares took its lock on every wake of every stream (about
+    // 1% of the server's CPU at 1000 streams, docs/serving-cost.md).
     let request_handle = handle.clone();
     let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
         request.extensions_mut().insert(ConnectInfo(peer));
@@ -450,9 +519,16 @@ async fn connection(
         router.clone().oneshot(request.map(axum::body::Body::new))
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
+    // The request's header time runs from its first byte, read here (or
+    // from the connection's start); a quarter of it is left at least, for
+    // the requests after it.
+    let header_read_timeout = limits
+        .header_read_timeout
+        .saturating_sub(header_started.elapsed())
+        .max(limits.header_read_timeout / 4);
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
+        .header_read_timeout(header_read_timeout)
         .max_buf_size(limits.header_bytes_max.max(8192));
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
@@ -500,6 +576,216 @@ async fn connection(
     // parameter) is given back.
 }
 
+/// What a connection's next request is, as far as the listener needs to know.
+enum Next {
+    /// `GET` with no body and nothing after its head: answered by rondo
+    /// (`sink`); `keep_alive`: the client keeps the connection.
+    Ours {
+        socket: TcpStream,
+        request: Box<axum::http::Request<axum::body::Body>>,
+        keep_alive: bool,
+    },
+    /// Anything else, with the bytes read of it so far and when its first
+    /// byte came (or the connection's start): hyper's.
+    Other {
+        socket: TcpStream,
+        read: Vec<u8>,
+        header_started: Instant,
+    },
+    /// The head did not come within the header timeout (which runs, as
+    /// hyper's does, from the connection's start or the last answer's end).
+    TimedOut(TcpStream),
+    /// The client closed, or the server is shutting down.
+    Gone,
+}
+
+/// What a request line must start with for rondo to answer it itself.
+const OWN_REQUEST_PREFIX: &[u8] = b"GET ";
+/// Headers parsed in a request read here (a player sends about ten).
+const REQUEST_HEADERS_MAX: usize = 64;
+
+/// Reads a request's head only as far as needed to tell whether rondo
+/// answers it itself. `read`: bytes of it already read. The header
+/// timeout runs from now: the connection's start, or the end of the
+/// answer before (a kept-alive connection that sends nothing closes then).
+async fn next_request(
+    mut socket: TcpStream,
+    mut read: Vec<u8>,
+    limits: &ConnectionLimits,
+    shutdown: &CancellationToken,
+) -> Next {
+    use tokio::io::AsyncReadExt;
+    let header_started = Instant::now();
+    let deadline = tokio::time::Instant::now() + limits.header_read_timeout;
+    loop {
+        let known = read.len().min(OWN_REQUEST_PREFIX.len());
+        if read[..known] != OWN_REQUEST_PREFIX[..known] {
+            return Next::Other {
+                socket,
+                read,
+                header_started,
+            };
+        }
+        if known == OWN_REQUEST_PREFIX.len() {
+            match parse_request(&read) {
+                Parsed::Ours {
+                    request,
+                    keep_alive,
+                } => {
+                    return Next::Ours {
+                        socket,
+                        request,
+                        keep_alive,
+                    };
+                }
+                // hyper answers an oversized or malformed head (431, 400).
+                Parsed::Other => {
+                    return Next::Other {
+                        socket,
+                        read,
+                        header_started,
+                    };
+                }
+                Parsed::Partial if read.len() >= limits.header_bytes_max => {
+                    return Next::Other {
+                        socket,
+                        read,
+                        header_started,
+                    };
+                }
+                Parsed::Partial => {}
+            }
+        }
+        tokio::select! {
+            n = socket.read_buf(&mut read) => match n {
+                Ok(0) | Err(_) => return Next::Gone,
+                Ok(_) => {}
+            },
+            _ = tokio::time::sleep_until(deadline) => return Next::TimedOut(socket),
+            _ = shutdown.cancelled() => return Next::Gone,
+        }
+    }
+}
+
+enum Parsed {
+    Ours {
+        request: Box<axum::http::Request<axum::body::Body>>,
+        keep_alive: bool,
+    },
+    Partial,
+    Other,
+}
+
+/// A complete `GET` head with no body and nothing after it, as a request
+/// for the router; anything else is hyper's to answer (a pipelined
+/// request, a body, an `Expect`, a malformed head: hyper's errors say what
+/// is wrong).
+fn parse_request(read: &[u8]) -> Parsed {
+    let mut headers = [httparse::EMPTY_HEADER; REQUEST_HEADERS_MAX];
+    let mut parsed = httparse::Request::new(&mut headers);
+    let head_bytes = match parsed.parse(read) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(_) => return Parsed::Other,
+    };
+    // Origin-form targets only (`/path?query`); hyper takes the others.
+    let origin_form = parsed.path.is_some_and(|p| p.starts_with('/'));
+    if head_bytes != read.len() || parsed.method != Some("GET") || !origin_form {
+        return Parsed::Other;
+    }
+    let version = match parsed.version {
+        Some(0) => axum::http::Version::HTTP_10,
+        Some(1) => axum::http::Version::HTTP_11,
+        _ => return Parsed::Other,
+    };
+    // HTTP/1.1 keeps the connection unless told not to; 1.0 only if told to.
+    let mut keep_alive = version == axum::http::Version::HTTP_11;
+    let mut builder = axum::http::Request::builder()
+        .method(axum::http::Method::GET)
+        .uri(parsed.path.unwrap_or("/"))
+        .version(version);
+    for h in parsed.headers.iter() {
+        let name = h.name.to_ascii_lowercase();
+        let has_body = (name == "content-length" && h.value.trim_ascii() != b"0")
+            || name == "transfer-encoding"
+            || name == "upgrade"
+            || name == "expect";
+        if has_body {
+            return Parsed::Other;
+        }
+        if name == "connection" {
+            let value = String::from_utf8_lossy(h.value).to_ascii_lowercase();
+            if value.split(',').any(|t| t.trim() == "close") {
+                keep_alive = false;
+            } else if value.split(',').any(|t| t.trim() == "keep-alive") {
+                keep_alive = true;
+            }
+        }
+        builder = builder.header(h.name, h.value);
+    }
+    match builder.body(axum::body::Body::empty()) {
+        Ok(request) => Parsed::Ours {
+            request: Box::new(request),
+            keep_alive,
+        },
+        Err(_) => Parsed::Other,
+    }
+}
+
+/// A socket whose first bytes were already read: they are read again first.
+struct Rewind {
+    first: Option<bytes::Bytes>,
+    inner: Tracked,
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if let Some(mut first) = self.first.take() {
+            let n = first.len().min(buf.remaining());
+            buf.put_slice(&first.split_to(n));
+            if !first.is_empty() {
+                self.first = Some(first);
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 /// Sets `SO_SNDBUF` (which also turns the kernel's autotuning off).
 fn set_send_buffer(socket: &TcpStream, bytes: usize) {
     let value = bytes.min(i32::MAX as usize) as libc::c_int;
@@ -517,7 +803,7 @@ fn set_send_buffer(socket: &TcpStream, bytes: usize) {
 
 /// Sets `SO_LINGER` to zero on `fd` (still open: the connection that owns it
 /// is dropped after this), so that closing it sends a reset.
-fn reset_on_close(fd: std::os::fd::RawFd) {
+pub(crate) fn reset_on_close(fd: std::os::fd::RawFd) {
     let linger = libc::linger {
         l_onoff: 1,
         l_linger: 0,
@@ -531,6 +817,105 @@ fn reset_on_close(fd: std::os::fd::RawFd) {
             libc::SO_LINGER,
             (&raw const linger).cast(),
             std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(head: &str) -> Parsed {
+        parse_request(head.as_bytes())
+    }
+
+    fn keep_alive(head: &str) -> Option<bool> {
+        match parse(head) {
+            Parsed::Ours { keep_alive, .. } => Some(keep_alive),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_plain_get_is_answered_here_with_its_connection_rule() {
+        let head = "GET /stream/3.mp4?t=5 HTTP/1.1\r\nHost: h\r\nRange: bytes=0-9\r\n\r\n";
+        let Parsed::Ours {
+            request,
+            keep_alive: kept_alive,
+        } = parse(head)
+        else {
+            panic!("a stream request");
+        };
+        assert!(kept_alive);
+        assert_eq!(request.uri().path(), "/stream/3.mp4");
+        assert_eq!(request.uri().query(), Some("t=5"));
+        assert_eq!(request.headers()["range"], "bytes=0-9");
+        let close = "GET /stream/3.mp4 HTTP/1.1\r\nConnection: Close\r\n\r\n";
+        assert_eq!(keep_alive(close), Some(false));
+        assert_eq!(
+            keep_alive("GET /stream/3.mp4 HTTP/1.0\r\n\r\n"),
+            Some(false)
+        );
+        let kept = "GET /stream/3.mp4 HTTP/1.0\r\nconnection: keep-alive\r\n\r\n";
+        assert_eq!(keep_alive(kept), Some(true));
+    }
+
+    #[test]
+    fn anything_else_is_hypers_and_a_partial_head_waits() {
+        assert!(matches!(
+            parse("GET /stream/3.mp4 HTTP/1.1\r\nHost"),
+            Parsed::Partial
+        ));
+        assert_eq!(keep_alive("GET /api/titles HTTP/1.1\r\n\r\n"), Some(true));
+        for other in [
+            // A body, or a way to send one.
+            "GET /stream/3.mp4 HTTP/1.1\r\nContent-Length: 5\r\n\r\n",
+            "GET /stream/3.mp4 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET /stream/3.mp4 HTTP/1.1\r\nUpgrade: websocket\r\n\r\n",
+            "GET /stream/3.mp4 HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
+            // Another request after the head (pipelined): hyper keeps the order.
+            "GET /stream/3.mp4 HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+            // Not a stream, or not HTTP/1.
+            "POST /stream/3.mp4 HTTP/1.1\r\n\r\n",
+            "GET /stream/3.mp4 HTTP/2.0\r\n\r\n",
+            "GET /stream/\x01 HTTP/1.1\r\n\r\n",
+            "GET /stream/3.mp4 HTTP/1.1\r\nbad header\r\n\r\n",
+            // Not origin-form.
+            "GET mp4 HTTP/1.1\r\nHost: h\r\n\r\n",
+            "GET http://h/stream/3.mp4 HTTP/1.1\r\n\r\n",
+        ] {
+            assert!(matches!(parse(other), Parsed::Other), "{other:?}");
+        }
+        let empty_body = "GET /stream/3.mp4 HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(keep_alive(empty_body), Some(true));
+    }
+
+    /// `RONDO_FUZZ_SECONDS` sets the budget (rondo_testkit::fuzz).
+    #[test]
+    fn fuzz_request_heads() {
+        let corpus: Vec<Vec<u8>> = [
+            "GET /stream/3.mp4 HTTP/1.1\r\nHost: h\r\nRange: bytes=0-9\r\n\r\n",
+            "GET /stream/3.mp4?t=5 HTTP/1.0\r\nConnection: keep-alive, Upgrade\r\n\r\n",
+            "GET /stream/3.mp4 HTTP/1.1\r\nContent-Length: 0\r\nX: \u{ff}\r\n\r\n",
+            "GET /stream/",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        let regressions =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz-regressions/stream-head");
+        rondo_testkit::fuzz::fuzz(
+            "stream-head",
+            "cargo test -p rondo-server --lib fuzz_request_heads",
+            corpus,
+            &regressions,
+            1024,
+            |input| {
+                if let Parsed::Ours { request, .. } = parse_request(input) {
+                    assert_eq!(request.method(), axum::http::Method::GET);
+                    assert!(request.uri().path().starts_with('/'), "{request:?}");
+                }
+            },
         );
     }
 }

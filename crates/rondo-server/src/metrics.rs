@@ -328,6 +328,8 @@ pub struct Metrics {
     pub admitted_mid_title: AtomicU64,
     /// Admitted streams started in the round in progress (a late start).
     pub admitted_late_start: AtomicU64,
+    /// Admitted streams written by the send loops (`sink`), not by hyper.
+    pub admitted_direct: AtomicU64,
     /// Streams asked for again after a takeover, with their lost manager's
     /// schedule: placed on their own diagonal, or first-fit.
     pub resumed_in_place: AtomicU64,
@@ -410,6 +412,7 @@ impl Metrics {
             admitted: AtomicU64::new(0),
             admitted_mid_title: AtomicU64::new(0),
             admitted_late_start: AtomicU64::new(0),
+            admitted_direct: AtomicU64::new(0),
             resumed_in_place: AtomicU64::new(0),
             resumed_moved: AtomicU64::new(0),
             rejected_disk_time: AtomicU64::new(0),
@@ -528,6 +531,7 @@ impl Metrics {
             admitted: g(&self.admitted),
             admitted_mid_title: g(&self.admitted_mid_title),
             admitted_late_start: g(&self.admitted_late_start),
+            admitted_direct: g(&self.admitted_direct),
             resumed_in_place: g(&self.resumed_in_place),
             resumed_moved: g(&self.resumed_moved),
             rejected_disk_time: g(&self.rejected_disk_time),
@@ -604,6 +608,7 @@ pub struct MetricsSnapshot {
     pub admitted: u64,
     pub admitted_mid_title: u64,
     pub admitted_late_start: u64,
+    pub admitted_direct: u64,
     pub resumed_in_place: u64,
     pub resumed_moved: u64,
     pub rejected_disk_time: u64,

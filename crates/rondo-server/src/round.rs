@@ -44,7 +44,7 @@ use rondo_model::units::{PlaybackRound, Round, TitleId};
 use crate::gate::GateRequest;
 use crate::io::{DiskBatch, IoEvent};
 use crate::metrics::GrantedIo;
-use crate::session::{PieceSender, SessionMsg, end_stream};
+use crate::session::{Delivery, PieceSender, SessionMsg, end_stream};
 use crate::state::{Core, CoreJob, Shared};
 
 /// The driver thread's own state.
@@ -156,6 +156,7 @@ impl Driver {
     /// the array's per-extent faults (their counts, each title's lost
     /// rounds; saved when they change).
     fn publish(&mut self) {
+        self.core.outbox.flush();
         self.shared
             .active_streams
             .store(self.core.streams.len(), Relaxed);
@@ -252,6 +253,8 @@ impl Driver {
         for release in &plan.releases {
             self.release(release);
         }
+        // One message per send loop for the round's releases.
+        self.core.outbox.flush();
         for stream in &plan.finished {
             if self.core.streams.remove(stream).is_some() {
                 metrics.streams_completed.fetch_add(1, Relaxed);
@@ -485,8 +488,8 @@ impl Driver {
     }
 
     /// A round the array released goes to its session.
-    fn release(&self, release: &Release) {
-        send_release(&self.core, release);
+    fn release(&mut self, release: &Release) {
+        send_release(&mut self.core, release);
     }
 }
 
@@ -503,11 +506,22 @@ pub(crate) fn deliver_to(core: &Core, commands: &[DiskCommand]) -> Vec<Option<Pi
 }
 
 /// A round the array released goes to its session (if it still has one).
-pub(crate) fn send_release(core: &Core, release: &Release) {
-    if let Some(state) = core.streams.get(&release.stream) {
-        let _ = state.inbox.send(SessionMsg::Release {
-            playback_round: release.playback_round,
-            replica: release.replica,
-        });
+pub(crate) fn send_release(core: &mut Core, release: &Release) {
+    let Some(state) = core.streams.get(&release.stream) else {
+        return;
+    };
+    match &state.delivery {
+        Delivery::Body(inbox) => {
+            let _ = inbox.send(SessionMsg::Release {
+                playback_round: release.playback_round,
+                replica: release.replica,
+            });
+        }
+        Delivery::Sink(sink) => core.outbox.push(
+            release.stream,
+            sink,
+            release.playback_round,
+            release.replica,
+        ),
     }
 }

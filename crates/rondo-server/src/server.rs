@@ -300,6 +300,10 @@ impl RunningServer {
             streams: Default::default(),
             ops: OpsState::new(array.disk_count),
             late_batches: Vec::new(),
+            // One send loop per HTTP worker thread (tokio's default count).
+            outbox: crate::sink::Outbox::start(
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ),
         };
         let shared = Arc::new(Shared {
             store: store.clone(),
@@ -400,6 +404,17 @@ impl RunningServer {
         let driver = std::thread::Builder::new()
             .name("rondo-rounds".into())
             .spawn(move || {
+                if crate::io::raise_deadline_thread_priority() {
+                    tracing::info!(
+                        nice = crate::io::DEADLINE_THREAD_NICE,
+                        "the round driver and disk threads run ahead of the HTTP workers"
+                    );
+                } else {
+                    tracing::info!(
+                        "the round driver and disk threads run at the HTTP workers' priority \
+                         (raising it needs root or CAP_SYS_NICE)"
+                    );
+                }
                 // A server whose round driver is gone would hold its
                 // streams and answer requests without serving a byte: a
                 // panic here (printed above) stops the whole process, and

@@ -7,15 +7,17 @@
 //! and it wakes no one), then tells the driver the read completed; the
 //! driver hands the completion to the array, and when the array *releases*
 //! a playback round (the round is whole and its send round has come, in
-//! playback order) the driver puts a [`SessionMsg::Release`] into the
-//! session's inbox, which wakes the body once per round. The piece was
-//! queued before its completion was reported, so the release always finds
-//! its pieces. Both queues are unbounded, and bounded in practice by
-//! admission and the stall rule.
-//! The HTTP body ([`SessionBody`]) holds the pieces until their release,
-//! then assembles the round, trims it to the requested byte range and hands
-//! it to the socket as fast as the client reads, counting the rounds the
-//! client has taken. The driver gives that count to the array every round
+//! playback order) the driver hands the release to the stream's
+//! [`Delivery`]: a send loop's batch of the round ([`crate::sink`], for a
+//! stream the listener answers itself) or a [`SessionMsg::Release`] in the
+//! inbox of a response body hyper polls ([`SessionBody`], woken once per
+//! round). The piece was queued before its completion was reported, so the
+//! release always finds its pieces. The queues are unbounded, and bounded
+//! in practice by admission and the stall rule.
+//! Either way [`SessionData`] holds the pieces until their release, then
+//! assembles the round and trims it to the requested byte range; the round
+//! goes to the socket as fast as the client reads, and the rounds the
+//! client has taken are counted. The driver gives that count to the array every round
 //! (`Array::client_took`): a client holding more than its buffer for the
 //! grace time is stopped by the array, and one that took every round is
 //! finished. A client that disconnects drops its body, whose guard releases
@@ -41,6 +43,7 @@ use tokio::sync::mpsc;
 use crate::io::DiskBatch;
 use crate::listener::ConnectionHandle;
 use crate::metrics::TitleCounters;
+use crate::sink::Sink;
 use crate::state::{Core, Shared};
 use crate::titles::LoadedTitle;
 
@@ -76,11 +79,21 @@ pub enum SessionMsg {
     Abort,
 }
 
+/// How a stream's released rounds reach its client.
+pub enum Delivery {
+    /// A response body hyper polls: a message per released round wakes it.
+    Body(mpsc::UnboundedSender<SessionMsg>),
+    /// Written to the socket by a send loop ([`crate::sink`]): the release
+    /// joins its send loop's batch of the round, and no task wakes unless
+    /// the socket is full or the stream ends.
+    Sink(Arc<Sink>),
+}
+
 /// One admitted stream, as the round driver holds it.
 pub struct StreamState {
     pub title: Arc<LoadedTitle>,
-    /// The driver's messages to the body.
-    pub inbox: mpsc::UnboundedSender<SessionMsg>,
+    /// Where the driver's releases go.
+    pub delivery: Delivery,
     /// Where disk threads put the stream's pieces.
     pub pieces: PieceSender,
     /// Released rounds the client has taken (counted by the body).
@@ -95,7 +108,12 @@ impl StreamState {
     /// Tells the body to fail the response and closes the connection: a
     /// client that stopped reading would never poll the body again.
     pub fn abort(&self) {
-        let _ = self.inbox.send(SessionMsg::Abort);
+        match &self.delivery {
+            Delivery::Body(inbox) => {
+                let _ = inbox.send(SessionMsg::Abort);
+            }
+            Delivery::Sink(sink) => sink.abort(),
+        }
         if let Some(connection) = &self.connection {
             connection.close();
         }
@@ -117,6 +135,9 @@ pub struct StreamRequest {
     /// Where a lost manager read it (a stream asked for again after a
     /// takeover, `x-rondo-resume`).
     pub prior: Option<PriorSchedule>,
+    /// The send loop's end of the connection, when the listener answers
+    /// this request itself (`sink`); `None`: hyper sends the body.
+    pub sink: Option<Arc<Sink>>,
 }
 
 /// An admitted stream and the body that delivers it.
@@ -125,7 +146,8 @@ pub struct Admitted {
     pub start_round: Round,
     /// Where this server reads it, for the `x-rondo-schedule` header.
     pub schedule: Option<PriorSchedule>,
-    pub body: SessionBody,
+    /// The response body; `None` when the request's sink sends the stream.
+    pub body: Option<SessionBody>,
 }
 
 /// Admits a stream over the rounds holding its bytes, from the round of its
@@ -138,19 +160,23 @@ pub async fn admit(
 ) -> Result<Admitted, Option<Rejection>> {
     let title = request.title;
     let asked_at = Instant::now();
+    let prefix_bytes = request.prefix.len();
     let title_counters = shared.metrics.title(title.id(), &title.record.name);
     let (inbox, receiver) = mpsc::unbounded_channel();
     let (pieces, pieces_rx) = crossbeam_channel::unbounded();
     let taken_rounds = Arc::new(AtomicU32::new(0));
     let (first_byte, length_bytes, prior) =
         (request.first_byte, request.length_bytes, request.prior);
-    let (job_title, job_taken, peer, connection) = (
+    let (job_title, peer, connection, sink, prefix, job_counters, guard_shared) = (
         Arc::clone(&title),
-        Arc::clone(&taken_rounds),
         request.peer.clone(),
         request.connection.clone(),
+        request.sink,
+        request.prefix,
+        Arc::clone(&title_counters),
+        Arc::clone(shared),
     );
-    let (admission, schedule) = shared
+    let (admission, schedule, session) = shared
         .with_core(move |shared, core| {
             // The array maps the bytes to playback rounds and reserves only
             // those (nothing past the round of the range's last byte), in
@@ -183,19 +209,52 @@ pub async fn admit(
             let schedule = admission.as_ref().ok().and_then(|a| {
                 PriorSchedule::of(&core.array, a.stream, shared.schedule_id(), now_ns)
             });
+            let mut session = None;
             match &admission {
                 Ok(a) => {
                     shared.metrics.admitted.fetch_add(1, Relaxed);
                     if a.first_playback_round > PlaybackRound(0) || a.skip_bytes > 0 {
                         shared.metrics.admitted_mid_title.fetch_add(1, Relaxed);
                     }
+                    // The session exists before the stream does in the
+                    // core: a late start's rounds are released below. Made
+                    // here, a session whose request went away is dropped
+                    // with the answer, and its guard ends the stream.
+                    let data = SessionData {
+                        prefix: (!prefix.is_empty()).then_some(prefix),
+                        title: Arc::clone(&job_title),
+                        pieces_rx,
+                        pieces: BTreeMap::new(),
+                        skip_bytes: a.skip_bytes,
+                        remaining_bytes: a.length_bytes,
+                        taken_rounds: Arc::clone(&taken_rounds),
+                        asked_at,
+                        first_byte_sent: false,
+                        guard: ReleaseGuard {
+                            shared: guard_shared,
+                            stream: a.stream,
+                            finished: Arc::new(AtomicBool::new(false)),
+                            title_counters: job_counters,
+                        },
+                    };
+                    let delivery = match sink {
+                        Some(sink) => {
+                            shared.metrics.admitted_direct.fetch_add(1, Relaxed);
+                            sink.install(data);
+                            Delivery::Sink(sink)
+                        }
+                        None => {
+                            session = Some(data);
+                            Delivery::Body(inbox)
+                        }
+                    };
                     core.streams.insert(
                         a.stream,
                         StreamState {
                             title: job_title,
-                            inbox,
+                            delivery,
                             pieces,
-                            taken_rounds: job_taken,
+                            taken_rounds,
                             peer,
                             connection,
                         },
@@ -208,7 +267,7 @@ pub async fn admit(
                 // The HTTP handler logs the rejection with its reason.
                 Err(rejection) => shared.metrics.count_rejection(rejection),
             }
-            (admission, schedule)
+            (admission, schedule, session)
         })
         .await
         .ok_or(None)?;
@@ -229,7 +288,7 @@ pub async fn admit(
         name = %title.record.name,
         first_byte = request.first_byte,
         bytes = request.length_bytes,
-        prefix_bytes = request.prefix.len(),
+        prefix_bytes,
         playback_round = admission.first_playback_round.0,
         start_round = admission.start_round.0,
         earliest_round = earliest.0,
@@ -241,25 +300,11 @@ pub async fn admit(
         stream: admission.stream,
         start_round: admission.start_round,
         schedule,
-        body: SessionBody {
-            prefix: (!request.prefix.is_empty()).then_some(request.prefix),
-            title,
+        body: session.map(|data| SessionBody {
+            data,
             receiver,
-            pieces_rx,
-            pieces: BTreeMap::new(),
-            skip_bytes: admission.skip_bytes,
-            remaining_bytes: admission.length_bytes,
-            taken_rounds,
-            asked_at,
-            first_byte_sent: false,
-            guard: ReleaseGuard {
-                shared: Arc::clone(shared),
-                stream: admission.stream,
-                finished: Arc::new(AtomicBool::new(false)),
-                title_counters,
-            },
             done: false,
-        },
+        }),
     })
 }
 
@@ -340,33 +385,34 @@ struct Pieces {
     later_parts: Vec<(u16, u64, Bytes)>,
 }
 
-/// The HTTP body of a stream: holds the pieces its disk reads put in its
-/// inbox until the array releases their round, then sends the round.
-pub struct SessionBody {
+/// A stream's delivery state, wherever its bytes are sent from (a response
+/// body hyper polls, [`SessionBody`], or a send loop, `sink`): holds the
+/// pieces its disk reads put in its queue until the array releases their
+/// round, then makes the round's client bytes.
+pub(crate) struct SessionData {
     /// Sent before the first round's data.
     prefix: Option<Bytes>,
     title: Arc<LoadedTitle>,
-    receiver: mpsc::UnboundedReceiver<SessionMsg>,
     pieces_rx: crossbeam_channel::Receiver<Piece>,
     /// Pieces of rounds not released yet, by playback round.
     pieces: BTreeMap<PlaybackRound, Pieces>,
     /// Bytes of the first round before the requested range.
     skip_bytes: u64,
-    /// Bytes of the requested range not sent yet.
+    /// Bytes of the requested range not released yet.
     remaining_bytes: u64,
+    /// Released rounds the client has taken (read by the driver).
     taken_rounds: Arc<AtomicU32>,
     /// When the request reached admission, and whether a byte went out
     /// since (the stream's start-up, `Metrics::stream_start`).
     asked_at: Instant,
     first_byte_sent: bool,
     guard: ReleaseGuard,
-    done: bool,
 }
 
-impl SessionBody {
+impl SessionData {
     /// Counts bytes handed to the connection: in all, for the title, and
     /// the first ones as the stream's start-up.
-    fn count_sent(&mut self, bytes: u64) {
+    pub(crate) fn count_sent(&mut self, bytes: u64) {
         let metrics = &self.guard.shared.metrics;
         metrics.bytes_sent.fetch_add(bytes, Relaxed);
         self.guard
@@ -377,6 +423,49 @@ impl SessionBody {
             self.first_byte_sent = true;
             metrics.stream_start.observe(self.asked_at.elapsed());
         }
+    }
+
+    /// The client took a released round.
+    pub(crate) fn count_taken(&self) {
+        self.taken_rounds.fetch_add(1, Relaxed);
+    }
+
+    /// The bytes to send before the first round (an MP4 time seek's header).
+    pub(crate) fn take_prefix(&mut self) -> Option<Bytes> {
+        self.prefix.take()
+    }
+
+    /// Every byte of the range is released.
+    pub(crate) fn all_released(&self) -> bool {
+        self.remaining_bytes == 0
+    }
+
+    /// The last byte is sent: dropping the session finishes the stream.
+    pub(crate) fn mark_finished(&self) {
+        self.guard.finished.store(true, Relaxed);
+    }
+
+    /// The client bytes of a released round, trimmed to the range (maybe
+    /// empty). `None`: the round has no data, a bug (every piece of the
+    /// round was queued before its completion reached the driver, so
+    /// before this release).
+    pub(crate) fn release_round(
+        &mut self,
+        playback_round: PlaybackRound,
+        replica: Replica,
+    ) -> Option<Bytes> {
+        while let Ok(piece) = self.pieces_rx.try_recv() {
+            self.keep(piece);
+        }
+        let data = self.release(playback_round, replica);
+        if data.is_none() {
+            tracing::error!(
+                stream = self.guard.stream.0,
+                playback_round = playback_round.0,
+                "a released round has no data (a bug): the response fails"
+            );
+        }
+        data
     }
 
     /// Keeps a piece; a piece of the other replica (a re-read after an
@@ -437,6 +526,15 @@ impl SessionBody {
     }
 }
 
+/// The HTTP body of a stream hyper sends: woken by each release, it hands
+/// the round to hyper, which asks for more only when the socket has taken
+/// what came before.
+pub struct SessionBody {
+    data: SessionData,
+    receiver: mpsc::UnboundedReceiver<SessionMsg>,
+    done: bool,
+}
+
 impl Stream for SessionBody {
     type Item = Result<Bytes, std::io::Error>;
 
@@ -446,13 +544,13 @@ impl Stream for SessionBody {
             if self.done {
                 return Poll::Ready(None);
             }
-            if let Some(prefix) = self.prefix.take() {
-                self.count_sent(prefix.len() as u64);
+            if let Some(prefix) = self.data.take_prefix() {
+                self.data.count_sent(prefix.len() as u64);
                 return Poll::Ready(Some(Ok(prefix)));
             }
-            if self.remaining_bytes == 0 {
+            if self.data.all_released() {
                 self.done = true;
-                self.guard.finished.store(true, Relaxed);
+                self.data.mark_finished();
                 return Poll::Ready(None);
             }
             match self.receiver.poll_recv(cx) {
@@ -460,30 +558,20 @@ impl Stream for SessionBody {
                     playback_round,
                     replica,
                 })) => {
-                    // Every piece of the round was queued before its
-                    // completion reached the driver, so before this release.
-                    while let Ok(piece) = self.pieces_rx.try_recv() {
-                        self.keep(piece);
-                    }
-                    let Some(data) = self.release(playback_round, replica) else {
-                        tracing::error!(
-                            stream = self.guard.stream.0,
-                            playback_round = playback_round.0,
-                            "a released round has no data (a bug): the response fails"
-                        );
+                    let Some(data) = self.data.release_round(playback_round, replica) else {
                         self.done = true;
                         return Poll::Ready(Some(Err(aborted())));
                     };
                     // Taken: the socket asked for more, so the client's
                     // buffer had room for it.
-                    self.taken_rounds.fetch_add(1, Relaxed);
-                    if self.remaining_bytes == 0 {
+                    self.data.count_taken();
+                    if self.data.all_released() {
                         // The last byte is handed over (a response with a
                         // length is not polled again after it).
-                        self.guard.finished.store(true, Relaxed);
+                        self.data.mark_finished();
                     }
                     if !data.is_empty() {
-                        self.count_sent(data.len() as u64);
+                        self.data.count_sent(data.len() as u64);
                         return Poll::Ready(Some(Ok(data)));
                     }
                 }

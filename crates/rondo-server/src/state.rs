@@ -40,6 +40,9 @@ pub struct Core {
     /// Late starts' batches, sent to the disks by the driver after the job
     /// that admitted them.
     pub late_batches: Vec<crate::io::DiskBatch>,
+    /// Releases for the send loops, handed over at the end of each driver
+    /// step (`sink`).
+    pub outbox: crate::sink::Outbox,
 }
 
 /// Shared by every part of a running server.

@@ -15,7 +15,13 @@
 //!   admitted from the round holding its first byte), unsatisfiable ranges
 //!   (416), `?t=` on the TS;
 //! - malformed requests and unknown ids get clear JSON errors;
-//! - a client that disconnects releases its reservations at once.
+//! - a client that disconnects releases its reservations at once;
+//! - over one raw connection, streams and plain GETs answered by rondo
+//!   itself, streams written by its send loops (kept alive between them, a
+//!   request sent while one plays answered after it), then, once a HEAD
+//!   handed the connection to hyper, a stream sent by hyper: the same bytes
+//!   either way, and the counter of streams sent directly counts exactly
+//!   the former.
 //!
 //! Afterwards no admitted stream missed a deadline.
 
@@ -306,6 +312,189 @@ async fn errors_are_clear(client: reqwest::Client, base: String, mp4_url: String
     );
 }
 
+/// One HTTP/1.1 response read off a raw connection: status, lower-case
+/// headers and the body (by its Content-Length; none for `HEAD`).
+struct RawResponse {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl RawResponse {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads one response (head, then a Content-Length body) from `socket`,
+/// keeping what follows it in `buffer`.
+async fn read_response(socket: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>) -> RawResponse {
+    read_response_to(socket, buffer, false).await
+}
+
+async fn read_response_to(
+    socket: &mut tokio::net::TcpStream,
+    buffer: &mut Vec<u8>,
+    head_only: bool,
+) -> RawResponse {
+    use tokio::io::AsyncReadExt;
+    let head_end = loop {
+        if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let mut chunk = [0u8; 65536];
+        let n = socket.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the connection closed before a response head");
+        buffer.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8(buffer[..head_end].to_vec()).unwrap();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next().unwrap()[9..12].parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (n, v) = l.split_once(':').unwrap();
+            (n.trim().to_ascii_lowercase(), v.trim().to_string())
+        })
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map(|(_, v)| v.parse().unwrap())
+        .expect("a content-length");
+    buffer.drain(..head_end);
+    let length = if head_only { 0 } else { length };
+    while buffer.len() < length {
+        let mut chunk = [0u8; 65536];
+        let n = socket.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the connection closed inside a body");
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+    let body = buffer.drain(..length).collect();
+    RawResponse {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// Run alone, after the other checks, so that the counters' deltas are
+/// this check's own.
+async fn send_loops_and_hyper_send_the_same_bytes_on_one_connection(
+    server: Arc<RunningServer>,
+    title: Arc<Title>,
+) {
+    use tokio::io::AsyncWriteExt;
+    let before = server.metrics();
+    let path = title.url.split_once("/stream/").unwrap().1;
+    let host = server.url().trim_start_matches("http://").to_string();
+    let size = title.record.size_bytes as usize;
+    let get = |range: String| {
+        format!("GET /stream/{path} HTTP/1.1\r\nhost: {host}\r\nrange: bytes={range}\r\n\r\n")
+    };
+    // A small receive window: a client that does not read fills it soon.
+    let connect = |addr: &str| {
+        let addr: std::net::SocketAddr = addr.parse().unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket.connect(addr)
+    };
+    let mut socket = connect(&host).await.unwrap();
+    let mut buffer = Vec::new();
+    // 1. A range of the title's last rounds, answered by a send loop. The
+    //    client reads nothing for a while, so the stream cannot end (its
+    //    bytes are more than the socket buffers hold), and sends its next
+    //    request meanwhile, as a client that pipelines does.
+    let tail_from = size.saturating_sub(1_000_000);
+    socket
+        .write_all(get(format!("{tail_from}-")).as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    socket
+        .write_all(get("0-999".into()).as_bytes())
+        .await
+        .unwrap();
+    let first = read_response(&mut socket, &mut buffer).await;
+    assert_eq!(first.status, 206);
+    assert!(first.body == title.stored[tail_from..]);
+    assert_eq!(first.header("connection"), None, "kept alive");
+    // 2. The request sent while the stream played is answered after it,
+    //    and one more after that, on the same connection.
+    let second = read_response(&mut socket, &mut buffer).await;
+    assert_eq!(second.status, 206);
+    assert!(second.body == title.stored[..1000]);
+    socket
+        .write_all(get("1000-4999".into()).as_bytes())
+        .await
+        .unwrap();
+    let third = read_response(&mut socket, &mut buffer).await;
+    assert_eq!(third.status, 206);
+    assert!(third.body == title.stored[1000..5000]);
+    // 3. A plain GET of another route stays on rondo's side; a HEAD hands
+    //    the connection to hyper, and a stream asked for after it is
+    //    hyper's to send, byte for byte the same.
+    socket
+        .write_all(format!("GET /api/titles HTTP/1.1\r\nhost: {host}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let list = read_response(&mut socket, &mut buffer).await;
+    assert_eq!(list.status, 200);
+    let listed: serde_json::Value = serde_json::from_slice(&list.body).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 3);
+    socket
+        .write_all(format!("HEAD /stream/{path} HTTP/1.1\r\nhost: {host}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let head = read_response_to(&mut socket, &mut buffer, true).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(
+        head.header("content-length"),
+        Some(size.to_string().as_str())
+    );
+    socket
+        .write_all(get(format!("{tail_from}-")).as_bytes())
+        .await
+        .unwrap();
+    let by_hyper = read_response(&mut socket, &mut buffer).await;
+    assert_eq!(by_hyper.status, 206);
+    assert!(by_hyper.body == first.body);
+    // 4. A client that says `connection: close` gets it after its stream.
+    let mut socket = tokio::net::TcpStream::connect(&host).await.unwrap();
+    socket
+        .write_all(
+            format!(
+                "GET /stream/{path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\nrange: bytes=0-9999\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut buffer = Vec::new();
+    let closing = read_response(&mut socket, &mut buffer).await;
+    assert_eq!(closing.status, 206);
+    assert_eq!(closing.header("connection"), Some("close"));
+    assert!(closing.body == title.stored[..10_000]);
+    let mut rest = Vec::new();
+    use tokio::io::AsyncReadExt;
+    let n = tokio::time::timeout(Duration::from_secs(5), socket.read_to_end(&mut rest))
+        .await
+        .expect("the server closes the connection after the stream")
+        .unwrap();
+    assert_eq!(n, 0);
+    let after = server.metrics();
+    assert_eq!(after.admitted - before.admitted, 5, "{after:?}");
+    assert_eq!(
+        after.admitted_direct - before.admitted_direct,
+        4,
+        "four streams by the send loops, one by hyper: {after:?}"
+    );
+    assert_eq!(after.streams_disconnected, before.streams_disconnected);
+}
+
 async fn disconnect_releases_at_once(
     client: reqwest::Client,
     server: Arc<RunningServer>,
@@ -413,6 +602,11 @@ async fn titles_stream_over_http_exactly_and_on_time() {
     while let Some(result) = tasks.join_next().await {
         result.expect("a check failed");
     }
+    send_loops_and_hyper_send_the_same_bytes_on_one_connection(
+        Arc::clone(&server),
+        Arc::clone(&titles[0]),
+    )
+    .await;
     let m = server.metrics();
     eprintln!(
         "all checks done in {:.1} s: {m:?}",

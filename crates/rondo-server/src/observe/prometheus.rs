@@ -329,6 +329,12 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         g(&metrics.admitted_late_start),
     );
     w.single(
+        "rondo_admissions_direct_total",
+        "counter",
+        "Admitted streams whose rounds the send loops wrote into their sockets (the connection's requests before it were streams too); the others went through hyper.",
+        g(&metrics.admitted_direct),
+    );
+    w.single(
         "rondo_resumed_in_place_total",
         "counter",
         "Streams asked for again after a takeover placed on their own (disk, round) diagonal, their lost manager's rounds shifted.",

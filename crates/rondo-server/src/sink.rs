@@ -1,0 +1,711 @@
+//! Direct sending: a stream's rounds written into its socket by a send loop,
+//! not by a task per stream.
+//!
+//! This module owns the answers the listener gives itself, to a
+//! connection's plain GETs (what players and `rondo load` send: the API and
+//! the streams): rondo writes the head, and another answer's body as it
+//! comes. A stream's released rounds are written by one of a few send
+//! loops (one per HTTP worker thread), each
+//! woken once per driver step with that step's releases for its streams
+//! ([`Outbox`]). A stream's task (the connection's) sleeps while its socket
+//! takes what it is given: it wakes only when the socket is full (to wait
+//! until it drains), when the client closes, or when the stream ends. So a
+//! stream-round costs a write, not a task wake, a channel message and a
+//! poll of hyper's connection, which it did when hyper sent every stream
+//! (docs/serving-cost.md). A request with a body, a HEAD or a pipelined
+//! request hands its connection to hyper for good, and a stream asked for
+//! there is a [`crate::session::SessionBody`] hyper polls; both paths share
+//! [`crate::session::SessionData`], which turns pieces into a round's
+//! client bytes. The connection stays open after each answer unless the
+//! client closes it.
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, IoSlice};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::http::{header, response};
+use bytes::Bytes;
+use rondo_model::layout::Replica;
+use rondo_model::units::{PlaybackRound, StreamId};
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::listener::{CloseReason, ConnectionHandle};
+use crate::session::SessionData;
+
+/// Chunks given to one `writev`: a round is one chunk (a primary read's
+/// buffer) or a few, so a socket with room takes a round in one call.
+const IOVECS_MAX: usize = 16;
+/// Releases a send loop handles before letting its worker run other tasks.
+const SENDS_PER_YIELD: usize = 64;
+/// How long a finished connection waits for the client to close after the
+/// last byte (reading what it may still send, so the close does not reset
+/// the end of the answer away).
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Marks a request the listener answers itself: a stream admitted for it
+/// is sent through this sink.
+#[derive(Clone)]
+pub struct FastPath(pub Arc<Sink>);
+
+/// What a chunk of the queue is, for counting.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum ChunkKind {
+    /// The response head: not the stream's bytes.
+    Head,
+    /// Bytes sent before the first round (an MP4 time seek's header).
+    Prefix,
+    /// A released round's client bytes (maybe none).
+    Round,
+}
+
+struct Chunk {
+    bytes: Bytes,
+    kind: ChunkKind,
+}
+
+/// How a sink's stream ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SinkEnd {
+    /// Every byte is in the socket.
+    Finished,
+    /// The server stopped the stream.
+    Aborted,
+    /// The socket failed (the client went away) or a round had no data.
+    Failed(String),
+}
+
+#[derive(Default)]
+struct SinkState {
+    /// Until the connection's task ends the stream.
+    socket: Option<Arc<TcpStream>>,
+    session: Option<SessionData>,
+    /// Admission put a stream here.
+    installed: bool,
+    queue: VecDeque<Chunk>,
+    /// Bytes of the queue's first chunk already written.
+    front_written: usize,
+    /// The head is queued: chunks may go to the socket.
+    ready: bool,
+    /// The socket was full: the connection's task waits until it drains.
+    blocked: bool,
+    end: Option<SinkEnd>,
+}
+
+/// One stream's end of its connection: the bytes released and not yet
+/// written, and the socket they go to. Shared by the round driver (which
+/// holds it in the stream's state), a send loop and the connection's task.
+pub struct Sink {
+    state: Mutex<SinkState>,
+    /// Wakes the connection's task: the socket is full, or the stream ended.
+    wake: Notify,
+}
+
+impl Sink {
+    pub fn new(socket: Arc<TcpStream>) -> Arc<Sink> {
+        Arc::new(Sink {
+            state: Mutex::new(SinkState {
+                socket: Some(socket),
+                ..SinkState::default()
+            }),
+            wake: Notify::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SinkState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Admission gives the sink its stream (on the round driver, before
+    /// any of its rounds is released).
+    pub(crate) fn install(&self, mut session: SessionData) {
+        let mut st = self.lock();
+        if let Some(prefix) = session.take_prefix() {
+            st.queue.push_back(Chunk {
+                bytes: prefix,
+                kind: ChunkKind::Prefix,
+            });
+        }
+        st.session = Some(session);
+        st.installed = true;
+    }
+
+    fn installed(&self) -> bool {
+        self.lock().installed
+    }
+
+    /// The server stopped the stream.
+    pub fn abort(&self) {
+        let mut st = self.lock();
+        if st.end.is_none() {
+            st.end = Some(SinkEnd::Aborted);
+        }
+        drop(st);
+        self.wake.notify_one();
+    }
+
+    /// A released round (from a send loop): its bytes join the queue and
+    /// go to the socket as far as it takes them.
+    fn release(&self, playback_round: PlaybackRound, replica: Replica) {
+        let mut st = self.lock();
+        if st.end.is_some() {
+            return;
+        }
+        // Ended by its connection (the client left): nothing to send.
+        let Some(session) = st.session.as_mut() else {
+            return;
+        };
+        match session.release_round(playback_round, replica) {
+            Some(bytes) => st.queue.push_back(Chunk {
+                bytes,
+                kind: ChunkKind::Round,
+            }),
+            None => {
+                st.end = Some(SinkEnd::Failed("a released round has no data".into()));
+                drop(st);
+                self.wake.notify_one();
+                return;
+            }
+        }
+        if self.flush(&mut st) {
+            drop(st);
+            self.wake.notify_one();
+        }
+    }
+
+    /// The response head goes first; from now on the queue is written.
+    fn start(&self, head: Bytes) {
+        let mut st = self.lock();
+        st.queue.push_front(Chunk {
+            bytes: head,
+            kind: ChunkKind::Head,
+        });
+        st.ready = true;
+        if self.flush(&mut st) {
+            drop(st);
+            self.wake.notify_one();
+        }
+    }
+
+    /// The full socket has room again.
+    fn on_writable(&self) {
+        let mut st = self.lock();
+        st.blocked = false;
+        if self.flush(&mut st) {
+            drop(st);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Whether the connection's task must wait for room, and how the
+    /// stream ended.
+    fn status(&self) -> (bool, Option<SinkEnd>) {
+        let st = self.lock();
+        (st.blocked, st.end.clone())
+    }
+
+    /// Ends the stream here: its session goes (its guard releases the
+    /// reservations, or counts the stream finished), and the sink lets go
+    /// of the socket, which closes when the connection's task drops its own.
+    fn detach(&self) {
+        let mut st = self.lock();
+        st.socket = None;
+        st.queue.clear();
+        let session = st.session.take();
+        drop(st);
+        drop(session);
+    }
+
+    /// Writes the queue into the socket until it is empty or the socket is
+    /// full. Returns whether the connection's task must wake (the socket
+    /// is full, or the stream ended).
+    fn flush(&self, st: &mut SinkState) -> bool {
+        if !st.ready || st.blocked || st.end.is_some() {
+            return false;
+        }
+        let Some(socket) = st.socket.clone() else {
+            return false;
+        };
+        loop {
+            // Empty rounds at the front are taken at once.
+            while st
+                .queue
+                .front()
+                .is_some_and(|c| c.bytes.len() == st.front_written)
+            {
+                let chunk = st.queue.pop_front().expect("a front chunk");
+                st.front_written = 0;
+                taken(st, &chunk);
+            }
+            if st.queue.is_empty() {
+                if st.session.as_ref().is_some_and(SessionData::all_released) {
+                    if let Some(session) = &st.session {
+                        session.mark_finished();
+                    }
+                    st.end = Some(SinkEnd::Finished);
+                    return true;
+                }
+                return false;
+            }
+            let written = {
+                let mut slices = [IoSlice::new(&[]); IOVECS_MAX];
+                let mut n = 0;
+                for (i, chunk) in st.queue.iter().take(IOVECS_MAX).enumerate() {
+                    let from = if i == 0 { st.front_written } else { 0 };
+                    slices[n] = IoSlice::new(&chunk.bytes[from..]);
+                    n += 1;
+                }
+                socket.try_write_vectored(&slices[..n])
+            };
+            match written {
+                Ok(0) => {
+                    st.end = Some(SinkEnd::Failed("the socket took no bytes".into()));
+                    return true;
+                }
+                Ok(mut n) => {
+                    while n > 0 {
+                        let front = st.queue.front().expect("written bytes were queued");
+                        let left = front.bytes.len() - st.front_written;
+                        if n < left {
+                            st.front_written += n;
+                            break;
+                        }
+                        n -= left;
+                        let chunk = st.queue.pop_front().expect("a front chunk");
+                        st.front_written = 0;
+                        taken(st, &chunk);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    st.blocked = true;
+                    return true;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    st.end = Some(SinkEnd::Failed(e.to_string()));
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+/// A chunk wholly in the socket: the stream's bytes are counted as sent,
+/// and a round as taken by the client.
+fn taken(st: &mut SinkState, chunk: &Chunk) {
+    let Some(session) = st.session.as_mut() else {
+        return;
+    };
+    match chunk.kind {
+        ChunkKind::Head => {}
+        ChunkKind::Prefix => session.count_sent(chunk.bytes.len() as u64),
+        ChunkKind::Round => {
+            session.count_sent(chunk.bytes.len() as u64);
+            session.count_taken();
+        }
+    }
+}
+
+/// A release for a send loop.
+struct Send {
+    sink: Arc<Sink>,
+    playback_round: PlaybackRound,
+    replica: Replica,
+}
+
+struct Shard {
+    loop_tx: mpsc::UnboundedSender<Vec<Send>>,
+    batch: Vec<Send>,
+}
+
+/// The round driver's side of the send loops: releases gathered per loop
+/// during one driver step, handed over in one message per loop at its end.
+pub struct Outbox {
+    shards: Vec<Shard>,
+}
+
+impl Outbox {
+    /// Starts `loops` send loops on the current tokio runtime.
+    pub fn start(loops: usize) -> Outbox {
+        let shards = (0..loops.max(1))
+            .map(|_| {
+                let (loop_tx, loop_rx) = mpsc::unbounded_channel();
+                tokio::spawn(send_loop(loop_rx));
+                Shard {
+                    loop_tx,
+                    batch: Vec::new(),
+                }
+            })
+            .collect();
+        Outbox { shards }
+    }
+
+    /// A released round of `stream`, sent through `sink`: to its loop at
+    /// the next flush.
+    pub(crate) fn push(
+        &mut self,
+        stream: StreamId,
+        sink: &Arc<Sink>,
+        playback_round: PlaybackRound,
+        replica: Replica,
+    ) {
+        let n = self.shards.len() as u64;
+        self.shards[(stream.0 % n) as usize].batch.push(Send {
+            sink: Arc::clone(sink),
+            playback_round,
+            replica,
+        });
+    }
+
+    /// Hands each loop what gathered for it (one wake per loop at most).
+    pub fn flush(&mut self) {
+        for shard in &mut self.shards {
+            if !shard.batch.is_empty() {
+                let _ = shard.loop_tx.send(std::mem::take(&mut shard.batch));
+            }
+        }
+    }
+}
+
+/// One send loop: writes each release it is handed into its stream's
+/// socket, in the order the driver released them. Ends with the driver.
+async fn send_loop(mut batches: mpsc::UnboundedReceiver<Vec<Send>>) {
+    while let Some(batch) = batches.recv().await {
+        for (i, send) in batch.into_iter().enumerate() {
+            send.sink.release(send.playback_round, send.replica);
+            if i % SENDS_PER_YIELD == SENDS_PER_YIELD - 1 {
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+}
+
+/// How an answer's body is delimited.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Framing {
+    /// By the handler's own `content-length` (a stream: its length).
+    Given,
+    /// By this length.
+    Length(u64),
+    /// `transfer-encoding: chunked`.
+    Chunked,
+    /// By closing the connection (HTTP/1.0 and no length).
+    Close,
+}
+
+/// The response head rondo writes itself: the status line, the handler's
+/// headers, the body's framing, the date, and `connection: close` unless
+/// the connection stays open.
+fn head_bytes(parts: &response::Parts, framing: Framing, keep_alive: bool) -> Bytes {
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(
+        format!(
+            "HTTP/1.1 {} {}\r\n",
+            parts.status.as_u16(),
+            parts.status.canonical_reason().unwrap_or("")
+        )
+        .as_bytes(),
+    );
+    for (name, value) in &parts.headers {
+        let framed_here = framing != Framing::Given
+            && (name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING);
+        if name == header::CONNECTION || framed_here {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    match framing {
+        Framing::Given | Framing::Close => {}
+        Framing::Length(n) => out.extend_from_slice(format!("content-length: {n}\r\n").as_bytes()),
+        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    if !parts.headers.contains_key(header::DATE) {
+        let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+        out.extend_from_slice(format!("date: {date}\r\n").as_bytes());
+    }
+    if !keep_alive {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    Bytes::from(out)
+}
+
+/// Writes all of `bytes` into a socket nothing else writes to.
+async fn write_all(socket: &TcpStream, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        socket.writable().await?;
+        match socket.try_write(bytes) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// After the last byte: the write side closes, and what the client may
+/// still send is read (not reset away) until it closes or [`LINGER`] ends.
+async fn linger(socket: &TcpStream) {
+    // SAFETY: the socket is open for as long as `socket` is borrowed.
+    unsafe {
+        libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(socket), libc::SHUT_WR);
+    }
+    let _ = tokio::time::timeout(LINGER, async {
+        let mut scratch = [0u8; 4096];
+        loop {
+            if socket.readable().await.is_err() {
+                return;
+            }
+            match socket.try_read(&mut scratch) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+    })
+    .await;
+}
+
+/// How an answer left its connection.
+pub(crate) enum Answered {
+    /// Open for the client's next request, with what it sent of it so far.
+    KeepAlive(TcpStream, Vec<u8>),
+    /// Closed; by the server for this reason, if it was.
+    Closed(Option<CloseReason>),
+}
+
+/// Answers a plain `GET` itself: `request` goes through the router (which
+/// admits a stream through the request's [`FastPath`]), the answer's head
+/// is written here, and an admitted stream's rounds go out through the
+/// send loops until it ends; any other answer's body is written as it
+/// comes (by its length, chunked, or to the close). A connection whose
+/// answer went out whole stays open if the client keeps it (`keep_alive`).
+pub(crate) async fn answer(
+    socket: TcpStream,
+    mut request: axum::http::Request<axum::body::Body>,
+    keep_alive: bool,
+    router: axum::Router,
+    handle: ConnectionHandle,
+    shutdown: CancellationToken,
+    idle_timeout: Duration,
+) -> Answered {
+    use tower::ServiceExt;
+    let http_11 = request.version() == axum::http::Version::HTTP_11;
+    let socket = Arc::new(socket);
+    let sink = Sink::new(Arc::clone(&socket));
+    request.extensions_mut().insert(FastPath(Arc::clone(&sink)));
+    let response = match router.oneshot(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    };
+    let (parts, body) = response.into_parts();
+    let keep_alive = keep_alive && !parts.headers.contains_key(header::CONNECTION);
+    if !sink.installed() {
+        // Not a stream: the body as it comes.
+        drop(sink);
+        let written = write_answer(&socket, &parts, body, keep_alive, http_11, idle_timeout).await;
+        return close_or_keep(socket, written == Written::Whole && keep_alive, Vec::new()).await;
+    }
+    sink.start(head_bytes(&parts, Framing::Given, keep_alive));
+    let mut leftover = Vec::new();
+    let closed = deliver(&sink, &socket, &handle, &shutdown, &mut leftover).await;
+    let finished = closed.is_none() && sink.status().1 == Some(SinkEnd::Finished);
+    // The session goes before the connection is used again or closed: a
+    // client that sees the end may ask again at once, and must find the
+    // stream ended.
+    sink.detach();
+    drop(sink);
+    if let Some(reason) = closed {
+        // Closed by the server: reset rather than linger (as the listener
+        // does for hyper's connections).
+        crate::listener::reset_on_close(std::os::fd::AsRawFd::as_raw_fd(&*socket));
+        return Answered::Closed(Some(reason));
+    }
+    close_or_keep(socket, finished && keep_alive, leftover).await
+}
+
+#[derive(PartialEq, Eq)]
+enum Written {
+    Whole,
+    /// The client went away, stopped reading for the idle timeout, or the
+    /// body failed: the connection closes.
+    Cut,
+}
+
+/// Writes an answer other than a stream: its head, then its body's frames
+/// as the body yields them, framed by the handler's `content-length` if it
+/// gave one, else by the body's length when the body knows it, else
+/// chunked (HTTP/1.1) or ended by the close (HTTP/1.0).
+async fn write_answer(
+    socket: &TcpStream,
+    parts: &response::Parts,
+    body: axum::body::Body,
+    keep_alive: bool,
+    http_11: bool,
+    idle_timeout: Duration,
+) -> Written {
+    use http_body_util::BodyExt;
+    let given = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let framing = match (given, axum::body::HttpBody::size_hint(&body).exact()) {
+        (Some(_), _) => Framing::Given,
+        (None, Some(n)) => Framing::Length(n),
+        (None, None) if http_11 => Framing::Chunked,
+        (None, None) => Framing::Close,
+    };
+    let length = match framing {
+        Framing::Given => given,
+        Framing::Length(n) => Some(n),
+        Framing::Chunked | Framing::Close => None,
+    };
+    let mut written_bytes = 0u64;
+    let keep_alive = keep_alive && framing != Framing::Close;
+    let write = |bytes: Bytes| async move {
+        matches!(
+            tokio::time::timeout(idle_timeout, write_all(socket, &bytes)).await,
+            Ok(Ok(()))
+        )
+    };
+    if !write(head_bytes(parts, framing, keep_alive)).await {
+        return Written::Cut;
+    }
+    let mut body = body;
+    loop {
+        match body.frame().await {
+            None => break,
+            Some(Err(e)) => {
+                tracing::warn!("an answer's body failed: {e}");
+                return Written::Cut;
+            }
+            Some(Ok(frame)) => {
+                let Ok(data) = frame.into_data() else {
+                    // Trailers: not sent over HTTP/1.1 here.
+                    continue;
+                };
+                if data.is_empty() {
+                    continue;
+                }
+                written_bytes += data.len() as u64;
+                if length.is_some_and(|n| written_bytes > n) {
+                    tracing::warn!("an answer's body is longer than its content-length");
+                    return Written::Cut;
+                }
+                let ok = if framing == Framing::Chunked {
+                    write(Bytes::from(format!("{:x}\r\n", data.len()))).await
+                        && write(data).await
+                        && write(Bytes::from_static(b"\r\n")).await
+                } else {
+                    write(data).await
+                };
+                if !ok {
+                    return Written::Cut;
+                }
+            }
+        }
+    }
+    if framing == Framing::Chunked && !write(Bytes::from_static(b"0\r\n\r\n")).await {
+        return Written::Cut;
+    }
+    if framing == Framing::Close || length.is_some_and(|n| written_bytes != n) {
+        // The close ends the body (or tells the client it is short).
+        return Written::Cut;
+    }
+    Written::Whole
+}
+
+/// The connection back for the next request, or closed gracefully.
+async fn close_or_keep(socket: Arc<TcpStream>, keep: bool, leftover: Vec<u8>) -> Answered {
+    if keep {
+        // The sink let go of its handle when it was detached (or was
+        // never given one).
+        match Arc::try_unwrap(socket) {
+            Ok(socket) => return Answered::KeepAlive(socket, leftover),
+            Err(socket) => {
+                linger(&socket).await;
+                return Answered::Closed(None);
+            }
+        }
+    }
+    linger(&socket).await;
+    Answered::Closed(None)
+}
+
+/// What a client may send while its stream plays (its next request, kept
+/// for after it); a client sending more is closed.
+const LEFTOVER_BYTES_MAX: usize = 64 * 1024;
+
+/// Waits on an admitted stream's connection until the stream ends, the
+/// client leaves or the server closes it. `leftover`: what the client sent
+/// meanwhile (its next request).
+async fn deliver(
+    sink: &Sink,
+    socket: &TcpStream,
+    handle: &ConnectionHandle,
+    shutdown: &CancellationToken,
+    leftover: &mut Vec<u8>,
+) -> Option<CloseReason> {
+    let mut shutting_down = false;
+    let mut scratch = [0u8; 4096];
+    loop {
+        let (blocked, end) = sink.status();
+        match end {
+            Some(SinkEnd::Finished) | Some(SinkEnd::Failed(_)) => return None,
+            // Stopped by the server: reset, as a connection closed by it.
+            Some(SinkEnd::Aborted) => {
+                return (!shutting_down).then_some(CloseReason::StreamStopped);
+            }
+            None => {}
+        }
+        tokio::select! {
+            _ = sink.wake.notified() => {}
+            _ = handle.cancelled(), if !shutting_down => {
+                if !shutdown.is_cancelled() {
+                    return Some(CloseReason::StreamStopped);
+                }
+                // Shutting down: the round driver ends every stream.
+                shutting_down = true;
+            }
+            ready = socket.writable(), if blocked => {
+                if ready.is_err() {
+                    return None;
+                }
+                sink.on_writable();
+            }
+            ready = socket.readable() => {
+                if ready.is_err() {
+                    sink.abort();
+                    return None;
+                }
+                match socket.try_read(&mut scratch) {
+                    // The client closed: its stream ends.
+                    Ok(0) => {
+                        sink.abort();
+                        return None;
+                    }
+                    Ok(n) if leftover.len() + n <= LEFTOVER_BYTES_MAX => {
+                        leftover.extend_from_slice(&scratch[..n]);
+                    }
+                    Ok(_) => {
+                        sink.abort();
+                        return None;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(_) => {
+                        sink.abort();
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+}
