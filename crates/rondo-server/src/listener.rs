@@ -217,11 +217,13 @@ fn millis_since(epoch: Instant) -> u64 {
     epoch.elapsed().as_millis() as u64
 }
 
-/// A socket that records when it last moved a byte.
+/// A socket that records when it last moved a byte, and gives the bytes
+/// of a request the listener already read (`first`) before its own.
 struct Tracked {
     inner: TcpStream,
     epoch: Instant,
     last_activity_ms: Arc<AtomicU64>,
+    first: Option<bytes::Bytes>,
 }
 
 impl Tracked {
@@ -237,6 +239,14 @@ impl AsyncRead for Tracked {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if let Some(mut first) = self.first.take() {
+            let n = first.len().min(buf.remaining());
+            buf.put_slice(&first.split_to(n));
+            if !first.is_empty() {
+                self.first = Some(first);
+            }
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(poll, Poll::Ready(Ok(()))) && buf.filled().len() > before {
@@ -500,13 +510,11 @@ async fn connection(
         }
     };
     last_activity_ms.store(millis_since(epoch), Relaxed);
-    let io = TokioIo::new(Rewind {
+    let io = TokioIo::new(Tracked {
+        inner: socket,
+        epoch,
+        last_activity_ms: Arc::clone(&last_activity_ms),
         first: (!first.is_empty()).then(|| bytes::Bytes::from(first)),
-        inner: Tracked {
-            inner: socket,
-            epoch,
-            last_activity_ms: Arc::clone(&last_activity_ms),
-        },
     });
     // `handle` is a child of the server's shutdown token: each wake of this
     // task then polls only its own token. Polling the one token every
@@ -729,60 +737,6 @@ fn parse_request(read: &[u8]) -> Parsed {
             keep_alive,
         },
         Err(_) => Parsed::Other,
-    }
-}
-
-/// A socket whose first bytes were already read: they are read again first.
-struct Rewind {
-    first: Option<bytes::Bytes>,
-    inner: Tracked,
-}
-
-impl AsyncRead for Rewind {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        if let Some(mut first) = self.first.take() {
-            let n = first.len().min(buf.remaining());
-            buf.put_slice(&first.split_to(n));
-            if !first.is_empty() {
-                self.first = Some(first);
-            }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Rewind {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, data)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
