@@ -240,10 +240,8 @@ impl Sink {
                 taken(st, &chunk);
             }
             if st.queue.is_empty() {
-                if st.session.as_ref().is_some_and(SessionData::all_released) {
-                    if let Some(session) = &st.session {
-                        session.mark_finished();
-                    }
+                if let Some(session) = st.session.as_ref().filter(|s| s.all_released()) {
+                    session.mark_finished();
                     st.end = Some(SinkEnd::Finished);
                     return true;
                 }
