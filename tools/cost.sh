@@ -45,7 +45,8 @@
 # NGINX_WORKER_CONNECTIONS (8192), LOAD_PROCESSES (auto: one per 10,000
 # streams), BUFFER_PER_DISK_MIB (64, rondo's --buffer-per-disk-mib),
 # NGINX_MEMORY_MIB (24, nginx-lowmem's cgroup), NETWORK_MBPS_MAX (none;
-# rondo's --network-mbps-max), LOAD_NICE (0; the load generator's nice).
+# rondo's --network-mbps-max), LOAD_NICE (0; the load generator's nice),
+# LOAD_ARGS (none; more `rondo load` arguments).
 # Needs: ffmpeg, curl, jq, ss (iproute2), fincore (util-linux), nginx
 # (installed if missing); perf (Debian's linux-perf) for the counts.
 set -euo pipefail
@@ -103,6 +104,9 @@ NETWORK_MBPS_MAX=${NETWORK_MBPS_MAX:-}
 # the server's data path, not by the server's own CPU use taking theirs:
 # the clients stand in for hosts elsewhere.
 LOAD_NICE=${LOAD_NICE:-0}
+# More arguments for `rondo load` (e.g. --per-stream: a record per stream in
+# load-TAG.json, to see when in the run the stalls and late starts fell).
+LOAD_ARGS=${LOAD_ARGS:-}
 
 # shellcheck source=tools/lib.sh
 source "$ROOT/tools/lib.sh"
@@ -242,6 +246,8 @@ start_nginx() {
 procs() { echo "$1"; pgrep -P "$1" || true; }
 cpu_ticks() { local t=0; for p in $(procs "$1"); do
     t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
+# 0 for a process that has just ended.
+cpu_ticks_or_zero() { local t; t=$(cpu_ticks "$1" 2>/dev/null) || t=0; echo "${t:-0}"; }
 mem_kib() { # RSS and PSS in KiB, summed
     local rss=0 pss=0
     for p in $(procs "$1"); do
@@ -303,7 +309,7 @@ phase() {
     local processes=$LOAD_PROCESSES
     [[ $processes == auto ]] && processes=$(( (n + 9999) / 10000 ))
     nice -n "$LOAD_NICE" "$RONDO" load --url "$url" --rate "$rate" --duration $((ARRIVAL_S * 3)) --processes "$processes" \
-        --max-streams "$n" --zipf "$ZIPF" --seed "$SEED" --json \
+        --max-streams "$n" --zipf "$ZIPF" --seed "$SEED" --json $LOAD_ARGS \
         > "$OUT/load-$tag.json" 2> "$OUT/load-$tag.err" &
     local load_pid=$!
     : > "$OUT/samples-$tag.txt"
@@ -315,7 +321,11 @@ phase() {
         if [[ $server == rondo* ]]; then
             b=$(curl -sf "$url/api/metrics" | jq -r '"\(.buffer_bytes_in_use / 1024 | floor) \(.buffer_bytes_free / 1024 | floor)"' || echo "0 0")
         fi
-        echo "$(date +%s) $c $m $b $(page_cache_kib "$server")" >> "$OUT/samples-$tag.txt"
+        # Columns: time, connections, RSS, PSS (KiB), buffers in use and
+        # free (KiB), page cache (KiB), CPU ticks of the server and of the
+        # load generator so far, and the host's steal ticks (CPU time the
+        # hypervisor gave to others: a noisy neighbour shows here).
+        echo "$(date +%s) $c $m $b $(page_cache_kib "$server") $(cpu_ticks "$pid") $(cpu_ticks_or_zero "$load_pid") $(awk '/^cpu /{print $9}' /proc/stat)" >> "$OUT/samples-$tag.txt"
         sleep 1
     done
     wait "$load_pid"

@@ -400,6 +400,7 @@ pub fn spawn_device(
                 events,
                 partials: PartialChecks::default(),
                 recent: HashMap::new(),
+                late_held: LateHeld::default(),
             };
             worker.run(receiver);
         })?;
@@ -424,6 +425,53 @@ struct Worker {
     /// not sent them yet), by their extents: a later read of the same
     /// extents shares a live one.
     recent: HashMap<ReadKey, Weak<PooledBuf>>,
+    /// Late starts' reads of the round in progress, kept for the round.
+    late_held: LateHeld,
+}
+
+/// Bytes of late starts' reads a disk thread keeps alive until its round
+/// ends, at most. Assumption: 8 MiB per disk, about 150 first rounds of
+/// the 450 kbit/s streams of `tools/cost.sh`; far more than the distinct
+/// first rounds of a round's late starts when many start at once (a few
+/// per title), and small beside the stream buffers admission reserves per
+/// disk (64 MiB by default).
+const LATE_HELD_BYTES_MAX: usize = 8 << 20;
+
+/// Late starts' reads kept alive for the rest of their round, so that the
+/// streams of a title starting in the same round share one read. A late
+/// start reads alone (a batch of its own, `Array::admit_now`) and its
+/// session sends the round at once, so without this its buffer is gone
+/// before the next start of the title asks for the same extents: measured
+/// at 10,000 streams arriving at 1000 per second, every late start read
+/// the device itself (9306 reads, 99% of the run's device reads) while the
+/// streams after them shared 99% of theirs (docs/serving-cost.md). The
+/// bytes stay charged to the reading stream's round, whose buffer
+/// admission reserved; they go at the round's end.
+#[derive(Default)]
+struct LateHeld {
+    round: Round,
+    buffers: Vec<Arc<PooledBuf>>,
+    bytes: usize,
+}
+
+impl LateHeld {
+    /// A batch of `round` arrived: reads held for an earlier round go.
+    fn begin(&mut self, round: Round) {
+        if round > self.round {
+            self.round = round;
+            self.buffers.clear();
+            self.bytes = 0;
+        }
+    }
+
+    /// Keeps a late start's read of the current round, within the cap.
+    fn hold(&mut self, round: Round, buffer: &Arc<PooledBuf>) {
+        let len = buffer.len();
+        if round == self.round && self.bytes + len <= LATE_HELD_BYTES_MAX {
+            self.bytes += len;
+            self.buffers.push(Arc::clone(buffer));
+        }
+    }
 }
 
 /// A stream read's extents as a key for sharing its bytes: the device
@@ -589,6 +637,7 @@ impl Worker {
             self.device = device;
             self.recent.clear();
         }
+        self.late_held.begin(batch.round);
         self.recent.retain(|_, held| held.strong_count() > 0);
         let round_start = self.clock.boundary(batch.round);
         // One model request per extent, a read group's rounds joined
@@ -635,6 +684,7 @@ impl Worker {
             delivered: batch.commands.iter().map(|_| None).collect(),
             shared_reads: 0,
             shared_bytes: 0,
+            late_round: batch.late_start_ns.map(|_| batch.round),
         };
         let accesses = &outcome.commands;
         // The media accesses read so far, and reported so far (a prefix of
@@ -792,6 +842,9 @@ impl Worker {
                     Sharing::Own(Some(key)) => {
                         let held = Arc::new(buf);
                         self.recent.insert(key, Arc::downgrade(&held));
+                        if let Some(round) = state.late_round {
+                            self.late_held.hold(round, &held);
+                        }
                         let bytes = shared_bytes(held);
                         state.delivered[c] = Some(bytes.clone());
                         bytes
@@ -1004,6 +1057,8 @@ struct BatchState {
     delivered: Vec<Option<Bytes>>,
     shared_reads: usize,
     shared_bytes: u64,
+    /// A late start's batch: its round (its reads are held for it).
+    late_round: Option<Round>,
 }
 
 /// A read's bytes to its session's piece queue (a session that has ended
@@ -1429,5 +1484,75 @@ mod tests {
             write_ns >= 130_000_000 && write_ns <= with.busy_ns,
             "{write_ns}"
         );
+    }
+
+    /// A late start's read stays shared for the rest of its round though
+    /// its stream dropped the bytes (it sent them at once): the next late
+    /// start of the title in that round takes the same buffer; in the next
+    /// round it is gone, and a late start reads the device again.
+    #[test]
+    fn late_starts_of_a_round_share_their_read() {
+        use crate::storage::{FaultyStorage, MemoryStorage};
+        use std::sync::atomic::Ordering::Relaxed;
+        const EXTENT: u64 = 16384;
+        let memory = MemoryStorage::new(1 << 20);
+        let content: Vec<u8> = (0..EXTENT).map(|i| (i % 251) as u8).collect();
+        memory.write_at(0, &content);
+        let storage = Arc::new(Counted {
+            inner: FaultyStorage::new(memory),
+            reads: Default::default(),
+        });
+        let metrics = Arc::new(crate::metrics::Metrics::new(1));
+        let pool = BufferPool::new(1 << 26, Arc::clone(&metrics));
+        let (events_tx, events) = crossbeam_channel::unbounded();
+        let clock = RoundClock {
+            t0: Instant::now(),
+            round_duration_ns: 1_000_000_000,
+        };
+        let thread = spawn_device(
+            DiskIndex(0),
+            Arc::clone(&storage) as Arc<dyn Storage>,
+            Disk::from_name("cheetah-4lp").unwrap(),
+            DiskTiming::Native.into(),
+            clock,
+            pool,
+            events_tx,
+        )
+        .unwrap();
+        // One stream's late start in `round`: its bytes (dropped at once,
+        // as a send loop does) and whether it shared.
+        let late_start = |stream: u64, round: u64| {
+            let (pieces_tx, pieces_rx) = crossbeam_channel::unbounded();
+            let mut c = read(stream, 0, EXTENT);
+            c.extents[0].crc32c = Some(checksum(&content));
+            let mut batch = DiskBatch::round(Round(round), None, vec![c]);
+            batch.late_start_ns = Some(round * 1_000_000_000);
+            batch.deliver_to = vec![Some(pieces_tx)];
+            thread.batches.send(batch).unwrap();
+            let shared = loop {
+                if let IoEvent::BatchDone { shared_reads, .. } = events.recv().unwrap() {
+                    break shared_reads;
+                }
+            };
+            let piece = pieces_rx.try_recv().expect("the read's bytes");
+            assert_eq!(&piece.data[..], &content[..], "stream {stream}");
+            shared
+        };
+        let device_reads = || storage.reads.load(Relaxed);
+        assert_eq!(late_start(1, 5), 0);
+        assert_eq!(device_reads(), 1);
+        // The same round: shared, though stream 1 dropped its bytes.
+        assert_eq!(late_start(2, 5), 1);
+        assert_eq!(late_start(3, 5), 1);
+        assert_eq!(device_reads(), 1);
+        // A round batch of the next round lets the round's reads go.
+        thread
+            .batches
+            .send(DiskBatch::round(Round(6), None, Vec::new()))
+            .unwrap();
+        while !matches!(events.recv().unwrap(), IoEvent::BatchDone { .. }) {}
+        assert_eq!(metrics.buffer_bytes_in_use.load(Relaxed), 0, "nothing held");
+        assert_eq!(late_start(4, 6), 0);
+        assert_eq!(device_reads(), 2);
     }
 }

@@ -433,13 +433,32 @@ fn head_bytes(parts: &response::Parts, framing: Framing, keep_alive: bool) -> By
     Bytes::from(out)
 }
 
-/// Writes all of `bytes` into a socket nothing else writes to.
-async fn write_all(socket: &TcpStream, mut bytes: &[u8]) -> std::io::Result<()> {
-    while !bytes.is_empty() {
+/// Writes all of `chunks`, in order, into a socket nothing else writes
+/// to: as few `writev`s as the socket's room allows.
+async fn write_all_vectored(socket: &TcpStream, mut chunks: Vec<Bytes>) -> std::io::Result<()> {
+    use bytes::Buf;
+    chunks.retain(|c| !c.is_empty());
+    let mut first = 0;
+    while first < chunks.len() {
         socket.writable().await?;
-        match socket.try_write(bytes) {
+        let slices: Vec<IoSlice<'_>> = chunks[first..]
+            .iter()
+            .take(IOVECS_MAX)
+            .map(|c| IoSlice::new(c))
+            .collect();
+        match socket.try_write_vectored(&slices) {
             Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(n) => bytes = &bytes[n..],
+            Ok(mut n) => {
+                while n > 0 {
+                    let len = chunks[first].len();
+                    if n < len {
+                        chunks[first].advance(n);
+                        break;
+                    }
+                    n -= len;
+                    first += 1;
+                }
+            }
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
             Err(e) => return Err(e),
         }
@@ -568,15 +587,15 @@ async fn write_answer(
     };
     let mut written_bytes = 0u64;
     let keep_alive = keep_alive && framing != Framing::Close;
-    let write = |bytes: Bytes| async move {
+    let write = |chunks: Vec<Bytes>| async move {
         matches!(
-            tokio::time::timeout(idle_timeout, write_all(socket, &bytes)).await,
+            tokio::time::timeout(idle_timeout, write_all_vectored(socket, chunks)).await,
             Ok(Ok(()))
         )
     };
-    if !write(head_bytes(parts, framing, keep_alive)).await {
-        return Written::Cut;
-    }
+    // The head goes out with the body's first frame (most answers are one
+    // frame: a write, and a wake of the client, per answer).
+    let mut head = Some(head_bytes(parts, framing, keep_alive));
     let mut body = body;
     loop {
         match body.frame().await {
@@ -598,20 +617,25 @@ async fn write_answer(
                     tracing::warn!("an answer's body is longer than its content-length");
                     return Written::Cut;
                 }
-                let ok = if framing == Framing::Chunked {
-                    write(Bytes::from(format!("{:x}\r\n", data.len()))).await
-                        && write(data).await
-                        && write(Bytes::from_static(b"\r\n")).await
+                let mut chunks: Vec<Bytes> = head.take().into_iter().collect();
+                if framing == Framing::Chunked {
+                    chunks.push(Bytes::from(format!("{:x}\r\n", data.len())));
+                    chunks.push(data);
+                    chunks.push(Bytes::from_static(b"\r\n"));
                 } else {
-                    write(data).await
-                };
-                if !ok {
+                    chunks.push(data);
+                }
+                if !write(chunks).await {
                     return Written::Cut;
                 }
             }
         }
     }
-    if framing == Framing::Chunked && !write(Bytes::from_static(b"0\r\n\r\n")).await {
+    let mut chunks: Vec<Bytes> = head.take().into_iter().collect();
+    if framing == Framing::Chunked {
+        chunks.push(Bytes::from_static(b"0\r\n\r\n"));
+    }
+    if !chunks.is_empty() && !write(chunks).await {
         return Written::Cut;
     }
     if framing == Framing::Close || length.is_some_and(|n| written_bytes != n) {
