@@ -509,6 +509,61 @@ async fn connection(
             Next::Gone => return,
         }
     };
+    // Boxed: hyper's connection state is large, and only connections handed
+    // to hyper need it (a stream's connection holds its task's state for
+    // the stream's life).
+    Box::pin(serve_with_hyper(
+        HyperConnection {
+            socket,
+            first,
+            header_started,
+            peer,
+            epoch,
+            last_activity_ms,
+            fd,
+        },
+        router,
+        limits,
+        metrics,
+        shutdown,
+        handle,
+    ))
+    .await;
+    // The connection (a local) closes its socket before the slot (a
+    // parameter) is given back.
+}
+
+/// A connection handed to hyper: its socket, the bytes read of it so far,
+/// and what its timeouts count from.
+struct HyperConnection {
+    socket: TcpStream,
+    first: Vec<u8>,
+    header_started: Instant,
+    peer: SocketAddr,
+    epoch: Instant,
+    last_activity_ms: Arc<AtomicU64>,
+    fd: std::os::fd::RawFd,
+}
+
+/// Serves a connection with hyper until it ends, the server shuts down, a
+/// bound is exceeded or a session closes it.
+async fn serve_with_hyper(
+    connection: HyperConnection,
+    router: Router,
+    limits: ConnectionLimits,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    handle: ConnectionHandle,
+) {
+    let HyperConnection {
+        socket,
+        first,
+        header_started,
+        peer,
+        epoch,
+        last_activity_ms,
+        fd,
+    } = connection;
     last_activity_ms.store(millis_since(epoch), Relaxed);
     let io = TokioIo::new(Tracked {
         inner: socket,
@@ -580,8 +635,6 @@ async fn connection(
         metrics.count_connection_closed(reason);
         tracing::debug!(peer = %peer, reason = reason.label(), "connection closed by the server");
     }
-    // The connection (a local) closes its socket before the slot (a
-    // parameter) is given back.
 }
 
 /// What a connection's next request is, as far as the listener needs to know.
@@ -870,6 +923,44 @@ mod tests {
                     assert!(request.uri().path().starts_with('/'), "{request:?}");
                 }
             },
+        );
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    /// A connection's task state, which a stream's connection holds for the
+    /// stream's life, stays small: buffers live on the stack between awaits
+    /// and hyper's state is boxed for the connections handed to it
+    /// (measured: 7176 bytes before, 2336 after; docs/serving-cost.md).
+    #[tokio::test]
+    async fn a_connections_task_state_is_small() {
+        const STATE_BYTES_MAX: usize = 3072;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (socket, peer) = listener.accept().await.unwrap();
+        let metrics = Arc::new(Metrics::new(1));
+        let open = Arc::new(Mutex::new(Open::default()));
+        let limits = ConnectionLimits::default();
+        let slot = take_slot(&open, &limits, peer.ip(), &metrics).unwrap();
+        let (all_closed, _) = tokio::sync::mpsc::channel::<()>(1);
+        let task = connection(
+            socket,
+            peer,
+            slot,
+            Router::new(),
+            limits,
+            metrics,
+            CancellationToken::new(),
+            all_closed,
+        );
+        let state_bytes = std::mem::size_of_val(&task);
+        assert!(
+            state_bytes <= STATE_BYTES_MAX,
+            "a connection's task holds {state_bytes} bytes, more than {STATE_BYTES_MAX}"
         );
     }
 }

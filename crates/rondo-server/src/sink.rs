@@ -40,6 +40,8 @@ use crate::session::SessionData;
 const IOVECS_MAX: usize = 16;
 /// Releases a send loop handles before letting its worker run other tasks.
 const SENDS_PER_YIELD: usize = 64;
+/// Bytes read at a time of what a client sends while its answer goes out.
+const SCRATCH_BYTES: usize = 4096;
 /// How long a finished connection waits for the client to close after the
 /// last byte (reading what it may still send, so the close does not reset
 /// the end of the answer away).
@@ -474,11 +476,13 @@ async fn linger(socket: &TcpStream) {
         libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(socket), libc::SHUT_WR);
     }
     let _ = tokio::time::timeout(LINGER, async {
-        let mut scratch = [0u8; 4096];
         loop {
             if socket.readable().await.is_err() {
                 return;
             }
+            // On the stack between awaits, not in the connection's task
+            // (which a stream holds for its life).
+            let mut scratch = [0u8; SCRATCH_BYTES];
             match socket.try_read(&mut scratch) {
                 Ok(0) => return,
                 Ok(_) => {}
@@ -677,7 +681,6 @@ async fn deliver(
     leftover: &mut Vec<u8>,
 ) -> Option<CloseReason> {
     let mut shutting_down = false;
-    let mut scratch = [0u8; 4096];
     loop {
         let (blocked, end) = sink.status();
         match end {
@@ -708,6 +711,8 @@ async fn deliver(
                     sink.abort();
                     return None;
                 }
+                // On the stack, not in the task (see `linger`).
+                let mut scratch = [0u8; SCRATCH_BYTES];
                 match socket.try_read(&mut scratch) {
                     // The client closed: its stream ends.
                     Ok(0) => {
