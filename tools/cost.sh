@@ -23,7 +23,10 @@
 #     thread group (/proc/PID/task/*), system calls, context switches and
 #     page faults per delivered MB (perf stat), rondo's read buffers in use
 #     and free (/api/metrics, each second), and with PERF_RECORD=1 a CPU
-#     profile by thread and symbol (perf record; it slows the server).
+#     profile by thread and symbol (perf record; it slows the server);
+#   - cores used by the server, by the load generator (its own CPU, kept
+#     apart from the server's figures) and stolen by the hypervisor, while
+#     the streams arrive (the first ARRIVAL_S seconds) and at N.
 #
 # rondo: a data directory of DISKS emulated PROFILE disks (default 8 ×
 # nvme-gen4, so that 1000 streams fit), 1 s rounds, the serve defaults
@@ -349,7 +352,11 @@ phase() {
         --argjson hz "$CLK_TCK" --argjson idle_rss "$idle_rss" --argjson idle_pss "$idle_pss" \
         --slurpfile load "$OUT/load-$tag.json" --slurpfile metrics "$OUT/metrics-$tag.json" \
         --argjson round_s "$(jq '.round_duration_ns / 1e9' "$WWW/sched/0.json")" \
-        --rawfile samples "$OUT/samples-$tag.txt" '
+        --argjson arrival_s "$ARRIVAL_S" --rawfile samples "$OUT/samples-$tag.txt" '
+        # Cores used between two samples: a CPU-ticks column over the time
+        # between them (the server, the load generator, the host steal).
+        def cores(rows; col): if (rows | length) >= 2 and rows[-1][0] > rows[0][0]
+            then ((rows[-1][col] - rows[0][col]) / $hz) / (rows[-1][0] - rows[0][0]) else null end;
         # "At N": while 98% of the streams it carries are connected; a server
         # that refused some (rondo answers 503) carries fewer than N at once.
         ([$n, ($load[0].max_active_streams // $n)] | min) as $ref |
@@ -359,6 +366,10 @@ phase() {
         ($full | map(.[2]) | median) as $rss | ($full | map(.[3]) | median) as $pss |
         ($full | map(.[4] // 0) | median) as $buf_in_use | ($full | map(.[5] // 0) | median) as $buf_free |
         ($full | map(.[6] // 0) | median) as $page_cache |
+        ($samples | split("\n") | map(select(length > 0) | split(" ") | map(tonumber))
+            | map(select(length >= 10))) as $cpu |
+        ($cpu | map(select(.[0] <= ($cpu[0][0] // 0) + $arrival_s))) as $arriving |
+        ($full | map(select(length >= 10))) as $full_cpu |
         {
           server: $server, streams: $n, streams_at_once: $ref,
           started: $load[0].streams_started, rejected: $load[0].streams_rejected,
@@ -384,7 +395,14 @@ phase() {
           buffers_free_per_stream_kib: (($buf_free // 0) / $ref),
           # rondo: the stream reads that took the buffer of another read.
           reads: ($metrics[0].disks | map(.reads) | add),
-          shared_reads: ($metrics[0].disks | map(.shared_reads // 0) | add)
+          shared_reads: ($metrics[0].disks | map(.shared_reads // 0) | add),
+          # Cores while the streams arrive (the first ARRIVAL_S seconds) and
+          # at N: the server, the load generator (its own CPU, apart from
+          # the server figures above), and the steal of the whole host.
+          server_cores_arriving: cores($arriving; 7), load_cores_arriving: cores($arriving; 8),
+          steal_cores_arriving: cores($arriving; 9),
+          server_cores_at_n: cores($full_cpu; 7), load_cores_at_n: cores($full_cpu; 8),
+          steal_cores_at_n: cores($full_cpu; 9)
         }' > "$OUT/phase-$tag.json"
     # Where the CPU went: per thread group, CPU seconds and context switches
     # over the phase (threads that started during it count from 0).
@@ -408,6 +426,7 @@ phase() {
     say "$tag: memory per stream in rounds of its data: RSS $(jq '.rss_per_stream_kib / .round_kib_mean * 100 | round / 100' "$OUT/phase-$tag.json"), RSS + page cache $(jq '.total_per_stream_kib / .round_kib_mean * 100 | round / 100' "$OUT/phase-$tag.json")"
     say "$tag: by thread (CPU s): $(jq -c '.threads | map("\(.group)×\(.count) \(.cpu_s)") | join(", ")' "$OUT/phase-$tag.json")"
     say "$tag: per delivered MB: $(jq -c '.counts_per_mb | map_values(. * 100 | round / 100)' "$OUT/phase-$tag.json")"
+    say "$tag: cores while streams arrive (server, load generator, steal): $(jq -c '[.server_cores_arriving, .load_cores_arriving, .steal_cores_arriving] | map(if . then . * 100 | round / 100 else . end)' "$OUT/phase-$tag.json"); at N: $(jq -c '[.server_cores_at_n, .load_cores_at_n, .steal_cores_at_n] | map(if . then . * 100 | round / 100 else . end)' "$OUT/phase-$tag.json")"
 }
 
 for n in $STREAMS; do
