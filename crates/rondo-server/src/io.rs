@@ -1121,21 +1121,70 @@ fn is_delivery(command: &DiskCommand) -> bool {
 }
 
 /// The nice value of the threads whose lateness is a missed deadline (the
-/// round driver and the disk threads), where the process may lower it.
-/// They use a few percent of the CPU; the HTTP workers' bulk copies must
-/// not queue them (assumption: −5, a weight 3× the default's; measured:
-/// on a loaded 2-core host a late start's batch was queued past its
-/// round's end behind them, docs/serving-cost.md).
+/// round driver and the disk threads) where the process may lower it but
+/// not give them a real-time policy. They use a few percent of the CPU;
+/// the HTTP workers' bulk copies must not queue them (assumption: −5, a
+/// weight 3× the default's; measured: on a loaded 2-core host a late
+/// start's batch was queued past its round's end behind them,
+/// docs/serving-cost.md).
 pub const DEADLINE_THREAD_NICE: i32 = -5;
 
-/// Runs the calling thread at [`DEADLINE_THREAD_NICE`] if the process may
-/// (root or `CAP_SYS_NICE`); returns whether it does. Linux keeps a nice
-/// value per thread.
-pub fn raise_deadline_thread_priority() -> bool {
+/// The real-time priority (`SCHED_RR`) of those threads where the process
+/// may set it. Assumption: 1, the lowest: ahead of every normal thread of
+/// the host whatever its nice value (measured: at 11,250 and 12,500 streams
+/// a load generator at nice −10 took the CPU of the threads at −5 and
+/// rounds missed their deadlines, docs/capacity.md), behind the kernel's
+/// own real-time threads. The kernel's real-time throttling (95% of each
+/// second by default) still leaves the rest of the host the CPU if one of
+/// them ever spun.
+pub const DEADLINE_THREAD_RT_PRIORITY: i32 = 1;
+
+/// How the calling deadline thread runs, by what the process may do.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DeadlinePriority {
+    /// `SCHED_RR` at [`DEADLINE_THREAD_RT_PRIORITY`] (root, `CAP_SYS_NICE`
+    /// or an `RLIMIT_RTPRIO` of at least 1, and a cgroup with real-time
+    /// time).
+    Realtime,
+    /// [`DEADLINE_THREAD_NICE`] (root or `CAP_SYS_NICE`).
+    Nice,
+    /// The HTTP workers' priority.
+    Default,
+}
+
+impl DeadlinePriority {
+    pub fn describe(self) -> &'static str {
+        match self {
+            DeadlinePriority::Realtime => "real-time (SCHED_RR 1): ahead of every normal thread",
+            DeadlinePriority::Nice => "nice -5: ahead of the HTTP workers",
+            DeadlinePriority::Default => {
+                "the HTTP workers' priority (raising it needs root, CAP_SYS_NICE or RLIMIT_RTPRIO)"
+            }
+        }
+    }
+}
+
+/// Runs the calling thread ahead of the rest as far as the process may: a
+/// real-time policy, else [`DEADLINE_THREAD_NICE`]. Linux keeps both per
+/// thread.
+pub fn raise_deadline_thread_priority() -> DeadlinePriority {
     // SAFETY: gettid has no arguments and cannot fail.
-    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t;
+    let param = libc::sched_param {
+        sched_priority: DEADLINE_THREAD_RT_PRIORITY,
+    };
+    // SAFETY: sched_setscheduler on this thread's id with a valid
+    // parameter; a refusal only returns -1.
+    if unsafe { libc::sched_setscheduler(tid, libc::SCHED_RR, &param) } == 0 {
+        return DeadlinePriority::Realtime;
+    }
     // SAFETY: setpriority on this thread's id; a refusal only returns -1.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, DEADLINE_THREAD_NICE) == 0 }
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, DEADLINE_THREAD_NICE) }
+        == 0
+    {
+        return DeadlinePriority::Nice;
+    }
+    DeadlinePriority::Default
 }
 
 #[cfg(test)]

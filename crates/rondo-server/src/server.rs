@@ -404,17 +404,11 @@ impl RunningServer {
         let driver = std::thread::Builder::new()
             .name("rondo-rounds".into())
             .spawn(move || {
-                if crate::io::raise_deadline_thread_priority() {
-                    tracing::info!(
-                        nice = crate::io::DEADLINE_THREAD_NICE,
-                        "the round driver and disk threads run ahead of the HTTP workers"
-                    );
-                } else {
-                    tracing::info!(
-                        "the round driver and disk threads run at the HTTP workers' priority \
-                         (raising it needs root or CAP_SYS_NICE)"
-                    );
-                }
+                let priority = crate::io::raise_deadline_thread_priority();
+                tracing::info!(
+                    priority = priority.describe(),
+                    "the round driver's and the disk threads' priority"
+                );
                 // A server whose round driver is gone would hold its
                 // streams and answer requests without serving a byte: a
                 // panic here (printed above) stops the whole process, and
