@@ -1350,24 +1350,18 @@ mod tests {
         }
     }
 
-    /// Streams reading the same extents share one read: in one batch (the
-    /// first read of them), and in a later round while a session still
-    /// holds the bytes; once every holder dropped them, the device is read
-    /// again. Every stream gets the right bytes and completes, and a read
-    /// whose shared source failed reads for itself.
-    #[test]
-    fn reads_of_the_same_extents_share_one_buffer_while_it_is_held() {
-        use crate::storage::{Fault, FaultyStorage, MemoryStorage};
-        use std::sync::atomic::Ordering::Relaxed;
-        const EXTENT: u64 = 16384;
-        let memory = MemoryStorage::new(4 << 20);
-        let content =
-            |at: u64| -> Vec<u8> { (0..EXTENT).map(|i| ((i + at / 4096) % 251) as u8).collect() };
-        for at in [0, 1 << 20] {
-            memory.write_at(at, &content(at));
-        }
+    /// A native-timed disk thread over `memory`, counting its device reads,
+    /// with its buffer pool's metrics and its events.
+    fn counted_disk(
+        memory: crate::storage::MemoryStorage,
+    ) -> (
+        DeviceThread,
+        Arc<Counted>,
+        Arc<crate::metrics::Metrics>,
+        crossbeam_channel::Receiver<IoEvent>,
+    ) {
         let storage = Arc::new(Counted {
-            inner: FaultyStorage::new(memory),
+            inner: crate::storage::FaultyStorage::new(memory),
             reads: Default::default(),
         });
         let metrics = Arc::new(crate::metrics::Metrics::new(1));
@@ -1387,6 +1381,26 @@ mod tests {
             events_tx,
         )
         .unwrap();
+        (thread, storage, metrics, events)
+    }
+
+    /// Streams reading the same extents share one read: in one batch (the
+    /// first read of them), and in a later round while a session still
+    /// holds the bytes; once every holder dropped them, the device is read
+    /// again. Every stream gets the right bytes and completes, and a read
+    /// whose shared source failed reads for itself.
+    #[test]
+    fn reads_of_the_same_extents_share_one_buffer_while_it_is_held() {
+        use crate::storage::{Fault, MemoryStorage};
+        use std::sync::atomic::Ordering::Relaxed;
+        const EXTENT: u64 = 16384;
+        let memory = MemoryStorage::new(4 << 20);
+        let content =
+            |at: u64| -> Vec<u8> { (0..EXTENT).map(|i| ((i + at / 4096) % 251) as u8).collect() };
+        for at in [0, 1 << 20] {
+            memory.write_at(at, &content(at));
+        }
+        let (thread, storage, metrics, events) = counted_disk(memory);
         let stream_read = |stream: u64, at: u64| {
             let mut c = read(stream, at, EXTENT);
             c.extents[0].crc32c = Some(checksum(&content(at)));
@@ -1541,33 +1555,13 @@ mod tests {
     /// round it is gone, and a late start reads the device again.
     #[test]
     fn late_starts_of_a_round_share_their_read() {
-        use crate::storage::{FaultyStorage, MemoryStorage};
+        use crate::storage::MemoryStorage;
         use std::sync::atomic::Ordering::Relaxed;
         const EXTENT: u64 = 16384;
         let memory = MemoryStorage::new(1 << 20);
         let content: Vec<u8> = (0..EXTENT).map(|i| (i % 251) as u8).collect();
         memory.write_at(0, &content);
-        let storage = Arc::new(Counted {
-            inner: FaultyStorage::new(memory),
-            reads: Default::default(),
-        });
-        let metrics = Arc::new(crate::metrics::Metrics::new(1));
-        let pool = BufferPool::new(1 << 26, Arc::clone(&metrics));
-        let (events_tx, events) = crossbeam_channel::unbounded();
-        let clock = RoundClock {
-            t0: Instant::now(),
-            round_duration_ns: 1_000_000_000,
-        };
-        let thread = spawn_device(
-            DiskIndex(0),
-            Arc::clone(&storage) as Arc<dyn Storage>,
-            Disk::from_name("cheetah-4lp").unwrap(),
-            DiskTiming::Native.into(),
-            clock,
-            pool,
-            events_tx,
-        )
-        .unwrap();
+        let (thread, storage, metrics, events) = counted_disk(memory);
         // One stream's late start in `round`: its bytes (dropped at once,
         // as a send loop does) and whether it shared.
         let late_start = |stream: u64, round: u64| {

@@ -555,15 +555,10 @@ async fn serve_with_hyper(
     shutdown: CancellationToken,
     handle: ConnectionHandle,
 ) {
-    let HyperConnection {
-        socket,
-        first,
-        header_started,
-        peer,
-        epoch,
-        last_activity_ms,
-        fd,
-    } = connection;
+    let HyperConnection { socket, first, .. } = connection;
+    let (peer, epoch, fd) = (connection.peer, connection.epoch, connection.fd);
+    let last_activity_ms = connection.last_activity_ms;
+    let header_started = connection.header_started;
     last_activity_ms.store(millis_since(epoch), Relaxed);
     let io = TokioIo::new(Tracked {
         inner: socket,
