@@ -1153,12 +1153,17 @@ pub enum DeadlinePriority {
 }
 
 impl DeadlinePriority {
-    pub fn describe(self) -> &'static str {
+    pub fn describe(self) -> String {
         match self {
-            DeadlinePriority::Realtime => "real-time (SCHED_RR 1): ahead of every normal thread",
-            DeadlinePriority::Nice => "nice -5: ahead of the HTTP workers",
+            DeadlinePriority::Realtime => format!(
+                "real-time (SCHED_RR {DEADLINE_THREAD_RT_PRIORITY}): ahead of every normal thread"
+            ),
+            DeadlinePriority::Nice => {
+                format!("nice {DEADLINE_THREAD_NICE}: ahead of the HTTP workers")
+            }
             DeadlinePriority::Default => {
                 "the HTTP workers' priority (raising it needs root, CAP_SYS_NICE or RLIMIT_RTPRIO)"
+                    .to_string()
             }
         }
     }

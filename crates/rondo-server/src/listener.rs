@@ -953,6 +953,8 @@ mod size_tests {
             all_closed,
         );
         let state_bytes = std::mem::size_of_val(&task);
+        // Printed for docs/serving-cost.md (`-- --nocapture`).
+        eprintln!("a connection's task state: {state_bytes} bytes");
         assert!(
             state_bytes <= STATE_BYTES_MAX,
             "a connection's task holds {state_bytes} bytes, more than {STATE_BYTES_MAX}"

@@ -406,7 +406,7 @@ impl RunningServer {
             .spawn(move || {
                 let priority = crate::io::raise_deadline_thread_priority();
                 tracing::info!(
-                    priority = priority.describe(),
+                    priority = %priority.describe(),
                     "the round driver's and the disk threads' priority"
                 );
                 // A server whose round driver is gone would hold its
