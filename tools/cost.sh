@@ -29,19 +29,23 @@
 #     the streams arrive (the first ARRIVAL_S seconds) and at N.
 #
 # rondo: a data directory of DISKS emulated PROFILE disks (default 8 ×
-# nvme-gen4, so that 1000 streams fit), 1 s rounds, the serve defaults
-# otherwise. nginx (Debian's package, installed with apt-get when missing):
-# its own config in a temporary prefix, worker_processes auto, sendfile, no
-# access log, and for each title `limit_rate_after` = its round 0 (header and
-# first second, what rondo sends first) and `limit_rate` = its mean rate
-# (size / duration). Both serve the same ffmpeg-made faststart MP4 files (rondo
+# nvme-gen4, so that 1000 streams fit), 1 s rounds, a start burst of
+# START_BURST_S seconds or START_BURST_BYTES (serve's defaults, given
+# explicitly), the serve defaults otherwise. nginx (Debian's package,
+# installed with apt-get when missing): its own config in a temporary
+# prefix, worker_processes auto, sendfile, no access log, and for each title
+# `limit_rate_after` = the bytes rondo sends a new stream at once (its start
+# burst: the first ceil(START_BURST_S / round) rounds' client bytes, or the
+# whole title when it holds at most START_BURST_BYTES) and `limit_rate` = its
+# mean rate (size / duration). So both send a new stream the same bytes at
+# once and then the title's rate. Both serve the same ffmpeg-made faststart MP4 files (rondo
 # stores a faststart MP4 byte for byte); the load generator reads the title
 # list and schedules from rondo's API, kept as static files for nginx.
 #
 # Usage: tools/cost.sh [OUT_DIR]             (default: results/cost)
 # Settings (environment): RONDO, STREAMS ("100 1000"), DISKS (8), PROFILE
 # (nvme-gen4), TITLE_SECONDS (120), BITRATES_KBPS ("200 400 600 800"), ZIPF
-# (1), SEED (1), ARRIVAL_S (10), PORT (18090), NGINX_PORT (18091), SERVERS
+# (1), SEED (1), START_BURST_S (6), START_BURST_BYTES (1048576), ARRIVAL_S (10), PORT (18090), NGINX_PORT (18091), SERVERS
 # ("rondo nginx"; also "rondo-unshared" and "nginx-lowmem", below), PERF (1
 # when perf is installed), PERF_RECORD (0), PERF_KEEP_DATA (0),
 # CONNECTIONS_MAX (16384, rondo's --connections-max: nginx's 2 × 8192),
@@ -49,7 +53,8 @@
 # streams), BUFFER_PER_DISK_MIB (64, rondo's --buffer-per-disk-mib),
 # NGINX_MEMORY_MIB (24, nginx-lowmem's cgroup), NETWORK_MBPS_MAX (none;
 # rondo's --network-mbps-max), LOAD_NICE (0; the load generator's nice),
-# LOAD_ARGS (none; more `rondo load` arguments).
+# LOAD_SCHED (other; "batch" runs the load generator SCHED_BATCH), LOAD_ARGS
+# (none; more `rondo load` arguments).
 # Needs: ffmpeg, curl, jq, ss (iproute2), fincore (util-linux), nginx
 # (installed if missing); perf (Debian's linux-perf) for the counts.
 set -euo pipefail
@@ -64,6 +69,10 @@ TITLE_SECONDS=${TITLE_SECONDS:-120}
 BITRATES_KBPS=${BITRATES_KBPS:-"200 400 600 800"}
 ZIPF=${ZIPF:-1}
 SEED=${SEED:-1}
+# rondo's start burst (`serve --start-burst-s`, `--start-burst-bytes`; 0 and
+# 0: none), matched by nginx's limit_rate_after (above).
+START_BURST_S=${START_BURST_S:-6}
+START_BURST_BYTES=${START_BURST_BYTES:-1048576}
 ARRIVAL_S=${ARRIVAL_S:-10}
 PORT=${PORT:-18090}
 NGINX_PORT=${NGINX_PORT:-18091}
@@ -107,6 +116,13 @@ NETWORK_MBPS_MAX=${NETWORK_MBPS_MAX:-}
 # the server's data path, not by the server's own CPU use taking theirs:
 # the clients stand in for hosts elsewhere.
 LOAD_NICE=${LOAD_NICE:-0}
+# The load generator's scheduling policy: "other" (the default policy) or
+# "batch" (SCHED_BATCH: the same share of the CPU for its nice value, but a
+# client woken by data arriving does not preempt the thread that sent it).
+# On this one host a woken client preempts the server in its write; on
+# hosts elsewhere it would not, so "batch" keeps that switch out of the
+# server's CPU (docs/capacity.md, "Clients that preempt the server").
+LOAD_SCHED=${LOAD_SCHED:-other}
 # More arguments for `rondo load` (e.g. --per-stream: a record per stream in
 # load-TAG.json, to see when in the run the stalls and late starts fell).
 LOAD_ARGS=${LOAD_ARGS:-}
@@ -149,6 +165,7 @@ start_rondo() {
     "$RONDO" serve --data-dir "$DATA" --listen "127.0.0.1:$PORT" --disks "$DISKS" \
         --disk-profile "$PROFILE" --no-samples --connections-per-client-max 0 \
         --connections-max "$CONNECTIONS_MAX" --buffer-per-disk-mib "$BUFFER_PER_DISK_MIB" \
+        --start-burst-s "$START_BURST_S" --start-burst-bytes "$START_BURST_BYTES" \
         ${NETWORK_MBPS_MAX:+--network-mbps-max "$NETWORK_MBPS_MAX"} \
         "$@" >> "$OUT/serve.log" 2>&1 &
     RONDO_PID=$!
@@ -173,7 +190,14 @@ for id in $(jq -r '.[].id' "$WORK/titles-rondo.json"); do
     cmp <(curl -sf "$URL/stream/$id.mp4" --max-time 20 -r 0-4095) <(head -c 4096 "$WORK/$src") \
         || { say "rondo's stored stream of $src is not the file"; exit 1; }
     rate=$(jq -n --argjson s "$size" --argjson d "$(jq '.duration_seconds' <<< "$title")" '$s / $d | ceil')
-    first=$(jq '.client_bytes[0]' "$WWW/sched/$id.json")
+    # What rondo sends a new stream at once (`Shape::burst_rounds`): the
+    # whole title when it holds at most START_BURST_BYTES, else the first
+    # ceil(START_BURST_S / round) rounds; at least round 0 (the header and
+    # the first second, which rondo sends as soon as read).
+    first=$(jq --argjson s "$START_BURST_S" --argjson b "$START_BURST_BYTES" '
+        (($s * 1e9 / .round_duration_ns) | ceil) as $k
+        | if $b > 0 and .size_bytes <= $b then .size_bytes
+          else [.client_bytes[0:([$k, 1] | max)][]] | add end' "$WWW/sched/$id.json")
     locations+="        location = /media/$src { limit_rate_after $first; limit_rate $rate; }"$'\n'
 done
 jq --arg n "$NGINX_URL" 'map(.stream_url = "\($n)/media/\(.source_file_name)"
@@ -308,10 +332,16 @@ phase() {
         fi
     fi
     rate=$(jq -n "$n / $ARRIVAL_S")
-    say "$tag: idle RSS $idle_rss KiB; rondo load --rate $rate --max-streams $n"
+    say "$tag: idle RSS $idle_rss KiB; rondo load --rate $rate --max-streams $n (nice $LOAD_NICE, policy $LOAD_SCHED)"
     local processes=$LOAD_PROCESSES
     [[ $processes == auto ]] && processes=$(( (n + 9999) / 10000 ))
-    nice -n "$LOAD_NICE" "$RONDO" load --url "$url" --rate "$rate" --duration $((ARRIVAL_S * 3)) --processes "$processes" \
+    local sched=()
+    case $LOAD_SCHED in
+        other) ;;
+        batch) sched=(chrt --batch 0) ;;
+        *) say "LOAD_SCHED must be other or batch, not '$LOAD_SCHED'"; exit 2 ;;
+    esac
+    "${sched[@]}" nice -n "$LOAD_NICE" "$RONDO" load --url "$url" --rate "$rate" --duration $((ARRIVAL_S * 3)) --processes "$processes" \
         --max-streams "$n" --zipf "$ZIPF" --seed "$SEED" --json $LOAD_ARGS \
         > "$OUT/load-$tag.json" 2> "$OUT/load-$tag.err" &
     local load_pid=$!

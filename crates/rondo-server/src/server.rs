@@ -300,10 +300,11 @@ impl RunningServer {
             streams: Default::default(),
             ops: OpsState::new(array.disk_count),
             late_batches: Vec::new(),
-            // One send loop per HTTP worker thread (tokio's default count).
+            // One send loop per core (as many as tokio's HTTP workers).
             outbox: crate::sink::Outbox::start(
                 std::thread::available_parallelism().map_or(1, |n| n.get()),
-            ),
+            )
+            .map_err(io_error("starting the send loops"))?,
         };
         let shared = Arc::new(Shared {
             store: store.clone(),

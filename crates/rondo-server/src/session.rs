@@ -213,6 +213,9 @@ pub async fn admit(
             match &admission {
                 Ok(a) => {
                     shared.metrics.admitted.fetch_add(1, Relaxed);
+                    if a.burst_rounds > 0 {
+                        shared.metrics.admitted_burst.fetch_add(1, Relaxed);
+                    }
                     if a.first_playback_round > PlaybackRound(0) || a.skip_bytes > 0 {
                         shared.metrics.admitted_mid_title.fetch_add(1, Relaxed);
                     }

@@ -29,7 +29,7 @@ use bytes::Bytes;
 use rondo_model::layout::Replica;
 use rondo_model::units::{PlaybackRound, StreamId};
 use tokio::net::TcpStream;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::listener::{CloseReason, ConnectionHandle};
@@ -38,8 +38,16 @@ use crate::session::SessionData;
 /// Chunks given to one `writev`: a round is one chunk (a primary read's
 /// buffer) or a few, so a socket with room takes a round in one call.
 const IOVECS_MAX: usize = 16;
-/// Releases a send loop handles before letting its worker run other tasks.
-const SENDS_PER_YIELD: usize = 64;
+/// The nice value of the send loops' threads where the process may lower
+/// it: ahead of the HTTP workers (nice 0), so that the rounds of admitted
+/// streams go out before new requests are served when both want the CPU,
+/// and behind the deadline threads (real-time, or nice −5 without it).
+/// Assumption: −3, a weight about twice the default's. Measured: with the
+/// loops as tasks among the HTTP workers' connection tasks, 11,250 streams
+/// arriving at 1125 a second delayed running streams' rounds by up to a
+/// second and their clients stalled (docs/serving-cost.md, "Send loops
+/// ahead of new requests").
+pub const SEND_THREAD_NICE: i32 = -3;
 /// Bytes read at a time of what a client sends while its answer goes out.
 const SCRATCH_BYTES: usize = 4096;
 /// How long a finished connection waits for the client to close after the
@@ -316,7 +324,7 @@ struct Send {
 }
 
 struct Shard {
-    loop_tx: mpsc::UnboundedSender<Vec<Send>>,
+    loop_tx: crossbeam_channel::Sender<Vec<Send>>,
     batch: Vec<Send>,
 }
 
@@ -327,19 +335,26 @@ pub struct Outbox {
 }
 
 impl Outbox {
-    /// Starts `loops` send loops on the current tokio runtime.
-    pub fn start(loops: usize) -> Outbox {
+    /// Starts `loops` send loops, each on a thread of its own at
+    /// [`SEND_THREAD_NICE`] where the process may (else the default
+    /// priority). They end when the outbox is dropped.
+    pub fn start(loops: usize) -> std::io::Result<Outbox> {
         let shards = (0..loops.max(1))
-            .map(|_| {
-                let (loop_tx, loop_rx) = mpsc::unbounded_channel();
-                tokio::spawn(send_loop(loop_rx));
-                Shard {
+            .map(|i| {
+                let (loop_tx, loop_rx) = crossbeam_channel::unbounded();
+                std::thread::Builder::new()
+                    .name(format!("rondo-send-{i}"))
+                    .spawn(move || {
+                        raise_send_thread_priority();
+                        send_loop(loop_rx);
+                    })?;
+                Ok(Shard {
                     loop_tx,
                     batch: Vec::new(),
-                }
+                })
             })
-            .collect();
-        Outbox { shards }
+            .collect::<std::io::Result<_>>()?;
+        Ok(Outbox { shards })
     }
 
     /// A released round of `stream`, sent through `sink`: to its loop at
@@ -370,16 +385,24 @@ impl Outbox {
 }
 
 /// One send loop: writes each release it is handed into its stream's
-/// socket, in the order the driver released them. Ends with the driver.
-async fn send_loop(mut batches: mpsc::UnboundedReceiver<Vec<Send>>) {
-    while let Some(batch) = batches.recv().await {
-        for (i, send) in batch.into_iter().enumerate() {
+/// socket, in the order the driver released them (a socket's writes never
+/// wait: a full one is left to its connection's task). Ends with the
+/// driver.
+fn send_loop(batches: crossbeam_channel::Receiver<Vec<Send>>) {
+    while let Ok(batch) = batches.recv() {
+        for send in batch {
             send.sink.release(send.playback_round, send.replica);
-            if i % SENDS_PER_YIELD == SENDS_PER_YIELD - 1 {
-                tokio::task::yield_now().await;
-            }
         }
     }
+}
+
+/// Lowers the calling thread's nice value to [`SEND_THREAD_NICE`] if the
+/// process may (root or `CAP_SYS_NICE`); whether it did.
+fn raise_send_thread_priority() -> bool {
+    // SAFETY: gettid has no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t;
+    // SAFETY: setpriority on this thread's id; a refusal only returns -1.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, SEND_THREAD_NICE) == 0 }
 }
 
 /// How an answer's body is delimited.

@@ -296,6 +296,9 @@ pub struct Admitted {
     pub skip_bytes: u64,
     /// Stored bytes the stream sends.
     pub length_bytes: u64,
+    /// Playback rounds read in its first round and sent as soon as read
+    /// (its start burst; 0: a plain stream).
+    pub burst_rounds: u32,
 }
 
 /// A stream started in the round in progress ([`Array::admit_now`]): its
@@ -838,11 +841,11 @@ impl Array {
                 },
             )?
         };
+        let span = self
+            .reservations
+            .stream_span(stream)
+            .expect("admitted just now");
         if self.delivering {
-            let span = self
-                .reservations
-                .stream_span(stream)
-                .expect("admitted just now");
             self.deliveries.admit(stream, span);
         }
         Ok(Admitted {
@@ -853,6 +856,7 @@ impl Array {
             end_playback_round,
             skip_bytes,
             length_bytes,
+            burst_rounds: span.burst_rounds,
         })
     }
 

@@ -329,6 +329,12 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         g(&metrics.admitted_late_start),
     );
     w.single(
+        "rondo_admissions_burst_total",
+        "counter",
+        "Admitted streams given a start burst: their first rounds read in their first round and sent as soon as read.",
+        g(&metrics.admitted_burst),
+    );
+    w.single(
         "rondo_admissions_direct_total",
         "counter",
         "Admitted streams whose rounds the send loops wrote into their sockets (the connection's requests before it were streams too); the others went through hyper.",
