@@ -479,7 +479,7 @@ impl Link {
                 if let Some(queue) = queue {
                     let mut data = self.pool.take(piece.data.len());
                     data.as_mut_slice().copy_from_slice(&piece.data);
-                    let _ = queue.send(Piece {
+                    queue.send(Piece {
                         stream: StreamId(piece.stream),
                         playback_round: PlaybackRound(piece.playback_round),
                         replica: wire::replica_from_wire(piece.replica)

@@ -24,7 +24,7 @@ use rondo_server::DiskTiming;
 use rondo_server::buffers::BufferPool;
 use rondo_server::io::{DiskBatch, IoEvent, RoundClock, spawn_device};
 use rondo_server::metrics::Metrics;
-use rondo_server::session::Piece;
+use rondo_server::session::{Piece, PieceSender};
 use rondo_store::{Device, IoMode, open_node_devices};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -312,17 +312,17 @@ impl StorageNode for StorageNodeService {
 
 /// Per batch sent to the disk thread and not yet done: its number and the
 /// queue its pieces arrive on.
-type Pending = Arc<Mutex<VecDeque<(u64, Receiver<Piece>)>>>;
+type Pending = Arc<Mutex<VecDeque<(u64, PieceSender)>>>;
 
 /// A batch from the wire, with a piece queue of its own for its reads.
-fn decode_batch(batch: pb::Batch) -> Result<(u64, DiskBatch, Receiver<Piece>), wire::WireError> {
+fn decode_batch(batch: pb::Batch) -> Result<(u64, DiskBatch, PieceSender), wire::WireError> {
     let commands = batch
         .commands
         .iter()
         .map(wire::command_from_wire)
         .collect::<Result<Vec<_>, _>>()?;
-    let (pieces_tx, pieces_rx) = crossbeam_channel::unbounded();
-    let deliver_to = commands.iter().map(|_| Some(pieces_tx.clone())).collect();
+    let pieces = PieceSender::default();
+    let deliver_to = commands.iter().map(|_| Some(pieces.clone())).collect();
     Ok((
         batch.seq,
         DiskBatch {
@@ -335,7 +335,7 @@ fn decode_batch(batch: pb::Batch) -> Result<(u64, DiskBatch, Receiver<Piece>), w
             deliver_to,
             late_start_ns: batch.late_start_ns,
         },
-        pieces_rx,
+        pieces,
     ))
 }
 
@@ -356,7 +356,12 @@ fn forward_events(
         {
             let mut pending = pending.lock().expect("not poisoned");
             for (seq, pieces) in pending.iter() {
-                messages.extend(pieces.try_iter().map(|piece| piece_message(*seq, piece)));
+                messages.extend(
+                    pieces
+                        .take_all()
+                        .into_iter()
+                        .map(|piece| piece_message(*seq, piece)),
+                );
             }
             if matches!(event, IoEvent::BatchDone { .. })
                 && let Some((seq, _)) = pending.pop_front()

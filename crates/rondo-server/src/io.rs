@@ -1075,7 +1075,7 @@ fn deliver(command: &DiskCommand, data: Option<Bytes>, queue: Option<&PieceSende
         return;
     };
     if let (Some(data), Some(queue)) = (data, queue) {
-        let _ = queue.send(Piece {
+        queue.send(Piece {
             stream,
             playback_round,
             replica,
@@ -1415,7 +1415,7 @@ mod tests {
         // bytes (in command order), the completions' outcomes and the
         // batch's shared reads.
         let run = |round: u64, reads: &[(u64, u64)]| {
-            let (pieces_tx, pieces_rx) = crossbeam_channel::unbounded();
+            let pieces_tx = PieceSender::default();
             let commands: Vec<DiskCommand> =
                 reads.iter().map(|&(s, at)| stream_read(s, at)).collect();
             let mut batch = DiskBatch::round(Round(round), None, commands);
@@ -1432,7 +1432,7 @@ mod tests {
                     IoEvent::BatchDone { shared_reads, .. } => break shared_reads,
                 }
             };
-            let pieces: Vec<Piece> = pieces_rx.try_iter().collect();
+            let pieces: Vec<Piece> = pieces_tx.take_all();
             (pieces, outcomes, shared)
         };
         let device_reads = || storage.reads.load(Relaxed);
@@ -1570,19 +1570,19 @@ mod tests {
         // One stream's late start in `round`: its bytes (dropped at once,
         // as a send loop does) and whether it shared.
         let late_start = |stream: u64, round: u64| {
-            let (pieces_tx, pieces_rx) = crossbeam_channel::unbounded();
+            let pieces_tx = PieceSender::default();
             let mut c = read(stream, 0, EXTENT);
             c.extents[0].crc32c = Some(checksum(&content));
             let mut batch = DiskBatch::round(Round(round), None, vec![c]);
             batch.late_start_ns = Some(round * 1_000_000_000);
-            batch.deliver_to = vec![Some(pieces_tx)];
+            batch.deliver_to = vec![Some(pieces_tx.clone())];
             thread.batches.send(batch).unwrap();
             let shared = loop {
                 if let IoEvent::BatchDone { shared_reads, .. } = events.recv().unwrap() {
                     break shared_reads;
                 }
             };
-            let piece = pieces_rx.try_recv().expect("the read's bytes");
+            let piece = pieces_tx.take_all().pop().expect("the read's bytes");
             assert_eq!(&piece.data[..], &content[..], "stream {stream}");
             shared
         };
