@@ -492,6 +492,11 @@ async fn send_loops_and_hyper_send_the_same_bytes_on_one_connection(
         4,
         "four streams by the send loops, one by hyper: {after:?}"
     );
+    // An idle array gives a new stream its start burst (the default).
+    assert!(
+        after.admitted_burst > before.admitted_burst,
+        "no stream got a start burst: {after:?}"
+    );
     assert_eq!(after.streams_disconnected, before.streams_disconnected);
 }
 
