@@ -121,7 +121,8 @@ LOAD_NICE=${LOAD_NICE:-0}
 # client woken by data arriving does not preempt the thread that sent it).
 # On this one host a woken client preempts the server in its write; on
 # hosts elsewhere it would not, so "batch" keeps that switch out of the
-# server's CPU (docs/capacity.md, "Clients that preempt the server").
+# server's CPU (measured: it removed the switches but saved the server no
+# CPU; docs/serving-cost.md, "Send loops ahead of new requests").
 LOAD_SCHED=${LOAD_SCHED:-other}
 # More arguments for `rondo load` (e.g. --per-stream: a record per stream in
 # load-TAG.json, to see when in the run the stalls and late starts fell).

@@ -1183,13 +1183,19 @@ pub fn raise_deadline_thread_priority() -> DeadlinePriority {
     if unsafe { libc::sched_setscheduler(tid, libc::SCHED_RR, &param) } == 0 {
         return DeadlinePriority::Realtime;
     }
-    // SAFETY: setpriority on this thread's id; a refusal only returns -1.
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, DEADLINE_THREAD_NICE) }
-        == 0
-    {
+    if set_calling_thread_nice(DEADLINE_THREAD_NICE) {
         return DeadlinePriority::Nice;
     }
     DeadlinePriority::Default
+}
+
+/// Sets the calling thread's nice value (Linux keeps it per thread) if the
+/// process may (root or `CAP_SYS_NICE` to lower it); whether it did.
+pub fn set_calling_thread_nice(nice: i32) -> bool {
+    // SAFETY: gettid has no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t;
+    // SAFETY: setpriority on this thread's id; a refusal only returns -1.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) == 0 }
 }
 
 #[cfg(test)]

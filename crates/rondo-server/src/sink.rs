@@ -345,7 +345,13 @@ impl Outbox {
                 std::thread::Builder::new()
                     .name(format!("rondo-send-{i}"))
                     .spawn(move || {
-                        raise_send_thread_priority();
+                        let raised = crate::io::set_calling_thread_nice(SEND_THREAD_NICE);
+                        if i == 0 {
+                            tracing::info!(
+                                nice = if raised { SEND_THREAD_NICE } else { 0 },
+                                "the send loops' priority (ahead of the HTTP workers where raised)"
+                            );
+                        }
                         send_loop(loop_rx);
                     })?;
                 Ok(Shard {
@@ -394,15 +400,6 @@ fn send_loop(batches: crossbeam_channel::Receiver<Vec<Send>>) {
             send.sink.release(send.playback_round, send.replica);
         }
     }
-}
-
-/// Lowers the calling thread's nice value to [`SEND_THREAD_NICE`] if the
-/// process may (root or `CAP_SYS_NICE`); whether it did.
-fn raise_send_thread_priority() -> bool {
-    // SAFETY: gettid has no arguments and cannot fail.
-    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t;
-    // SAFETY: setpriority on this thread's id; a refusal only returns -1.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, SEND_THREAD_NICE) == 0 }
 }
 
 /// How an answer's body is delimited.
