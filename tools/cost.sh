@@ -52,7 +52,8 @@
 # NGINX_WORKER_CONNECTIONS (8192), LOAD_PROCESSES (auto: one per 10,000
 # streams), BUFFER_PER_DISK_MIB (64, rondo's --buffer-per-disk-mib),
 # NGINX_MEMORY_MIB (24, nginx-lowmem's cgroup), NETWORK_MBPS_MAX (none;
-# rondo's --network-mbps-max), LOAD_NICE (0; the load generator's nice),
+# rondo's --network-mbps-max), ZERO_COPY_SHARE_MIN (serve's default; rondo's
+# --zero-copy-share-min), LOAD_NICE (0; the load generator's nice),
 # LOAD_SCHED (other; "batch" runs the load generator SCHED_BATCH), LOAD_ARGS
 # (none; more `rondo load` arguments).
 # Needs: ffmpeg, curl, jq, ss (iproute2), fincore (util-linux), nginx
@@ -110,6 +111,10 @@ NGINX_MEMORY_MIB=${NGINX_MEMORY_MIB:-24}
 # rondo's --network-mbps-max (empty: not limited): what this host can send,
 # so that rondo refuses (503, reason "network") what it cannot carry.
 NETWORK_MBPS_MAX=${NETWORK_MBPS_MAX:-}
+# rondo's --zero-copy-share-min (empty: serve's default): reads shared by
+# at least this many streams go to their sockets without a copy; 0 copies
+# every round (to measure what sending without a copy saves).
+ZERO_COPY_SHARE_MIN=${ZERO_COPY_SHARE_MIN:-}
 # The load generator's nice value (0: the same priority as the server). The
 # clients share the server's 2 cores; at a negative value (e.g. -10) they
 # get the CPU they need first, so that a client that stalls was starved by
@@ -168,6 +173,7 @@ start_rondo() {
         --connections-max "$CONNECTIONS_MAX" --buffer-per-disk-mib "$BUFFER_PER_DISK_MIB" \
         --start-burst-s "$START_BURST_S" --start-burst-bytes "$START_BURST_BYTES" \
         ${NETWORK_MBPS_MAX:+--network-mbps-max "$NETWORK_MBPS_MAX"} \
+        ${ZERO_COPY_SHARE_MIN:+--zero-copy-share-min "$ZERO_COPY_SHARE_MIN"} \
         "$@" >> "$OUT/serve.log" 2>&1 &
     RONDO_PID=$!
     PIDS+=("$RONDO_PID")

@@ -440,6 +440,7 @@ impl Link {
             let _ = self.events.send(IoEvent::Reads {
                 round: batch.round,
                 reads,
+                sent_at: std::time::Instant::now(),
             });
         }
         let _ = self.events.send(IoEvent::BatchDone {
@@ -514,6 +515,7 @@ impl Link {
                 let _ = self.events.send(IoEvent::Reads {
                     round: Round(reads_round),
                     reads,
+                    sent_at: std::time::Instant::now(),
                 });
             }
             Some(Kind::Done(done)) => {

@@ -212,7 +212,7 @@ pub fn read_done_from_wire(read: &pb::ReadDone) -> Result<ReadDone, WireError> {
 pub fn event_to_wire(event: &IoEvent, seq: u64, clock: &RoundClock) -> pb::FromDisk {
     use pb::from_disk::Kind;
     let kind = match event {
-        IoEvent::Reads { round, reads } => Kind::Reads(pb::Reads {
+        IoEvent::Reads { round, reads, .. } => Kind::Reads(pb::Reads {
             round: round.0,
             reads: reads.iter().map(read_done_to_wire).collect(),
         }),

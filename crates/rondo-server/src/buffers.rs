@@ -44,7 +44,7 @@ const MAX_POOLED_BYTES: usize = 1 << 34;
 /// The class of a buffer for `len` bytes: its size in bytes (a whole number
 /// of pages: exact up to 8 pages, then 8 steps per doubling) and the index
 /// of its free list.
-fn class_of(len: usize) -> (usize, usize) {
+pub(crate) fn class_of(len: usize) -> (usize, usize) {
     let pages = len.max(1).div_ceil(PAGE_BYTES);
     let steps = CLASSES_PER_DOUBLING;
     if pages <= steps {
@@ -75,7 +75,7 @@ struct PoolInner {
 }
 
 /// Free lists: one per class up to [`MAX_POOLED_BYTES`].
-fn class_count() -> usize {
+pub(crate) fn class_count() -> usize {
     class_of(MAX_POOLED_BYTES).1 + 1
 }
 
@@ -128,7 +128,32 @@ impl BufferPool {
             .buffer_bytes_in_use
             .fetch_add(class as u64, Relaxed);
         PooledBuf {
-            buf: Some(buf),
+            buf: Some(Backing::Heap(buf)),
+            len,
+            pool: Arc::clone(&self.inner),
+        }
+    }
+
+    /// A buffer of `len` bytes in the send arena, whose bytes a socket is
+    /// given without a copy (`crate::zerocopy`): for a read many streams
+    /// share. An ordinary buffer where there is no arena or it is full.
+    /// Its pages are fresh (a range given back is punched out), so nothing
+    /// is kept for reuse.
+    pub fn take_sendable(&self, len: usize) -> PooledBuf {
+        let (class, index) = class_of(len);
+        let Some(offset) = crate::zerocopy::arena().and_then(|a| a.take(class, index)) else {
+            return self.take(len);
+        };
+        self.inner
+            .metrics
+            .buffer_bytes_in_use
+            .fetch_add(class as u64, Relaxed);
+        PooledBuf {
+            buf: Some(Backing::Arena {
+                offset,
+                class_bytes: class,
+                index,
+            }),
             len,
             pool: Arc::clone(&self.inner),
         }
@@ -154,9 +179,62 @@ impl BufferPool {
     }
 }
 
+/// Where a pooled buffer's bytes are.
+enum Backing {
+    /// A mapping of its own, kept for reuse.
+    Heap(AlignedBuf),
+    /// A range of the send arena (`crate::zerocopy`), punched out when
+    /// given back.
+    Arena {
+        offset: usize,
+        class_bytes: usize,
+        index: usize,
+    },
+}
+
+impl Backing {
+    fn class_bytes(&self) -> usize {
+        match self {
+            Backing::Heap(buf) => buf.len(),
+            Backing::Arena { class_bytes, .. } => *class_bytes,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Heap(buf) => buf,
+            Backing::Arena {
+                offset,
+                class_bytes,
+                ..
+            } => {
+                let arena = crate::zerocopy::arena().expect("an arena buffer has its arena");
+                // SAFETY: the range is this buffer's until it is dropped.
+                unsafe { arena.slice(*offset, *class_bytes) }
+            }
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Backing::Heap(buf) => buf,
+            Backing::Arena {
+                offset,
+                class_bytes,
+                ..
+            } => {
+                let arena = crate::zerocopy::arena().expect("an arena buffer has its arena");
+                // SAFETY: the range is this buffer's alone; `&mut self`
+                // excludes every other reference to it.
+                unsafe { arena.slice_mut(*offset, *class_bytes) }
+            }
+        }
+    }
+}
+
 /// A buffer taken from a [`BufferPool`]; goes back to it when dropped.
 pub struct PooledBuf {
-    buf: Option<AlignedBuf>,
+    buf: Option<Backing>,
     len: usize,
     pool: Arc<PoolInner>,
 }
@@ -174,7 +252,11 @@ impl PooledBuf {
     /// 4096-byte multiple within are aligned).
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         let len = self.len;
-        &mut self.buf.as_mut().expect("present until dropped")[..len]
+        &mut self
+            .buf
+            .as_mut()
+            .expect("present until dropped")
+            .bytes_mut()[..len]
     }
 
     /// Turns the buffer into `Bytes` without copying; it returns to the pool
@@ -186,18 +268,33 @@ impl PooledBuf {
 
 impl AsRef<[u8]> for PooledBuf {
     fn as_ref(&self) -> &[u8] {
-        &self.buf.as_ref().expect("present until dropped")[..self.len]
+        &self.buf.as_ref().expect("present until dropped").bytes()[..self.len]
     }
 }
 
 impl Drop for PooledBuf {
     fn drop(&mut self) {
-        let Some(buf) = self.buf.take() else { return };
-        let class = buf.len();
+        let Some(backing) = self.buf.take() else {
+            return;
+        };
+        let class = backing.class_bytes();
         self.pool
             .metrics
             .buffer_bytes_in_use
             .fetch_sub(class as u64, Relaxed);
+        let buf = match backing {
+            Backing::Heap(buf) => buf,
+            Backing::Arena {
+                offset,
+                class_bytes,
+                index,
+            } => {
+                if let Some(arena) = crate::zerocopy::arena() {
+                    arena.give_back(offset, class_bytes, index);
+                }
+                return;
+            }
+        };
         if class > MAX_POOLED_BYTES {
             return;
         }
@@ -241,6 +338,33 @@ mod tests {
         let big = pool.take(2 << 20);
         drop(big);
         assert_eq!(pool.free_bytes(), 26 * 4096);
+    }
+
+    #[test]
+    fn a_sendable_buffer_lies_in_the_send_arena_and_is_accounted() {
+        let metrics = Arc::new(Metrics::new(1));
+        let pool = BufferPool::new(1 << 20, Arc::clone(&metrics));
+        let mut a = pool.take_sendable(100_000);
+        assert_eq!(a.len(), 100_000);
+        assert_eq!(a.as_mut_slice().as_ptr() as usize % 4096, 0);
+        assert_eq!(metrics.buffer_bytes_in_use.load(Relaxed), 26 * 4096);
+        a.as_mut_slice().fill(9);
+        let bytes = a.into_bytes().slice(10..20);
+        assert_eq!(&bytes[..], &[9u8; 10]);
+        let (_, offset) = crate::zerocopy::file_range(&bytes).expect("in the arena");
+        assert_eq!(
+            offset % 4096,
+            10,
+            "a slice's file offset follows its address"
+        );
+        drop(bytes);
+        assert_eq!(metrics.buffer_bytes_in_use.load(Relaxed), 0);
+        assert_eq!(pool.free_bytes(), 0, "an arena range is punched, not kept");
+        let b = pool.take(100_000).into_bytes();
+        assert!(
+            crate::zerocopy::file_range(&b).is_none(),
+            "an ordinary buffer is copied"
+        );
     }
 
     #[test]

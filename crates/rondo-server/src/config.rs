@@ -107,6 +107,11 @@ pub struct ServerConfig {
     /// (`io`: streams of a title started in the same round read once). Off
     /// only to measure what it saves; it changes no decision.
     pub share_reads: bool,
+    /// A read shared by at least this many streams of a batch is read into
+    /// the send arena and goes to their sockets without a copy
+    /// (`crate::zerocopy`); 0: every round is copied. It changes no
+    /// decision, only the host's CPU.
+    pub zero_copy_share_min: u32,
     /// Rounds a stream reads per request (seed 003's GPMP: k = u + 1, the
     /// next u rounds read ahead into host memory with each read); 1 reads
     /// each round in its own request (Sweep). Above 1 it needs a `segments`
@@ -243,6 +248,7 @@ impl Default for ServerConfig {
             start_burst_bytes: DEFAULT_START_BURST_BYTES,
             late_start: true,
             share_reads: true,
+            zero_copy_share_min: crate::zerocopy::DEFAULT_ZERO_COPY_SHARE_MIN,
             read_group_rounds: 1,
             drive_prefetch: rondo_model::array::DrivePrefetch::None,
             cycle: None,

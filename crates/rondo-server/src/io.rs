@@ -151,7 +151,13 @@ pub enum IoEvent {
     /// their completions for the array (their bytes, when read and checked,
     /// are in the sessions' piece queues). One message per wake of the disk
     /// thread, not per read.
-    Reads { round: Round, reads: Vec<ReadDone> },
+    Reads {
+        round: Round,
+        reads: Vec<ReadDone>,
+        /// When they were reported: reads reported by a round's boundary
+        /// are on time for it, even if the driver takes them later.
+        sent_at: Instant,
+    },
     /// A disk finished its batch for `round`.
     BatchDone {
         disk: DiskIndex,
@@ -362,14 +368,19 @@ pub struct DeviceIo {
     /// doc). Off where each stream read must reach the device: the
     /// differential test's faults are per stream read, as the simulator's.
     pub share_reads: bool,
+    /// Streams of a batch that must share a read before its buffer is
+    /// taken from the send arena, whose bytes go to sockets without a copy
+    /// (`crate::zerocopy`); 0: never.
+    pub zero_copy_share_min: u32,
 }
 
 impl From<DiskTiming> for DeviceIo {
-    /// `timing`, with shared reads.
+    /// `timing`, with shared reads and the default zero-copy threshold.
     fn from(timing: DiskTiming) -> DeviceIo {
         DeviceIo {
             timing,
             share_reads: true,
+            zero_copy_share_min: crate::zerocopy::DEFAULT_ZERO_COPY_SHARE_MIN,
         }
     }
 }
@@ -395,6 +406,8 @@ pub fn spawn_device(
                 model,
                 timing: io.timing,
                 share_reads: io.share_reads,
+                zero_copy_share_min: io.zero_copy_share_min,
+                share_seen: ShareSeen::default(),
                 clock,
                 pool,
                 events,
@@ -417,6 +430,10 @@ struct Worker {
     model: Disk,
     timing: DiskTiming,
     share_reads: bool,
+    zero_copy_share_min: u32,
+    /// Stream reads delivered and device reads made lately: how many
+    /// streams a read is sent to here.
+    share_seen: ShareSeen,
     clock: RoundClock,
     pool: BufferPool,
     events: Sender<IoEvent>,
@@ -471,6 +488,44 @@ impl LateHeld {
             self.bytes += len;
             self.buffers.push(Arc::clone(buffer));
         }
+    }
+}
+
+/// Device reads after which [`ShareSeen`] halves its counts, so that it
+/// follows the load. Assumption: 1024, a few rounds of reads at low
+/// sharing and many at high sharing, where a buffer is read once and sent
+/// for minutes.
+const SHARE_SEEN_HALF_LIFE_READS: u64 = 1024;
+
+/// Stream reads a disk thread delivered and the device reads it made for
+/// them, halved now and then: how many streams a new read here is likely
+/// to be sent to. A read is shared mostly across rounds (a buffer kept
+/// alive by the streams sending it meets the next round's starts of the
+/// title), which the batch it is read in does not show: measured at 1000
+/// streams, 185 stream reads per device read, of which a batch held at
+/// most a few dozen (docs/serving-cost.md).
+#[derive(Default)]
+struct ShareSeen {
+    stream_reads: u64,
+    device_reads: u64,
+}
+
+impl ShareSeen {
+    fn delivered(&mut self, from_device: bool) {
+        self.stream_reads += 1;
+        if from_device {
+            self.device_reads += 1;
+            if self.device_reads >= SHARE_SEEN_HALF_LIFE_READS {
+                self.stream_reads /= 2;
+                self.device_reads /= 2;
+            }
+        }
+    }
+
+    /// Whether reads here have been sent to at least `streams` streams
+    /// each, on average.
+    fn at_least(&self, streams: u32) -> bool {
+        self.device_reads > 0 && self.stream_reads >= u64::from(streams) * self.device_reads
     }
 }
 
@@ -681,6 +736,7 @@ impl Worker {
             granted_model_ns: 0,
             sharing: batch.commands.iter().map(|_| Sharing::Undecided).collect(),
             leaders: HashMap::new(),
+            share_counts: self.share_counts(&batch.commands),
             delivered: batch.commands.iter().map(|_| None).collect(),
             shared_reads: 0,
             shared_bytes: 0,
@@ -808,6 +864,47 @@ impl Worker {
         }
     }
 
+    /// How many of `commands`' stream reads read each shareable set of
+    /// extents; empty unless reads are shared and the send arena is on.
+    fn share_counts(&self, commands: &[DiskCommand]) -> HashMap<ReadKey, u32> {
+        let mut counts: HashMap<ReadKey, u32> = HashMap::new();
+        if !self.share_reads || self.zero_copy_share_min == 0 {
+            return counts;
+        }
+        for key in commands.iter().filter_map(read_key) {
+            match counts.get_mut(&key) {
+                Some(n) => *n += 1,
+                None => {
+                    counts.insert(key, 1);
+                }
+            }
+        }
+        counts
+    }
+
+    /// Stream read `c`'s buffer: from the send arena if it is shareable
+    /// and at least `zero_copy_share_min` of the batch's reads share it, or
+    /// this disk's reads have lately been sent to that many streams each;
+    /// else an ordinary one (for a few streams the arena's fresh pages cost
+    /// more than the copy they save, `crate::zerocopy`).
+    fn buffer_for(&self, command: &DiskCommand, c: usize, state: &BatchState) -> PooledBuf {
+        let len = command.bytes() as usize;
+        let min = self.zero_copy_share_min;
+        let sendable = match &state.sharing[c] {
+            Sharing::Own(Some(key)) => {
+                min > 0
+                    && (state.share_counts.get(key).copied().unwrap_or(0) >= min
+                        || self.share_seen.at_least(min))
+            }
+            _ => false,
+        };
+        if sendable {
+            self.pool.take_sendable(len)
+        } else {
+            self.pool.take(len)
+        }
+    }
+
     /// A complete stream read's bytes and outcome. Its own buffer becomes
     /// shareable (kept for the batch's later reads of the same extents, and
     /// known to later rounds while a session holds it); a read that was to
@@ -825,9 +922,15 @@ impl Worker {
             (Some(bytes), ReadOutcome::Ok)
         };
         match std::mem::replace(&mut state.sharing[c], Sharing::Done) {
-            Sharing::Shared(bytes) => shared(state, bytes),
+            Sharing::Shared(bytes) => {
+                self.share_seen.delivered(false);
+                shared(state, bytes)
+            }
             Sharing::Follows(leader) => match state.delivered[leader].clone() {
-                Some(bytes) => shared(state, bytes),
+                Some(bytes) => {
+                    self.share_seen.delivered(false);
+                    shared(state, bytes)
+                }
                 None => self.read_now(command),
             },
             own => {
@@ -840,6 +943,7 @@ impl Worker {
                 }
                 let bytes = match own {
                     Sharing::Own(Some(key)) => {
+                        self.share_seen.delivered(true);
                         let held = Arc::new(buf);
                         self.recent.insert(key, Arc::downgrade(&held));
                         if let Some(round) = state.late_round {
@@ -924,7 +1028,7 @@ impl Worker {
                     .next()
                     .expect("the plan names the command's extents");
                 if state.buffers[c].is_none() {
-                    state.buffers[c] = Some(self.pool.take(command.bytes() as usize));
+                    state.buffers[c] = Some(self.buffer_for(command, c, state));
                 }
                 wanted.push((c, at, extent));
             }
@@ -988,7 +1092,11 @@ impl Worker {
             return;
         }
         // The driver only goes away at shutdown; a lost report then is fine.
-        let _ = self.events.send(IoEvent::Reads { round, reads });
+        let _ = self.events.send(IoEvent::Reads {
+            round,
+            reads,
+            sent_at: Instant::now(),
+        });
     }
 
     fn done(
@@ -1052,6 +1160,9 @@ struct BatchState {
     sharing: Vec<Sharing>,
     /// The first read of each shareable set of extents in this batch.
     leaders: HashMap<ReadKey, usize>,
+    /// How many of this batch's stream reads read each shareable set of
+    /// extents (only where the send arena may be used).
+    share_counts: HashMap<ReadKey, u32>,
     /// Per command, its bytes once delivered, if others of this batch may
     /// share them (held until the batch ends).
     delivered: Vec<Option<Bytes>>,
@@ -1205,6 +1316,21 @@ mod tests {
     use rondo_model::disk::Op;
     use rondo_model::layout::Replica;
     use rondo_model::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
+
+    /// A disk's share estimate: nothing before its first device read,
+    /// stream reads per device read after, and halved counts so that a
+    /// later, less shared load takes over.
+    #[test]
+    fn share_seen_follows_the_stream_reads_per_device_read() {
+        let mut seen = ShareSeen::default();
+        assert!(!seen.at_least(1), "no device read yet");
+        seen.delivered(true);
+        (0..31).for_each(|_| seen.delivered(false));
+        assert!(seen.at_least(32) && !seen.at_least(33));
+        // A long run of unshared reads: the old sharing fades.
+        (0..SHARE_SEEN_HALF_LIFE_READS * 4).for_each(|_| seen.delivered(true));
+        assert!(seen.at_least(1) && !seen.at_least(2));
+    }
 
     /// The batch queue keeps order, holds the driver back at
     /// [`BATCH_QUEUE_ROUNDS`] until the disk thread takes one, times out

@@ -37,6 +37,7 @@ pub mod state;
 pub mod storage;
 pub mod tier_http;
 pub mod titles;
+pub mod zerocopy;
 
 pub use config::{DiskTiming, ServerConfig};
 pub use listener::ConnectionLimits;

@@ -367,6 +367,9 @@ pub struct Metrics {
     /// `stream_round_misses`, which counts planned reads only).
     pub recovery_misses: AtomicU64,
     pub bytes_sent: AtomicU64,
+    /// Of `bytes_sent`, those a socket took from the send arena without a
+    /// copy (`crate::zerocopy`).
+    pub bytes_sent_zero_copy: AtomicU64,
     pub streams_completed: AtomicU64,
     /// Clients that went away before their stream ended.
     pub streams_disconnected: AtomicU64,
@@ -435,6 +438,7 @@ impl Metrics {
             window_splits: AtomicU64::new(0),
             recovery_misses: AtomicU64::new(0),
             bytes_sent: AtomicU64::new(0),
+            bytes_sent_zero_copy: AtomicU64::new(0),
             streams_completed: AtomicU64::new(0),
             streams_disconnected: AtomicU64::new(0),
             streams_dropped_stalled: AtomicU64::new(0),
@@ -555,6 +559,7 @@ impl Metrics {
             window_splits: g(&self.window_splits),
             recovery_misses: g(&self.recovery_misses),
             bytes_sent: g(&self.bytes_sent),
+            bytes_sent_zero_copy: g(&self.bytes_sent_zero_copy),
             streams_completed: g(&self.streams_completed),
             streams_disconnected: g(&self.streams_disconnected),
             streams_dropped_stalled: g(&self.streams_dropped_stalled),
@@ -633,6 +638,9 @@ pub struct MetricsSnapshot {
     pub window_splits: u64,
     pub recovery_misses: u64,
     pub bytes_sent: u64,
+    /// Of `bytes_sent`, those sent without a copy (`sendfile` from the
+    /// send arena).
+    pub bytes_sent_zero_copy: u64,
     pub streams_completed: u64,
     pub streams_disconnected: u64,
     pub streams_dropped_stalled: u64,

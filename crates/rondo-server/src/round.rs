@@ -67,6 +67,9 @@ pub struct Driver {
     /// they change (`extent_faults_signature`).
     faults: Sender<ExtentFaults>,
     faults_signature: Option<[u64; 5]>,
+    /// Reads reported after a round's boundary, taken from the queue while
+    /// draining it at the boundary: handled after the round begins.
+    deferred: Option<IoEvent>,
 }
 
 impl Driver {
@@ -86,6 +89,7 @@ impl Driver {
             jobs,
             faults,
             faults_signature: None,
+            deferred: None,
         }
     }
 
@@ -161,8 +165,33 @@ impl Driver {
                     "round started late"
                 );
             }
+            self.take_events_reported_by(boundary);
             self.begin_round(round);
+            if let Some(event) = self.deferred.take() {
+                self.on_event(event);
+            }
             round = round.next();
+        }
+    }
+
+    /// Handles the disk threads' reports queued by `boundary`, in order, up
+    /// to the first sent after it. Reads reported by a round's boundary
+    /// are on time for it: when admissions kept the driver busy past the
+    /// boundary, their reports waited in the queue and the round began
+    /// without them, counting their streams' reads as deadline misses
+    /// (measured: 60 misses at 13,750 streams arriving at 1375 a second,
+    /// with every batch ended within its round, docs/capacity.md).
+    fn take_events_reported_by(&mut self, boundary: Instant) {
+        while self.deferred.is_none() {
+            let Ok(event) = self.events.try_recv() else {
+                return;
+            };
+            match &event {
+                IoEvent::Reads { sent_at, .. } if *sent_at > boundary => {
+                    self.deferred = Some(event);
+                }
+                _ => self.on_event(event),
+            }
         }
     }
 

@@ -373,6 +373,7 @@ impl RunningServer {
                     crate::io::DeviceIo {
                         timing: config.disk_timing,
                         share_reads: config.share_reads,
+                        zero_copy_share_min: config.zero_copy_share_min,
                     },
                     clock,
                     pool.clone(),

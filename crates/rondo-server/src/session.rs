@@ -436,6 +436,16 @@ pub(crate) struct SessionData {
 }
 
 impl SessionData {
+    /// Counts bytes a socket took without a copy (also counted by
+    /// [`SessionData::count_sent`] when their chunk is whole in it).
+    pub(crate) fn count_zero_copy(&self, bytes: u64) {
+        self.guard
+            .shared
+            .metrics
+            .bytes_sent_zero_copy
+            .fetch_add(bytes, Relaxed);
+    }
+
     /// Counts bytes handed to the connection: in all, for the title, and
     /// the first ones as the stream's start-up.
     pub(crate) fn count_sent(&mut self, bytes: u64) {

@@ -258,14 +258,33 @@ impl Sink {
                 return false;
             }
             let written = {
-                let mut slices = [IoSlice::new(&[]); IOVECS_MAX];
-                let mut n = 0;
-                for (i, chunk) in st.queue.iter().take(IOVECS_MAX).enumerate() {
-                    let from = if i == 0 { st.front_written } else { 0 };
-                    slices[n] = IoSlice::new(&chunk.bytes[from..]);
-                    n += 1;
+                let front = st.queue.front().expect("not empty");
+                let rest = &front.bytes[st.front_written..];
+                if let Some((file, offset)) = crate::zerocopy::file_range(rest) {
+                    // A read many streams share: the socket takes its pages.
+                    let fd = std::os::fd::AsRawFd::as_raw_fd(&*socket);
+                    let sent = socket.try_io(tokio::io::Interest::WRITABLE, || {
+                        crate::zerocopy::send_file(fd, file, offset, rest.len())
+                    });
+                    if let (Ok(n), Some(session)) = (&sent, st.session.as_ref()) {
+                        session.count_zero_copy(*n as u64);
+                    }
+                    sent
+                } else {
+                    // Copied: this chunk and those after it up to the next
+                    // that lies in the send arena.
+                    let mut slices = [IoSlice::new(&[]); IOVECS_MAX];
+                    slices[0] = IoSlice::new(rest);
+                    let mut n = 1;
+                    for chunk in st.queue.iter().skip(1).take(IOVECS_MAX - 1) {
+                        if crate::zerocopy::file_range(&chunk.bytes).is_some() {
+                            break;
+                        }
+                        slices[n] = IoSlice::new(&chunk.bytes);
+                        n += 1;
+                    }
+                    socket.try_write_vectored(&slices[..n])
                 }
-                socket.try_write_vectored(&slices[..n])
             };
             match written {
                 Ok(0) => {

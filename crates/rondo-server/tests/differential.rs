@@ -340,6 +340,7 @@ fn run_server_side(s: Simulated, checksums: Checksums) -> (RunLog, RunLog) {
                 rondo_server::io::DeviceIo {
                     timing: DiskTiming::Native,
                     share_reads: false,
+                    zero_copy_share_min: 0,
                 },
                 clock,
                 pool.clone(),

@@ -24,6 +24,11 @@
 //!   the former.
 //!
 //! Afterwards no admitted stream missed a deadline.
+//!
+//! The server sends every read here from its send arena (`sendfile`, no
+//! copy: `zero_copy_share_min` 1), so the byte-for-byte checks above are
+//! of that path; the other end-to-end tests keep the default, where reads
+//! shared by few streams are copied into their sockets.
 
 mod e2e_support;
 
@@ -544,7 +549,11 @@ async fn titles_stream_over_http_exactly_and_on_time() {
         assert_eq!(stored.len() as u64, record.size_bytes);
         titles.push((record, stored, source.clone(), source_is_stored));
     }
-    let server = Arc::new(start(store, test_config()).await);
+    let config = rondo_server::ServerConfig {
+        zero_copy_share_min: 1,
+        ..test_config()
+    };
+    let server = Arc::new(start(store, config).await);
     let base = server.url();
     let client = reqwest::Client::new();
 
@@ -623,6 +632,12 @@ async fn titles_stream_over_http_exactly_and_on_time() {
     );
     assert_eq!(m.disk_round_overruns, 0);
     assert_eq!(m.read_errors, 0);
+    // Rounds sent by the send loops went without a copy (those hyper sent,
+    // after a HEAD, and response heads were copied).
+    assert!(
+        m.bytes_sent_zero_copy > 0 && m.bytes_sent_zero_copy <= m.bytes_sent,
+        "{m:?}"
+    );
     assert!(m.admitted >= 12, "{m:?}");
     assert!(m.admitted_mid_title >= 6, "{m:?}");
     assert_eq!(m.rejected_disk_time + m.rejected_buffer, 0);

@@ -122,6 +122,14 @@ pub struct ServeArgs {
     /// saves (`tools/cost.sh`).
     #[arg(long)]
     pub no_shared_reads: bool,
+    /// Send a read without copying it into each socket (`sendfile` from a
+    /// memory file) when at least this many streams share it (in its
+    /// disk's round, or on average lately on its disk); 0 (the default)
+    /// copies every round. On loopback it measured no cheaper than the
+    /// copy (docs/serving-cost.md, "Sending without a copy in the
+    /// server"). Changes no admission or schedule.
+    #[arg(long, default_value_t = rondo_server::zerocopy::DEFAULT_ZERO_COPY_SHARE_MIN, value_name = "STREAMS")]
+    pub zero_copy_share_min: u32,
     /// Rounds of data a session may hold for its client.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_CLIENT_BUFFER_ROUNDS)]
     pub client_buffer_rounds: u64,
@@ -529,6 +537,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         buffer_per_disk_bytes: buffer_per_disk_bytes(args.buffer_per_disk_mib)?,
         network_bits_per_s_max: network_bits_per_s(args.network_mbps_max)?,
         share_reads: !args.no_shared_reads,
+        zero_copy_share_min: args.zero_copy_share_min,
         ..ServerConfig::default()
     };
     let data_dir = args.data_dir.clone();

@@ -424,6 +424,12 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         "Stream bytes handed to client connections.",
         g(&metrics.bytes_sent),
     );
+    w.single(
+        "rondo_sent_zero_copy_bytes_total",
+        "counter",
+        "Of the stream bytes sent, those a socket took from the send arena without a copy (sendfile).",
+        g(&metrics.bytes_sent_zero_copy),
+    );
     w.family(
         "rondo_streams_ended_total",
         "counter",
