@@ -502,8 +502,9 @@ const SHARE_SEEN_HALF_LIFE_READS: u64 = 1024;
 /// to be sent to. A read is shared mostly across rounds (a buffer kept
 /// alive by the streams sending it meets the next round's starts of the
 /// title), which the batch it is read in does not show: measured at 1000
-/// streams, 185 stream reads per device read, of which a batch held at
-/// most a few dozen (docs/serving-cost.md).
+/// streams, 136–184 stream reads per device read, while no batch held 32
+/// reads of one (a threshold of 32 on the batch's count alone sent no
+/// byte from the arena, docs/serving-cost.md).
 #[derive(Default)]
 struct ShareSeen {
     stream_reads: u64,
@@ -736,12 +737,18 @@ impl Worker {
             granted_model_ns: 0,
             sharing: batch.commands.iter().map(|_| Sharing::Undecided).collect(),
             leaders: HashMap::new(),
-            share_counts: self.share_counts(&batch.commands),
+            share_counts: HashMap::new(),
+            keys: batch
+                .commands
+                .iter()
+                .map(|c| read_key(c).filter(|_| self.share_reads))
+                .collect(),
             delivered: batch.commands.iter().map(|_| None).collect(),
             shared_reads: 0,
             shared_bytes: 0,
             late_round: batch.late_start_ns.map(|_| batch.round),
         };
+        state.share_counts = self.share_counts(&state.keys);
         let accesses = &outcome.commands;
         // The media accesses read so far, and reported so far (a prefix of
         // those read: completions go out in service order).
@@ -848,8 +855,8 @@ impl Worker {
     /// Where stream read `c` gets its bytes, decided when its first extent
     /// is due: a live buffer of the same extents, this batch's first read
     /// of them, or its own read.
-    fn sharing_for(&self, command: &DiskCommand, c: usize, state: &mut BatchState) -> Sharing {
-        let Some(key) = read_key(command).filter(|_| self.share_reads) else {
+    fn sharing_for(&self, c: usize, state: &mut BatchState) -> Sharing {
+        let Some(key) = state.keys[c].take() else {
             return Sharing::Own(None);
         };
         if let Some(held) = self.recent.get(&key).and_then(Weak::upgrade) {
@@ -864,18 +871,18 @@ impl Worker {
         }
     }
 
-    /// How many of `commands`' stream reads read each shareable set of
-    /// extents; empty unless reads are shared and the send arena is on.
-    fn share_counts(&self, commands: &[DiskCommand]) -> HashMap<ReadKey, u32> {
+    /// How many of the batch's stream reads read each shareable set of
+    /// extents (`keys`); empty unless the send arena is on.
+    fn share_counts(&self, keys: &[Option<ReadKey>]) -> HashMap<ReadKey, u32> {
         let mut counts: HashMap<ReadKey, u32> = HashMap::new();
-        if !self.share_reads || self.zero_copy_share_min == 0 {
+        if self.zero_copy_share_min == 0 {
             return counts;
         }
-        for key in commands.iter().filter_map(read_key) {
-            match counts.get_mut(&key) {
+        for key in keys.iter().flatten() {
+            match counts.get_mut(key) {
                 Some(n) => *n += 1,
                 None => {
-                    counts.insert(key, 1);
+                    counts.insert(key.clone(), 1);
                 }
             }
         }
@@ -1017,7 +1024,7 @@ impl Worker {
                     continue;
                 }
                 if matches!(state.sharing[c], Sharing::Undecided) {
-                    state.sharing[c] = self.sharing_for(command, c, state);
+                    state.sharing[c] = self.sharing_for(c, state);
                 }
                 if !matches!(state.sharing[c], Sharing::Own(_)) {
                     continue;
@@ -1163,6 +1170,9 @@ struct BatchState {
     /// How many of this batch's stream reads read each shareable set of
     /// extents (only where the send arena may be used).
     share_counts: HashMap<ReadKey, u32>,
+    /// Per command, its key for sharing (`read_key`, with shared reads on),
+    /// computed once and taken when its sharing is decided.
+    keys: Vec<Option<ReadKey>>,
     /// Per command, its bytes once delivered, if others of this batch may
     /// share them (held until the batch ends).
     delivered: Vec<Option<Bytes>>,

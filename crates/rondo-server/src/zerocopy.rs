@@ -33,7 +33,7 @@ const ARENA_BYTES: usize = 256 << 30;
 /// configured: 0, never. Measured (docs/serving-cost.md, "Sending without
 /// a copy in the server"): on this machine's loopback, sending from the
 /// arena removed the copy from the profile but cost as much CPU per GB as
-/// it (1000 streams, 185 per device read: 0.77 against 0.76 s/GB over
+/// it (1000 streams, 136–184 per device read: 0.77 against 0.76 s/GB over
 /// three alternating pairs; 13,750 streams: 0.68 against 0.64), so it is
 /// an operator's choice, for a network card where the sender's copy is a
 /// larger share of the cost.
