@@ -2,9 +2,12 @@
 //! them that places a [`TitlePlan`] all or nothing.
 //!
 //! A disk's space is the sequence of strides 0, 1, … from LBN 0 (seed 000
-//! §2.2). Strides are handed out lowest free index first, so a layout depends
-//! only on the order of allocations and frees, and the allocator is rebuilt on
-//! restart from the stride lists the store persisted for each title.
+//! §2.2). Strides are handed out lowest free index first, a title's strides
+//! of one replica on one disk as one run of adjacent strides where one fits
+//! (so its rounds that cross a stride end are one access for the disk), so a
+//! layout depends only on the order of allocations and frees, and the
+//! allocator is rebuilt on restart from the stride lists the store persisted
+//! for each title.
 
 use super::extent::TitleStrides;
 use super::plan::TitlePlan;
@@ -74,6 +77,43 @@ impl StrideAllocator {
         self.free_count -= 1;
         self.first_candidate_word = word;
         Some(word as u64 * 64 + u64::from(bit))
+    }
+
+    /// Allocates the lowest run of `count` consecutive free strides and
+    /// returns its first, or `None` when the disk has no such run (or
+    /// `count` is 0).
+    pub fn allocate_run(&mut self, count: u64) -> Option<u64> {
+        if count == 0 || count > self.free_count {
+            return None;
+        }
+        let (mut start, mut length) = (0u64, 0u64);
+        let mut stride = self.first_candidate_word as u64 * 64;
+        while stride < self.stride_count {
+            let word = self.used[(stride / 64) as usize];
+            if stride.is_multiple_of(64) && word == !0u64 {
+                // A whole word in use ends any run.
+                length = 0;
+                stride += 64;
+                continue;
+            }
+            if word & (1 << (stride % 64)) == 0 {
+                if length == 0 {
+                    start = stride;
+                }
+                length += 1;
+                if length == count {
+                    for s in start..start + count {
+                        self.used[(s / 64) as usize] |= 1 << (s % 64);
+                    }
+                    self.free_count -= count;
+                    return Some(start);
+                }
+            } else {
+                length = 0;
+            }
+            stride += 1;
+        }
+        None
     }
 
     /// Marks stride `stride` allocated (rebuilding from persisted lists).
@@ -187,9 +227,14 @@ impl ArrayAllocator {
     /// or nothing: when some disk lacks space the error names the first such
     /// disk and no allocator changes.
     ///
-    /// Strides are taken as the title's data would be written: round by
-    /// round, the primary then the backup requests, each new title-local
-    /// stride first fit on its disk when the data first reaches it.
+    /// On each disk in turn, the title's primary strides are taken as one
+    /// run of adjacent strides (the lowest run that fits), then its backup
+    /// strides as another, so a round that crosses a stride end continues on
+    /// the next stride of the device and the disk reads it in one access
+    /// (admission charges it as one, `Bound::extents_ns`). Where a disk has
+    /// no such run (its free space in pieces) the strides of that replica
+    /// are taken as the data would be written: round by round, each new
+    /// title-local stride first fit when the data first reaches it.
     pub fn place(&mut self, plan: &TitlePlan) -> Result<TitleLayout, LayoutError> {
         self.check_disk_count(plan.disk_count())?;
         for (k, allocator) in self.disks.iter().enumerate() {
@@ -204,6 +249,15 @@ impl ArrayAllocator {
         }
         let stride_bytes = plan.params().stride_bytes;
         let mut strides = TitleStrides::empty(plan.disk_count());
+        for (k, allocator) in self.disks.iter_mut().enumerate() {
+            let disk = DiskIndex(k as u32);
+            for replica in [Replica::Primary, Replica::Backup] {
+                let count = plan.strides_needed(disk, replica);
+                if let Some(first) = allocator.allocate_run(count) {
+                    strides.list_mut(disk, replica).extend(first..first + count);
+                }
+            }
+        }
         let mut take = |disk: DiskIndex, replica: Replica, offset_bytes: u64, bytes: u64| {
             if bytes == 0 {
                 return;
@@ -309,6 +363,27 @@ mod tests {
         assert_eq!(a.allocate(), Some(70));
         assert_eq!(a.allocate(), Some(128));
         assert_eq!(a.allocate(), None);
+    }
+
+    #[test]
+    fn a_run_is_the_lowest_one_that_fits_across_words() {
+        let d = DiskIndex(0);
+        let mut a = StrideAllocator::new(200);
+        let all: Vec<u64> = (0..200).map(|_| a.allocate().unwrap()).collect();
+        assert_eq!(all.len(), 200);
+        // Free 5..8 (3), 60..70 (10, across the word boundary at 64), 150..200 (50).
+        for s in (5..8).chain(60..70).chain(150..200) {
+            a.free(d, s).unwrap();
+        }
+        assert_eq!(a.allocate_run(4), Some(60));
+        assert!((60..64).all(|s| !a.is_free(s)) && a.is_free(64));
+        assert_eq!(a.allocate_run(3), Some(5));
+        assert_eq!(a.allocate_run(7), Some(150));
+        assert_eq!(a.allocate_run(44), None, "43 strides are left in one run");
+        assert_eq!(a.allocate_run(43), Some(157));
+        assert_eq!(a.free_count(), 6);
+        assert_eq!(a.allocate_run(0), None);
+        assert_eq!(a.allocate(), Some(64));
     }
 
     #[test]

@@ -81,56 +81,48 @@ fn worked_example_deterministic_whole_backups() {
 
     assert_eq!(r[0].primary_disk, DiskIndex(1));
     assert_eq!(extents_of(&r[0]), vec![ext(0, 0, 48)]);
-    assert_eq!(backup_of(&r[0]), vec![(2, vec![ext(0, 0, 48)], whole(48))]);
-    assert_eq!(extents_of(&r[1]), vec![ext(1, 0, 32)]);
-    assert_eq!(backup_of(&r[1]), vec![(3, vec![ext(0, 0, 32)], whole(32))]);
-    assert_eq!(extents_of(&r[2]), vec![ext(1, 0, 16)]);
-    assert_eq!(backup_of(&r[2]), vec![(0, vec![ext(0, 0, 16)], whole(16))]);
-    assert_eq!(extents_of(&r[3]), vec![ext(1, 0, 64)]);
-    assert_eq!(backup_of(&r[3]), vec![(1, vec![ext(1, 0, 64)], whole(64))]);
+    assert_eq!(backup_of(&r[0]), vec![(2, vec![ext(2, 0, 48)], whole(48))]);
+    assert_eq!(extents_of(&r[1]), vec![ext(0, 0, 32)]);
+    assert_eq!(backup_of(&r[1]), vec![(3, vec![ext(2, 0, 32)], whole(32))]);
+    assert_eq!(extents_of(&r[2]), vec![ext(0, 0, 16)]);
+    assert_eq!(backup_of(&r[2]), vec![(0, vec![ext(2, 0, 16)], whole(16))]);
+    assert_eq!(extents_of(&r[3]), vec![ext(0, 0, 64)]);
+    assert_eq!(backup_of(&r[3]), vec![(1, vec![ext(2, 0, 64)], whole(64))]);
     // Round 4 is the second round on disk 1: 48 KiB at local offset 48 KiB
-    // crosses into the title's second stride there.
-    assert_eq!(extents_of(&r[4]), vec![ext(0, 48, 16), ext(2, 0, 32)]);
+    // crosses into the title's second stride there, the next one on the
+    // device: the title's primary strides on a disk are one run.
+    assert_eq!(extents_of(&r[4]), vec![ext(0, 48, 16), ext(1, 0, 32)]);
     assert_eq!(
         backup_of(&r[4]),
-        vec![(3, vec![ext(0, 32, 32), ext(2, 0, 16)], whole(48))]
+        vec![(3, vec![ext(2, 32, 32), ext(3, 0, 16)], whole(48))]
     );
-    assert_eq!(extents_of(&r[5]), vec![ext(1, 32, 32), ext(2, 0, 16)]);
-    assert_eq!(backup_of(&r[5]), vec![(0, vec![ext(0, 16, 48)], whole(48))]);
-    assert_eq!(extents_of(&r[6]), vec![ext(1, 16, 32)]);
+    assert_eq!(extents_of(&r[5]), vec![ext(0, 32, 32), ext(1, 0, 16)]);
+    assert_eq!(backup_of(&r[5]), vec![(0, vec![ext(2, 16, 48)], whole(48))]);
+    assert_eq!(extents_of(&r[6]), vec![ext(0, 16, 32)]);
     assert_eq!(backup_of(&r[6]), vec![(1, vec![ext(3, 0, 32)], whole(32))]);
-    assert_eq!(extents_of(&r[7]), vec![ext(2, 0, 16)]);
-    assert_eq!(backup_of(&r[7]), vec![(2, vec![ext(0, 48, 16)], whole(16))]);
-    assert_eq!(extents_of(&r[8]), vec![ext(2, 32, 32)]);
+    assert_eq!(extents_of(&r[7]), vec![ext(1, 0, 16)]);
+    assert_eq!(backup_of(&r[7]), vec![(2, vec![ext(2, 48, 16)], whole(16))]);
+    assert_eq!(extents_of(&r[8]), vec![ext(1, 32, 32)]);
     assert_eq!(backup_of(&r[8]), vec![(0, vec![ext(3, 0, 32)], whole(32))]);
     assert_eq!(r[9].primary_disk, DiskIndex(2));
     assert!(r[9].primary.is_empty() && r[9].backups.is_empty());
-    assert_eq!(extents_of(&r[10]), vec![ext(1, 48, 16), ext(3, 0, 48)]);
+    assert_eq!(extents_of(&r[10]), vec![ext(0, 48, 16), ext(1, 0, 48)]);
     assert_eq!(backup_of(&r[10]), vec![(2, vec![ext(3, 0, 64)], whole(64))]);
-    assert_eq!(extents_of(&r[11]), vec![ext(2, 16, 48)]);
+    assert_eq!(extents_of(&r[11]), vec![ext(1, 16, 48)]);
     assert_eq!(
         backup_of(&r[11]),
-        vec![(3, vec![ext(2, 16, 48)], whole(48))]
+        vec![(3, vec![ext(3, 16, 48)], whole(48))]
     );
 
     let held = |k: u32, replica| layout.strides().strides(DiskIndex(k), replica).to_vec();
     use Replica::{Backup, Primary};
-    assert_eq!(
-        (held(0, Primary), held(0, Backup)),
-        (vec![1, 2], vec![0, 3])
-    );
-    assert_eq!(
-        (held(1, Primary), held(1, Backup)),
-        (vec![0, 2], vec![1, 3])
-    );
-    assert_eq!(
-        (held(2, Primary), held(2, Backup)),
-        (vec![1, 2], vec![0, 3])
-    );
-    assert_eq!(
-        (held(3, Primary), held(3, Backup)),
-        (vec![1, 3], vec![0, 2])
-    );
+    // On every disk the two primary strides, then the two backup strides.
+    for k in 0..4 {
+        assert_eq!(
+            (held(k, Primary), held(k, Backup)),
+            (vec![0, 1], vec![2, 3])
+        );
+    }
 
     // What admission sees: disk, bytes and stride accesses only.
     assert_eq!(
@@ -150,14 +142,15 @@ fn worked_example_deterministic_whole_backups() {
         }]
     );
     assert_eq!(plan.backups(9), &[]);
-    // LBNs in 512-byte sectors: stride 0 offset 48 KiB, then stride 2.
+    // LBNs in 512-byte sectors: stride 0 offset 48 KiB, then stride 1,
+    // where the first extent ends (one access for the disk).
     let lbns: Vec<(u64, u64)> = r[4]
         .primary
         .as_slice()
         .iter()
         .map(|e| (e.first_sector(), e.sector_count()))
         .collect();
-    assert_eq!(lbns, vec![(96, 32), (256, 64)]);
+    assert_eq!(lbns, vec![(96, 32), (128, 64)]);
 }
 
 #[test]
@@ -252,48 +245,48 @@ fn worked_example_deterministic_declustered() {
     assert_eq!(
         backup_of(&r[0]),
         vec![
-            (1, vec![ext(0, 0, 16)], vec![kib(0..16)]),
+            (1, vec![ext(1, 0, 16)], vec![kib(0..16)]),
             (2, vec![ext(0, 0, 16)], vec![kib(16..32)]),
-            (3, vec![ext(0, 0, 16)], vec![kib(32..48)]),
+            (3, vec![ext(1, 0, 16)], vec![kib(32..48)]),
         ]
     );
-    assert_eq!(extents_of(&r[1]), vec![ext(1, 0, 16)]);
+    assert_eq!(extents_of(&r[1]), vec![ext(0, 0, 16)]);
     assert_eq!(
         backup_of(&r[1]),
         vec![(2, vec![ext(0, 16, 16)], vec![kib(0..16)])]
     );
     assert!(r[2].primary.is_empty() && r[2].backups.is_empty());
-    assert_eq!(extents_of(&r[3]), vec![ext(1, 0, 32)]);
+    assert_eq!(extents_of(&r[3]), vec![ext(0, 0, 32)]);
     assert_eq!(
         backup_of(&r[3]),
         vec![
-            (0, vec![ext(1, 0, 16)], vec![kib(0..16)]),
-            (1, vec![ext(0, 16, 16)], vec![kib(16..32)]),
+            (0, vec![ext(2, 0, 16)], vec![kib(0..16)]),
+            (1, vec![ext(1, 16, 16)], vec![kib(16..32)]),
         ]
     );
-    assert_eq!(extents_of(&r[4]), vec![ext(0, 48, 16), ext(2, 0, 48)]);
+    assert_eq!(extents_of(&r[4]), vec![ext(0, 48, 16), ext(1, 0, 48)]);
     assert_eq!(
         backup_of(&r[4]),
         vec![
-            (1, vec![ext(0, 32, 32)], vec![kib(0..16), kib(48..64)]),
+            (1, vec![ext(1, 32, 32)], vec![kib(0..16), kib(48..64)]),
             (2, vec![ext(0, 32, 16)], vec![kib(16..32)]),
-            (3, vec![ext(0, 16, 16)], vec![kib(32..48)]),
+            (3, vec![ext(1, 16, 16)], vec![kib(32..48)]),
         ]
     );
-    assert_eq!(extents_of(&r[5]), vec![ext(1, 16, 32)]);
+    assert_eq!(extents_of(&r[5]), vec![ext(0, 16, 32)]);
     assert_eq!(
         backup_of(&r[5]),
         vec![
-            (3, vec![ext(0, 32, 16)], vec![kib(0..16)]),
-            (0, vec![ext(1, 16, 16)], vec![kib(16..32)]),
+            (3, vec![ext(1, 32, 16)], vec![kib(0..16)]),
+            (0, vec![ext(2, 16, 16)], vec![kib(16..32)]),
         ]
     );
     let held = |k: u32, replica| layout.strides().strides(DiskIndex(k), replica).to_vec();
     use Replica::{Backup, Primary};
-    assert_eq!((held(0, Primary), held(0, Backup)), (vec![0, 2], vec![1]));
-    assert_eq!((held(1, Primary), held(1, Backup)), (vec![1], vec![0]));
+    assert_eq!((held(0, Primary), held(0, Backup)), (vec![0, 1], vec![2]));
+    assert_eq!((held(1, Primary), held(1, Backup)), (vec![0], vec![1]));
     assert_eq!((held(2, Primary), held(2, Backup)), (vec![], vec![0]));
-    assert_eq!((held(3, Primary), held(3, Backup)), (vec![1], vec![0]));
+    assert_eq!((held(3, Primary), held(3, Backup)), (vec![0], vec![1]));
     assert_eq!(
         plan.backups(4)[0],
         DiskRead {
@@ -1028,13 +1021,15 @@ fn strides_kept_outside_titles_are_skipped_by_first_fit() {
         })
     );
     let layout = array.place(&plan).unwrap();
-    // Disk 0 holds rounds 0 and 2 (112 KiB: 2 strides) and the backups of
-    // rounds 1 and 3 (48 KiB: 1 stride); round 0's primary comes first.
+    // Disk 0 holds rounds 0 and 2 (112 KiB: 2 strides, one run after the
+    // kept stride 0) and the backups of rounds 1 and 3 (48 KiB: 1 stride);
+    // disk 1 rounds 1 and 3 (1 stride) and the backups of rounds 0 and 2 (a
+    // run of 2, which the kept stride 1 pushes past it).
     let held = |k: u32, replica| layout.strides().strides(DiskIndex(k), replica).to_vec();
-    assert_eq!(held(0, Replica::Primary), vec![1, 3]);
-    assert_eq!(held(0, Replica::Backup), vec![2]);
-    assert_eq!(held(1, Replica::Backup), vec![0, 3]);
-    assert_eq!(held(1, Replica::Primary), vec![2]);
+    assert_eq!(held(0, Replica::Primary), vec![1, 2]);
+    assert_eq!(held(0, Replica::Backup), vec![3]);
+    assert_eq!(held(1, Replica::Primary), vec![0]);
+    assert_eq!(held(1, Replica::Backup), vec![2, 3]);
     array.release(layout.strides()).unwrap();
     array.free(DiskIndex(0), 0).unwrap();
     array.free(DiskIndex(1), 1).unwrap();
@@ -1179,4 +1174,24 @@ fn disk_groups_keep_each_backup_in_its_primary_group() {
         let e = params(8, Some(backup)).validate().unwrap_err();
         assert!(matches!(e, LayoutError::DiskGroups { .. }), "{groups}: {e}");
     }
+}
+
+#[test]
+fn a_disk_without_a_run_of_free_strides_takes_them_one_by_one() {
+    // Disk 0 of 8 strides with every even stride kept: no two free strides
+    // are adjacent, so its two primary strides are taken first fit as the
+    // data reaches them (after the backup's run of one, stride 1), and the
+    // placement still succeeds.
+    let sizes = [48 * K, 32 * K, 64 * K, 16 * K];
+    let plan = TitlePlan::new(&sizes, &params(2, deterministic(None)), DiskIndex(0), 0).unwrap();
+    let mut array = ArrayAllocator::uniform(2, 8);
+    for stride in [0, 2, 4, 6] {
+        array.mark_allocated(DiskIndex(0), stride).unwrap();
+    }
+    let layout = array.place(&plan).unwrap();
+    let held = |k: u32, replica| layout.strides().strides(DiskIndex(k), replica).to_vec();
+    assert_eq!(held(0, Replica::Primary), vec![3, 5]);
+    assert_eq!(held(0, Replica::Backup), vec![1]);
+    assert_eq!(held(1, Replica::Primary), vec![0]);
+    assert_eq!(held(1, Replica::Backup), vec![1, 2]);
 }

@@ -335,11 +335,17 @@ impl Bound {
     }
 
     /// The bound's cost of one request of `extents` (`(first sector, sector
-    /// count)` each): what a rebuild copy's or a write's I/O is charged.
+    /// count)` each): what a rebuild copy's or a write's I/O is charged,
+    /// extents that continue one another charged as the one request the
+    /// disk is given ([`extend_merged`]).
     pub fn extents_ns(&self, extents: &[(u64, u64)]) -> u64 {
         match self {
             Bound::Paper(b) => b.extents_ns(extents),
-            Bound::Rondo(b) => b.extents_ns(extents),
+            Bound::Rondo(b) => {
+                let mut merged = Vec::with_capacity(extents.len());
+                extend_merged(&mut merged, extents.iter().copied());
+                b.extents_ns(&merged)
+            }
         }
     }
 
@@ -384,12 +390,7 @@ impl Bound {
             for (round, entry, read_bytes) in members {
                 bytes += read_bytes;
                 if let Some(layout) = layout {
-                    for (lbn, sectors) in layout.request_extents(round, entry) {
-                        match extents.last_mut() {
-                            Some(last) if last.0 + last.1 == lbn => last.1 += sectors,
-                            _ => extents.push((lbn, sectors)),
-                        }
-                    }
+                    extend_merged(&mut extents, layout.request_extents(round, entry));
                 }
             }
             if bytes == 0 {
@@ -565,9 +566,27 @@ impl Bound {
         TitleCharges::from_plan(plan, schedule, |round, read, entry| match self {
             Bound::Paper(b) => (b.request_ns(read.bytes), 0),
             Bound::Rondo(b) => {
-                let extents = layout.expect("checked above").request_extents(round, entry);
+                let mut extents = Vec::new();
+                extend_merged(
+                    &mut extents,
+                    layout.expect("checked above").request_extents(round, entry),
+                );
                 (b.extents_ns(&extents), self.revolutions(extents.len()))
             }
         })
+    }
+}
+
+/// Appends `more` to `extents`, joining an extent that begins where the
+/// previous one ends: the executors' `batch_plan` hands the disk such
+/// extents of one command as one request (one positioning, one rotational
+/// wait), so admission charges them as one. A block split over two strides
+/// that the allocator placed back to back is one extent on the disk.
+fn extend_merged(extents: &mut Vec<(u64, u64)>, more: impl IntoIterator<Item = (u64, u64)>) {
+    for (lbn, sectors) in more {
+        match extents.last_mut() {
+            Some(last) if last.0 + last.1 == lbn => last.1 += sectors,
+            _ => extents.push((lbn, sectors)),
+        }
     }
 }

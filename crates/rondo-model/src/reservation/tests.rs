@@ -1086,3 +1086,61 @@ fn a_statistical_guarantee_reserves_the_rotation_quantile_and_admits_more() {
     let q_next = rotation_quantile_ns(stat as u32 + 1, REVOLUTION_NS + 1, eps);
     assert!((stat + 1) * 22 * MS + q_next > 900 * MS);
 }
+
+/// A round that crosses a stride end into the next stride of the device
+/// is one extent for the disk: `batch_plan` gives the drive one request
+/// (`array::tests::adjacent_extents_of_a_round_and_of_a_group_are_one_request`),
+/// and the title's charges count one access (one revolution) for it,
+/// exactly the charge of the joined extent; a cut between strides that are
+/// not adjacent keeps two accesses.
+#[test]
+fn a_round_on_adjacent_strides_is_charged_as_one_access() {
+    use crate::disk::{RondoBound, RoundBound, profiles::cheetah_4lp};
+    use crate::layout::{ArrayAllocator, BackupParams, LayoutParams, ReplicaPlacement, TitlePlan};
+    use crate::schedule::Schedule;
+    const KIB: u64 = 1024;
+    let rondo = RondoBound::new(&cheetah_4lp()).unwrap();
+    let bound = Bound::Rondo(rondo.clone());
+    // 48 KiB rounds in 64 KiB strides: every fourth round on a disk
+    // crosses a stride end.
+    let schedule =
+        Schedule::from_client_bytes(vec![48 * KIB; 16], crate::units::NS_PER_S, 16 * KIB).unwrap();
+    let params = LayoutParams {
+        disk_count: 2,
+        stride_bytes: 64 * KIB,
+        block_bytes: 16 * KIB,
+        backup: Some(BackupParams {
+            placement: ReplicaPlacement::Deterministic,
+            backup_block_bytes: None,
+            fragment_sequence: Default::default(),
+            round_robin_counter: Default::default(),
+            disk_groups: 1,
+        }),
+        segment_rounds: 1,
+    };
+    let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 1).unwrap();
+    let layout = ArrayAllocator::uniform(2, 1000).place(&plan).unwrap();
+    let charges = bound
+        .title_charges(&plan, Some(&layout), &schedule)
+        .unwrap();
+    let mut crossing = 0;
+    for round in 0..plan.rounds() {
+        let extents = layout.request_extents(round, None);
+        let charge = charges.primary(round);
+        if extents.len() == 2 {
+            crossing += 1;
+            // Adjacent on the device (the title's primary strides are one run).
+            assert_eq!(extents[0].0 + extents[0].1, extents[1].0);
+            let joined = (extents[0].0, extents[0].1 + extents[1].1);
+            assert_eq!(charge.cost_ns, rondo.extent_ns(joined.0, joined.1));
+            assert_eq!(charge.revolutions, 1);
+            assert!(charge.cost_ns + 5_000_000 < rondo.extents_ns(&extents));
+        }
+    }
+    assert!(crossing >= 4, "the title has rounds crossing a stride end");
+    // Two strides apart: two accesses, two revolutions.
+    assert_eq!(
+        bound.extents_ns(&[(0, 32), (256, 32)]),
+        rondo.extents_ns(&[(0, 32), (256, 32)])
+    );
+}
