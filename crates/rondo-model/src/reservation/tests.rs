@@ -762,27 +762,12 @@ fn a_burst_is_charged_in_its_first_round_and_gives_way_to_a_plain_stream() {
 #[test]
 fn a_pair_split_by_a_rebuild_reads_its_second_round_from_the_backup() {
     use crate::disk::{RondoBound, seed003_table1_prefetching};
-    use crate::layout::{ArrayAllocator, BackupParams, LayoutParams, ReplicaPlacement, TitlePlan};
     use crate::schedule::Schedule;
     const KIB: u64 = 1024;
     let bound = Bound::Rondo(RondoBound::new(&seed003_table1_prefetching(8 << 20, 8)).unwrap());
     let schedule =
         Schedule::from_client_bytes(vec![100 * KIB; 12], crate::units::NS_PER_S, 16 * KIB).unwrap();
-    let params = LayoutParams {
-        disk_count: 2,
-        stride_bytes: 2048 * KIB,
-        block_bytes: 16 * KIB,
-        backup: Some(BackupParams {
-            placement: ReplicaPlacement::Deterministic,
-            backup_block_bytes: None,
-            fragment_sequence: Default::default(),
-            round_robin_counter: Default::default(),
-            disk_groups: 1,
-        }),
-        segment_rounds: 6,
-    };
-    let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 1).unwrap();
-    let layout = ArrayAllocator::uniform(2, 1000).place(&plan).unwrap();
+    let (plan, layout) = two_disk_title(&schedule, 2048 * KIB, 6);
     let charges = bound.with_cache_pairs(
         bound
             .title_charges(&plan, Some(&layout), &schedule)
@@ -1096,7 +1081,6 @@ fn a_statistical_guarantee_reserves_the_rotation_quantile_and_admits_more() {
 #[test]
 fn a_round_on_adjacent_strides_is_charged_as_one_access() {
     use crate::disk::{RondoBound, RoundBound, profiles::cheetah_4lp};
-    use crate::layout::{ArrayAllocator, BackupParams, LayoutParams, ReplicaPlacement, TitlePlan};
     use crate::schedule::Schedule;
     const KIB: u64 = 1024;
     let rondo = RondoBound::new(&cheetah_4lp()).unwrap();
@@ -1105,21 +1089,7 @@ fn a_round_on_adjacent_strides_is_charged_as_one_access() {
     // crosses a stride end.
     let schedule =
         Schedule::from_client_bytes(vec![48 * KIB; 16], crate::units::NS_PER_S, 16 * KIB).unwrap();
-    let params = LayoutParams {
-        disk_count: 2,
-        stride_bytes: 64 * KIB,
-        block_bytes: 16 * KIB,
-        backup: Some(BackupParams {
-            placement: ReplicaPlacement::Deterministic,
-            backup_block_bytes: None,
-            fragment_sequence: Default::default(),
-            round_robin_counter: Default::default(),
-            disk_groups: 1,
-        }),
-        segment_rounds: 1,
-    };
-    let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 1).unwrap();
-    let layout = ArrayAllocator::uniform(2, 1000).place(&plan).unwrap();
+    let (plan, layout) = two_disk_title(&schedule, 64 * KIB, 1);
     let charges = bound
         .title_charges(&plan, Some(&layout), &schedule)
         .unwrap();
@@ -1143,4 +1113,30 @@ fn a_round_on_adjacent_strides_is_charged_as_one_access() {
         bound.extents_ns(&[(0, 32), (256, 32)]),
         rondo.extents_ns(&[(0, 32), (256, 32)])
     );
+}
+
+/// A title of `schedule` placed on an empty 2-disk array of 1000 strides,
+/// 16 KiB blocks, deterministic whole backups, from disk 0.
+fn two_disk_title(
+    schedule: &crate::schedule::Schedule,
+    stride_bytes: u64,
+    segment_rounds: u32,
+) -> (crate::layout::TitlePlan, crate::layout::TitleLayout) {
+    use crate::layout::{ArrayAllocator, BackupParams, LayoutParams, ReplicaPlacement, TitlePlan};
+    let params = LayoutParams {
+        disk_count: 2,
+        stride_bytes,
+        block_bytes: 16 * 1024,
+        backup: Some(BackupParams {
+            placement: ReplicaPlacement::Deterministic,
+            backup_block_bytes: None,
+            fragment_sequence: Default::default(),
+            round_robin_counter: Default::default(),
+            disk_groups: 1,
+        }),
+        segment_rounds,
+    };
+    let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 1).unwrap();
+    let layout = ArrayAllocator::uniform(2, 1000).place(&plan).unwrap();
+    (plan, layout)
 }
