@@ -131,6 +131,14 @@ pub struct ServerConfig {
     /// their own round. Above 1 a stream's first send waits k − 1 rounds,
     /// so that its client stays that far ahead, and there is no start burst.
     pub backup_window_rounds: u32,
+    /// L: how late the loss of a disk may be noticed
+    /// (`BackupWindow::loss_notice_rounds`; `minimum` only). 0, seed
+    /// 000's: at a round boundary. With L ≥ 1 a storage node that dies at
+    /// any moment of a round and is found dead within L − 1 rounds after
+    /// it leaves no admitted stream short: its reads in flight go to the
+    /// survivors' backlogs, covered by the reservation, and every client
+    /// is k − 1 + L rounds ahead.
+    pub loss_notice_rounds: u32,
     /// Server buffer admission may reserve, per disk.
     pub buffer_per_disk_bytes: u64,
     /// What the host can send its clients, in bits per second (seed 000
@@ -253,6 +261,7 @@ impl Default for ServerConfig {
             drive_prefetch: rondo_model::array::DrivePrefetch::None,
             cycle: None,
             backup_window_rounds: 1,
+            loss_notice_rounds: 0,
             buffer_per_disk_bytes: DEFAULT_BUFFER_PER_DISK_BYTES,
             network_bits_per_s_max: None,
             max_title_duration: DEFAULT_MAX_TITLE_DURATION,

@@ -210,6 +210,7 @@ impl RunningServer {
         // clients that many rounds ahead (docs/experiments/failure-tolerance-cost.md).
         if let Some(why) = backup_window_unavailable(
             config.backup_window_rounds,
+            config.loss_notice_rounds,
             array.scheme,
             group_rounds,
             prefetch,
@@ -217,11 +218,10 @@ impl RunningServer {
         ) {
             return Err(ServerError::BackupWindowUnavailable { why });
         }
-        reservation.set_backup_window(BackupWindow::new(
-            config.backup_window_rounds,
-            &bound,
-            array.block_bytes,
-        ));
+        reservation.set_backup_window(
+            BackupWindow::new(config.backup_window_rounds, &bound, array.block_bytes)
+                .with_loss_notice_rounds(config.loss_notice_rounds),
+        );
         let lead_rounds = reservation.backup_window_in_force().lead_rounds();
         if lead_rounds > 0 && !config.start_burst.is_zero() {
             tracing::info!(

@@ -123,6 +123,11 @@ pub struct SimConfig {
     /// backups (`BackupWindow`; 1, seed 000: in the round itself).
     #[serde(default = "one_round")]
     pub backup_window_rounds: u32,
+    /// Under `minimum`: how late a disk's loss may be noticed
+    /// (`BackupWindow::loss_notice_rounds`; 0, seed 000: at a round
+    /// boundary).
+    #[serde(default)]
+    pub loss_notice_rounds: u32,
     pub bound: BoundKind,
     pub mode: Mode,
     pub round_duration_ns: u64,
@@ -220,6 +225,7 @@ impl SimConfig {
             start_choice: StartChoice::First,
             guarantee: Guarantee::Deterministic,
             backup_window_rounds: 1,
+            loss_notice_rounds: 0,
             bound: BoundKind::Paper,
             mode: Mode::AdmissionOnly,
             round_duration_ns: ROUND_DURATION_NS_DEFAULT,
@@ -604,6 +610,7 @@ fn run_placed_inner(
     let faults = &config.faults;
     if let Some(why) = rondo_model::array::backup_window_unavailable(
         config.backup_window_rounds,
+        config.loss_notice_rounds,
         config.scheme,
         config.read_group_rounds,
         config.drive_prefetch,
@@ -1389,11 +1396,10 @@ pub fn prepare_placed(
     }
     reservation.replica_choice = config.replica_choice;
     reservation.start_choice = config.start_choice;
-    reservation.set_backup_window(BackupWindow::new(
-        config.backup_window_rounds,
-        bound,
-        config.block_bytes,
-    ));
+    reservation.set_backup_window(
+        BackupWindow::new(config.backup_window_rounds, bound, config.block_bytes)
+            .with_loss_notice_rounds(config.loss_notice_rounds),
+    );
     config
         .guarantee
         .configure(bound, &mut reservation)

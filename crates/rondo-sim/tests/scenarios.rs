@@ -206,8 +206,14 @@ fn minimum_with_a_backup_window_survives_any_single_failure() {
         if mix(seed, 8).is_multiple_of(2) {
             c.start_choice = StartChoice::LeastAdded;
         }
+        // A loss noticed up to 2 rounds late: backups spread over k + L
+        // rounds, clients k - 1 + L rounds ahead (`BackupWindow`).
+        c.loss_notice_rounds = (mix(seed, 9) % 3) as u32;
         let r = run(&c, &titles(150)).unwrap();
-        let options = format!("k = {}, {:?}", c.backup_window_rounds, c.start_choice);
+        let options = format!(
+            "k = {}, L = {}, {:?}",
+            c.backup_window_rounds, c.loss_notice_rounds, c.start_choice
+        );
         assert_single_failure_survived(&c, &r, "minimum_with_a_backup_window", &options);
         // The clients' lead covers the recovery: no round reaches its
         // client after a player started at its first byte needs it.

@@ -94,6 +94,17 @@ pub struct ServeArgs {
     /// the directory's for this run.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=rondo_store::BACKUP_WINDOW_ROUNDS_MAX as i64))]
     pub backup_window_rounds: Option<u32>,
+    /// Under `minimum` reservation: how late the loss of a disk may be
+    /// noticed, in rounds (default 0: at a round boundary, seed 000). A
+    /// storage node (`--storage-node`) can die at any moment of a round,
+    /// with the reads it holds; with L ≥ 1 those reads go to the surviving
+    /// disks' backlogs and are covered by the reservation if the loss is
+    /// known within L − 1 rounds after its round (L = 2 covers a node whose
+    /// broken connection is seen in the next round). Admission spreads each
+    /// backup charge over K + L rounds and every client is K − 1 + L rounds
+    /// ahead. docs/cluster.md, "A node dying mid-round".
+    #[arg(long, value_name = "L", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=4))]
+    pub loss_notice_rounds: u32,
     /// Read devices as fast as they go instead of pacing them to the disk
     /// profile. Admission still uses the profile, so the guarantee then
     /// holds only for devices at least that fast.
@@ -512,6 +523,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         lookahead_rounds: args.lookahead_rounds,
         guarantee: Guarantee::with_overrun_probability(serving.overrun_probability),
         backup_window_rounds: serving.backup_window(),
+        loss_notice_rounds: args.loss_notice_rounds,
         disk_timing: if args.native {
             DiskTiming::Native
         } else {

@@ -399,9 +399,10 @@ pub struct RebuildStatus {
 struct Inflight {
     replica: Replica,
     read_round: Round,
-    /// The last round it may complete in without a miss: its read round,
-    /// or under a backup window a failed disk's backup read's read round
-    /// plus k - 1.
+    /// The last round it may complete in without a miss: its read round
+    /// (plus L - 1 with a loss noticed L ≥ 2 rounds late), or under a
+    /// backup window a failed disk's backup read's read round plus
+    /// k - 1 + L.
     due_round: Round,
     /// The round from which it may be sent (its stream's shape).
     send_round: Round,
@@ -1242,13 +1243,19 @@ impl Array {
         };
         let key = (read.stream, read.playback_round);
         let reservations = &self.reservations;
+        // A disk lost late may be noticed up to L - 1 rounds after the
+        // round (`BackupWindow::loss_notice_rounds`): only then is a read
+        // it has not reported a miss.
+        let due_round = round.plus(u64::from(
+            self.recovery.loss_notice_rounds().saturating_sub(1),
+        ));
         let f = self.inflight.entry(key).or_insert_with(|| Inflight {
             replica: read.replica,
             read_round: round,
             send_round: reservations
                 .stream_span(read.stream)
                 .map_or(round.next(), |span| span.send_round(read.playback_round)),
-            due_round: round,
+            due_round,
             pending: vec![false; pieces],
             parts_out: vec![0; pieces],
             parts_held: vec![false; pieces],
@@ -1796,19 +1803,36 @@ impl Array {
     /// failed read's re-read does. The reads come back as a [`LateStart`]
     /// for the executor to hand to the disks, as a late start's do.
     pub fn recover_now(&mut self, disk: DiskIndex, now_ns: u64) -> Option<LateStart> {
-        if !self.delivering || self.late_horizon_ns.is_empty() {
+        if !self.delivering || self.next_round == Round(0) {
             return None;
         }
         let round = self.next_round.minus(1);
         let end_ns = self.round_start_ns(round) + self.round_duration_ns(round);
-        if now_ns >= end_ns {
+        // With a loss noticed late (L ≥ 1) the reads it took go to the
+        // survivors' backlogs, whose deadlines the reservation covers
+        // (`reservation::window`), whenever in the round it is noticed.
+        let notice_rounds = self.recovery.loss_notice_rounds();
+        let held = notice_rounds > 0;
+        if !held && (self.late_horizon_ns.is_empty() || now_ns >= end_ns) {
             return None;
         }
-        // This round's reads still out on the lost disk: to the other
-        // replica, queued like a failed read's re-read.
+        // The reads still out on the lost disk (this round's, and with a
+        // loss noticed L rounds late the L - 1 rounds' before, not yet
+        // missed): to the other replica, queued like a failed read's
+        // re-read.
+        let oldest = Round(
+            round
+                .0
+                .saturating_sub(u64::from(notice_rounds.saturating_sub(1))),
+        );
         let mut lost: Vec<(StreamId, PlaybackRound)> = Vec::new();
         for (&key, f) in &self.inflight {
-            if f.read_round != round || f.queued || f.parts_held.iter().any(|&h| h) {
+            if f.read_round < oldest
+                || f.read_round > round
+                || f.missed
+                || f.queued
+                || f.parts_held.iter().any(|&h| h)
+            {
                 continue;
             }
             let Some(span) = self.reservations.stream_span(key.0) else {
@@ -1835,6 +1859,7 @@ impl Array {
             }
         }
         lost.sort_unstable();
+        let mut recovered_held = Vec::new();
         for key in lost {
             let f = self.inflight.get(&key).expect("listed above").clone();
             let span = self.reservations.stream_span(key.0).expect("listed above");
@@ -1869,8 +1894,29 @@ impl Array {
                     ..f
                 },
             );
-            self.rereads.push(key);
             self.counters.rereads += 1;
+            if held {
+                recovered_held.push((key, f.read_round, span.title, replica));
+            } else {
+                self.rereads.push(key);
+            }
+        }
+        if held {
+            let mut ready = Vec::new();
+            recovered_held.sort_by_key(|h| (h.1, h.0));
+            for (key, read_round, title, replica) in recovered_held {
+                for read in self.reread(key, title, replica) {
+                    if let Some(c) = self.deliver_command(read_round, &read, true, &mut ready) {
+                        self.hold_for_recovery(read_round, c);
+                    }
+                }
+            }
+            let releases = self.release_ready(ready, round);
+            return (!releases.is_empty()).then_some(LateStart {
+                start_ns: now_ns,
+                disks: Vec::new(),
+                releases,
+            });
         }
         // This round's queued re-reads, at once where they fit. A survivor's
         // planned work ends by its horizon less the failure reservation it

@@ -9,6 +9,12 @@
 //! client holds k - 1 rounds more than seed 000's, and the rounds behind a
 //! late one wait in order (`delivery`). With k = 1 (seed 000, the default)
 //! nothing here is used.
+//!
+//! With a loss noticed late (L ≥ 1, `BackupWindow::loss_notice_rounds`), a
+//! disk lost in the middle of a round ([`Array::recover_now`]) puts the
+//! reads it took with it into the same backlogs, due k - 1 + L rounds
+//! after their own, instead of re-reading them in what is left of the
+//! round, and every read's miss is counted L - 1 rounds after its round.
 
 use std::sync::Arc;
 
@@ -31,16 +37,18 @@ use crate::units::{DiskIndex, Round};
 ///   reservation does not cover. The dynamic cycle regroups streams.
 pub fn backup_window_unavailable(
     rounds: u32,
+    loss_notice_rounds: u32,
     scheme: crate::reservation::Scheme,
     group_rounds: u32,
     prefetch: super::DrivePrefetch,
     dynamic_cycle: bool,
 ) -> Option<String> {
-    if rounds <= 1 {
+    if rounds <= 1 && loss_notice_rounds == 0 {
         None
     } else if scheme != crate::reservation::Scheme::Minimum {
         Some(format!(
-            "a backup window applies to the minimum scheme only (this one: {scheme})"
+            "a backup window (and a loss noticed late) applies to the minimum scheme only \
+             (this one: {scheme})"
         ))
     } else if group_rounds > 1 || prefetch != super::DrivePrefetch::None || dynamic_cycle {
         Some(
@@ -78,6 +86,12 @@ impl Recovery {
     /// Whether a failed disk's backup reads are served over a window.
     pub(super) fn is_windowed(&self) -> bool {
         self.window.is_spread()
+    }
+
+    /// L: how late a disk's loss may be noticed (`BackupWindow`); 0 when
+    /// no window is in force.
+    pub(super) fn loss_notice_rounds(&self) -> u32 {
+        self.window.loss_notice_rounds
     }
 }
 
@@ -177,7 +191,7 @@ impl RecoveryRead for RecoveryCommand {
 
 impl Array {
     /// Puts a failed disk's backup read, due in `round`, into its disk's
-    /// backlog: it may complete up to k - 1 rounds later.
+    /// backlog: it may complete up to k - 1 + L rounds later.
     pub(super) fn hold_for_recovery(&mut self, round: Round, command: DiskCommand) {
         let Purpose::Deliver {
             stream,
@@ -188,10 +202,10 @@ impl Array {
         else {
             unreachable!("only stream reads are recovered");
         };
-        let k = u64::from(self.recovery.window.rounds);
+        let deadline = self.recovery.window.deadline(round);
         if let Some(f) = self.inflight.get_mut(&(stream, playback_round)) {
             let piece = piece as usize;
-            f.due_round = round.plus(k - 1);
+            f.due_round = deadline;
             f.parts_out[piece] -= 1;
             f.parts_held[piece] = true;
         }

@@ -1744,6 +1744,92 @@ fn a_disk_lost_mid_round_has_its_reads_in_flight_read_from_the_backups_at_once()
     }
 }
 
+/// A disk lost late in round 0 and found lost only in round 1 (a storage
+/// node whose broken connection is seen after the boundary), under a
+/// window of k = 2 rounds and a loss noticed L = 2 rounds late: the reads
+/// it took in rounds 0 and 1 are not misses at the boundary, go to the
+/// survivors' backlogs when it is noticed, and reach every client in time
+/// (its lead is k - 1 + L = 3 rounds). The control, the same with L = 0,
+/// counts round 0's lost reads as misses at the boundary.
+#[test]
+fn a_disk_lost_late_and_noticed_in_the_next_round_keeps_every_deadline() {
+    for notice in [2u32, 0] {
+        let mut cfg = config(4, Scheme::Minimum);
+        let bound = Bound::Paper(PaperBound::seed000_table2());
+        cfg.reservation.set_backup_window(
+            crate::reservation::BackupWindow::new(2, &bound, 16 * KIB)
+                .with_loss_notice_rounds(notice),
+        );
+        let mut a = Array::new(cfg);
+        let mut allocator = ArrayAllocator::uniform(4, 1000);
+        a.add_title(title(0, 4, 0, &[100 * KIB; 12], &mut allocator));
+        let streams: Vec<StreamId> = (0..3).map(|_| a.admit(&whole(0)).unwrap().stream).collect();
+        let lost = DiskIndex(0);
+        let mut out: Vec<DiskCommand> = Vec::new();
+        let mut release_rounds: BTreeMap<(StreamId, u32), u64> = BTreeMap::new();
+        let mut misses = 0;
+        for r in 0..24u64 {
+            let round = Round(r);
+            let plan = a.begin_round(round);
+            misses += plan.missed.len();
+            let mut releases: Vec<Release> = plan.releases.clone();
+            for c in deliveries(&plan) {
+                if c.disk == lost && r <= 1 {
+                    // Taken by the dying node: never reported.
+                    out.push(c.clone());
+                } else {
+                    releases.extend(released_by(a.complete(&ok(c))));
+                }
+            }
+            if r == 1 {
+                a.fail_disk(lost, FailCause::Unreachable).unwrap();
+                let late = a.recover_now(lost, r * NS_PER_S + 20 * NS_PER_MS);
+                if notice > 0 {
+                    assert!(
+                        late.is_none_or(|l| l.disks.is_empty()),
+                        "held for the backlogs, not read at once"
+                    );
+                }
+                // The node's stale errors come after.
+                for c in &out {
+                    let mut failed = ok(c);
+                    failed.outcome = ReadOutcome::IoError("node lost".into());
+                    releases.extend(released_by(a.complete(&failed)));
+                }
+            }
+            for rel in releases {
+                release_rounds.insert((rel.stream, rel.playback_round.0), r);
+            }
+            for s in &streams {
+                let took = release_rounds.keys().filter(|(t, _)| t == s).count() as u32;
+                a.client_took(*s, took);
+            }
+        }
+        if notice == 0 {
+            assert!(misses > 0, "without L, round 0's lost reads are misses");
+            continue;
+        }
+        assert!(out.len() >= 2, "reads in flight on the lost disk: {out:?}");
+        assert_eq!(misses, 0);
+        assert_eq!(a.counters().stream_round_misses, 0);
+        assert_eq!(a.counters().recovery_misses, 0);
+        assert!(a.counters().window_recoveries >= out.len() as u64);
+        assert_eq!(a.counters().late_releases, 0);
+        // Every round reached its client, none later than a plain
+        // stream's send round (1 + p) plus the lead of 3.
+        for s in &streams {
+            for p in 0..12u32 {
+                let at = release_rounds.get(&(*s, p));
+                assert!(
+                    at.is_some_and(|&at| at <= 4 + u64::from(p)),
+                    "stream {s:?} round {p} released in {at:?}"
+                );
+            }
+        }
+        a.check_invariants();
+    }
+}
+
 /// What a lost manager's streams look like to its successor: per stream
 /// its title, the first playback round its client has not got (the first
 /// read in round `lost_round` or later) and the end of its span, where the

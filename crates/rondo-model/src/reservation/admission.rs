@@ -420,7 +420,7 @@ impl Reservations {
         let mut scratch: BTreeMap<(DiskIndex, Round), DiskSlot> = BTreeMap::new();
         for i in (shape.first..shape.end).filter(|&i| shape.is_read_start(i)) {
             let round = start.plus(shape.read_offset(i) as u64);
-            let keep = shape.is_early(i) || window > 1;
+            let keep = shape.is_early(i) || window.is_spread();
             let kind = shape.read_kind(charges, &choice, i);
             let round_choice = choice[i - shape.first];
             for (disk, charge) in read_charges(cfg.scheme, charges, i, round_choice, kind) {
@@ -488,7 +488,7 @@ impl Reservations {
         if self.config.scheme == Scheme::Minimum
             && self.config.replica_choice == ReplicaChoice::Balanced
             && self.config.drive_cache_segments == 0
-            && self.spread_window() == 1
+            && !self.spread_window().is_spread()
             && backup_ok
             && let [piece] = backup
         {

@@ -257,11 +257,11 @@ impl ReservationConfig {
     }
 
     /// Sets the backup window (`backup_window`); the tables' horizon grows
-    /// by its k - 1 rounds, which the spread reaches past a stream's last.
+    /// by its k - 1 + L rounds, which the spread reaches past a stream's last.
     pub fn set_backup_window(&mut self, window: BackupWindow) {
-        let before = self.backup_window.rounds.max(1);
+        let before = self.backup_window.spread_rounds();
         self.horizon_rounds =
-            self.horizon_rounds - u64::from(before - 1) + u64::from(window.rounds.max(1) - 1);
+            self.horizon_rounds - u64::from(before - 1) + u64::from(window.spread_rounds() - 1);
         self.backup_window = window;
     }
 
@@ -699,9 +699,10 @@ impl Reservations {
             as usize
     }
 
-    /// k of the backup window where backup time is spread (1: not spread).
-    fn spread_window(&self) -> u32 {
-        self.config.backup_window_in_force().rounds
+    /// The backup window backup time is spread by (k = 1 and L = 0: not
+    /// spread).
+    fn spread_window(&self) -> BackupWindow {
+        self.config.backup_window_in_force()
     }
 
     fn slot(&self, disk: DiskIndex, round: Round) -> &DiskSlot {
@@ -760,9 +761,9 @@ impl Reservations {
         }
         self.current_round = round;
         let titles = &self.titles;
-        // A stream's spread backup time outlasts it by k - 1 rounds: the
-        // backup of its last read may be read that much later.
-        let tail = u64::from(self.spread_window() - 1);
+        // A stream's spread backup time outlasts it by k - 1 + L rounds:
+        // the backup of its last read may be read that much later.
+        let tail = u64::from(self.spread_window().spread_rounds() - 1);
         self.streams
             .retain(|_, s| s.end_round(&titles[&s.title]).plus(tail) > round);
     }
@@ -774,9 +775,14 @@ impl Reservations {
         let scheme = self.config.scheme;
         let horizon = self.config.horizon_rounds;
         let window = self.spread_window();
-        // Reads up to k - 1 rounds back spread backup time into this round on.
-        let first = Round(self.current_round.0.saturating_sub(u64::from(window - 1)))
-            .max(record.start_round);
+        // Reads up to k - 1 + L rounds back spread backup time into this
+        // round on.
+        let first = Round(
+            self.current_round
+                .0
+                .saturating_sub(u64::from(window.spread_rounds() - 1)),
+        )
+        .max(record.start_round);
         for round in Round::range(first, record.end_round(&title_charges)) {
             let q = record.offset(round);
             if round >= self.current_round {
@@ -986,19 +992,20 @@ fn read_charges(
 }
 
 /// Where a charge made by a read in `round` lands: backup time under a
-/// backup window of k > 1 rounds as 1/k of it (rounded up) in each of
-/// rounds `round..round + k`; everything else in `round` itself.
+/// backup window of k rounds, a loss noticed up to L rounds late, as 1/k
+/// of it (rounded up) in each of rounds `round..round + k + L`
+/// (`window`'s module docs); everything else in `round` itself.
 fn spread(
     charge: SlotCharge,
     round: Round,
-    window: u32,
+    window: BackupWindow,
 ) -> impl Iterator<Item = (Round, SlotCharge)> {
     let (parts, charge) = match charge {
-        SlotCharge::Backup { source, cost_ns } if window > 1 => (
-            window,
+        SlotCharge::Backup { source, cost_ns } if window.is_spread() => (
+            window.spread_rounds(),
             SlotCharge::Backup {
                 source,
-                cost_ns: cost_ns.div_ceil(u64::from(window)),
+                cost_ns: cost_ns.div_ceil(u64::from(window.rounds.max(1))),
             },
         ),
         other => (1, other),

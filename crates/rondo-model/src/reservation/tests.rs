@@ -466,6 +466,7 @@ proptest! {
         start_choice in prop::sample::select(vec![StartChoice::First, StartChoice::LeastAdded]),
         statistical in any::<bool>(),
         window_rounds in prop_oneof![2 => Just(1u32), 3 => 2u32..6],
+        notice_rounds in prop_oneof![2 => Just(0u32), 2 => 1u32..3],
     ) {
         let guarantee = if statistical {
             Guarantee::Statistical { overrun_probability: 1e-3 }
@@ -481,10 +482,11 @@ proptest! {
         config.set_backup_window(BackupWindow {
             rounds: window_rounds,
             split_ns: 20 * MS,
+            loss_notice_rounds: notice_rounds,
             ..BackupWindow::default()
         });
         let budget_ns = config.budget_ns();
-        let window_rounds = if scheme == Scheme::Minimum { window_rounds } else { 1 };
+        let window = config.backup_window_in_force();
         let mut r = Reservations::new(config);
         for (t, c) in costs.iter().enumerate() {
             r.add_title(TitleId(t as u64), striped(disks, t as u32 % disks, c));
@@ -530,15 +532,22 @@ proptest! {
                 // primary among them) fits every survivor's round.
                 let mut degraded = r.clone();
                 degraded.fail_disk(DiskIndex(failed));
-                if window_rounds > 1 {
+                if window.is_spread() {
                     // A backup window: each survivor reads the failed
                     // disk's backups earliest deadline first in the time
-                    // its own reads leave, and each is done within k rounds.
+                    // its own reads leave, and each is done within
+                    // k - 1 + L rounds of its own. With a loss noticed L
+                    // rounds late the disk is lost as round `now` begins
+                    // (its reads of that round and the L - 1 after gone)
+                    // and known only as round `now + L` begins: the worst
+                    // case of the guarantee.
                     let mut backlog: Vec<RecoveryBacklog<FluidRead>> = (0..disks)
-                        .map(|_| RecoveryBacklog::new(r.config.backup_window))
+                        .map(|_| RecoveryBacklog::new(window))
                         .collect();
+                    let noticed = now.plus(u64::from(window.loss_notice_rounds));
+                    let mut unknown: Vec<Vec<(Round, u64)>> = vec![Vec::new(); disks as usize];
                     let end = now.plus(30);
-                    for round in Round::range(now, end.plus(u64::from(window_rounds))) {
+                    for round in Round::range(now, end.plus(u64::from(window.spread_rounds()))) {
                         let (healthy, _) = r.plan_round(round);
                         let (per_disk, lost) = degraded.plan_round(round);
                         prop_assert!(lost.is_empty());
@@ -548,7 +557,12 @@ proptest! {
                             let all: u64 = per_disk[d].iter().map(|read| read.cost_ns).sum();
                             prop_assert!(own <= budget_ns);
                             if round < end && all > own {
-                                backlog[d].push(FluidRead { tag: round.0, charge_ns: all - own }, round);
+                                unknown[d].push((round, all - own));
+                            }
+                            if round >= noticed {
+                                for (due, charge_ns) in unknown[d].drain(..) {
+                                    backlog[d].push(FluidRead { tag: due.0, charge_ns }, due);
+                                }
                             }
                             backlog[d].serve(budget_ns - own);
                             prop_assert_eq!(backlog[d].overdue(round), None);

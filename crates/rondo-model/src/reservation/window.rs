@@ -25,6 +25,26 @@
 //! second positioning and the rounding of the piece to whole blocks. At
 //! most one job is split per disk and round, so the budget keeps one
 //! `split_ns` per disk-round.
+//!
+//! **A loss noticed late** (`loss_notice_rounds`, L). Seed 000's failure
+//! comes at a round boundary, before the round's reads are given to the
+//! disk. A storage node that dies takes the reads it holds with it, at any
+//! moment of a round, and is found dead only when its connection breaks
+//! or it stops answering. With L ≥ 1 the guarantee covers a disk lost at
+//! any moment of round r and known failed before the end of round
+//! r + L − 1 (L = 1: within its round; L = 2: within the next one). Every
+//! read of the lost disk due in round r' ≥ r not done is then a job of
+//! deadline r' + k − 1 + L, available from round r + L on. Give each such
+//! job b/k in each of rounds r' + L … r' + L + k − 1: round m holds the
+//! shares of jobs due in m − L − k + 1 … m − L. The reservation spreads
+//! each backup charge as b/k over the k + L rounds r' … r' + k − 1 + L,
+//! so round m holds b/k for the jobs due in m − k − L + 1 … m, which
+//! includes those: the fluid schedule fits, and so does earliest deadline
+//! first with one cut per round, as above. Every stream's client is
+//! k − 1 + L rounds ahead, and a read not reported by the end of its round
+//! counts as missed only L − 1 rounds later (its disk may be found lost
+//! meanwhile). The price: L more rounds of each backup's share reserved,
+//! and L more rounds of every client's lead.
 
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +63,11 @@ pub struct BackupWindow {
     pub split_ns: u64,
     /// Where a read may be cut: at whole blocks of its data (B_l).
     pub block_bytes: u64,
+    /// L: how late a disk's loss may be noticed (see the module docs): 0,
+    /// at a round boundary (seed 000); L ≥ 1, at any moment of a round and
+    /// known before the end of the round L − 1 after it.
+    #[serde(default)]
+    pub loss_notice_rounds: u32,
 }
 
 impl Default for BackupWindow {
@@ -51,6 +76,7 @@ impl Default for BackupWindow {
             rounds: 1,
             split_ns: 0,
             block_bytes: crate::units::BLOCK_BYTES_DEFAULT,
+            loss_notice_rounds: 0,
         }
     }
 }
@@ -63,19 +89,42 @@ impl BackupWindow {
             rounds: rounds.max(1),
             split_ns: bound.split_ns(block_bytes),
             block_bytes,
+            loss_notice_rounds: 0,
         }
     }
 
-    /// Rounds every stream's first send waits under this window (k − 1):
-    /// its client's lead, so that a backup round recovered that late
-    /// still reaches it in time (`reservation::shape`).
-    pub fn lead_rounds(&self) -> u32 {
-        self.rounds.max(1) - 1
+    /// The same window, covering a loss noticed up to `rounds` late
+    /// (`loss_notice_rounds`).
+    pub fn with_loss_notice_rounds(self, rounds: u32) -> BackupWindow {
+        BackupWindow {
+            loss_notice_rounds: rounds,
+            ..self
+        }
     }
 
-    /// Whether backup time is spread over more than one round.
+    /// Rounds every stream's first send waits under this window
+    /// (k − 1 + L): its client's lead, so that a backup round recovered
+    /// that late still reaches it in time (`reservation::shape`).
+    pub fn lead_rounds(&self) -> u32 {
+        self.rounds.max(1) - 1 + self.loss_notice_rounds
+    }
+
+    /// Whether backup time is spread over more than one round (k > 1, or
+    /// a loss noticed late).
     pub fn is_spread(&self) -> bool {
-        self.rounds > 1
+        self.spread_rounds() > 1
+    }
+
+    /// The rounds each backup charge is spread over (k + L), as 1/k of it
+    /// in each.
+    pub fn spread_rounds(&self) -> u32 {
+        self.rounds.max(1) + self.loss_notice_rounds
+    }
+
+    /// The last round a failed disk's backup read due in `due` may end in
+    /// (due + k − 1 + L).
+    pub fn deadline(&self, due: Round) -> Round {
+        due.plus(u64::from(self.lead_rounds()))
     }
 }
 
@@ -89,11 +138,10 @@ pub trait RecoveryRead: Clone {
 }
 
 /// A survivor's backup reads after a failure, served earliest deadline
-/// first within a backup window (see the module docs). Every job has the
-/// same window, so deadline order is release order.
+/// first within a backup window (see the module docs).
 #[derive(Clone, Debug)]
 pub struct RecoveryBacklog<R> {
-    window_rounds: u32,
+    window: BackupWindow,
     /// (deadline round, the read or what is left of it).
     jobs: std::collections::VecDeque<(Round, R)>,
 }
@@ -109,17 +157,19 @@ pub struct RecoveryPiece<R> {
 impl<R: RecoveryRead> RecoveryBacklog<R> {
     pub fn new(window: BackupWindow) -> RecoveryBacklog<R> {
         RecoveryBacklog {
-            window_rounds: window.rounds.max(1),
+            window,
             jobs: Default::default(),
         }
     }
 
     /// A backup read due in round `due` (to be done by the end of round
-    /// `due + k - 1`).
+    /// `due + k - 1 + L`).
     pub fn push(&mut self, read: R, due: Round) {
-        let deadline = due.plus(u64::from(self.window_rounds - 1));
-        debug_assert!(self.jobs.back().is_none_or(|j| j.0 <= deadline));
-        self.jobs.push_back((deadline, read));
+        let deadline = self.window.deadline(due);
+        // In deadline order, after the jobs of the same deadline (reads
+        // come in due order, except those a lost disk took with it).
+        let at = self.jobs.partition_point(|j| j.0 <= deadline);
+        self.jobs.insert(at, (deadline, read));
     }
 
     /// Serves one round with `available_ns` of disk time: whole jobs in
@@ -195,6 +245,58 @@ impl RecoveryRead for FluidRead {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reservation::spread;
+    use crate::reservation::tables::SlotCharge;
+    use crate::units::DiskIndex;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The module docs' argument, on one survivor whose own reads take
+        /// all of every round but its spread backup time for one source:
+        /// the source is lost as round `lost_at` begins and known only L
+        /// rounds later, and its reads due from `lost_at` on, served
+        /// earliest deadline first in that time (cut anywhere), are each
+        /// done within k - 1 + L rounds of their own.
+        #[test]
+        fn a_loss_noticed_late_is_served_in_the_time_the_spread_reserves(
+            k in 1u32..6,
+            notice in 0u32..3,
+            charges in proptest::collection::vec(0u64..1000, 1..40),
+            lost_at in 0usize..12,
+        ) {
+            let window = BackupWindow {
+                rounds: k,
+                loss_notice_rounds: notice,
+                ..BackupWindow::default()
+            };
+            let rounds = charges.len() + window.spread_rounds() as usize;
+            let mut reserved = vec![0u64; rounds];
+            for (due, &cost_ns) in charges.iter().enumerate() {
+                let backup = SlotCharge::Backup { source: DiskIndex(1), cost_ns };
+                for (at, part) in spread(backup, Round(due as u64), window) {
+                    let SlotCharge::Backup { cost_ns, .. } = part else { unreachable!() };
+                    reserved[at.0 as usize] += cost_ns;
+                }
+            }
+            let noticed = lost_at + notice as usize;
+            let mut backlog = RecoveryBacklog::new(window);
+            for (m, &available_ns) in reserved.iter().enumerate() {
+                let due: Vec<usize> = if m == noticed {
+                    (lost_at..=m).collect()
+                } else if m > noticed {
+                    vec![m]
+                } else {
+                    Vec::new()
+                };
+                for r in due.into_iter().filter(|&r| r < charges.len()) {
+                    backlog.push(FluidRead { tag: r as u64, charge_ns: charges[r] }, Round(r as u64));
+                }
+                backlog.serve(available_ns);
+                prop_assert_eq!(backlog.overdue(Round(m as u64)), None, "round {}", m);
+            }
+            prop_assert!(backlog.is_empty());
+        }
+    }
 
     #[test]
     fn jobs_are_served_in_deadline_order_and_the_last_one_split() {
