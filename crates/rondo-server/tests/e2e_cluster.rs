@@ -58,6 +58,8 @@ struct Run {
     /// Re-reads of a failed read not complete by their round's end.
     recovery_misses: u64,
     read_errors: u64,
+    /// Backup reads served from the survivors' backlogs (a backup window).
+    window_recoveries: u64,
 }
 
 /// How the run's array is spread over nodes.
@@ -68,6 +70,9 @@ struct Layout {
     nodes: Vec<Vec<u32>>,
     /// The node killed six seconds in, if any.
     kill: Option<usize>,
+    /// The backup window k and how late a loss may be noticed, L
+    /// (`rondo serve --backup-window-rounds K --loss-notice-rounds L`).
+    window: (u32, u32),
 }
 
 /// One node per disk, one group.
@@ -76,6 +81,7 @@ fn node_per_disk(kill: Option<usize>) -> Layout {
         disk_groups: 1,
         nodes: (0..4).map(|d| vec![d]).collect(),
         kill,
+        window: (1, 0),
     }
 }
 
@@ -120,6 +126,8 @@ async fn cluster_run(clients: usize, layout: Layout) -> Run {
         store,
         ServerConfig {
             remote_disks: Some(RemoteDisks(Arc::new(remote))),
+            backup_window_rounds: layout.window.0,
+            loss_notice_rounds: layout.window.1,
             ..test_config()
         },
     )
@@ -216,6 +224,7 @@ async fn cluster_run(clients: usize, layout: Layout) -> Run {
         misses: after.stream_round_misses,
         recovery_misses: after.recovery_misses,
         read_errors: after.read_errors,
+        window_recoveries: after.window_recoveries,
     };
     eprintln!(
         "cluster run (G = {}, nodes {:?}, kill {:?}): {run:?}",
@@ -246,6 +255,37 @@ async fn a_killed_storage_node_is_absorbed_like_a_failed_disk() {
     init_logs();
     let run = cluster_run(48, node_per_disk(Some(1))).await;
     assert_absorbed(&run);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_lost_mid_round_keeps_every_deadline_with_a_loss_noticed_late() {
+    // With a backup window of 2 rounds and a loss noticed up to 2 rounds
+    // late (docs/cluster.md, "A node dying mid-round"), the reads the node
+    // took with it go to the survivors' backlogs, which the reservation
+    // covers, and every client is 3 rounds ahead: nothing is re-read in
+    // unreserved time and no stream may stall, wherever in the round the
+    // node dies and whenever within the next round its loss is seen.
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let run = cluster_run(
+        48,
+        Layout {
+            window: (2, 2),
+            ..node_per_disk(Some(1))
+        },
+    )
+    .await;
+    assert!(run.admitted >= 10, "{run:?}");
+    assert!(
+        run.read_errors > 0,
+        "the kill must catch reads in flight: {run:?}"
+    );
+    // The lost reads went through the backlogs (not re-read at once).
+    assert!(run.window_recoveries >= run.read_errors, "{run:?}");
+    assert_eq!(run.recovery_misses, 0, "{run:?}");
+    assert_eq!(run.stalls, 0, "{run:?}");
+    assert_eq!(run.broken, 0, "{run:?}");
+    assert_eq!(run.misses, 0, "{run:?}");
 }
 
 /// A node's death cost no stream anything: its reads in flight were read
@@ -280,6 +320,7 @@ async fn a_killed_node_of_two_disks_is_absorbed_with_disk_groups() {
             disk_groups: 2,
             nodes: vec![vec![0, 1], vec![2, 3]],
             kill: Some(0),
+            window: (1, 0),
         },
     )
     .await;
