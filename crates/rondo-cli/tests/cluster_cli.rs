@@ -132,6 +132,94 @@ fn a_cluster_of_processes_serves_and_absorbs_a_killed_storage_node() {
     );
 }
 
+/// A storage node that goes silent (SIGSTOP: its connections open, nothing
+/// answered) under `--backup-window-rounds 2 --loss-notice-rounds 2`: its
+/// disk is taken for lost once a batch is open half a round into the round
+/// after its own (`StorageNodes::with_loss_notice_rounds`), within the
+/// guarantee's L − 1 = 1 round, and its reads go to the survivors'
+/// backlogs: no stream stalls, nothing is missed, every title still plays
+/// byte for byte.
+#[test]
+fn a_silent_storage_node_is_noticed_in_time_and_costs_no_stream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut plain = Serve::on(env!("CARGO_BIN_EXE_rondo"), &data)
+        .timeout(Duration::from_secs(30))
+        .start();
+    let reference = bodies(&plain.url);
+    assert!(plain.terminate().success());
+    let nodes: Vec<StorageNode> = (0..4)
+        .map(|d| StorageNode::start(env!("CARGO_BIN_EXE_rondo"), &data, &[d]))
+        .collect();
+    let mut manager = Serve::on(env!("CARGO_BIN_EXE_rondo"), &data)
+        .timeout(Duration::from_secs(30))
+        .args(["--backup-window-rounds", "2", "--loss-notice-rounds", "2"]);
+    for node in &nodes {
+        manager = manager.args(["--storage-node", &node.address]);
+    }
+    let manager = manager.start();
+    let load = rondo()
+        .args([
+            "load",
+            "--url",
+            &manager.url,
+            "--rate",
+            "3",
+            "--duration",
+            "10",
+        ])
+        .args(["--seed", "7", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    let frozen_at = Instant::now();
+    nodes[2].freeze();
+    let mut disks = status(&data);
+    while disks["disks"][2]["state"] != "failed" && frozen_at.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+        disks = status(&data);
+    }
+    let noticed = frozen_at.elapsed();
+    eprintln!("disk 2's silent node noticed {noticed:?} after it froze");
+    assert_eq!(disks["disks"][2]["state"], "failed", "{disks:#}");
+    // Within its round and half the next (1 s rounds), plus the polls.
+    assert!(noticed < Duration::from_millis(2500), "{noticed:?}");
+    let report: Value = json(&load.wait_with_output().unwrap());
+    let metrics: Value = reqwest::blocking::get(format!("{}/api/metrics", manager.url))
+        .unwrap()
+        .json()
+        .unwrap();
+    eprintln!(
+        "load: {} started, {} stalled, {} broken, {} deadline misses; manager: {} recovery misses, {} backlog recoveries",
+        report["streams_started"],
+        report["stalled_streams"],
+        report["streams_broken"],
+        report["deadline_misses"],
+        metrics["recovery_misses"],
+        metrics["window_recoveries"]
+    );
+    assert!(
+        report["streams_started"].as_u64().unwrap() >= 3,
+        "{report:#}"
+    );
+    assert!(
+        metrics["window_recoveries"].as_u64().unwrap() > 0,
+        "{metrics:#}"
+    );
+    assert_eq!(metrics["recovery_misses"], 0, "{metrics:#}");
+    assert_eq!(metrics["stream_round_misses"], 0, "{metrics:#}");
+    assert_eq!(report["stalled_streams"], 0, "{report:#}");
+    assert_eq!(report["streams_broken"], 0, "{report:#}");
+    assert_eq!(report["deadline_misses"], 0, "{report:#}");
+    assert_eq!(
+        bodies(&manager.url),
+        reference,
+        "served from the other replicas, the same bytes"
+    );
+}
+
 /// `rondo serve --scheme none` makes a directory without failure
 /// tolerance (for the cluster's scaling measurement, docs/cluster.md); the
 /// directory keeps it, a contradicting flag is refused by name, and a scheme

@@ -8,7 +8,12 @@
 //! **A node lost.** When a disk's stream breaks (the node died, the
 //! connection reset, HTTP/2 keep-alive found the network gone) or a batch is
 //! still not done [`LOST_AFTER_ROUNDS`] rounds after its round ended, the
-//! disk is lost: the server fails it (`DiskLost`), every read still out on
+//! disk is lost (with `--loss-notice-rounds L` ≥ 2, already when a batch is
+//! open half a round into the round after its own, and more generally
+//! 2L − 3 half rounds after its round ended, so that a node that went
+//! silent is noticed within the L − 1 rounds the reservation covers:
+//! [`StorageNodes::with_loss_notice_rounds`]): the server fails it
+//! (`DiskLost`), every read still out on
 //! it completes with an I/O error (so the array re-reads it from the other
 //! replica) and every batch still open ends, and batches sent to it later
 //! complete the same way at once. A clean stop (the server shutting down) is
@@ -87,6 +92,10 @@ pub struct StorageNodes {
     /// This manager's epoch (its etcd leadership's revision; 0 without
     /// etcd), sent when it opens a disk: a node refuses a lower one.
     manager_epoch: u64,
+    /// Half rounds after its round ended that a batch may stay open before
+    /// its node is lost (2 · [`LOST_AFTER_ROUNDS`] unless a loss noticed
+    /// late asks for less).
+    silence_half_rounds: u64,
 }
 
 /// Why a set of nodes' disk lists is not a disk → node map.
@@ -214,6 +223,7 @@ impl StorageNodes {
             nodes,
             disk_node,
             manager_epoch: 0,
+            silence_half_rounds: 2 * LOST_AFTER_ROUNDS,
         })
     }
 
@@ -221,6 +231,21 @@ impl StorageNodes {
     /// revision): a node then refuses any manager of a lower epoch.
     pub fn with_manager_epoch(mut self, epoch: u64) -> StorageNodes {
         self.manager_epoch = epoch;
+        self
+    }
+
+    /// Finds a silent node soon enough for a loss noticed up to L rounds
+    /// late (`BackupWindow::loss_notice_rounds`): a disk lost in round r
+    /// must be known lost before round r + L - 1 ends, so with L ≥ 2 a
+    /// batch still open 2L − 3 half rounds after its round ended (L = 2:
+    /// half a round into the next) loses its node. A disk that answers
+    /// within its round (what admission reserves) is never taken for
+    /// lost. With L < 2 the silence rule stays [`LOST_AFTER_ROUNDS`]: a
+    /// node that goes silent is then outside the guarantee.
+    pub fn with_loss_notice_rounds(mut self, rounds: u32) -> StorageNodes {
+        if rounds >= 2 {
+            self.silence_half_rounds = 2 * u64::from(rounds) - 3;
+        }
         self
     }
 
@@ -305,13 +330,14 @@ impl DiskExecutors for StorageNodes {
         let runtime = Arc::clone(&self.runtime);
         let array_id = self.array_id.clone();
         let manager_epoch = self.manager_epoch;
+        let silence_half_rounds = self.silence_half_rounds;
         let handle = std::thread::Builder::new()
             .name(format!("rondo-remote-{disk}"))
             .spawn(move || {
                 run_disk(
                     runtime,
                     node,
-                    (array_id, manager_epoch),
+                    (array_id, manager_epoch, silence_half_rounds),
                     context,
                     batches_rx,
                 )
@@ -374,6 +400,8 @@ struct Link {
     pool: BufferPool,
     events: Sender<IoEvent>,
     lost: DiskLost,
+    /// `StorageNodes::silence_half_rounds`.
+    silence_half_rounds: u64,
     state: Mutex<LinkState>,
 }
 
@@ -540,7 +568,7 @@ impl Link {
 fn run_disk(
     runtime: Arc<NodeRuntime>,
     node: NodeInfo,
-    (array_id, manager_epoch): (String, u64),
+    (array_id, manager_epoch, silence_half_rounds): (String, u64, u64),
     context: ExecutorContext,
     batches: BatchReceiver,
 ) {
@@ -561,6 +589,7 @@ fn run_disk(
         pool,
         events,
         lost,
+        silence_half_rounds,
         state: Mutex::new(LinkState::default()),
     });
     let (to_node, to_node_rx) = mpsc::channel::<pb::ToDisk>(BATCH_QUEUE_ROUNDS * 2);
@@ -660,19 +689,22 @@ fn run_disk(
     let _ = ended_rx.recv_timeout(STOP_WAIT);
 }
 
-/// A batch still open [`LOST_AFTER_ROUNDS`] rounds after its round ended:
-/// the node is lost.
+/// A batch still open `silence_half_rounds` half rounds after its round
+/// ended: the node is lost.
 fn check_overdue(link: &Link) {
     let oldest = {
         let state = link.state.lock().expect("not poisoned");
         state.open.values().next().map(|b| b.round)
     };
     if let Some(round) = oldest {
-        let deadline = link.clock.boundary(Round(round.0 + 1 + LOST_AFTER_ROUNDS));
+        let half_round = Duration::from_nanos(link.clock.round_duration_ns / 2);
+        let after = half_round * link.silence_half_rounds as u32;
+        let deadline = link.clock.boundary(Round(round.0 + 1)) + after;
         if Instant::now() > deadline {
             link.lose(format!(
-                "its batch for round {} is not done {LOST_AFTER_ROUNDS} rounds after the round ended",
-                round.0
+                "its batch for round {} is not done {} ms after the round ended",
+                round.0,
+                after.as_millis()
             ));
         }
     }

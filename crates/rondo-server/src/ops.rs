@@ -401,6 +401,7 @@ pub fn disks_json(shared: &Shared, core: &Core, with_paths: bool) -> Value {
         "failure_tolerance": {
             "scheme": shared.array.scheme.to_string(),
             "backup_window_rounds": shared.config.backup_window_rounds,
+            "loss_notice_rounds": shared.config.loss_notice_rounds,
             "guarantee": shared.config.guarantee,
         },
     })

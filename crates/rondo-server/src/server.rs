@@ -692,7 +692,22 @@ fn disk_lost(shared: &Arc<Shared>) -> DiskLost {
     let shared = Arc::clone(shared);
     Arc::new(move |disk, why| {
         shared.on_core(move |shared, core| {
+            // Its reads in flight (under a loss noticed late, also those
+            // whose errors came first and were queued as re-reads): read
+            // from the other replica at once, or held for the survivors'
+            // backlogs (sent by the driver after this job).
+            let recover = |shared: &Shared, core: &mut crate::state::Core| {
+                let now_ns = shared.clock.model_ns(Instant::now());
+                let round = core.array.next_round().minus(1);
+                core.array.recover_now(disk, now_ns).map_or(0, |late| {
+                    let reads = late.disks.iter().map(|d| d.commands.len()).sum::<usize>();
+                    crate::session::queue_late_start(core, round, late);
+                    reads
+                })
+            };
             if core.array.disk_state(disk) == DiskState::Failed {
+                // Failed already by the errors its loss produced.
+                recover(shared, core);
                 return;
             }
             let cause = FailCause::Unreachable;
@@ -701,15 +716,7 @@ fn disk_lost(shared: &Arc<Shared>) -> DiskLost {
                 Ok(effects) => {
                     let stopped = crate::ops::apply_ops_effects(shared, core, effects);
                     crate::ops::publish_state(shared, disk, DiskState::Failed);
-                    // Its reads in flight in this round, read from the other
-                    // replica at once (sent by the driver after this job).
-                    let now_ns = shared.clock.model_ns(Instant::now());
-                    let round = core.array.next_round().minus(1);
-                    let recovered = core.array.recover_now(disk, now_ns).map_or(0, |late| {
-                        let reads = late.disks.iter().map(|d| d.commands.len()).sum::<usize>();
-                        crate::session::queue_late_start(core, round, late);
-                        reads
-                    });
+                    let recovered = recover(shared, core);
                     tracing::error!(
                         disk = disk.0,
                         streams_stopped = stopped.len(),

@@ -241,6 +241,16 @@ impl StorageNode {
         StorageNode { child, address }
     }
 
+    /// SIGSTOP, as when its host hangs or its network drops without a
+    /// reset: its connections stay open and nothing answers on them. A
+    /// later `kill` (or the drop) ends it.
+    pub fn freeze(&self) {
+        // SAFETY: sends a signal to our own child's pid; no memory is
+        // touched.
+        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGSTOP) };
+        assert_eq!(sent, 0, "SIGSTOP to the storage node");
+    }
+
     /// SIGKILL, as when its host dies.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -292,6 +302,16 @@ impl InterfaceNode {
         let json = first_json_line(&mut child, "rondo node interface");
         let url = json["url"].as_str().expect("a URL").to_string();
         InterfaceNode { child, url }
+    }
+
+    /// SIGSTOP, as when its host hangs or its network drops without a
+    /// reset: its connections stay open and nothing answers on them. A
+    /// later `kill` (or the drop) ends it.
+    pub fn freeze(&self) {
+        // SAFETY: sends a signal to our own child's pid; no memory is
+        // touched.
+        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGSTOP) };
+        assert_eq!(sent, 0, "SIGSTOP to the storage node");
     }
 
     /// SIGKILL, as when its host dies.

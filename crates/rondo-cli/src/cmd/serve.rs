@@ -497,7 +497,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             config.disk_count,
         )
         .context("reaching the storage nodes")?
-        .with_manager_epoch(manager_epoch);
+        .with_manager_epoch(manager_epoch)
+        .with_loss_notice_rounds(args.loss_notice_rounds);
         for node in nodes.nodes() {
             eprintln!(
                 "storage node {} at {} reads disks {:?}",

@@ -1826,11 +1826,16 @@ impl Array {
                 .saturating_sub(u64::from(notice_rounds.saturating_sub(1))),
         );
         let mut lost: Vec<(StreamId, PlaybackRound)> = Vec::new();
+        // With a loss noticed late, the reads whose failure the executor
+        // reported before the loss (queued as re-reads of their other
+        // replica, in unreserved time) are held for the backlogs too.
+        let mut requeued: Vec<(StreamId, PlaybackRound)> = Vec::new();
         for (&key, f) in &self.inflight {
+            let requeue = held && f.queued && f.recovery;
             if f.read_round < oldest
                 || f.read_round > round
                 || f.missed
-                || f.queued
+                || (f.queued && !requeue)
                 || f.parts_held.iter().any(|&h| h)
             {
                 continue;
@@ -1846,6 +1851,18 @@ impl Array {
                 continue;
             };
             let round_layout = layout.round(key.1.index());
+            if requeue {
+                // The replica it failed on, the one it no longer reads,
+                // has a piece on the lost disk.
+                let failed_there = match f.replica {
+                    Replica::Primary => round_layout.backups.iter().any(|b| b.disk == disk),
+                    Replica::Backup => round_layout.primary_disk == disk,
+                };
+                if failed_there {
+                    requeued.push(key);
+                }
+                continue;
+            }
             let out_on_disk = match f.replica {
                 Replica::Primary => round_layout.primary_disk == disk && f.pending[0],
                 Replica::Backup => round_layout
@@ -1860,6 +1877,14 @@ impl Array {
         }
         lost.sort_unstable();
         let mut recovered_held = Vec::new();
+        if !requeued.is_empty() {
+            self.rereads.retain(|key| !requeued.contains(key));
+            for key in requeued {
+                let f = &self.inflight[&key];
+                let span = self.reservations.stream_span(key.0).expect("listed above");
+                recovered_held.push((key, f.read_round, span.title, f.replica));
+            }
+        }
         for key in lost {
             let f = self.inflight.get(&key).expect("listed above").clone();
             let span = self.reservations.stream_span(key.0).expect("listed above");
