@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::disk::PaperBound;
-use crate::layout::{ArrayAllocator, BackupParams, LayoutParams, ReplicaPlacement, TitlePlan};
+use crate::layout::{ArrayAllocator, BackupParams, LayoutParams, TitlePlan};
 use crate::rebuild::CopyFailure;
 use crate::reservation::Scheme;
 use crate::schedule::Schedule;
@@ -55,13 +55,7 @@ fn title(
         disk_count: disks,
         stride_bytes: 2048 * KIB,
         block_bytes: 16 * KIB,
-        backup: Some(BackupParams {
-            placement: ReplicaPlacement::Deterministic,
-            backup_block_bytes: None,
-            fragment_sequence: Default::default(),
-            round_robin_counter: Default::default(),
-            disk_groups: 1,
-        }),
+        backup: Some(BackupParams::whole_deterministic()),
         segment_rounds: 1,
     };
     let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(start), 1).unwrap();
@@ -1157,13 +1151,7 @@ fn grouped_title(
         disk_count: disks,
         stride_bytes: 2048 * KIB,
         block_bytes: 16 * KIB,
-        backup: Some(BackupParams {
-            placement: ReplicaPlacement::Deterministic,
-            backup_block_bytes: None,
-            fragment_sequence: Default::default(),
-            round_robin_counter: Default::default(),
-            disk_groups: 1,
-        }),
+        backup: Some(BackupParams::whole_deterministic()),
         segment_rounds,
     };
     let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 1).unwrap();

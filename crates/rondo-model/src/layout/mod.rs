@@ -124,6 +124,18 @@ fn one_group() -> u32 {
 }
 
 impl BackupParams {
+    /// Seed 000's backups: each round's whole, placed deterministically
+    /// (the default fragment sequence and counter), one group.
+    pub fn whole_deterministic() -> BackupParams {
+        BackupParams {
+            placement: ReplicaPlacement::Deterministic,
+            backup_block_bytes: None,
+            fragment_sequence: FragmentSequence::default(),
+            round_robin_counter: RoundRobinCounter::default(),
+            disk_groups: 1,
+        }
+    }
+
     /// The disks in each group (D / G).
     pub fn group_disks(&self, disk_count: u32) -> u32 {
         disk_count / self.disk_groups.max(1)

@@ -1136,18 +1136,12 @@ fn two_disk_title(
     stride_bytes: u64,
     segment_rounds: u32,
 ) -> (crate::layout::TitlePlan, crate::layout::TitleLayout) {
-    use crate::layout::{ArrayAllocator, BackupParams, LayoutParams, ReplicaPlacement, TitlePlan};
+    use crate::layout::{ArrayAllocator, BackupParams, LayoutParams, TitlePlan};
     let params = LayoutParams {
         disk_count: 2,
         stride_bytes,
         block_bytes: 16 * 1024,
-        backup: Some(BackupParams {
-            placement: ReplicaPlacement::Deterministic,
-            backup_block_bytes: None,
-            fragment_sequence: Default::default(),
-            round_robin_counter: Default::default(),
-            disk_groups: 1,
-        }),
+        backup: Some(BackupParams::whole_deterministic()),
         segment_rounds,
     };
     let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 1).unwrap();
