@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rondo_testkit::process::{Serve, StorageNode, success_json as json};
+use rondo_testkit::process::{RondoServe, Serve, StorageNode, success_json as json};
 use serde_json::Value;
 
 fn rondo() -> Command {
@@ -29,7 +29,7 @@ fn status(data: &Path) -> Value {
 }
 
 /// Every title's whole body, by id.
-fn bodies(url: &str) -> Vec<(u64, Vec<u8>)> {
+fn bodies(url: &str) -> Bodies {
     let titles: Value = reqwest::blocking::get(format!("{url}/api/titles"))
         .unwrap()
         .json()
@@ -47,27 +47,59 @@ fn bodies(url: &str) -> Vec<(u64, Vec<u8>)> {
         .collect()
 }
 
-#[test]
-fn a_cluster_of_processes_serves_and_absorbs_a_killed_storage_node() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    // The sample titles as one machine serves them.
-    let mut plain = Serve::on(env!("CARGO_BIN_EXE_rondo"), &data)
+/// Each sample title's id and body.
+type Bodies = Vec<(u64, Vec<u8>)>;
+
+/// The sample titles' bodies as one machine serves them from `data`, then
+/// four storage nodes of one disk each and a manager over them started
+/// with `manager_args`.
+fn cluster_of_processes(
+    data: &Path,
+    manager_args: &[&str],
+) -> (Bodies, Vec<StorageNode>, RondoServe) {
+    let mut plain = Serve::on(env!("CARGO_BIN_EXE_rondo"), data)
         .timeout(Duration::from_secs(30))
         .start();
     let reference = bodies(&plain.url);
     assert!(reference.len() >= 3, "the sample titles");
     assert!(plain.terminate().success());
-
-    let mut nodes: Vec<StorageNode> = (0..4)
-        .map(|d| StorageNode::start(env!("CARGO_BIN_EXE_rondo"), &data, &[d]))
+    let nodes: Vec<StorageNode> = (0..4)
+        .map(|d| StorageNode::start(env!("CARGO_BIN_EXE_rondo"), data, &[d]))
         .collect();
-    let mut manager =
-        Serve::on(env!("CARGO_BIN_EXE_rondo"), &data).timeout(Duration::from_secs(30));
+    let mut manager = Serve::on(env!("CARGO_BIN_EXE_rondo"), data)
+        .timeout(Duration::from_secs(30))
+        .args(manager_args);
     for node in &nodes {
         manager = manager.args(["--storage-node", &node.address]);
     }
-    let manager = manager.start();
+    (reference, nodes, manager.start())
+}
+
+/// `rondo load` against `url` at 3 streams a second for `duration_s`, its
+/// JSON report on stdout.
+fn load(url: &str, duration_s: &str, seed: &str) -> std::process::Child {
+    rondo()
+        .args([
+            "load",
+            "--url",
+            url,
+            "--rate",
+            "3",
+            "--duration",
+            duration_s,
+        ])
+        .args(["--seed", seed, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_cluster_of_processes_serves_and_absorbs_a_killed_storage_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let (reference, mut nodes, manager) = cluster_of_processes(&data, &[]);
     let disks = status(&data);
     for d in 0..4 {
         let node = disks["disks"][d]["node"].as_str().unwrap_or_default();
@@ -81,21 +113,7 @@ fn a_cluster_of_processes_serves_and_absorbs_a_killed_storage_node() {
     );
 
     // A node dies while streams play.
-    let load = rondo()
-        .args([
-            "load",
-            "--url",
-            &manager.url,
-            "--rate",
-            "3",
-            "--duration",
-            "8",
-        ])
-        .args(["--seed", "5", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let load = load(&manager.url, "8", "5");
     std::thread::sleep(Duration::from_secs(4));
     let killed_at = Instant::now();
     nodes[2].kill();
@@ -143,36 +161,11 @@ fn a_cluster_of_processes_serves_and_absorbs_a_killed_storage_node() {
 fn a_silent_storage_node_is_noticed_in_time_and_costs_no_stream() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let mut plain = Serve::on(env!("CARGO_BIN_EXE_rondo"), &data)
-        .timeout(Duration::from_secs(30))
-        .start();
-    let reference = bodies(&plain.url);
-    assert!(plain.terminate().success());
-    let nodes: Vec<StorageNode> = (0..4)
-        .map(|d| StorageNode::start(env!("CARGO_BIN_EXE_rondo"), &data, &[d]))
-        .collect();
-    let mut manager = Serve::on(env!("CARGO_BIN_EXE_rondo"), &data)
-        .timeout(Duration::from_secs(30))
-        .args(["--backup-window-rounds", "2", "--loss-notice-rounds", "2"]);
-    for node in &nodes {
-        manager = manager.args(["--storage-node", &node.address]);
-    }
-    let manager = manager.start();
-    let load = rondo()
-        .args([
-            "load",
-            "--url",
-            &manager.url,
-            "--rate",
-            "3",
-            "--duration",
-            "10",
-        ])
-        .args(["--seed", "7", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (reference, nodes, manager) = cluster_of_processes(
+        &data,
+        &["--backup-window-rounds", "2", "--loss-notice-rounds", "2"],
+    );
+    let load = load(&manager.url, "10", "7");
     std::thread::sleep(Duration::from_secs(5));
     let frozen_at = Instant::now();
     nodes[2].freeze();
