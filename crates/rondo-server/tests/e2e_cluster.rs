@@ -275,17 +275,11 @@ async fn a_node_lost_mid_round_keeps_every_deadline_with_a_loss_noticed_late() {
         },
     )
     .await;
-    assert!(run.admitted >= 10, "{run:?}");
-    assert!(
-        run.read_errors > 0,
-        "the kill must catch reads in flight: {run:?}"
-    );
+    assert_absorbed(&run);
     // The lost reads went through the backlogs (not re-read at once).
     assert!(run.window_recoveries >= run.read_errors, "{run:?}");
     assert_eq!(run.recovery_misses, 0, "{run:?}");
     assert_eq!(run.stalls, 0, "{run:?}");
-    assert_eq!(run.broken, 0, "{run:?}");
-    assert_eq!(run.misses, 0, "{run:?}");
 }
 
 /// A node's death cost no stream anything: its reads in flight were read
