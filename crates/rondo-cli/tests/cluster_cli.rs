@@ -75,6 +75,16 @@ fn cluster_of_processes(
     (reference, nodes, manager.start())
 }
 
+/// The directory's status once disk `disk` is failed, or at `deadline`.
+fn status_once_failed(data: &Path, disk: usize, deadline: Instant) -> Value {
+    let mut disks = status(data);
+    while disks["disks"][disk]["state"] != "failed" && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        disks = status(data);
+    }
+    disks
+}
+
 /// `rondo load` against `url` at 3 streams a second for `duration_s`, its
 /// JSON report on stdout.
 fn load(url: &str, duration_s: &str, seed: &str) -> std::process::Child {
@@ -117,11 +127,7 @@ fn a_cluster_of_processes_serves_and_absorbs_a_killed_storage_node() {
     std::thread::sleep(Duration::from_secs(4));
     let killed_at = Instant::now();
     nodes[2].kill();
-    let mut disks = status(&data);
-    while disks["disks"][2]["state"] != "failed" && killed_at.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(50));
-        disks = status(&data);
-    }
+    let disks = status_once_failed(&data, 2, killed_at + Duration::from_secs(5));
     assert_eq!(disks["disks"][2]["state"], "failed", "{disks:#}");
     assert_eq!(disks["disks"][1]["state"], "healthy", "{disks:#}");
     let report: Value = json(&load.wait_with_output().unwrap());
@@ -169,11 +175,7 @@ fn a_silent_storage_node_is_noticed_in_time_and_costs_no_stream() {
     std::thread::sleep(Duration::from_secs(5));
     let frozen_at = Instant::now();
     nodes[2].freeze();
-    let mut disks = status(&data);
-    while disks["disks"][2]["state"] != "failed" && frozen_at.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-        disks = status(&data);
-    }
+    let disks = status_once_failed(&data, 2, frozen_at + Duration::from_secs(10));
     let noticed = frozen_at.elapsed();
     eprintln!("disk 2's silent node noticed {noticed:?} after it froze");
     assert_eq!(disks["disks"][2]["state"], "failed", "{disks:#}");
