@@ -261,3 +261,153 @@ fn serve_makes_a_directory_with_the_scheme_asked_for() {
     assert!(said.contains("`minimum` or `none`"), "{said}");
     assert!(!other.exists(), "nothing made");
 }
+
+/// Storage nodes with devices of their own (issue 14: nodes on hosts that
+/// share no filesystem with the manager). Each node's directory holds a
+/// copy of rondo.toml and only its disk's device file; the manager's holds
+/// no device at all. The manager serves the titles byte for byte, stores an
+/// uploaded one (its writes go to the nodes), rebuilds a disk whose stride
+/// area was wiped on its node (the rebuild's reads and writes go to the
+/// nodes), and the devices, moved back into one directory, serve the same
+/// bytes from a single machine.
+#[test]
+fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut plain = Serve::on(env!("CARGO_BIN_EXE_rondo"), &data)
+        .timeout(Duration::from_secs(30))
+        .start();
+    let reference = bodies(&plain.url);
+    assert!(reference.len() >= 3, "the sample titles");
+    assert!(plain.terminate().success());
+
+    // Each node's own directory: rondo.toml and its device, moved out.
+    let device = |dir: &Path, d: u32| dir.join(format!("disk-{d}.dev"));
+    let node_dirs: Vec<_> = (0..4u32)
+        .map(|d| {
+            let dir = tmp.path().join(format!("node-{d}"));
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::copy(data.join("rondo.toml"), dir.join("rondo.toml")).unwrap();
+            std::fs::rename(device(&data, d), device(&dir, d)).unwrap();
+            dir
+        })
+        .collect();
+    let nodes: Vec<StorageNode> = (0..4u32)
+        .map(|d| StorageNode::start(env!("CARGO_BIN_EXE_rondo"), &node_dirs[d as usize], &[d]))
+        .collect();
+    let mut manager =
+        Serve::on(env!("CARGO_BIN_EXE_rondo"), &data).timeout(Duration::from_secs(30));
+    for node in &nodes {
+        manager = manager.args(["--storage-node", &node.address]);
+    }
+    let mut manager = manager.start();
+    assert_eq!(bodies(&manager.url), reference, "read by the nodes");
+
+    // An upload: the manager's ingest writes every round to the nodes.
+    let clip = rondo_testkit::media::Clip::video("testsrc2=size=320x240:rate=30")
+        .sine()
+        .seconds(4)
+        .args(rondo_testkit::media::X264_ULTRAFAST)
+        .args(["-g", "30", "-c:a", "aac", "-movflags", "+faststart"])
+        .make(tmp.path().join("clip.mp4"));
+    let uploaded = rondo()
+        .args(["ingest", "--name", "uploaded", "--json", "--data-dir"])
+        .arg(&data)
+        .arg(&clip)
+        .output()
+        .unwrap();
+    let title = json(&uploaded);
+    let with_upload = bodies(&manager.url);
+    assert_eq!(with_upload.len(), reference.len() + 1, "{title:#}");
+    let id = title[0]["title"]["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("the new title's id: {title:#}"));
+    let body = &with_upload.iter().find(|(i, _)| *i == id).unwrap().1;
+    assert!(body.len() > 10_000, "the uploaded title plays whole");
+
+    // Disk 1 fails and its node's stride area is wiped (the header kept);
+    // a rebuild through the nodes writes it again.
+    let admin = |what: &str| {
+        let output = rondo()
+            .args(["admin", what, "1", "--json", "--data-dir"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        json(&output)
+    };
+    admin("fail-disk");
+    let allocated = || {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(device(&node_dirs[1], 1))
+            .unwrap()
+            .blocks()
+            * 512
+    };
+    let held_bytes = allocated();
+    let wiped = std::process::Command::new("fallocate")
+        .args([
+            "--punch-hole",
+            "--keep-size",
+            "--offset",
+            "1048576",
+            "--length",
+        ])
+        .arg((std::fs::metadata(device(&node_dirs[1], 1)).unwrap().len() - 1048576).to_string())
+        .arg(device(&node_dirs[1], 1))
+        .status()
+        .unwrap();
+    assert!(wiped.success(), "fallocate --punch-hole (util-linux)");
+    assert!(allocated() <= 1 << 20, "wiped: {} bytes left", allocated());
+    admin("restore-disk");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut disks = status(&data);
+    while disks["disks"][1]["state"] != "healthy" && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        disks = status(&data);
+    }
+    assert_eq!(disks["disks"][1]["state"], "healthy", "{disks:#}");
+    // Written again on the node's own device (the rebuild copies each
+    // stride the disk holds; the header's megabyte was never wiped).
+    assert!(
+        allocated() + (1 << 20) >= held_bytes,
+        "{} bytes rebuilt of {held_bytes}",
+        allocated()
+    );
+    // Disk 1 serves again; a stride it lacked would fail its checksum, be
+    // read from the other replica and count as a read error.
+    assert_eq!(bodies(&manager.url), with_upload, "after the rebuild");
+    assert_eq!(read_errors(&manager.url), 0, "disk 1 holds its data again");
+    assert!(
+        std::fs::read_dir(&data).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".dev")),
+        "the manager made no device of its own"
+    );
+
+    // The devices back in one directory serve the same bytes on one machine.
+    assert!(manager.terminate().success());
+    drop(nodes);
+    for d in 0..4u32 {
+        std::fs::rename(device(&node_dirs[d as usize], d), device(&data, d)).unwrap();
+    }
+    let mut plain = Serve::on(env!("CARGO_BIN_EXE_rondo"), &data)
+        .timeout(Duration::from_secs(30))
+        .start();
+    assert_eq!(
+        bodies(&plain.url),
+        with_upload,
+        "written where the catalog says"
+    );
+    assert_eq!(read_errors(&plain.url), 0, "every copy in its place");
+    assert!(plain.terminate().success());
+}
+
+fn read_errors(url: &str) -> u64 {
+    let metrics: Value = reqwest::blocking::get(format!("{url}/api/metrics"))
+        .unwrap()
+        .json()
+        .unwrap();
+    metrics["read_errors"].as_u64().expect("read_errors")
+}

@@ -305,6 +305,142 @@ impl StorageNodes {
     pub fn nodes(&self) -> &[NodeInfo] {
         &self.nodes
     }
+
+    /// Every disk's device as its node holds it: the manager's store
+    /// attaches these (`Store::attach_remote_device`), so ingest writes,
+    /// rebuild copies, holes and syncs go to the node, and a node's devices
+    /// may be its own, on a host that shares no filesystem with the
+    /// manager. One connection per node, made on first use.
+    pub fn remote_devices(&self) -> Vec<(DiskIndex, Arc<dyn rondo_store::RemoteDevice>)> {
+        let _entered = self.runtime.handle().enter();
+        let channels: Vec<Option<Channel>> = self
+            .nodes
+            .iter()
+            .map(|node| endpoint(&node.address).ok().map(|e| e.connect_lazy()))
+            .collect();
+        self.disk_node
+            .iter()
+            .filter_map(|(&disk, &n)| {
+                let channel = channels[n].clone()?;
+                let node = &self.nodes[n];
+                let device: Arc<dyn rondo_store::RemoteDevice> = Arc::new(NodeDevice {
+                    disk,
+                    location: format!(
+                        "disk {disk} on storage node {} ({})",
+                        node.node_id, node.address
+                    ),
+                    runtime: Arc::clone(&self.runtime),
+                    client: StorageNodeClient::new(channel)
+                        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                        .max_encoding_message_size(MESSAGE_BYTES_MAX),
+                    array_id: self.array_id.clone(),
+                    manager_epoch: self.manager_epoch,
+                });
+                Some((disk, device))
+            })
+            .collect()
+    }
+}
+
+/// How long one device access on a node may take before it fails.
+/// Assumption: a stride (a few MiB) written and synced on a loaded disk
+/// takes well under a second; 30 s tells a dead or cut-off node from a
+/// slow one without holding an ingest for long.
+const DEVICE_ACCESS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A disk's device held by its storage node, used through `Device` RPCs.
+struct NodeDevice {
+    disk: DiskIndex,
+    location: String,
+    runtime: Arc<NodeRuntime>,
+    client: StorageNodeClient<Channel>,
+    array_id: String,
+    manager_epoch: u64,
+}
+
+impl std::fmt::Debug for NodeDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NodeDevice({})", self.location)
+    }
+}
+
+impl NodeDevice {
+    /// Sends one request and waits for its answer, from any thread (the
+    /// store's callers are blocking code): the call runs on the node links'
+    /// runtime and the answer comes back on a channel.
+    fn call(
+        &self,
+        device_offset_bytes: u64,
+        op: pb::device_request::Op,
+    ) -> std::io::Result<Vec<u8>> {
+        let request = pb::DeviceRequest {
+            disk: self.disk.0,
+            array_id: self.array_id.clone(),
+            manager_epoch: self.manager_epoch,
+            device_offset_bytes,
+            op: Some(op),
+        };
+        let mut client = self.client.clone();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.runtime.handle().spawn(async move {
+            let answer = tokio::time::timeout(DEVICE_ACCESS_TIMEOUT, client.device(request)).await;
+            let _ = tx.send(answer);
+        });
+        let failed = |why: String| std::io::Error::other(format!("{}: {why}", self.location));
+        match rx.recv() {
+            Ok(Ok(Ok(reply))) => Ok(reply.into_inner().data),
+            Ok(Ok(Err(status))) => Err(failed(status.message().to_string())),
+            Ok(Err(_)) => Err(failed(format!(
+                "no answer within {} s",
+                DEVICE_ACCESS_TIMEOUT.as_secs()
+            ))),
+            Err(_) => Err(failed("the node links are stopping".into())),
+        }
+    }
+}
+
+impl rondo_store::RemoteDevice for NodeDevice {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn read_at(&self, device_offset_bytes: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let data = self.call(
+            device_offset_bytes,
+            pb::device_request::Op::ReadBytes(buf.len() as u64),
+        )?;
+        if data.len() != buf.len() {
+            return Err(std::io::Error::other(format!(
+                "{}: {} bytes read where {} were asked for",
+                self.location,
+                data.len(),
+                buf.len()
+            )));
+        }
+        buf.copy_from_slice(&data);
+        Ok(())
+    }
+
+    fn write_at(&self, device_offset_bytes: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.call(
+            device_offset_bytes,
+            pb::device_request::Op::Write(buf.to_vec()),
+        )
+        .map(drop)
+    }
+
+    fn punch_hole(&self, device_offset_bytes: u64, length_bytes: u64) {
+        if let Err(e) = self.call(
+            device_offset_bytes,
+            pb::device_request::Op::PunchBytes(length_bytes),
+        ) {
+            tracing::warn!("punching a hole: {e}");
+        }
+    }
+
+    fn sync(&self) -> std::io::Result<()> {
+        self.call(0, pb::device_request::Op::Sync(true)).map(drop)
+    }
 }
 
 impl DiskExecutors for StorageNodes {

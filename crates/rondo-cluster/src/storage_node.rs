@@ -25,7 +25,7 @@ use rondo_server::buffers::BufferPool;
 use rondo_server::io::{DiskBatch, IoEvent, RoundClock, spawn_device};
 use rondo_server::metrics::Metrics;
 use rondo_server::session::{Piece, PieceSender};
-use rondo_store::{Device, IoMode, open_node_devices};
+use rondo_store::{AlignedBuf, Device, IoMode, open_node_devices};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -307,6 +307,87 @@ impl StorageNode for StorageNodeService {
             tracing::info!(node = %node_id, disk = disk.0, "disk {disk}'s manager stream ended");
         });
         Ok(Response::new(ReceiverStream::new(answers_rx)))
+    }
+
+    async fn device(
+        &self,
+        request: Request<pb::DeviceRequest>,
+    ) -> Result<Response<pb::DeviceReply>, Status> {
+        let request = request.into_inner();
+        let disk = DiskIndex(request.disk);
+        let Some(device) = self.devices.get(&disk) else {
+            return Err(Status::not_found(format!(
+                "node {} does not serve disk {disk}; it serves {:?}",
+                self.node_id,
+                self.disks().iter().map(|d| d.0).collect::<Vec<_>>()
+            )));
+        };
+        if request.array_id != self.array_id {
+            return Err(Status::failed_precondition(format!(
+                "disk {disk} belongs to array {}, not {}",
+                self.array_id, request.array_id
+            )));
+        }
+        {
+            // Fencing as for `Rounds`: a deposed manager writes nothing.
+            let mut epochs = self.epochs.lock().expect("not poisoned");
+            let highest = epochs.entry(disk).or_default();
+            if request.manager_epoch < *highest {
+                return Err(Status::failed_precondition(format!(
+                    "disk {disk} is held by a manager of epoch {highest}; epoch {} was deposed",
+                    request.manager_epoch
+                )));
+            }
+            *highest = request.manager_epoch;
+        }
+        let Some(op) = request.op else {
+            return Err(Status::invalid_argument(
+                "a device request names no operation",
+            ));
+        };
+        let device = Arc::clone(device);
+        let offset = request.device_offset_bytes;
+        // Device I/O blocks (O_DIRECT, fdatasync): off the runtime.
+        let done = tokio::task::spawn_blocking(move || device_op(&device, offset, op))
+            .await
+            .map_err(|e| Status::internal(format!("disk {disk}'s device access: {e}")))?;
+        done.map(|data| Response::new(pb::DeviceReply { data }))
+            .map_err(|e| Status::internal(e.to_string()))
+    }
+}
+
+/// One [`pb::DeviceRequest`]'s operation on `device`, with the device's own
+/// alignment and bounds checks (a write's bytes are copied into an aligned
+/// buffer, as O_DIRECT needs).
+fn device_op(
+    device: &Device,
+    device_offset_bytes: u64,
+    op: pb::device_request::Op,
+) -> Result<Vec<u8>, rondo_store::DeviceError> {
+    use pb::device_request::Op;
+    match op {
+        Op::ReadBytes(length_bytes) => {
+            // Beyond the stride area it is refused by `read_at`; cap the
+            // buffer so a bad length cannot allocate without bound.
+            let length_bytes = length_bytes.min(MESSAGE_BYTES_MAX as u64) as usize;
+            let mut buf = AlignedBuf::zeroed(length_bytes);
+            device.read_at(device_offset_bytes, &mut buf)?;
+            Ok(buf.to_vec())
+        }
+        Op::Write(bytes) => {
+            let mut buf = AlignedBuf::zeroed(bytes.len());
+            buf.copy_from_slice(&bytes);
+            device.write_at(device_offset_bytes, &buf)?;
+            Ok(Vec::new())
+        }
+        Op::PunchBytes(length_bytes) => {
+            device.punch_hole(device_offset_bytes, length_bytes);
+            Ok(Vec::new())
+        }
+        Op::Sync(_) => {
+            device.sync()?;
+            Ok(Vec::new())
+        }
     }
 }
 

@@ -18,6 +18,7 @@ use std::ops::{Deref, DerefMut};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use rondo_model::units::DiskIndex;
 use thiserror::Error;
@@ -366,14 +367,32 @@ impl DeviceHeader {
     }
 }
 
+/// A device another process holds: a cluster's storage node with its own
+/// disks, reached over the network. Offsets are within the stride area, as
+/// in [`Device::read_at`]; the remote side checks the device's header, its
+/// array and its bounds, and does the I/O on its own device.
+pub trait RemoteDevice: Send + Sync + fmt::Debug {
+    /// Where the device is, for messages (for example "node storage-1 at
+    /// http://10.0.0.2:7100").
+    fn location(&self) -> String;
+    fn read_at(&self, device_offset_bytes: u64, buf: &mut [u8]) -> std::io::Result<()>;
+    fn write_at(&self, device_offset_bytes: u64, buf: &[u8]) -> std::io::Result<()>;
+    /// Best effort, as [`Device::punch_hole`].
+    fn punch_hole(&self, device_offset_bytes: u64, length_bytes: u64);
+    fn sync(&self) -> std::io::Result<()>;
+}
+
 /// One disk's device, opened for aligned positional reads and writes.
 #[derive(Debug)]
 pub struct Device {
     disk: DiskIndex,
     path: PathBuf,
     /// `None` for a device that was missing or blank when the store opened
-    /// (`Device::unavailable`): every access fails.
+    /// (`Device::unavailable`), or that another process holds
+    /// (`Device::remote`).
     file: Option<File>,
+    /// The process that holds the device, when this one does not.
+    remote: Option<Arc<dyn RemoteDevice>>,
     unavailable: Option<String>,
     io_mode: IoMode,
     stride_area_offset_bytes: u64,
@@ -456,6 +475,7 @@ impl Device {
             disk,
             path: path.to_path_buf(),
             file: Some(file),
+            remote: None,
             unavailable: None,
             io_mode,
             stride_area_offset_bytes: header.stride_area_offset_bytes,
@@ -477,11 +497,37 @@ impl Device {
             disk,
             path: path.to_path_buf(),
             file: None,
+            remote: None,
             unavailable: Some(reason),
             io_mode: IoMode::Direct,
             stride_area_offset_bytes: expected.stride_area_offset_bytes,
             capacity_bytes: expected.capacity_bytes,
         }
+    }
+
+    /// Disk `disk`'s device held by another process (`remote`), with the
+    /// geometry `expected` gives it: every read, write, hole and sync goes
+    /// there, after the same alignment and bounds checks as a local one.
+    pub fn remote(
+        disk: DiskIndex,
+        expected: &DeviceHeader,
+        remote: Arc<dyn RemoteDevice>,
+    ) -> Device {
+        Device {
+            disk,
+            path: PathBuf::from(remote.location()),
+            file: None,
+            remote: Some(remote),
+            unavailable: None,
+            io_mode: IoMode::Direct,
+            stride_area_offset_bytes: expected.stride_area_offset_bytes,
+            capacity_bytes: expected.capacity_bytes,
+        }
+    }
+
+    /// Whether another process holds the device ([`Device::remote`]).
+    pub fn is_remote(&self) -> bool {
+        self.remote.is_some()
     }
 
     /// Why the device is unusable, if it is (missing or blank at open).
@@ -567,16 +613,20 @@ impl Device {
     /// [`AlignedBuf`], or sub-slices of one at aligned positions).
     pub fn read_at(&self, device_offset_bytes: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
         self.check(device_offset_bytes, buf)?;
-        self.file()?
-            .read_exact_at(buf, self.stride_area_offset_bytes + device_offset_bytes)
-            .map_err(|source| DeviceError::Io {
-                disk: self.disk,
-                path: self.path.clone(),
-                op: "read",
-                device_offset_bytes,
-                length_bytes: buf.len() as u64,
-                source,
-            })
+        let read = match &self.remote {
+            Some(remote) => remote.read_at(device_offset_bytes, buf),
+            None => self
+                .file()?
+                .read_exact_at(buf, self.stride_area_offset_bytes + device_offset_bytes),
+        };
+        read.map_err(|source| DeviceError::Io {
+            disk: self.disk,
+            path: self.path.clone(),
+            op: "read",
+            device_offset_bytes,
+            length_bytes: buf.len() as u64,
+            source,
+        })
     }
 
     /// Reads each `(device_offset_bytes, buf)` of `reads`, with the same
@@ -620,16 +670,20 @@ impl Device {
     /// alignment rules as [`Device::read_at`]. Durable only after [`Device::sync`].
     pub fn write_at(&self, device_offset_bytes: u64, buf: &[u8]) -> Result<(), DeviceError> {
         self.check(device_offset_bytes, buf)?;
-        self.file()?
-            .write_all_at(buf, self.stride_area_offset_bytes + device_offset_bytes)
-            .map_err(|source| DeviceError::Io {
-                disk: self.disk,
-                path: self.path.clone(),
-                op: "write",
-                device_offset_bytes,
-                length_bytes: buf.len() as u64,
-                source,
-            })
+        let written = match &self.remote {
+            Some(remote) => remote.write_at(device_offset_bytes, buf),
+            None => self
+                .file()?
+                .write_all_at(buf, self.stride_area_offset_bytes + device_offset_bytes),
+        };
+        written.map_err(|source| DeviceError::Io {
+            disk: self.disk,
+            path: self.path.clone(),
+            op: "write",
+            device_offset_bytes,
+            length_bytes: buf.len() as u64,
+            source,
+        })
     }
 
     /// Gives `length_bytes` at `device_offset_bytes` of the stride area back
@@ -638,6 +692,10 @@ impl Device {
     /// punching, keeps the space; that is not an error.
     pub fn punch_hole(&self, device_offset_bytes: u64, length_bytes: u64) {
         use std::os::fd::AsRawFd;
+        if let Some(remote) = &self.remote {
+            remote.punch_hole(device_offset_bytes, length_bytes);
+            return;
+        }
         let Some(file) = self.file.as_ref() else {
             return;
         };
@@ -658,7 +716,11 @@ impl Device {
 
     /// Makes every completed write durable (fdatasync).
     pub fn sync(&self) -> Result<(), DeviceError> {
-        self.file()?.sync_data().map_err(|source| DeviceError::Io {
+        let synced = match &self.remote {
+            Some(remote) => remote.sync(),
+            None => self.file()?.sync_data(),
+        };
+        synced.map_err(|source| DeviceError::Io {
             disk: self.disk,
             path: self.path.clone(),
             op: "sync",
@@ -683,6 +745,78 @@ mod tests {
             capacity_bytes: 1 << 30,
             stride_bytes: 2 << 20,
         }
+    }
+
+    /// A device in memory, as a storage node would hold it.
+    #[derive(Debug, Default)]
+    struct MemoryDevice {
+        bytes: std::sync::Mutex<Vec<u8>>,
+        calls: std::sync::Mutex<Vec<&'static str>>,
+    }
+
+    impl RemoteDevice for MemoryDevice {
+        fn location(&self) -> String {
+            "memory".into()
+        }
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            self.calls.lock().unwrap().push("read");
+            let bytes = self.bytes.lock().unwrap();
+            buf.copy_from_slice(&bytes[offset as usize..offset as usize + buf.len()]);
+            Ok(())
+        }
+        fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+            self.calls.lock().unwrap().push("write");
+            let mut bytes = self.bytes.lock().unwrap();
+            bytes[offset as usize..offset as usize + buf.len()].copy_from_slice(buf);
+            Ok(())
+        }
+        fn punch_hole(&self, _offset: u64, _length: u64) {
+            self.calls.lock().unwrap().push("punch");
+        }
+        fn sync(&self) -> std::io::Result<()> {
+            self.calls.lock().unwrap().push("sync");
+            Err(std::io::Error::other("the node is gone"))
+        }
+    }
+
+    #[test]
+    fn a_remote_device_gets_every_access_after_the_same_checks() {
+        let mut expected = header();
+        expected.capacity_bytes = 64 * 1024;
+        let memory = Arc::new(MemoryDevice::default());
+        memory.bytes.lock().unwrap().resize(64 * 1024, 0);
+        let device = Device::remote(DiskIndex(2), &expected, memory.clone());
+        assert!(device.is_remote());
+        assert_eq!(device.capacity_bytes(), 64 * 1024);
+        let mut data = AlignedBuf::zeroed(8192);
+        data.fill(7);
+        device.write_at(4096, &data).unwrap();
+        let mut back = AlignedBuf::zeroed(8192);
+        device.read_at(4096, &mut back).unwrap();
+        assert_eq!(&back[..], &data[..]);
+        let mut many = AlignedBuf::zeroed(4096);
+        let results = device.read_many(&mut [(8192, &mut many[..])]);
+        assert!(results[0].is_ok() && many.iter().all(|&b| b == 7));
+        device.punch_hole(0, 4096);
+        // Refused here, before the node is asked.
+        assert!(matches!(
+            device.write_at(64 * 1024, &data),
+            Err(DeviceError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            device.read_at(100, &mut back),
+            Err(DeviceError::Misaligned { .. })
+        ));
+        // The node's failure is the device's, named with its location.
+        let failed = device.sync().unwrap_err().to_string();
+        assert!(
+            failed.contains("memory") && failed.contains("the node is gone"),
+            "{failed}"
+        );
+        assert_eq!(
+            *memory.calls.lock().unwrap(),
+            ["write", "read", "read", "punch", "sync"]
+        );
     }
 
     #[test]

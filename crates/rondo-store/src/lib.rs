@@ -39,7 +39,9 @@ pub use config::{
     ArrayConfig, ArrayId, BACKUP_WINDOW_ROUNDS_MAX, CONFIG_FILE, DeviceEntry, DirectoryFlags,
     FORMAT_VERSION, HEADER_REGION_BYTES, IO_ALIGN_BYTES, ServingSettings, StoreConfig,
 };
-pub use device::{AlignedBuf, Device, DeviceError, DeviceHeader, HeaderMismatch, IoMode};
+pub use device::{
+    AlignedBuf, Device, DeviceError, DeviceHeader, HeaderMismatch, IoMode, RemoteDevice,
+};
 pub use disk_state::{DISK_STATE_FILE, DiskStates, FailedDisk};
 pub use error::{Result, StoreError};
 pub use extent_faults::{EXTENT_FAULTS_FILE, ExtentFaultRecords};

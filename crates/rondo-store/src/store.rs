@@ -642,7 +642,31 @@ impl Store {
         Store::open_locked(dir, lock, io_mode)
     }
 
+    /// [`Store::open`] for a cluster's manager, whose storage nodes may
+    /// hold the devices on hosts of their own: a device missing here is
+    /// not an error even when all are (the manager attaches each node's
+    /// with [`Store::attach_remote_device`] before it serves).
+    pub fn open_devices_elsewhere(dir: impl AsRef<Path>) -> Result<Store> {
+        let dir = dir.as_ref();
+        if !dir.join(CONFIG_FILE).exists() {
+            return Err(StoreError::NotADataDirectory {
+                dir: dir.to_path_buf(),
+            });
+        }
+        let lock = lock_dir(dir)?;
+        Store::open_locked_with(dir, lock, IoMode::Direct, true)
+    }
+
     fn open_locked(dir: &Path, lock: File, io_mode: IoMode) -> Result<Store> {
+        Store::open_locked_with(dir, lock, io_mode, false)
+    }
+
+    fn open_locked_with(
+        dir: &Path,
+        lock: File,
+        io_mode: IoMode,
+        devices_elsewhere: bool,
+    ) -> Result<Store> {
         let config = ArrayConfig::load(dir)?;
         let mut devices = Vec::with_capacity(config.devices.len());
         let mut first_error = None;
@@ -669,6 +693,7 @@ impl Store {
             }
         }
         if let Some(e) = first_error
+            && !devices_elsewhere
             && devices.iter().all(|d| d.unavailable_reason().is_some())
         {
             // Nothing to serve from: most likely the wrong directory.
@@ -860,6 +885,20 @@ impl Store {
             remove_replaced_device(dir, &old_entry, &old_path);
         }
         Ok(device)
+    }
+
+    /// Disk `disk`'s device is `remote`'s from now on (a cluster's storage
+    /// node that holds it): every write, read, hole and sync of the store
+    /// (ingest, rebuild copies, recovery) goes there. Its geometry is the
+    /// one rondo.toml gives the disk; the node checks the device's header.
+    pub fn attach_remote_device(&self, disk: DiskIndex, remote: Arc<dyn crate::RemoteDevice>) {
+        let k = disk.index();
+        let header = expected_header(&self.inner.config, k);
+        self.inner
+            .devices
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())[k] =
+            Arc::new(Device::remote(disk, &header, remote));
     }
 
     /// Disks whose device was missing or blank when the store opened (and

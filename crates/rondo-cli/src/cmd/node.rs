@@ -18,7 +18,8 @@ use rondo_server::{init_logging, shutdown_signal};
 pub enum NodeCommand {
     /// A storage node: reads the given disks of a data directory for the
     /// manager, in the rounds and order the manager's array plans, paced to
-    /// the disk model as `rondo serve` paces its own.
+    /// the disk model as `rondo serve` paces its own, and takes the
+    /// manager's writes to them (ingest, rebuild copies).
     Storage(StorageArgs),
     /// An interface node: serves a cluster's clients (the player page, the
     /// API, streams) apart from the object manager, relaying each stream
@@ -73,8 +74,10 @@ const HOLD_S_DEFAULT: f64 = 6.0;
 
 #[derive(Args, Debug)]
 pub struct StorageArgs {
-    /// The array's data directory (its rondo.toml and device files; the
-    /// manager owns its catalog).
+    /// The array's data directory: its rondo.toml and the device files of
+    /// this node's disks (the manager's directory, shared, or one of the
+    /// node's own holding a copy of rondo.toml and only its devices; the
+    /// manager owns the catalog).
     #[arg(long, value_name = "DIR")]
     pub data_dir: PathBuf,
     /// The disks this node reads, comma-separated (e.g. 0,1).

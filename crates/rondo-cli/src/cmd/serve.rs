@@ -398,8 +398,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     // A deposed manager on this host releases the directory when it stops,
     // within a lease of its successor's election.
-    let (store, created) = open_store(&args.data_dir, create, manager_session.is_some())
-        .with_context(|| format!("cannot open data directory {}", args.data_dir.display()))?;
+    let cluster_manager = manager_session.is_some() || !args.storage_nodes.is_empty();
+    let (store, created) = open_store(
+        &args.data_dir,
+        create,
+        manager_session.is_some(),
+        cluster_manager,
+    )
+    .with_context(|| format!("cannot open data directory {}", args.data_dir.display()))?;
     let config = store.config().clone();
     if created {
         eprintln!(
@@ -499,6 +505,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .context("reaching the storage nodes")?
         .with_manager_epoch(manager_epoch)
         .with_loss_notice_rounds(args.loss_notice_rounds);
+        // Every access to a disk's device goes to its node, so the nodes'
+        // devices may be their own (no filesystem shared with this host).
+        for (disk, device) in nodes.remote_devices() {
+            store.attach_remote_device(disk, device);
+        }
         for node in nodes.nodes() {
             eprintln!(
                 "storage node {} at {} reads disks {:?}",
@@ -625,14 +636,23 @@ fn parse_serve_scheme(s: &str) -> Result<Scheme, String> {
 
 /// Opens (or creates) the data directory; an elected manager waits up to
 /// 30 s for a deposed one on the same host to let it go.
+/// Opens (or creates) the data directory. A cluster's manager opens an
+/// existing one without requiring its devices here: its storage nodes may
+/// hold them on hosts of their own.
 fn open_store(
     dir: &std::path::Path,
     create: rondo_store::StoreConfig,
     wait_for_lock: bool,
+    cluster_manager: bool,
 ) -> Result<(rondo_store::Store, bool), rondo_store::StoreError> {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        match open_or_create(dir, create.clone()) {
+        let opened = if cluster_manager && dir.join(rondo_store::CONFIG_FILE).exists() {
+            rondo_store::Store::open_devices_elsewhere(dir).map(|store| (store, false))
+        } else {
+            open_or_create(dir, create.clone())
+        };
+        match opened {
             Err(rondo_store::StoreError::Locked { .. })
                 if wait_for_lock && std::time::Instant::now() < deadline =>
             {
