@@ -268,7 +268,9 @@ fn serve_makes_a_directory_with_the_scheme_asked_for() {
 /// no device at all. The manager serves the titles byte for byte, stores an
 /// uploaded one (its writes go to the nodes), rebuilds a disk whose stride
 /// area was wiped on its node (the rebuild's reads and writes go to the
-/// nodes), and the devices, moved back into one directory, serve the same
+/// nodes), replaces a disk's device with a new one the node makes on its
+/// host and rebuilds it, and the devices, moved back into one directory
+/// (with the manager's rondo.toml naming the new device), serve the same
 /// bytes from a single machine.
 #[test]
 fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
@@ -377,6 +379,41 @@ fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
     // read from the other replica and count as a read error.
     assert_eq!(bodies(&manager.url), with_upload, "after the rebuild");
     assert_eq!(read_errors(&manager.url), 0, "disk 1 holds its data again");
+
+    // Disk 2's medium is replaced: the node makes the new device on its
+    // host, and the rebuild fills it through the node.
+    let admin = |args: &[&str]| {
+        let output = rondo()
+            .arg("admin")
+            .args(args)
+            .args(["--json", "--data-dir"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        json(&output)
+    };
+    admin(&["fail-disk", "2"]);
+    let replaced = admin(&["replace-disk", "2", "new-disk-2.dev"]);
+    assert_eq!(replaced["path"], "new-disk-2.dev", "{replaced:#}");
+    assert!(
+        node_dirs[2].join("new-disk-2.dev").exists(),
+        "made on the node"
+    );
+    assert!(!device(&node_dirs[2], 2).exists(), "the old device removed");
+    admin(&["restore-disk", "2"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut disks = status(&data);
+    while disks["disks"][2]["state"] != "healthy" && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        disks = status(&data);
+    }
+    assert_eq!(disks["disks"][2]["state"], "healthy", "{disks:#}");
+    assert_eq!(bodies(&manager.url), with_upload, "after the replacement");
+    assert_eq!(
+        read_errors(&manager.url),
+        0,
+        "disk 2's new device holds its data"
+    );
     assert!(
         std::fs::read_dir(&data).unwrap().all(|e| !e
             .unwrap()
@@ -389,9 +426,14 @@ fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
     // The devices back in one directory serve the same bytes on one machine.
     assert!(manager.terminate().success());
     drop(nodes);
-    for d in 0..4u32 {
+    for d in [0, 1, 3u32] {
         std::fs::rename(device(&node_dirs[d as usize], d), device(&data, d)).unwrap();
     }
+    std::fs::rename(
+        node_dirs[2].join("new-disk-2.dev"),
+        data.join("new-disk-2.dev"),
+    )
+    .unwrap();
     let mut plain = Serve::on(env!("CARGO_BIN_EXE_rondo"), &data)
         .timeout(Duration::from_secs(30))
         .start();

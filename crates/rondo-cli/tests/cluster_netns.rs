@@ -2,7 +2,9 @@
 //! managers, each in a network namespace of its own on one bridge, the test
 //! process a client on the same LAN. The nodes find each other through
 //! etcd alone: the storage nodes register their disks, the first manager is
-//! elected and finds them there, the second waits as the standby.
+//! elected and finds them there, the second waits as the standby. Each
+//! storage node holds its own devices in a directory of its own; the
+//! managers' directory holds only rondo.toml and the catalog.
 //!
 //! - A storage node cut off the network (its link down, so its peers see
 //!   silence rather than a closed connection) while `rondo load` plays:
@@ -140,8 +142,20 @@ fn a_cluster_on_separate_hosts_survives_a_cut_storage_node_and_a_manager_cut_fro
     .expect("etcd in its namespace");
     let etcd_url = etcd.client_url().to_string();
 
-    let _node0 = storage_node(&s0, &data, &[0, 1], &etcd_url);
-    let _node1 = storage_node(&s1, &data, &[2, 3], &etcd_url);
+    // Each storage node's host holds its own devices (a copy of rondo.toml
+    // and its disks' files); the managers' directory holds none.
+    let own_devices = |host: &str, disks: [u32; 2]| {
+        let dir = tmp.path().join(host);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::copy(data.join("rondo.toml"), dir.join("rondo.toml")).unwrap();
+        for d in disks {
+            let file = format!("disk-{d}.dev");
+            std::fs::rename(data.join(&file), dir.join(&file)).unwrap();
+        }
+        dir
+    };
+    let _node0 = storage_node(&s0, &own_devices("s0", [0, 1]), &[0, 1], &etcd_url);
+    let _node1 = storage_node(&s1, &own_devices("s1", [2, 3]), &[2, 3], &etcd_url);
     let a_log = tmp.path().join("manager-a.log");
     let mut a = manager(&ma, &data, &etcd_url, &a_log).start();
     assert_eq!(a.url, format!("http://{}:8080", ma.address));

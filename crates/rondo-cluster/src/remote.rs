@@ -365,9 +365,7 @@ impl std::fmt::Debug for NodeDevice {
 }
 
 impl NodeDevice {
-    /// Sends one request and waits for its answer, from any thread (the
-    /// store's callers are blocking code): the call runs on the node links'
-    /// runtime and the answer comes back on a channel.
+    /// One device access, its answer's bytes.
     fn call(
         &self,
         device_offset_bytes: u64,
@@ -380,15 +378,29 @@ impl NodeDevice {
             device_offset_bytes,
             op: Some(op),
         };
-        let mut client = self.client.clone();
+        self.wait_for(|mut client| async move { client.device(request).await })
+            .map(|reply| reply.data)
+    }
+
+    /// Runs `rpc` on the node links' runtime and waits for its answer,
+    /// from any thread (the store's callers are blocking code), at most
+    /// [`DEVICE_ACCESS_TIMEOUT`].
+    fn wait_for<T, F, Fut>(&self, rpc: F) -> std::io::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(StorageNodeClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>
+            + Send
+            + 'static,
+    {
+        let answer = rpc(self.client.clone());
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.runtime.handle().spawn(async move {
-            let answer = tokio::time::timeout(DEVICE_ACCESS_TIMEOUT, client.device(request)).await;
-            let _ = tx.send(answer);
+            let _ = tx.send(tokio::time::timeout(DEVICE_ACCESS_TIMEOUT, answer).await);
         });
         let failed = |why: String| std::io::Error::other(format!("{}: {why}", self.location));
         match rx.recv() {
-            Ok(Ok(Ok(reply))) => Ok(reply.into_inner().data),
+            Ok(Ok(Ok(reply))) => Ok(reply.into_inner()),
             Ok(Ok(Err(status))) => Err(failed(status.message().to_string())),
             Ok(Err(_)) => Err(failed(format!(
                 "no answer within {} s",
@@ -440,6 +452,17 @@ impl rondo_store::RemoteDevice for NodeDevice {
 
     fn sync(&self) -> std::io::Result<()> {
         self.call(0, pb::device_request::Op::Sync(true)).map(drop)
+    }
+
+    fn replace(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let request = pb::ReplaceDeviceRequest {
+            disk: self.disk.0,
+            array_id: self.array_id.clone(),
+            manager_epoch: self.manager_epoch,
+            path: path.display().to_string(),
+        };
+        self.wait_for(|mut client| async move { client.replace_device(request).await })
+            .map(drop)
     }
 }
 

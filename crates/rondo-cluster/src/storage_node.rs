@@ -63,7 +63,11 @@ pub struct StorageNodeService {
     array_id: String,
     profile_name: String,
     profile: DiskProfile,
-    devices: BTreeMap<DiskIndex, Arc<Device>>,
+    /// The node's devices; a replaced disk's new one takes its place
+    /// (`ReplaceDevice`), and its open stream switches to it.
+    devices: Arc<Mutex<BTreeMap<DiskIndex, Arc<Device>>>>,
+    data_dir: PathBuf,
+    io_mode: IoMode,
     /// Per disk, the latest manager stream's number: an older stream stops
     /// taking batches once a newer one opened the disk.
     generations: Arc<Mutex<HashMap<DiskIndex, u64>>>,
@@ -94,7 +98,11 @@ impl StorageNodeService {
             array_id: array.array_id.to_string(),
             profile_name: array.disk_profile.clone(),
             profile,
-            devices: config.disks.iter().copied().zip(devices).collect(),
+            devices: Arc::new(Mutex::new(
+                config.disks.iter().copied().zip(devices).collect(),
+            )),
+            data_dir: config.data_dir.clone(),
+            io_mode,
             generations: Default::default(),
             epochs: Default::default(),
             metrics: Arc::new(Metrics::new(array.disk_count)),
@@ -103,7 +111,49 @@ impl StorageNodeService {
 
     /// The disks it serves.
     pub fn disks(&self) -> Vec<DiskIndex> {
-        self.devices.keys().copied().collect()
+        self.devices
+            .lock()
+            .expect("not poisoned")
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// Disk `disk`'s device now, or why the node cannot serve it.
+    fn device(&self, disk: DiskIndex) -> Result<Arc<Device>, Status> {
+        let device = self
+            .devices
+            .lock()
+            .expect("not poisoned")
+            .get(&disk)
+            .cloned();
+        device.ok_or_else(|| {
+            Status::not_found(format!(
+                "node {} does not serve disk {disk}; it serves {:?}",
+                self.node_id,
+                self.disks().iter().map(|d| d.0).collect::<Vec<_>>()
+            ))
+        })
+    }
+
+    /// Refuses another array's manager and a deposed one (an epoch below
+    /// the highest that opened or used the disk), and records the epoch.
+    fn check_manager(&self, disk: DiskIndex, array_id: &str, epoch: u64) -> Result<(), Status> {
+        if array_id != self.array_id {
+            return Err(Status::failed_precondition(format!(
+                "disk {disk} belongs to array {}, not {array_id}",
+                self.array_id
+            )));
+        }
+        let mut epochs = self.epochs.lock().expect("not poisoned");
+        let highest = epochs.entry(disk).or_default();
+        if epoch < *highest {
+            return Err(Status::failed_precondition(format!(
+                "disk {disk} is held by a manager of epoch {highest}; epoch {epoch} was deposed"
+            )));
+        }
+        *highest = epoch;
+        Ok(())
     }
 
     pub fn array_id(&self) -> &str {
@@ -140,7 +190,7 @@ impl StorageNode for StorageNodeService {
         Ok(Response::new(pb::NodeDescription {
             node_id: self.node_id.clone(),
             array_id: self.array_id.clone(),
-            disks: self.devices.keys().map(|d| d.0).collect(),
+            disks: self.disks().iter().map(|d| d.0).collect(),
             disk_profile: self.profile_name.clone(),
         }))
     }
@@ -168,35 +218,13 @@ impl StorageNode for StorageNodeService {
             }
         };
         let disk = DiskIndex(open.disk);
-        let Some(device) = self.devices.get(&disk) else {
-            return Err(Status::not_found(format!(
-                "node {} does not serve disk {disk}; it serves {:?}",
-                self.node_id,
-                self.disks().iter().map(|d| d.0).collect::<Vec<_>>()
-            )));
-        };
-        if open.array_id != self.array_id {
-            return Err(Status::failed_precondition(format!(
-                "disk {disk} belongs to array {}, not {}",
-                self.array_id, open.array_id
-            )));
-        }
+        let device = self.device(disk)?;
         if open.round_duration_ns == 0 {
             return Err(Status::invalid_argument(
                 "round_duration_ns must be positive",
             ));
         }
-        {
-            let mut epochs = self.epochs.lock().expect("not poisoned");
-            let highest = epochs.entry(disk).or_default();
-            if open.manager_epoch < *highest {
-                return Err(Status::failed_precondition(format!(
-                    "disk {disk} is held by a manager of epoch {highest}; epoch {} was deposed",
-                    open.manager_epoch
-                )));
-            }
-            *highest = open.manager_epoch;
-        }
+        self.check_manager(disk, &open.array_id, open.manager_epoch)?;
         let generation = {
             let mut generations = self.generations.lock().expect("not poisoned");
             let g = generations.entry(disk).or_default();
@@ -218,7 +246,7 @@ impl StorageNode for StorageNodeService {
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
         let thread = spawn_device(
             disk,
-            Arc::clone(device) as Arc<dyn rondo_server::storage::Storage>,
+            Arc::clone(&device) as Arc<dyn rondo_server::storage::Storage>,
             model,
             timing.into(),
             clock,
@@ -244,8 +272,12 @@ impl StorageNode for StorageNodeService {
         }
         let generations = Arc::clone(&self.generations);
         let node_id = self.node_id.clone();
+        let devices = Arc::clone(&self.devices);
         tokio::spawn(async move {
             let batches = thread.batches;
+            // The device the disk thread reads; a replacement is handed to
+            // it with the next batch.
+            let mut reading = device;
             loop {
                 let message = match inbound.message().await {
                     Ok(Some(message)) => message,
@@ -279,7 +311,7 @@ impl StorageNode for StorageNodeService {
                         break;
                     }
                 };
-                let (seq, batch, pieces) = match decode_batch(batch) {
+                let (seq, mut batch, pieces) = match decode_batch(batch) {
                     Ok(decoded) => decoded,
                     Err(e) => {
                         let _ = answers
@@ -288,6 +320,14 @@ impl StorageNode for StorageNodeService {
                         break;
                     }
                 };
+                let now = devices.lock().expect("not poisoned").get(&disk).cloned();
+                if let Some(now) = now
+                    && !Arc::ptr_eq(&now, &reading)
+                {
+                    batch.device =
+                        Some(Arc::clone(&now) as Arc<dyn rondo_server::storage::Storage>);
+                    reading = now;
+                }
                 pending
                     .lock()
                     .expect("not poisoned")
@@ -315,37 +355,14 @@ impl StorageNode for StorageNodeService {
     ) -> Result<Response<pb::DeviceReply>, Status> {
         let request = request.into_inner();
         let disk = DiskIndex(request.disk);
-        let Some(device) = self.devices.get(&disk) else {
-            return Err(Status::not_found(format!(
-                "node {} does not serve disk {disk}; it serves {:?}",
-                self.node_id,
-                self.disks().iter().map(|d| d.0).collect::<Vec<_>>()
-            )));
-        };
-        if request.array_id != self.array_id {
-            return Err(Status::failed_precondition(format!(
-                "disk {disk} belongs to array {}, not {}",
-                self.array_id, request.array_id
-            )));
-        }
-        {
-            // Fencing as for `Rounds`: a deposed manager writes nothing.
-            let mut epochs = self.epochs.lock().expect("not poisoned");
-            let highest = epochs.entry(disk).or_default();
-            if request.manager_epoch < *highest {
-                return Err(Status::failed_precondition(format!(
-                    "disk {disk} is held by a manager of epoch {highest}; epoch {} was deposed",
-                    request.manager_epoch
-                )));
-            }
-            *highest = request.manager_epoch;
-        }
+        let device = self.device(disk)?;
+        // Fencing as for `Rounds`: a deposed manager writes nothing.
+        self.check_manager(disk, &request.array_id, request.manager_epoch)?;
         let Some(op) = request.op else {
             return Err(Status::invalid_argument(
                 "a device request names no operation",
             ));
         };
-        let device = Arc::clone(device);
         let offset = request.device_offset_bytes;
         // Device I/O blocks (O_DIRECT, fdatasync): off the runtime.
         let done = tokio::task::spawn_blocking(move || device_op(&device, offset, op))
@@ -353,6 +370,31 @@ impl StorageNode for StorageNodeService {
             .map_err(|e| Status::internal(format!("disk {disk}'s device access: {e}")))?;
         done.map(|data| Response::new(pb::DeviceReply { data }))
             .map_err(|e| Status::internal(e.to_string()))
+    }
+
+    async fn replace_device(
+        &self,
+        request: Request<pb::ReplaceDeviceRequest>,
+    ) -> Result<Response<pb::ReplaceDeviceReply>, Status> {
+        let request = request.into_inner();
+        let disk = DiskIndex(request.disk);
+        self.device(disk)?;
+        self.check_manager(disk, &request.array_id, request.manager_epoch)?;
+        let (dir, io_mode) = (self.data_dir.clone(), self.io_mode);
+        let path = PathBuf::from(&request.path);
+        let made = tokio::task::spawn_blocking(move || {
+            rondo_store::replace_device_file(&dir, disk, &path, io_mode)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("replacing disk {disk}'s device: {e}")))?
+        .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        let path = made.path().display().to_string();
+        tracing::info!(node = %self.node_id, disk = disk.0, path = %path, "disk {disk}'s device replaced");
+        self.devices
+            .lock()
+            .expect("not poisoned")
+            .insert(disk, Arc::new(made));
+        Ok(Response::new(pb::ReplaceDeviceReply { path }))
     }
 }
 

@@ -483,6 +483,7 @@ async fn replace(
         .map_err(refused)?;
     let store = shared.store.clone();
     let path = body.0.path;
+    let asked = path.clone();
     let result = tokio::task::spawn_blocking(move || store.replace_device(disk, &path))
         .await
         .map_err(|e| OpsError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()));
@@ -504,6 +505,20 @@ async fn replace(
         .await
         .ok_or_else(stopping)?;
     let device = device?;
+    if device.is_remote() {
+        // A storage node made it on its host, at the path asked for there.
+        let path = asked.display().to_string();
+        let node = device.path().display().to_string();
+        tracing::info!(disk = disk.0, path = %path, node = %node, "disk replaced by a new device on its storage node (restore rebuilds it)");
+        return Ok(axum::Json(json!({
+            "disk": disk,
+            "state": "failed",
+            "path": path,
+            "node": node,
+            "outside_data_dir": false,
+            "warning": null,
+        })));
+    }
     let path = device.path().display().to_string();
     tracing::info!(disk = disk.0, path = %path, "disk replaced by a new device (restore rebuilds it)");
     // Accepted either way (a block device lives outside any directory), but

@@ -380,6 +380,19 @@ pub trait RemoteDevice: Send + Sync + fmt::Debug {
     /// Best effort, as [`Device::punch_hole`].
     fn punch_hole(&self, device_offset_bytes: u64, length_bytes: u64);
     fn sync(&self) -> std::io::Result<()>;
+    /// Makes a new device at `path` on the remote side for this disk (a
+    /// failed disk's replacement, `rondo admin replace-disk`), as
+    /// [`crate::replace_device_file`] does in a directory.
+    fn replace(&self, path: &Path) -> std::io::Result<()> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!(
+                "{}: cannot replace a device there (path {})",
+                self.location(),
+                path.display()
+            ),
+        ))
+    }
 }
 
 /// One disk's device, opened for aligned positional reads and writes.
@@ -528,6 +541,11 @@ impl Device {
     /// Whether another process holds the device ([`Device::remote`]).
     pub fn is_remote(&self) -> bool {
         self.remote.is_some()
+    }
+
+    /// The process that holds the device, when another one does.
+    pub fn remote_handle(&self) -> Option<&Arc<dyn RemoteDevice>> {
+        self.remote.as_ref()
     }
 
     /// Why the device is unusable, if it is (missing or blank at open).

@@ -48,6 +48,7 @@ pub use extent_faults::{EXTENT_FAULTS_FILE, ExtentFaultRecords};
 pub use fsck::{FsckProblem, FsckReport, FsckStatus, LostData, Orphan, ProblemKind, fsck};
 pub use store::{
     LOCK_FILE, LayoutInputs, MAX_TITLE_NAME_BYTES, Store, StoredTitle, TitleMeta, TitleRecord,
-    TitleWriter, checksum, checksum_append, open_node_devices, validate_title_name, verify_extent,
+    TitleWriter, checksum, checksum_append, open_node_devices, replace_device_file,
+    validate_title_name, verify_extent,
 };
 pub use tier_titles::TierTitleRecord;

@@ -339,6 +339,73 @@ pub fn open_node_devices(
     Ok((config, devices))
 }
 
+/// Makes the device of disk `disk` of the directory at `dir` the one at
+/// `path` (relative paths are inside `dir`): an absent or empty file, a
+/// block device without a rondo header, or the disk's own path again. It
+/// gets this array's and disk's header, rondo.toml records it, and the old
+/// device file is removed when the directory holds it. What a store's
+/// [`Store::replace_device`] does to its own devices and a storage node to
+/// its (`rondo node storage`, devices of its own).
+pub fn replace_device_file(
+    dir: &Path,
+    disk: DiskIndex,
+    path: &Path,
+    io_mode: IoMode,
+) -> Result<Device> {
+    let k = disk.0 as usize;
+    let mut config = ArrayConfig::load(dir)?;
+    if k >= config.devices.len() {
+        return Err(StoreError::Layout(LayoutError::NoSuchDisk {
+            disk,
+            disk_count: config.disk_count,
+        }));
+    }
+    let resolved = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        dir.join(path)
+    };
+    let unusable = |reason: String| StoreError::DeviceUnusable {
+        path: resolved.clone(),
+        reason,
+    };
+    for (other, _) in config.devices.iter().enumerate() {
+        if other != k && config.device_path(dir, other) == resolved {
+            return Err(unusable(format!("is already disk {other} of this array")));
+        }
+    }
+    let header = expected_header(&config, k);
+    let needed_bytes = header.stride_area_offset_bytes + header.capacity_bytes;
+    let same_path = config.device_path(dir, k) == resolved;
+    let prep = match inspect_device(&resolved, needed_bytes) {
+        Ok(prep) => prep,
+        // Reusing the disk's own path (the same slot, a new medium):
+        // whatever it holds is this disk's, being replaced.
+        Err(_) if same_path && resolved.is_file() => DevicePrep::Resize,
+        Err(e) => return Err(e),
+    };
+    let mut changed = Vec::new();
+    let prepared = prepare_device(&resolved, needed_bytes, prep, &mut changed).and_then(|()| {
+        Device::write_header(&resolved, &header)
+            .map_err(|e| unusable(format!("cannot write the header: {e}")))
+    });
+    if let Err(e) = prepared {
+        if !same_path {
+            undo_create_devices(&changed);
+        }
+        return Err(e);
+    }
+    let device = Device::open(&resolved, disk, &header, io_mode)?;
+    let old_entry = config.devices[k].path.clone();
+    let old_path = config.device_path(dir, k);
+    config.devices[k].path = path.to_path_buf();
+    write_config_file(dir, &config)?;
+    if !same_path {
+        remove_replaced_device(dir, &old_entry, &old_path);
+    }
+    Ok(device)
+}
+
 /// The header disk `k` of `config` must carry.
 pub(crate) fn expected_header(config: &ArrayConfig, k: usize) -> DeviceHeader {
     DeviceHeader {
@@ -835,55 +902,27 @@ impl Store {
                 disk_count,
             }));
         }
-        let mut config = ArrayConfig::load(dir)?;
-        let resolved = if path.is_absolute() {
-            path.to_path_buf()
-        } else {
-            dir.join(path)
-        };
-        let unusable = |reason: String| StoreError::DeviceUnusable {
-            path: resolved.clone(),
-            reason,
-        };
-        for (other, _) in config.devices.iter().enumerate() {
-            if other != k && config.device_path(dir, other) == resolved {
-                return Err(unusable(format!("is already disk {other} of this array")));
-            }
+        let current = self.device(disk);
+        if let Some(remote) = current.remote_handle() {
+            // A storage node holds the disk: it makes the new device on
+            // its host (at `path` there) and records it in its rondo.toml;
+            // this directory records the same path.
+            remote
+                .replace(path)
+                .map_err(|e| StoreError::DeviceUnusable {
+                    path: path.to_path_buf(),
+                    reason: e.to_string(),
+                })?;
+            let mut config = ArrayConfig::load(dir)?;
+            config.devices[k].path = path.to_path_buf();
+            write_config_file(dir, &config)?;
+            return Ok(current);
         }
-        let header = expected_header(&config, k);
-        let needed_bytes = header.stride_area_offset_bytes + header.capacity_bytes;
-        let same_path = config.device_path(dir, k) == resolved;
-        let prep = match inspect_device(&resolved, needed_bytes) {
-            Ok(prep) => prep,
-            // Reusing the disk's own path (the same slot, a new medium):
-            // whatever it holds is this disk's, being replaced.
-            Err(_) if same_path && resolved.is_file() => DevicePrep::Resize,
-            Err(e) => return Err(e),
-        };
-        let mut changed = Vec::new();
-        let prepared = prepare_device(&resolved, needed_bytes, prep, &mut changed).and_then(|()| {
-            Device::write_header(&resolved, &header)
-                .map_err(|e| unusable(format!("cannot write the header: {e}")))
-        });
-        if let Err(e) = prepared {
-            if !same_path {
-                undo_create_devices(&changed);
-            }
-            return Err(e);
-        }
-        let io_mode = self.device(disk).io_mode();
-        let device = Arc::new(Device::open(&resolved, disk, &header, io_mode)?);
-        let old_entry = config.devices[k].path.clone();
-        let old_path = config.device_path(dir, k);
-        config.devices[k].path = path.to_path_buf();
-        write_config_file(dir, &config)?;
+        let device = Arc::new(replace_device_file(dir, disk, path, current.io_mode())?);
         self.inner
             .devices
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())[k] = Arc::clone(&device);
-        if !same_path {
-            remove_replaced_device(dir, &old_entry, &old_path);
-        }
         Ok(device)
     }
 

@@ -49,7 +49,9 @@ pub enum AdminCommand {
         #[arg(value_parser = clap::value_parser!(u32).map(DiskIndex))]
         disk: DiskIndex,
         /// A new device: an absent or empty file, or a block device without a
-        /// rondo header. Relative paths are inside the data directory.
+        /// rondo header. Relative paths are inside the data directory. On a
+        /// cluster, the path is on the host of the storage node that holds
+        /// the disk (relative: inside that node's directory), which makes it.
         path: PathBuf,
         #[command(flatten)]
         target: Target,
