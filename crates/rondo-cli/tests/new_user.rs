@@ -291,7 +291,7 @@ fn serve_creates_a_directory_with_the_stride_asked_for() {
 }
 
 /// The failure-tolerance settings a new data directory is created with
-/// (`--backup-window-rounds`, `--overrun-probability`) are its `[serving]`
+/// (`--backup-window-rounds`, `--loss-notice-rounds`, `--overrun-probability`) are its `[serving]`
 /// defaults: a later `rondo serve` without flags uses them, and flags
 /// override them for one run without changing rondo.toml.
 #[test]
@@ -313,24 +313,31 @@ fn serve_keeps_the_serving_settings_a_directory_was_created_with() {
     let created = run(&[
         "--backup-window-rounds",
         "3",
+        "--loss-notice-rounds",
+        "2",
         "--overrun-probability",
         "1e-6",
     ]);
     assert_eq!(created["backup_window_rounds"], 3, "{created}");
+    assert_eq!(created["loss_notice_rounds"], 2, "{created}");
     assert_eq!(created["scheme"], "minimum", "{created}");
     let toml_path = home.path().join("windowed").join("rondo.toml");
     let toml = std::fs::read_to_string(&toml_path).unwrap();
     assert!(
-        toml.contains("[serving]") && toml.contains("backup_window_rounds = 3"),
+        toml.contains("[serving]")
+            && toml.contains("backup_window_rounds = 3")
+            && toml.contains("loss_notice_rounds = 2"),
         "{toml}"
     );
     // No flags: the directory's settings.
     let again = run(&[]);
     assert_eq!(again["backup_window_rounds"], 3, "{again}");
+    assert_eq!(again["loss_notice_rounds"], 2, "{again}");
     assert_eq!(again["guarantee"]["overrun_probability"], 1e-6, "{again}");
     // A flag overrides for one run; rondo.toml is unchanged.
-    let overridden = run(&["--backup-window-rounds", "1"]);
-    assert_eq!(overridden["backup_window_rounds"], 1, "{overridden}");
+    let overridden = run(&["--backup-window-rounds", "2", "--loss-notice-rounds", "0"]);
+    assert_eq!(overridden["backup_window_rounds"], 2, "{overridden}");
+    assert_eq!(overridden["loss_notice_rounds"], 0, "{overridden}");
     assert_eq!(std::fs::read_to_string(&toml_path).unwrap(), toml);
     // Out of range: refused by the flag's parser, naming it.
     let bad = rondo(home.path())

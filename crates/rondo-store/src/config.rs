@@ -227,7 +227,18 @@ pub struct ServingSettings {
     /// disk-round (docs/guarantee.md); absent: deterministic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overrun_probability: Option<f64>,
+    /// L: rounds after its round by which a disk's loss at any moment of a
+    /// round is known (`BackupWindow::loss_notice_rounds`; absent: 0, a
+    /// loss at a round boundary). A cluster's storage node dying mid-round
+    /// needs L ≥ 1 (≥ 2 to be noticed when it goes silent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_notice_rounds: Option<u32>,
 }
+
+/// The largest L a directory may set (assumption: a loss noticed more
+/// than 4 rounds late is a broken monitor, not a slow one; each round of L
+/// adds a round of start-up and of spread backup reservation).
+pub const LOSS_NOTICE_ROUNDS_MAX: u32 = 4;
 
 /// The largest backup window a directory may set: the client then holds
 /// that many rounds ahead (assumption: a minute of 1 s rounds bounds what a
@@ -244,7 +255,13 @@ impl ServingSettings {
         ServingSettings {
             backup_window_rounds: flags.backup_window_rounds.or(self.backup_window_rounds),
             overrun_probability: flags.overrun_probability.or(self.overrun_probability),
+            loss_notice_rounds: flags.loss_notice_rounds.or(self.loss_notice_rounds),
         }
+    }
+
+    /// L (0 when unset).
+    pub fn loss_notice(&self) -> u32 {
+        self.loss_notice_rounds.unwrap_or(0)
     }
 
     /// k of the backup window (1 when unset).
@@ -265,6 +282,13 @@ impl ServingSettings {
             && !(p > 0.0 && p < 1.0)
         {
             return Err(format!("serving.overrun_probability {p} is outside (0, 1)"));
+        }
+        if let Some(l) = self.loss_notice_rounds
+            && l > LOSS_NOTICE_ROUNDS_MAX
+        {
+            return Err(format!(
+                "serving.loss_notice_rounds {l} is outside 0..={LOSS_NOTICE_ROUNDS_MAX}"
+            ));
         }
         Ok(())
     }
@@ -681,10 +705,13 @@ mod tests {
         s.serving = ServingSettings {
             backup_window_rounds: Some(4),
             overrun_probability: Some(1e-6),
+            loss_notice_rounds: Some(2),
         };
         let text = s.to_toml();
         assert!(
-            text.contains("[serving]") && text.contains("backup_window_rounds = 4"),
+            text.contains("[serving]")
+                && text.contains("backup_window_rounds = 4")
+                && text.contains("loss_notice_rounds = 2"),
             "{text}"
         );
         let back: ArrayConfig = toml::from_str(&text).unwrap();
@@ -693,16 +720,27 @@ mod tests {
         let run = s.serving.overridden_by(&ServingSettings {
             backup_window_rounds: Some(2),
             overrun_probability: None,
+            loss_notice_rounds: Some(0),
         });
         assert_eq!(run.backup_window_rounds, Some(2));
         assert_eq!(run.overrun_probability, Some(1e-6));
+        assert_eq!(run.loss_notice(), 0);
+        assert_eq!(s.serving.loss_notice(), 2);
         assert_eq!(c.serving.backup_window(), 1);
+        assert_eq!(c.serving.loss_notice(), 0);
         let mut bad = s.clone();
         bad.serving.backup_window_rounds = Some(0);
         assert!(
             bad.validate()
                 .unwrap_err()
                 .contains("serving.backup_window_rounds 0")
+        );
+        let mut bad = s.clone();
+        bad.serving.loss_notice_rounds = Some(LOSS_NOTICE_ROUNDS_MAX + 1);
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .contains("serving.loss_notice_rounds 5")
         );
         let mut bad = s.clone();
         bad.serving.overrun_probability = Some(1.5);

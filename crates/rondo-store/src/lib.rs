@@ -37,7 +37,8 @@ pub use catalog::{
 };
 pub use config::{
     ArrayConfig, ArrayId, BACKUP_WINDOW_ROUNDS_MAX, CONFIG_FILE, DeviceEntry, DirectoryFlags,
-    FORMAT_VERSION, HEADER_REGION_BYTES, IO_ALIGN_BYTES, ServingSettings, StoreConfig,
+    FORMAT_VERSION, HEADER_REGION_BYTES, IO_ALIGN_BYTES, LOSS_NOTICE_ROUNDS_MAX, ServingSettings,
+    StoreConfig,
 };
 pub use device::{
     AlignedBuf, Device, DeviceError, DeviceHeader, HeaderMismatch, IoMode, RemoteDevice,

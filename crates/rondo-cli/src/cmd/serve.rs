@@ -102,9 +102,11 @@ pub struct ServeArgs {
     /// known within L − 1 rounds after its round (L = 2 covers a node whose
     /// broken connection is seen in the next round). Admission spreads each
     /// backup charge over K + L rounds and every client is K − 1 + L rounds
-    /// ahead. docs/cluster.md, "A node dying mid-round".
-    #[arg(long, value_name = "L", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=4))]
-    pub loss_notice_rounds: u32,
+    /// ahead. docs/cluster.md, "A node dying mid-round". Kept, like K, in a
+    /// new directory's rondo.toml ([serving]); a later run's flag overrides
+    /// it for that run.
+    #[arg(long, value_name = "L", value_parser = clap::value_parser!(u32).range(0..=rondo_store::LOSS_NOTICE_ROUNDS_MAX as i64))]
+    pub loss_notice_rounds: Option<u32>,
     /// Read devices as fast as they go instead of pacing them to the disk
     /// profile. Admission still uses the profile, so the guarantee then
     /// holds only for devices at least that fast.
@@ -264,7 +266,10 @@ fn serving_summary(serving: &ServingSettings) -> String {
         None => "the deterministic guarantee".to_string(),
         Some(p) => format!("overrun probability {p:e}"),
     };
-    format!("{window} and {guarantee}")
+    match serving.loss_notice() {
+        0 => format!("{window} and {guarantee}"),
+        l => format!("{window}, a loss noticed up to {l} rounds late and {guarantee}"),
+    }
 }
 
 fn now_unix_ns() -> u64 {
@@ -451,6 +456,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let flags = ServingSettings {
         backup_window_rounds: args.backup_window_rounds,
         overrun_probability: args.overrun_probability,
+        loss_notice_rounds: args.loss_notice_rounds,
     };
     if created && !flags.is_default() {
         store.set_serving(&flags).with_context(|| {
@@ -504,7 +510,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         )
         .context("reaching the storage nodes")?
         .with_manager_epoch(manager_epoch)
-        .with_loss_notice_rounds(args.loss_notice_rounds);
+        .with_loss_notice_rounds(serving.loss_notice());
         // Every access to a disk's device goes to its node, so the nodes'
         // devices may be their own (no filesystem shared with this host).
         for (disk, device) in nodes.remote_devices() {
@@ -535,7 +541,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         lookahead_rounds: args.lookahead_rounds,
         guarantee: Guarantee::with_overrun_probability(serving.overrun_probability),
         backup_window_rounds: serving.backup_window(),
-        loss_notice_rounds: args.loss_notice_rounds,
+        loss_notice_rounds: serving.loss_notice(),
         disk_timing: if args.native {
             DiskTiming::Native
         } else {

@@ -98,8 +98,9 @@ pub struct SimulateArgs {
     /// (0, seed 000: at a round boundary), as `rondo serve
     /// --loss-notice-rounds`: each backup charge is spread over K + L
     /// rounds and every client is K − 1 + L rounds ahead.
-    #[arg(long, value_name = "L", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=4))]
-    loss_notice_rounds: u32,
+    /// With --data-dir, the directory's [serving] value unless given.
+    #[arg(long, value_name = "L", value_parser = clap::value_parser!(u32).range(0..=rondo_store::LOSS_NOTICE_ROUNDS_MAX as i64))]
+    loss_notice_rounds: Option<u32>,
     /// Which replica each round of a new stream reads under `minimum`:
     /// `primary` (seed 000, what `rondo serve` does) or `balanced` (per
     /// round, the replica that leaves the two disks' larger reserved time
@@ -389,7 +390,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             config.round_duration_ns = round_ms * NS_PER_MS;
             config.start_choice = args.start_choice;
             config.backup_window_rounds = args.backup_window_rounds.unwrap_or(1);
-            config.loss_notice_rounds = args.loss_notice_rounds;
+            config.loss_notice_rounds = args.loss_notice_rounds.unwrap_or(0);
             config.replica_choice = args.replica_choice;
             config.guarantee = Guarantee::with_overrun_probability(args.overrun_probability);
             let titles = titles_with(&args.titles, trace, &config)?;
@@ -762,10 +763,11 @@ fn load_data_dir(
     let serving = array.serving.overridden_by(&rondo_store::ServingSettings {
         backup_window_rounds: args.backup_window_rounds,
         overrun_probability: args.overrun_probability,
+        loss_notice_rounds: args.loss_notice_rounds,
     });
     config.guarantee = Guarantee::with_overrun_probability(serving.overrun_probability);
     config.backup_window_rounds = serving.backup_window();
-    config.loss_notice_rounds = args.loss_notice_rounds;
+    config.loss_notice_rounds = serving.loss_notice();
     config.bound = BoundKind::Rondo;
     config.round_duration_ns = array.round_duration_ns;
     config.stride_bytes = array.stride_bytes;
