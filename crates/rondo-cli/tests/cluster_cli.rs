@@ -77,12 +77,29 @@ fn cluster_of_processes(
 
 /// The directory's status once disk `disk` is failed, or at `deadline`.
 fn status_once_failed(data: &Path, disk: usize, deadline: Instant) -> Value {
+    status_once(data, disk, "failed", deadline)
+}
+
+/// The directory's status once disk `disk` is in `state`, or at `deadline`.
+fn status_once(data: &Path, disk: usize, state: &str, deadline: Instant) -> Value {
     let mut disks = status(data);
-    while disks["disks"][disk]["state"] != "failed" && Instant::now() < deadline {
+    while disks["disks"][disk]["state"] != state && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
         disks = status(data);
     }
     disks
+}
+
+/// `rondo admin ARGS --json --data-dir DATA`'s answer.
+fn admin(data: &Path, args: &[&str]) -> Value {
+    let output = rondo()
+        .arg("admin")
+        .args(args)
+        .args(["--json", "--data-dir"])
+        .arg(data)
+        .output()
+        .unwrap();
+    json(&output)
 }
 
 /// `rondo load` against `url` at 3 streams a second for `duration_s`, its
@@ -329,15 +346,7 @@ fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
 
     // Disk 1 fails and its node's stride area is wiped (the header kept);
     // a rebuild through the nodes writes it again.
-    let admin = |what: &str| {
-        let output = rondo()
-            .args(["admin", what, "1", "--json", "--data-dir"])
-            .arg(&data)
-            .output()
-            .unwrap();
-        json(&output)
-    };
-    admin("fail-disk");
+    admin(&data, &["fail-disk", "1"]);
     let allocated = || {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(device(&node_dirs[1], 1))
@@ -360,13 +369,13 @@ fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
         .unwrap();
     assert!(wiped.success(), "fallocate --punch-hole (util-linux)");
     assert!(allocated() <= 1 << 20, "wiped: {} bytes left", allocated());
-    admin("restore-disk");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut disks = status(&data);
-    while disks["disks"][1]["state"] != "healthy" && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-        disks = status(&data);
-    }
+    admin(&data, &["restore-disk", "1"]);
+    let disks = status_once(
+        &data,
+        1,
+        "healthy",
+        Instant::now() + Duration::from_secs(60),
+    );
     assert_eq!(disks["disks"][1]["state"], "healthy", "{disks:#}");
     // Written again on the node's own device (the rebuild copies each
     // stride the disk holds; the header's megabyte was never wiped).
@@ -382,31 +391,21 @@ fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
 
     // Disk 2's medium is replaced: the node makes the new device on its
     // host, and the rebuild fills it through the node.
-    let admin = |args: &[&str]| {
-        let output = rondo()
-            .arg("admin")
-            .args(args)
-            .args(["--json", "--data-dir"])
-            .arg(&data)
-            .output()
-            .unwrap();
-        json(&output)
-    };
-    admin(&["fail-disk", "2"]);
-    let replaced = admin(&["replace-disk", "2", "new-disk-2.dev"]);
+    admin(&data, &["fail-disk", "2"]);
+    let replaced = admin(&data, &["replace-disk", "2", "new-disk-2.dev"]);
     assert_eq!(replaced["path"], "new-disk-2.dev", "{replaced:#}");
     assert!(
         node_dirs[2].join("new-disk-2.dev").exists(),
         "made on the node"
     );
     assert!(!device(&node_dirs[2], 2).exists(), "the old device removed");
-    admin(&["restore-disk", "2"]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut disks = status(&data);
-    while disks["disks"][2]["state"] != "healthy" && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-        disks = status(&data);
-    }
+    admin(&data, &["restore-disk", "2"]);
+    let disks = status_once(
+        &data,
+        2,
+        "healthy",
+        Instant::now() + Duration::from_secs(60),
+    );
     assert_eq!(disks["disks"][2]["state"], "healthy", "{disks:#}");
     assert_eq!(bodies(&manager.url), with_upload, "after the replacement");
     assert_eq!(
