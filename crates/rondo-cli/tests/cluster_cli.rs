@@ -355,19 +355,7 @@ fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
             * 512
     };
     let held_bytes = allocated();
-    let wiped = std::process::Command::new("fallocate")
-        .args([
-            "--punch-hole",
-            "--keep-size",
-            "--offset",
-            "1048576",
-            "--length",
-        ])
-        .arg((std::fs::metadata(device(&node_dirs[1], 1)).unwrap().len() - 1048576).to_string())
-        .arg(device(&node_dirs[1], 1))
-        .status()
-        .unwrap();
-    assert!(wiped.success(), "fallocate --punch-hole (util-linux)");
+    wipe_stride_area(&device(&node_dirs[1], 1));
     assert!(allocated() <= 1 << 20, "wiped: {} bytes left", allocated());
     admin(&data, &["restore-disk", "1"]);
     let disks = status_once(
@@ -392,6 +380,9 @@ fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
     // Disk 2's medium is replaced: the node makes the new device on its
     // host, and the rebuild fills it through the node.
     admin(&data, &["fail-disk", "2"]);
+    // The old device, still open on the node, is wiped too: a disk thread
+    // left reading it after the replacement would find its checksums bad.
+    wipe_stride_area(&device(&node_dirs[2], 2));
     let replaced = admin(&data, &["replace-disk", "2", "new-disk-2.dev"]);
     assert_eq!(replaced["path"], "new-disk-2.dev", "{replaced:#}");
     assert!(
@@ -443,6 +434,29 @@ fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
     );
     assert_eq!(read_errors(&plain.url), 0, "every copy in its place");
     assert!(plain.terminate().success());
+}
+
+/// Punches out everything after a device's 1 MiB header region (its stride
+/// area reads zeros), with util-linux's `fallocate`.
+fn wipe_stride_area(device: &Path) {
+    let length = std::fs::metadata(device).unwrap().len() - (1 << 20);
+    let wiped = std::process::Command::new("fallocate")
+        .args([
+            "--punch-hole",
+            "--keep-size",
+            "--offset",
+            "1048576",
+            "--length",
+        ])
+        .arg(length.to_string())
+        .arg(device)
+        .status()
+        .unwrap();
+    assert!(
+        wiped.success(),
+        "fallocate --punch-hole {}",
+        device.display()
+    );
 }
 
 fn read_errors(url: &str) -> u64 {
