@@ -511,10 +511,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .context("reaching the storage nodes")?
         .with_manager_epoch(manager_epoch)
         .with_loss_notice_rounds(serving.loss_notice());
-        // Every access to a disk's device goes to its node, so the nodes'
-        // devices may be their own (no filesystem shared with this host).
+        // A disk whose device this directory does not hold is the node's
+        // own: every access to it goes to the node. One this directory
+        // holds (a shared filesystem) is written here, as before.
+        // Measured: attaching every disk's node device also on a shared
+        // filesystem left cluster_interface's resumed streams a round less
+        // slack at a takeover (2.7–2.9 s against 3.5–3.8 s, 5 runs of 6
+        // against 3 of 3), cause not found yet.
         for (disk, device) in nodes.remote_devices() {
-            store.attach_remote_device(disk, device);
+            if store.device(disk).unavailable_reason().is_some() {
+                store.attach_remote_device(disk, device);
+            }
         }
         for node in nodes.nodes() {
             eprintln!(
