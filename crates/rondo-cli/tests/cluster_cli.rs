@@ -50,6 +50,18 @@ fn bodies(url: &str) -> Bodies {
 /// Each sample title's id and body.
 type Bodies = Vec<(u64, Vec<u8>)>;
 
+/// The sample titles' bodies as a single `rondo serve` makes `data` and
+/// serves them (it stops before this returns).
+fn sample_bodies(data: &Path) -> Bodies {
+    let mut plain = Serve::on(env!("CARGO_BIN_EXE_rondo"), data)
+        .timeout(Duration::from_secs(30))
+        .start();
+    let reference = bodies(&plain.url);
+    assert!(reference.len() >= 3, "the sample titles");
+    assert!(plain.terminate().success());
+    reference
+}
+
 /// The sample titles' bodies as one machine serves them from `data`, then
 /// four storage nodes of one disk each and a manager over them started
 /// with `manager_args`.
@@ -57,12 +69,7 @@ fn cluster_of_processes(
     data: &Path,
     manager_args: &[&str],
 ) -> (Bodies, Vec<StorageNode>, RondoServe) {
-    let mut plain = Serve::on(env!("CARGO_BIN_EXE_rondo"), data)
-        .timeout(Duration::from_secs(30))
-        .start();
-    let reference = bodies(&plain.url);
-    assert!(reference.len() >= 3, "the sample titles");
-    assert!(plain.terminate().success());
+    let reference = sample_bodies(data);
     let nodes: Vec<StorageNode> = (0..4)
         .map(|d| StorageNode::start(env!("CARGO_BIN_EXE_rondo"), data, &[d]))
         .collect();
@@ -88,6 +95,19 @@ fn status_once(data: &Path, disk: usize, state: &str, deadline: Instant) -> Valu
         disks = status(data);
     }
     disks
+}
+
+/// `rondo admin restore-disk DISK`, then waits (up to 60 s) until the
+/// rebuilt disk serves.
+fn restore_until_healthy(data: &Path, disk: usize) {
+    admin(data, &["restore-disk", &disk.to_string()]);
+    let disks = status_once(
+        data,
+        disk,
+        "healthy",
+        Instant::now() + Duration::from_secs(60),
+    );
+    assert_eq!(disks["disks"][disk]["state"], "healthy", "{disks:#}");
 }
 
 /// `rondo admin ARGS --json --data-dir DATA`'s answer.
@@ -293,12 +313,7 @@ fn serve_makes_a_directory_with_the_scheme_asked_for() {
 fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let mut plain = Serve::on(env!("CARGO_BIN_EXE_rondo"), &data)
-        .timeout(Duration::from_secs(30))
-        .start();
-    let reference = bodies(&plain.url);
-    assert!(reference.len() >= 3, "the sample titles");
-    assert!(plain.terminate().success());
+    let reference = sample_bodies(&data);
 
     // Each node's own directory: rondo.toml and its device, moved out.
     let device = |dir: &Path, d: u32| dir.join(format!("disk-{d}.dev"));
@@ -357,14 +372,7 @@ fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
     let held_bytes = allocated();
     wipe_stride_area(&device(&node_dirs[1], 1));
     assert!(allocated() <= 1 << 20, "wiped: {} bytes left", allocated());
-    admin(&data, &["restore-disk", "1"]);
-    let disks = status_once(
-        &data,
-        1,
-        "healthy",
-        Instant::now() + Duration::from_secs(60),
-    );
-    assert_eq!(disks["disks"][1]["state"], "healthy", "{disks:#}");
+    restore_until_healthy(&data, 1);
     // Written again on the node's own device (the rebuild copies each
     // stride the disk holds; the header's megabyte was never wiped).
     assert!(
@@ -390,14 +398,7 @@ fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
         "made on the node"
     );
     assert!(!device(&node_dirs[2], 2).exists(), "the old device removed");
-    admin(&data, &["restore-disk", "2"]);
-    let disks = status_once(
-        &data,
-        2,
-        "healthy",
-        Instant::now() + Duration::from_secs(60),
-    );
-    assert_eq!(disks["disks"][2]["state"], "healthy", "{disks:#}");
+    restore_until_healthy(&data, 2);
     assert_eq!(bodies(&manager.url), with_upload, "after the replacement");
     assert_eq!(
         read_errors(&manager.url),

@@ -699,14 +699,17 @@ impl Store {
 
     /// [`Store::open`], with `IoMode::Buffered` forcing buffered device access.
     pub fn open_with_io_mode(dir: impl AsRef<Path>, io_mode: IoMode) -> Result<Store> {
-        let dir = dir.as_ref();
+        Store::open_dir(dir.as_ref(), io_mode, false)
+    }
+
+    fn open_dir(dir: &Path, io_mode: IoMode, devices_elsewhere: bool) -> Result<Store> {
         if !dir.join(CONFIG_FILE).exists() {
             return Err(StoreError::NotADataDirectory {
                 dir: dir.to_path_buf(),
             });
         }
         let lock = lock_dir(dir)?;
-        Store::open_locked(dir, lock, io_mode)
+        Store::open_locked_with(dir, lock, io_mode, devices_elsewhere)
     }
 
     /// [`Store::open`] for a cluster's manager, whose storage nodes may
@@ -714,14 +717,7 @@ impl Store {
     /// not an error even when all are (the manager attaches each node's
     /// with [`Store::attach_remote_device`] before it serves).
     pub fn open_devices_elsewhere(dir: impl AsRef<Path>) -> Result<Store> {
-        let dir = dir.as_ref();
-        if !dir.join(CONFIG_FILE).exists() {
-            return Err(StoreError::NotADataDirectory {
-                dir: dir.to_path_buf(),
-            });
-        }
-        let lock = lock_dir(dir)?;
-        Store::open_locked_with(dir, lock, IoMode::Direct, true)
+        Store::open_dir(dir.as_ref(), IoMode::Direct, true)
     }
 
     fn open_locked(dir: &Path, lock: File, io_mode: IoMode) -> Result<Store> {
