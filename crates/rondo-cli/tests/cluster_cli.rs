@@ -414,8 +414,33 @@ fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
         "the manager made no device of its own"
     );
 
-    // The devices back in one directory serve the same bytes on one machine.
+    // With the manager stopped, fsck reads the nodes' devices through them.
     assert!(manager.terminate().success());
+    let addresses: Vec<&str> = nodes.iter().map(|n| n.address.as_str()).collect();
+    let report = fsck(&data, &addresses);
+    assert_eq!(report["status"], "passed", "{report:#}");
+    assert!(
+        report["extents_checked"].as_u64().unwrap() > 0,
+        "{report:#}"
+    );
+    let alone = fsck(&data, &[]);
+    assert_eq!(alone["status"], "failed", "no device here: {alone:#}");
+    // A flipped byte on a node's device is found there, by its checksum.
+    let first_stride = 1 << 20;
+    flip_byte(&device(&node_dirs[0], 0), first_stride);
+    let report = fsck(&data, &addresses);
+    assert_eq!(report["status"], "failed", "{report:#}");
+    assert!(
+        report["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["kind"] == "checksum" && p["message"].as_str().unwrap().contains("disk 0")),
+        "{report:#}"
+    );
+    flip_byte(&device(&node_dirs[0], 0), first_stride);
+
+    // The devices back in one directory serve the same bytes on one machine.
     drop(nodes);
     for d in [0, 1, 3u32] {
         std::fs::rename(device(&node_dirs[d as usize], d), device(&data, d)).unwrap();
@@ -435,6 +460,65 @@ fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
     );
     assert_eq!(read_errors(&plain.url), 0, "every copy in its place");
     assert!(plain.terminate().success());
+}
+
+/// A disk replaced on a shared filesystem (the nodes read the manager's
+/// directory's devices): `replace-disk` makes the new device in the
+/// manager's directory and its storage node switches to it
+/// (`RemoteDevice::adopt`). The old device, still open on the node after
+/// the replacement removes it, is wiped first: a node left reading it
+/// would find its checksums bad and count read errors.
+#[test]
+fn a_disk_replaced_on_a_shared_filesystem_is_read_from_its_new_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let (reference, _nodes, manager) = cluster_of_processes(&data, &[]);
+    assert_eq!(bodies(&manager.url), reference, "read by the nodes");
+    admin(&data, &["fail-disk", "2"]);
+    wipe_stride_area(&data.join("disk-2.dev"));
+    let replaced = admin(&data, &["replace-disk", "2", "new-disk-2.dev"]);
+    assert_eq!(replaced["state"], "failed", "{replaced:#}");
+    assert!(data.join("new-disk-2.dev").exists(), "{replaced:#}");
+    assert!(!data.join("disk-2.dev").exists(), "the old device removed");
+    restore_until_healthy(&data, 2);
+    assert_eq!(bodies(&manager.url), reference, "after the replacement");
+    assert_eq!(
+        read_errors(&manager.url),
+        0,
+        "disk 2's node reads the new device"
+    );
+}
+
+/// `rondo fsck --json` of `data`, reading the disks it does not hold
+/// through `nodes`.
+fn fsck(data: &Path, nodes: &[&str]) -> Value {
+    let mut command = rondo();
+    command.args(["fsck", "--json", "--data-dir"]).arg(data);
+    for node in nodes {
+        command.args(["--storage-node", node]);
+    }
+    let output = command.output().unwrap();
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "rondo fsck printed no report ({e}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+/// Flips one bit of the byte at `offset` of the file at `path`, durably.
+fn flip_byte(path: &Path, offset: u64) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut byte = [0u8; 1];
+    file.read_exact_at(&mut byte, offset).unwrap();
+    byte[0] ^= 0x10;
+    file.write_all_at(&byte, offset).unwrap();
+    file.sync_all().unwrap();
 }
 
 /// Punches out everything after a device's 1 MiB header region (its stride

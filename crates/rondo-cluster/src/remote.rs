@@ -460,6 +460,19 @@ impl rondo_store::RemoteDevice for NodeDevice {
             array_id: self.array_id.clone(),
             manager_epoch: self.manager_epoch,
             path: path.display().to_string(),
+            adopt: false,
+        };
+        self.wait_for(|mut client| async move { client.replace_device(request).await })
+            .map(drop)
+    }
+
+    fn adopt(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let request = pb::ReplaceDeviceRequest {
+            disk: self.disk.0,
+            array_id: self.array_id.clone(),
+            manager_epoch: self.manager_epoch,
+            path: path.display().to_string(),
+            adopt: true,
         };
         self.wait_for(|mut client| async move { client.replace_device(request).await })
             .map(drop)

@@ -139,12 +139,7 @@ impl StorageNodeService {
     /// Refuses another array's manager and a deposed one (an epoch below
     /// the highest that opened or used the disk), and records the epoch.
     fn check_manager(&self, disk: DiskIndex, array_id: &str, epoch: u64) -> Result<(), Status> {
-        if array_id != self.array_id {
-            return Err(Status::failed_precondition(format!(
-                "disk {disk} belongs to array {}, not {array_id}",
-                self.array_id
-            )));
-        }
+        self.check_array(disk, array_id)?;
         let mut epochs = self.epochs.lock().expect("not poisoned");
         let highest = epochs.entry(disk).or_default();
         if epoch < *highest {
@@ -153,6 +148,16 @@ impl StorageNodeService {
             )));
         }
         *highest = epoch;
+        Ok(())
+    }
+
+    fn check_array(&self, disk: DiskIndex, array_id: &str) -> Result<(), Status> {
+        if array_id != self.array_id {
+            return Err(Status::failed_precondition(format!(
+                "disk {disk} belongs to array {}, not {array_id}",
+                self.array_id
+            )));
+        }
         Ok(())
     }
 
@@ -356,13 +361,19 @@ impl StorageNode for StorageNodeService {
         let request = request.into_inner();
         let disk = DiskIndex(request.disk);
         let device = self.device(disk)?;
-        // Fencing as for `Rounds`: a deposed manager writes nothing.
-        self.check_manager(disk, &request.array_id, request.manager_epoch)?;
         let Some(op) = request.op else {
             return Err(Status::invalid_argument(
                 "a device request names no operation",
             ));
         };
+        if matches!(op, pb::device_request::Op::ReadBytes(_)) {
+            // A read changes nothing: any process of this array may read
+            // (`rondo fsck --storage-node` while the manager is stopped).
+            self.check_array(disk, &request.array_id)?;
+        } else {
+            // Fencing as for `Rounds`: a deposed manager writes nothing.
+            self.check_manager(disk, &request.array_id, request.manager_epoch)?;
+        }
         let offset = request.device_offset_bytes;
         // Device I/O blocks (O_DIRECT, fdatasync): off the runtime.
         let done = tokio::task::spawn_blocking(move || device_op(&device, offset, op))
@@ -382,8 +393,13 @@ impl StorageNode for StorageNodeService {
         self.check_manager(disk, &request.array_id, request.manager_epoch)?;
         let (dir, io_mode) = (self.data_dir.clone(), self.io_mode);
         let path = PathBuf::from(&request.path);
+        let adopt = request.adopt;
         let made = tokio::task::spawn_blocking(move || {
-            rondo_store::replace_device_file(&dir, disk, &path, io_mode)
+            if adopt {
+                adopt_device(&dir, disk, &path, io_mode)
+            } else {
+                rondo_store::replace_device_file(&dir, disk, &path, io_mode).map(Arc::new)
+            }
         })
         .await
         .map_err(|e| Status::internal(format!("replacing disk {disk}'s device: {e}")))?
@@ -393,9 +409,37 @@ impl StorageNode for StorageNodeService {
         self.devices
             .lock()
             .expect("not poisoned")
-            .insert(disk, Arc::new(made));
+            .insert(disk, made);
         Ok(Response::new(pb::ReplaceDeviceReply { path }))
     }
+}
+
+/// Opens disk `disk`'s device as the node's rondo.toml now records it,
+/// which must be `path`: the manager made it in the directory the two
+/// share and recorded it there (`ReplaceDevice` with `adopt`). A node whose
+/// directory is not the manager's still records its old device, and says so.
+fn adopt_device(
+    dir: &std::path::Path,
+    disk: DiskIndex,
+    path: &std::path::Path,
+    io_mode: IoMode,
+) -> rondo_store::Result<Arc<Device>> {
+    let (config, mut devices) = open_node_devices(dir, &[disk], io_mode)?;
+    let recorded = &config.devices[disk.index()].path;
+    if recorded != path {
+        return Err(rondo_store::StoreError::DeviceUnusable {
+            path: path.to_path_buf(),
+            reason: format!(
+                "the manager made it in its directory, but this node's {} records {} for \
+                 disk {disk}: the node's directory is not the manager's (move the node's \
+                 devices out of the manager's directory, then replace-disk makes the new \
+                 device on the node)",
+                dir.join("rondo.toml").display(),
+                recorded.display()
+            ),
+        });
+    }
+    Ok(devices.pop().expect("one disk asked for"))
 }
 
 /// One [`pb::DeviceRequest`]'s operation on `device`, with the device's own

@@ -393,6 +393,21 @@ pub trait RemoteDevice: Send + Sync + fmt::Debug {
             ),
         ))
     }
+    /// The device at `path` (as rondo.toml records it) was made for this
+    /// disk in the directory the remote side shares with this one (a
+    /// shared filesystem, [`crate::Store::replace_device`]): the remote
+    /// side reads it from now on, after checking that its own rondo.toml
+    /// records the same path.
+    fn adopt(&self, path: &Path) -> std::io::Result<()> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!(
+                "{}: cannot switch to a new device there (path {})",
+                self.location(),
+                path.display()
+            ),
+        ))
+    }
 }
 
 /// One disk's device, opened for aligned positional reads and writes.

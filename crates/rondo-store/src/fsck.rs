@@ -32,7 +32,7 @@ use crate::config::{ArrayConfig, CONFIG_FILE, IO_ALIGN_BYTES};
 use crate::device::{AlignedBuf, Device, IoMode};
 use crate::disk_state::{DISK_STATE_FILE, DiskStates};
 use crate::extent_faults::ExtentFaultRecords;
-use crate::store::{TitleRecord, expected_header, lock_dir};
+use crate::store::{TitleRecord, device_is_missing_or_blank, expected_header, lock_dir};
 
 /// What part of the directory a problem is in.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
@@ -214,6 +214,17 @@ impl fmt::Display for FsckReport {
 /// (stop the server first, or use [`crate::Store::fsck`] on the open store).
 /// Changes nothing.
 pub fn fsck(dir: impl AsRef<Path>) -> FsckReport {
+    fsck_with_devices_elsewhere(dir, &[])
+}
+
+/// [`fsck()`] for a directory whose disks may be held elsewhere: a disk whose
+/// device the directory does not hold (missing or blank) is read through
+/// its entry in `elsewhere` (a cluster's storage node that holds it), as
+/// the manager reads it.
+pub fn fsck_with_devices_elsewhere(
+    dir: impl AsRef<Path>,
+    elsewhere: &[(DiskIndex, Arc<dyn crate::RemoteDevice>)],
+) -> FsckReport {
     let dir = dir.as_ref();
     let mut report = FsckReport {
         dir: dir.to_path_buf(),
@@ -259,13 +270,15 @@ pub fn fsck(dir: impl AsRef<Path>) -> FsckReport {
             continue;
         }
         let path = config.device_path(dir, k);
-        match Device::open(
-            &path,
-            DiskIndex(k as u32),
-            &expected_header(&config, k),
-            IoMode::Direct,
-        ) {
+        let disk = DiskIndex(k as u32);
+        let header = expected_header(&config, k);
+        let remote = elsewhere.iter().find(|(d, _)| *d == disk).map(|(_, r)| r);
+        match Device::open(&path, disk, &header, IoMode::Direct) {
             Ok(device) => devices.push(Some(Arc::new(device))),
+            Err(e) if remote.is_some() && device_is_missing_or_blank(&e) => {
+                let remote = Arc::clone(remote.expect("checked"));
+                devices.push(Some(Arc::new(Device::remote(disk, &header, remote))));
+            }
             Err(e) => {
                 report.problem(ProblemKind::Device, e.to_string());
                 devices.push(None);

@@ -46,7 +46,10 @@ pub use device::{
 pub use disk_state::{DISK_STATE_FILE, DiskStates, FailedDisk};
 pub use error::{Result, StoreError};
 pub use extent_faults::{EXTENT_FAULTS_FILE, ExtentFaultRecords};
-pub use fsck::{FsckProblem, FsckReport, FsckStatus, LostData, Orphan, ProblemKind, fsck};
+pub use fsck::{
+    FsckProblem, FsckReport, FsckStatus, LostData, Orphan, ProblemKind, fsck,
+    fsck_with_devices_elsewhere,
+};
 pub use store::{
     LOCK_FILE, LayoutInputs, MAX_TITLE_NAME_BYTES, Store, StoredTitle, TitleMeta, TitleRecord,
     TitleWriter, checksum, checksum_append, open_node_devices, replace_device_file,

@@ -232,6 +232,10 @@ pub(crate) struct State {
     /// filesystem): their rows are deleted and strides freed at the next
     /// catalog change that succeeds, not only at the next open.
     pending_abandons: Vec<(TitleId, TitleStrides)>,
+    /// Strides an interrupted ingest held, freed at open, whose device was
+    /// not there to give their bytes back (a cluster node's, punched when
+    /// [`Store::attach_remote_device`] attaches it).
+    unpunched: StrideList,
 }
 
 struct Inner {
@@ -241,6 +245,10 @@ struct Inner {
     config: ArrayConfig,
     /// By disk; an entry changes only through [`Store::replace_device`].
     devices: RwLock<Vec<Arc<Device>>>,
+    /// By disk: a process elsewhere that reads the device this directory
+    /// holds (a cluster's storage node on a shared filesystem), told when
+    /// [`Store::replace_device`] makes a new one here.
+    readers_elsewhere: RwLock<Vec<Option<Arc<dyn crate::RemoteDevice>>>>,
     state: Mutex<State>,
     recovered: Vec<String>,
     /// Held (flock) for the store's lifetime.
@@ -787,7 +795,7 @@ impl Store {
             });
         }
 
-        let recovered = recover(&mut conn)?;
+        let (recovered, recovered_strides) = recover(&mut conn)?;
         let stride_counts = config.stride_counts();
         let rows = catalog::stride_rows(&conn, None)?;
         let titles = catalog::title_rows(&conn, true)?;
@@ -806,15 +814,32 @@ impl Store {
             }
         })?;
 
+        // An interrupted ingest's strides give their bytes back to the
+        // filesystem, as an abandoned title's do; those of a disk whose
+        // device is elsewhere wait until it is attached.
+        let stride_bytes = config.stride_bytes;
+        let mut unpunched = Vec::new();
+        for (disk, stride) in recovered_strides {
+            match devices.get(disk.index()) {
+                Some(device) if device.unavailable_reason().is_none() => {
+                    device.punch_hole(stride * stride_bytes, stride_bytes)
+                }
+                Some(_) => unpunched.push((disk, stride)),
+                None => {}
+            }
+        }
+
         Ok(Store {
             inner: Arc::new(Inner {
                 dir: dir.to_path_buf(),
                 config,
+                readers_elsewhere: RwLock::new(vec![None; devices.len()]),
                 devices: RwLock::new(devices),
                 state: Mutex::new(State {
                     conn,
                     allocator,
                     pending_abandons: Vec::new(),
+                    unpunched,
                 }),
                 recovered,
                 _lock: lock,
@@ -919,7 +944,36 @@ impl Store {
             .devices
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())[k] = Arc::clone(&device);
+        let reader = self
+            .inner
+            .readers_elsewhere
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())[k]
+            .clone();
+        if let Some(reader) = reader {
+            // The node still reads the old device (removed from the
+            // directory, still open there): it must switch before the
+            // rebuild's copies are read back.
+            reader.adopt(path).map_err(|e| StoreError::DeviceUnusable {
+                path: device.path().to_path_buf(),
+                reason: format!(
+                    "made here, but the process that reads it did not switch to it \
+                         ({e}); restart that storage node before restoring the disk"
+                ),
+            })?;
+        }
         Ok(device)
+    }
+
+    /// Disk `disk`'s device stays this directory's, and `reader` (a
+    /// cluster's storage node on a shared filesystem) reads it too: a
+    /// replacement made here ([`Store::replace_device`]) is announced to it
+    /// ([`crate::RemoteDevice::adopt`]), so that it reads the new device.
+    pub fn attach_device_reader(&self, disk: DiskIndex, reader: Arc<dyn crate::RemoteDevice>) {
+        self.inner
+            .readers_elsewhere
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())[disk.index()] = Some(reader);
     }
 
     /// Disk `disk`'s device is `remote`'s from now on (a cluster's storage
@@ -929,11 +983,25 @@ impl Store {
     pub fn attach_remote_device(&self, disk: DiskIndex, remote: Arc<dyn crate::RemoteDevice>) {
         let k = disk.index();
         let header = expected_header(&self.inner.config, k);
+        let device = Arc::new(Device::remote(disk, &header, remote));
+        // Under the state lock, so no title is placed on a stride between
+        // the check that it is still free and its punch.
+        let mut state = self.state();
         self.inner
             .devices
             .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())[k] =
-            Arc::new(Device::remote(disk, &header, remote));
+            .unwrap_or_else(|poisoned| poisoned.into_inner())[k] = Arc::clone(&device);
+        let stride_bytes = self.inner.config.stride_bytes;
+        let state = &mut *state;
+        state.unpunched.retain(|&(d, stride)| {
+            if d != disk {
+                return true;
+            }
+            if state.allocator.disk(d).is_free(stride) {
+                device.punch_hole(stride * stride_bytes, stride_bytes);
+            }
+            false
+        });
     }
 
     /// Disks whose device was missing or blank when the store opened (and
@@ -1446,12 +1514,29 @@ fn next_title_id(conn: &Connection) -> Result<u64> {
     next_title_id_in(conn).map_err(|e| StoreError::catalog("reading the next title id", e))
 }
 
+/// (disk, stride index) pairs.
+type StrideList = Vec<(DiskIndex, u64)>;
+
 /// Crash recovery: deletes every title left `writing` (its strides and
-/// extents go with it) in one transaction; returns their names.
-fn recover(conn: &mut Connection) -> Result<Vec<String>> {
+/// extents go with it) in one transaction; returns their names and the
+/// strides they held.
+fn recover(conn: &mut Connection) -> Result<(Vec<String>, StrideList)> {
     let tx = conn
         .transaction()
         .map_err(|e| StoreError::catalog("recovering unfinished titles", e))?;
+    let strides = {
+        let mut stmt = tx
+            .prepare(
+                "SELECT s.disk, s.stride_index FROM title_strides s JOIN titles t \
+                 ON t.id = s.title_id WHERE t.state = 'writing' ORDER BY s.disk, s.stride_index",
+            )
+            .map_err(|e| StoreError::catalog("recovering unfinished titles", e))?;
+        stmt.query_map([], |r| {
+            Ok((DiskIndex(r.get::<_, u32>(0)?), r.get::<_, i64>(1)? as u64))
+        })
+        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+        .map_err(|e| StoreError::catalog("recovering unfinished titles", e))?
+    };
     let names = {
         let mut stmt = tx
             .prepare("SELECT name FROM titles WHERE state = 'writing' ORDER BY id")
@@ -1464,7 +1549,7 @@ fn recover(conn: &mut Connection) -> Result<Vec<String>> {
         .map_err(|e| StoreError::catalog("recovering unfinished titles", e))?;
     tx.commit()
         .map_err(|e| StoreError::catalog("recovering unfinished titles", e))?;
-    Ok(names)
+    Ok((names, strides))
 }
 
 /// Writes one title, round by round; see the module docs. Dropping it without
@@ -1688,7 +1773,7 @@ impl Drop for TitleWriter {
 /// Whether opening a device failed because it is absent or holds no rondo
 /// header at all (a dead or blank disk), as opposed to another array's or
 /// another disk's device.
-fn device_is_missing_or_blank(e: &StoreError) -> bool {
+pub(crate) fn device_is_missing_or_blank(e: &StoreError) -> bool {
     use crate::device::HeaderMismatch;
     match e {
         StoreError::DeviceUnusable { reason, .. } => reason.starts_with("cannot open"),

@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 
 use common::*;
 use rondo_model::layout::Replica;
-use rondo_store::{Store, StoreError, fsck};
+use rondo_store::{RemoteDevice, Store, StoreError, fsck};
 
 const DIR_VAR: &str = "RONDO_STORE_CHILD_DIR";
 const EXPECT_VAR: &str = "RONDO_STORE_CHILD_EXPECT";
@@ -112,6 +112,114 @@ fn a_crash_mid_write_is_recovered_on_open() {
     let store = Store::open(tmp.path()).unwrap();
     assert!(store.recovered_titles().is_empty());
     assert_eq!(store.titles().unwrap().len(), 2);
+}
+
+/// Bytes the filesystem holds for the file at `path` (its allocated blocks).
+fn allocated_bytes(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+/// Disk `k`'s device holds `now` bytes: what it held before the partial
+/// title, within a block of the filesystem's own (ext4's extent tree keeps
+/// a block it grew), where the partial title had added at least a stride.
+fn given_back(now: u64, k: usize, before_crash: &[u64], after_crash: &[u64]) {
+    eprintln!(
+        "disk {k}: {} bytes before the partial title, {} after it, {now} after recovery",
+        before_crash[k], after_crash[k]
+    );
+    assert!(after_crash[k] >= before_crash[k] + (64 << 10), "disk {k}");
+    assert!(
+        now <= before_crash[k] + (4 << 10),
+        "disk {k}: {now} bytes held after recovery, {} before the partial title",
+        before_crash[k]
+    );
+}
+
+/// A device in another directory, reached as a cluster's storage node's
+/// would be (the store sees it only through [`RemoteDevice`]).
+#[derive(Debug)]
+struct DeviceElsewhere(std::sync::Arc<rondo_store::Device>);
+
+impl RemoteDevice for DeviceElsewhere {
+    fn location(&self) -> String {
+        self.0.path().display().to_string()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.0.read_at(offset, buf).map_err(std::io::Error::other)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.0.write_at(offset, buf).map_err(std::io::Error::other)
+    }
+    fn punch_hole(&self, offset: u64, length_bytes: u64) {
+        self.0.punch_hole(offset, length_bytes)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.0.sync().map_err(std::io::Error::other)
+    }
+}
+
+/// An interrupted ingest's strides give their bytes back to the filesystem
+/// when the next open removes the title: at once on the directory's own
+/// devices, and on a device held elsewhere (a storage node's) when it is
+/// attached; the strides a title placed meanwhile would keep theirs.
+#[test]
+fn an_interrupted_ingest_gives_its_bytes_back_here_and_on_a_nodes_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let store = Store::create(&dir, small_config(203, 64)).unwrap();
+    store_title(&store, "kept", 1, 6);
+    let devices: Vec<_> = (0..3)
+        .map(|k| store.config().device_path(&dir, k))
+        .collect();
+    drop(store);
+    let before_crash: Vec<u64> = devices.iter().map(|d| allocated_bytes(d)).collect();
+
+    let output = run_child("child_crashes_mid_write", &dir, "crash");
+    assert_eq!(output.status.signal(), Some(libc::SIGABRT), "{output:?}");
+    let after_crash: Vec<u64> = devices.iter().map(|d| allocated_bytes(d)).collect();
+    assert!(
+        (0..3).all(|k| after_crash[k] > before_crash[k]),
+        "the partial title wrote on every disk: {before_crash:?} -> {after_crash:?}"
+    );
+
+    // Disk 1's device moves to a node's directory of its own.
+    let node = tmp.path().join("node-1");
+    std::fs::create_dir(&node).unwrap();
+    std::fs::copy(dir.join("rondo.toml"), node.join("rondo.toml")).unwrap();
+    let moved = node.join(devices[1].file_name().unwrap());
+    std::fs::rename(&devices[1], &moved).unwrap();
+
+    let store = Store::open_devices_elsewhere(&dir).unwrap();
+    assert_eq!(store.recovered_titles(), ["partial".to_string()]);
+    for k in [0, 2] {
+        given_back(allocated_bytes(&devices[k]), k, &before_crash, &after_crash);
+    }
+    assert_eq!(
+        allocated_bytes(&moved),
+        after_crash[1],
+        "disk 1's device is not here: nothing punched yet"
+    );
+    let (_, mut opened) = rondo_store::open_node_devices(
+        &node,
+        &[rondo_model::units::DiskIndex(1)],
+        rondo_store::IoMode::Buffered,
+    )
+    .unwrap();
+    store.attach_remote_device(
+        rondo_model::units::DiskIndex(1),
+        std::sync::Arc::new(DeviceElsewhere(opened.pop().unwrap())),
+    );
+    given_back(allocated_bytes(&moved), 1, &before_crash, &after_crash);
+    // The kept title still reads whole, disk 1 through the node.
+    let kept = store.titles().unwrap()[0].clone();
+    let title = store.load_title(kept.id).unwrap();
+    for round in 0..6 {
+        assert_eq!(
+            store.read_round(&title, round, Replica::Primary).unwrap(),
+            round_data(1, round, kept.client_bytes[round])
+        );
+    }
 }
 
 #[test]
