@@ -37,7 +37,7 @@
 # (flags for a new directory, e.g. "--disks 8 --disk-groups 2 --scheme
 # minimum"), KILL_NODE_AT_S (SIGKILL storage node 0 then), INTERFACE_NODES
 # (1: clients go through an interface node, with a standby manager),
-# BUFFER_S (its buffer, 6), KILL_MANAGER_AT_S (SIGKILL the elected manager
+# BUFFER_S (its buffer, 8), KILL_MANAGER_AT_S (SIGKILL the elected manager
 # then; the server-side window figures are then the standby's).
 # Needs: ffmpeg, curl, jq. Wall time ≈ WARMUP_S + MEASURE_S + TITLE_SECONDS (twice with COMPARE_POLICY)
 # + a minute.

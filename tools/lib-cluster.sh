@@ -74,7 +74,7 @@ cluster_start() {
         CLUSTER_PIDS+=($!)
         cluster_host iface0
         ip netns exec "$CLUSTER_TAG-iface0" "$RONDO" node interface --listen "$CLUSTER_IP:8090" \
-            --node-id interface-0 --etcd "$etcd" --cluster capacity --buffer-s "${BUFFER_S:-6}" \
+            --node-id interface-0 --etcd "$etcd" --cluster capacity --buffer-s "${BUFFER_S:-8}" \
             > "$WORK/interface-0.out" 2> "$WORK/interface-0.err" &
         CLUSTER_PIDS+=($!)
         URL="http://$CLUSTER_IP:8090"

@@ -22,7 +22,7 @@
 # Settings (environment): RONDO (binary; default target/release/rondo,
 # built if missing), NODES (2), DISK_GROUPS (2), PORT (8080, the manager's HTTP),
 # NODE_PORT (7400: node k listens on NODE_PORT + k), INTERFACES (2),
-# IFACE_PORT (8090: interface node k on IFACE_PORT + k), BUFFER_S (6, their
+# IFACE_PORT (8090: interface node k on IFACE_PORT + k), BUFFER_S (8, their
 # buffers in seconds), ETCD_PORT (23790; etcd's
 # peer port is the next one). Needs Debian's etcd-server.
 set -euo pipefail
@@ -34,7 +34,7 @@ PORT=${PORT:-8080}
 NODE_PORT=${NODE_PORT:-7400}
 INTERFACES=${INTERFACES:-2}
 IFACE_PORT=${IFACE_PORT:-8090}
-BUFFER_S=${BUFFER_S:-6}
+BUFFER_S=${BUFFER_S:-8}
 ETCD_PORT=${ETCD_PORT:-23790}
 ETCD=http://127.0.0.1:$ETCD_PORT
 # shellcheck source=tools/lib.sh

@@ -149,7 +149,7 @@ fn clients_of_an_interface_node_play_on_across_the_managers_takeover() {
         let serve = cluster.manager("b");
         std::thread::spawn(move || serve.start())
     };
-    let interface = cluster.interface("i0", "6");
+    let interface = cluster.interface("i0", "8");
 
     // Through the interface node, the manager's API and player page, with
     // URLs that point at the interface node.
@@ -471,7 +471,7 @@ fn at_capacity_the_standby_puts_every_stream_back_on_its_diagonal() {
         let serve = cluster.manager("b");
         std::thread::spawn(move || serve.start())
     };
-    let interface = cluster.interface("i0", "6");
+    let interface = cluster.interface("i0", "8");
     let seed = "23";
     let load = Command::new(RONDO)
         .args(["load", "--url", &interface.url, "--rate", CAPACITY_RATE])

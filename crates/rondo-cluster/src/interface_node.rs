@@ -96,10 +96,22 @@ struct Stats {
     streams_abandoned: AtomicU64,
     /// Release rounds whose bytes had not all arrived when due.
     late_rounds: AtomicU64,
-    /// The longest time from an upstream's loss to its rest's first bytes.
+    /// The longest time from an upstream's loss to the answer with its rest.
     resume_gap_ns_max: AtomicU64,
-    /// The least slack a resumed stream had left when its rest arrived.
+    /// The least slack a resumed stream had left when that answer came.
     resume_slack_ns_min: AtomicU64,
+    /// The least slack a stream had when its upstream broke: the most its
+    /// rest's first bytes may take, from the loss, without a late round.
+    loss_slack_ns_min: AtomicU64,
+    /// The longest time from an upstream's loss to its rest's first bytes
+    /// (the answer's gap plus the new manager's wait for the stream's read
+    /// round): a resumed stream has a late round when this passes its
+    /// slack at the loss.
+    resume_bytes_gap_ns_max: AtomicU64,
+    /// The least slack a resumed stream had left when its rest's first
+    /// bytes came: the margin the buffer kept over the takeover (zero when
+    /// a round was already late).
+    resume_bytes_slack_ns_min: AtomicU64,
     bytes_released: AtomicU64,
     buffered_bytes: AtomicU64,
 }
@@ -133,6 +145,8 @@ impl InterfaceNode {
             schedules: Default::default(),
             stats: Stats {
                 resume_slack_ns_min: AtomicU64::new(u64::MAX),
+                loss_slack_ns_min: AtomicU64::new(u64::MAX),
+                resume_bytes_slack_ns_min: AtomicU64::new(u64::MAX),
                 ..Stats::default()
             },
         }))
@@ -289,6 +303,8 @@ impl InterfaceNode {
     fn snapshot(&self) -> serde_json::Value {
         let s = &self.stats;
         let slack_min = s.resume_slack_ns_min.load(Relaxed);
+        let loss_slack_min = s.loss_slack_ns_min.load(Relaxed);
+        let bytes_slack_min = s.resume_bytes_slack_ns_min.load(Relaxed);
         json!({
             "node_id": self.config.node_id,
             "manager": self.current.lock().expect("not poisoned").clone(),
@@ -302,6 +318,9 @@ impl InterfaceNode {
             "late_rounds": s.late_rounds.load(Relaxed),
             "resume_gap_ms_max": s.resume_gap_ns_max.load(Relaxed) as f64 / 1e6,
             "resume_slack_ms_min": (slack_min != u64::MAX).then(|| slack_min as f64 / 1e6),
+            "loss_slack_ms_min": (loss_slack_min != u64::MAX).then(|| loss_slack_min as f64 / 1e6),
+            "resume_bytes_gap_ms_max": s.resume_bytes_gap_ns_max.load(Relaxed) as f64 / 1e6,
+            "resume_bytes_slack_ms_min": (bytes_slack_min != u64::MAX).then(|| bytes_slack_min as f64 / 1e6),
             "bytes_released": s.bytes_released.load(Relaxed),
             "buffered_bytes": s.buffered_bytes.load(Relaxed),
         })
@@ -636,6 +655,8 @@ async fn relay_stream(
     let mut held: VecDeque<Bytes> = VecDeque::new();
     let mut held_bytes = 0u64;
     let mut abandoned = false;
+    // A resumed upstream's loss, until its rest's first bytes come.
+    let mut rest_awaited_since: Option<Instant> = None;
     loop {
         let wake = relay
             .next_release_ns()
@@ -661,6 +682,22 @@ async fn relay_stream(
             Event::Chunk(Ok(Some(bytes)))
                 if relay.received_bytes() + bytes.len() as u64 <= relay.curve().length_bytes() =>
             {
+                if let Some(lost_at) = rest_awaited_since.take() {
+                    let bytes_gap_ns = lost_at.elapsed().as_nanos() as u64;
+                    stats
+                        .resume_bytes_gap_ns_max
+                        .fetch_max(bytes_gap_ns, Relaxed);
+                    let slack_ns = relay.slack_ns(now_ns());
+                    if let Some(slack_ns) = slack_ns {
+                        stats.resume_bytes_slack_ns_min.fetch_min(slack_ns, Relaxed);
+                    }
+                    tracing::info!(
+                        path,
+                        bytes_gap_ms = bytes_gap_ns / 1_000_000,
+                        slack_ms = slack_ns.map(|s| s / 1_000_000),
+                        "a resumed stream's first bytes"
+                    );
+                }
                 relay.received(now_ns(), bytes.len() as u64);
                 held_bytes += bytes.len() as u64;
                 stats.buffered_bytes.fetch_add(bytes.len() as u64, Relaxed);
@@ -677,7 +714,16 @@ async fn relay_stream(
                 stats.upstreams_lost.fetch_add(1, Relaxed);
                 let from = first_byte + relay.received_bytes();
                 let last = first_byte + relay.curve().length_bytes() - 1;
-                tracing::info!(path, from, "upstream lost; asking a manager for the rest");
+                let slack_ns = relay.slack_ns(now_ns());
+                if let Some(slack_ns) = slack_ns {
+                    stats.loss_slack_ns_min.fetch_min(slack_ns, Relaxed);
+                }
+                tracing::info!(
+                    path,
+                    from,
+                    slack_ms = slack_ns.map(|s| s / 1_000_000),
+                    "upstream lost; asking a manager for the rest"
+                );
                 let lost_at = Instant::now();
                 // The lost manager's time at the loss: what it said when it
                 // answered, plus what passed here since.
@@ -713,6 +759,7 @@ async fn relay_stream(
                             "stream resumed"
                         );
                         stats.upstreams_reading.fetch_add(1, Relaxed);
+                        rest_awaited_since = Some(*lost_at);
                         schedule = schedule_of(&response);
                         upstream = Upstream::Reading(response);
                     }

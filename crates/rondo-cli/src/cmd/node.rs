@@ -66,11 +66,17 @@ pub struct InterfaceArgs {
     pub etcd: EtcdArgs,
 }
 
-/// The interface buffer's default (assumption: a manager killed outright
-/// is replaced within a lease TTL of 3 s plus the standby's start, measured
-/// at 2.5–3.3 s on the namespace cluster (docs/cluster.md); 6 s leaves a
-/// round's margin on top of the resumed stream's first round).
-const HOLD_S_DEFAULT: f64 = 6.0;
+/// The interface buffer's default. A stream's slack when its manager dies
+/// can be as little as the buffer (the kill just before the manager's next
+/// round), and its rest's first bytes come after the takeover (the
+/// standby's answer, measured 3.0–3.6 s after a kill, `cluster_interface`)
+/// plus up to three of the new manager's rounds (the rest of its round in
+/// progress, `RESUME_MARGIN_ROUNDS`, the read round: measured 3.0 s with
+/// 1 s rounds). Measured with 6 s: 72 late release rounds in 1 of 10 runs
+/// (docs/cluster.md, "How much buffer a takeover needs"). 8 s covers a
+/// 3.6 s takeover and three 1 s rounds with 1.4 s to spare (assumption:
+/// rounds of at most 1 s, a takeover within about 4 s).
+const HOLD_S_DEFAULT: f64 = 8.0;
 
 #[derive(Args, Debug)]
 pub struct StorageArgs {
