@@ -12,6 +12,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use rondo_testkit::files::flip_byte;
 use rondo_testkit::process::{RondoServe, Serve, StorageNode, success_json as json};
 use serde_json::Value;
 
@@ -504,21 +505,6 @@ fn fsck(data: &Path, nodes: &[&str]) -> Value {
             String::from_utf8_lossy(&output.stderr)
         )
     })
-}
-
-/// Flips one bit of the byte at `offset` of the file at `path`, durably.
-fn flip_byte(path: &Path, offset: u64) {
-    use std::os::unix::fs::FileExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut byte = [0u8; 1];
-    file.read_exact_at(&mut byte, offset).unwrap();
-    byte[0] ^= 0x10;
-    file.write_all_at(&byte, offset).unwrap();
-    file.sync_all().unwrap();
 }
 
 /// Punches out everything after a device's 1 MiB header region (its stride

@@ -626,6 +626,15 @@ enum Upstream {
     Ended,
 }
 
+/// Keeps the longest gap and the least slack (none before a stream's
+/// first byte) of a resume's stage.
+fn note_gap_and_slack(gap_max: (&AtomicU64, u64), slack_min: (&AtomicU64, Option<u64>)) {
+    gap_max.0.fetch_max(gap_max.1, Relaxed);
+    if let Some(slack_ns) = slack_min.1 {
+        slack_min.0.fetch_min(slack_ns, Relaxed);
+    }
+}
+
 /// What woke a relayed stream.
 enum Event {
     Chunk(Result<Option<Bytes>, reqwest::Error>),
@@ -684,13 +693,11 @@ async fn relay_stream(
             {
                 if let Some(lost_at) = rest_awaited_since.take() {
                     let bytes_gap_ns = lost_at.elapsed().as_nanos() as u64;
-                    stats
-                        .resume_bytes_gap_ns_max
-                        .fetch_max(bytes_gap_ns, Relaxed);
                     let slack_ns = relay.slack_ns(now_ns());
-                    if let Some(slack_ns) = slack_ns {
-                        stats.resume_bytes_slack_ns_min.fetch_min(slack_ns, Relaxed);
-                    }
+                    note_gap_and_slack(
+                        (&stats.resume_bytes_gap_ns_max, bytes_gap_ns),
+                        (&stats.resume_bytes_slack_ns_min, slack_ns),
+                    );
                     tracing::info!(
                         path,
                         bytes_gap_ms = bytes_gap_ns / 1_000_000,
@@ -748,10 +755,10 @@ async fn relay_stream(
                         // slack to count (its schedule starts with the rest).
                         let slack_ns = relay.slack_ns(now_ns());
                         stats.streams_resumed.fetch_add(1, Relaxed);
-                        stats.resume_gap_ns_max.fetch_max(gap_ns, Relaxed);
-                        if let Some(slack_ns) = slack_ns {
-                            stats.resume_slack_ns_min.fetch_min(slack_ns, Relaxed);
-                        }
+                        note_gap_and_slack(
+                            (&stats.resume_gap_ns_max, gap_ns),
+                            (&stats.resume_slack_ns_min, slack_ns),
+                        );
                         tracing::info!(
                             path,
                             gap_ms = gap_ns / 1_000_000,

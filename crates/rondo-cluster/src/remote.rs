@@ -382,6 +382,20 @@ impl NodeDevice {
             .map(|reply| reply.data)
     }
 
+    /// `ReplaceDevice`: the node makes the disk's new device at `path`, or
+    /// (`adopt`) opens the one the manager made in the directory they share.
+    fn replace_device(&self, path: &std::path::Path, adopt: bool) -> std::io::Result<()> {
+        let request = pb::ReplaceDeviceRequest {
+            disk: self.disk.0,
+            array_id: self.array_id.clone(),
+            manager_epoch: self.manager_epoch,
+            path: path.display().to_string(),
+            adopt,
+        };
+        self.wait_for(|mut client| async move { client.replace_device(request).await })
+            .map(drop)
+    }
+
     /// Runs `rpc` on the node links' runtime and waits for its answer,
     /// from any thread (the store's callers are blocking code), at most
     /// [`DEVICE_ACCESS_TIMEOUT`].
@@ -455,27 +469,11 @@ impl rondo_store::RemoteDevice for NodeDevice {
     }
 
     fn replace(&self, path: &std::path::Path) -> std::io::Result<()> {
-        let request = pb::ReplaceDeviceRequest {
-            disk: self.disk.0,
-            array_id: self.array_id.clone(),
-            manager_epoch: self.manager_epoch,
-            path: path.display().to_string(),
-            adopt: false,
-        };
-        self.wait_for(|mut client| async move { client.replace_device(request).await })
-            .map(drop)
+        self.replace_device(path, false)
     }
 
     fn adopt(&self, path: &std::path::Path) -> std::io::Result<()> {
-        let request = pb::ReplaceDeviceRequest {
-            disk: self.disk.0,
-            array_id: self.array_id.clone(),
-            manager_epoch: self.manager_epoch,
-            path: path.display().to_string(),
-            adopt: true,
-        };
-        self.wait_for(|mut client| async move { client.replace_device(request).await })
-            .map(drop)
+        self.replace_device(path, true)
     }
 }
 

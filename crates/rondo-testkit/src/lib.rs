@@ -9,11 +9,13 @@
 //!   again.
 //! - [`netns`]: hosts in network namespaces on one bridge, for the
 //!   cluster tests, with cuts and partitions.
+//! - [`files`]: damage done to files on purpose (a flipped byte).
 //! - [`fuzz`]: a seeded mutation fuzzer for parsers, run as tests.
 //! - [`s3`]: a real S3 server (s3s-fs) over a directory, in process, for
 //!   the S3 tier's tests; also the `rondo-test-s3` binary.
 
 pub mod browser;
+pub mod files;
 pub mod fuzz;
 pub mod http;
 pub mod media;

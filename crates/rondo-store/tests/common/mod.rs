@@ -4,8 +4,6 @@
 
 #![allow(dead_code)]
 
-use std::path::Path;
-
 use rondo_model::layout::TitlePlan;
 use rondo_model::layout::rng::SplitMix64;
 use rondo_model::schedule::Schedule;
@@ -100,17 +98,5 @@ pub fn store_title(store: &Store, name: &str, seed: u64, rounds: usize) -> Title
         .unwrap()
 }
 
-/// Flips one bit of the byte at `offset` of the file at `path`.
-pub fn flip_byte(path: &Path, offset: u64) {
-    use std::os::unix::fs::FileExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut byte = [0u8; 1];
-    file.read_exact_at(&mut byte, offset).unwrap();
-    byte[0] ^= 0x10;
-    file.write_all_at(&byte, offset).unwrap();
-    file.sync_all().unwrap();
-}
+#[allow(unused_imports)] // not every test binary flips bytes
+pub use rondo_testkit::files::flip_byte;
