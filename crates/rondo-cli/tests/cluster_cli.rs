@@ -490,6 +490,62 @@ fn a_disk_replaced_on_a_shared_filesystem_is_read_from_its_new_device() {
     );
 }
 
+/// A node whose directory is a copy of the manager's (devices copied, not
+/// moved) cannot follow a replacement the manager made in its own
+/// directory: `replace-disk` is refused with why, naming the node, and
+/// the node keeps serving the device it has.
+#[test]
+fn a_node_with_a_copied_directory_refuses_a_replacement_made_by_the_manager() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let reference = sample_bodies(&data);
+    let node_dirs: Vec<_> = (0..4u32)
+        .map(|d| {
+            let dir = tmp.path().join(format!("node-{d}"));
+            std::fs::create_dir(&dir).unwrap();
+            for file in ["rondo.toml".to_string(), format!("disk-{d}.dev")] {
+                std::fs::copy(data.join(&file), dir.join(&file)).unwrap();
+            }
+            dir
+        })
+        .collect();
+    let nodes: Vec<StorageNode> = (0..4u32)
+        .map(|d| StorageNode::start(env!("CARGO_BIN_EXE_rondo"), &node_dirs[d as usize], &[d]))
+        .collect();
+    let mut manager =
+        Serve::on(env!("CARGO_BIN_EXE_rondo"), &data).timeout(Duration::from_secs(30));
+    for node in &nodes {
+        manager = manager.args(["--storage-node", &node.address]);
+    }
+    let manager = manager.start();
+    admin(&data, &["fail-disk", "2"]);
+    let refused = rondo()
+        .args([
+            "admin",
+            "replace-disk",
+            "2",
+            "new-disk-2.dev",
+            "--json",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!refused.status.success(), "{said}");
+    assert!(said.contains("not the manager's"), "{said}");
+    assert!(said.contains(&nodes[2].address), "names the node: {said}");
+    assert!(said.contains("restart that storage node"), "{said}");
+    // The node still reads its own (copied) device: disk 2 restored
+    // serves every title with no read error.
+    restore_until_healthy(&data, 2);
+    assert_eq!(bodies(&manager.url), reference);
+}
+
 /// `rondo fsck --json` of `data`, reading the disks it does not hold
 /// through `nodes`.
 fn fsck(data: &Path, nodes: &[&str]) -> Value {
