@@ -490,8 +490,8 @@ fn a_disk_replaced_on_a_shared_filesystem_is_read_from_its_new_device() {
     );
 }
 
-/// A node whose directory is a copy of the manager's (devices copied, not
-/// moved) cannot follow a replacement the manager made in its own
+/// A node whose directory is a copy of the manager's (its own rondo.toml,
+/// the devices held by both) cannot follow a replacement the manager made in its own
 /// directory: `replace-disk` is refused with why, naming the node, and
 /// the node keeps serving the device it has.
 #[test]
@@ -503,9 +503,11 @@ fn a_node_with_a_copied_directory_refuses_a_replacement_made_by_the_manager() {
         .map(|d| {
             let dir = tmp.path().join(format!("node-{d}"));
             std::fs::create_dir(&dir).unwrap();
-            for file in ["rondo.toml".to_string(), format!("disk-{d}.dev")] {
-                std::fs::copy(data.join(&file), dir.join(&file)).unwrap();
-            }
+            std::fs::copy(data.join("rondo.toml"), dir.join("rondo.toml")).unwrap();
+            // Held by both directories (a hard link: copying a sparse
+            // device file would write its whole size).
+            let device = format!("disk-{d}.dev");
+            std::fs::hard_link(data.join(&device), dir.join(&device)).unwrap();
             dir
         })
         .collect();
