@@ -83,6 +83,34 @@ fn cluster_of_processes(
     (reference, nodes, manager.start())
 }
 
+/// Four storage nodes of one disk each, node d in `parent/node-d` with a
+/// copy of `data`'s rondo.toml and its device put there by `place` (from
+/// `data`'s path to the node's), and a manager over `data` and them.
+fn cluster_in_node_dirs(
+    parent: &Path,
+    data: &Path,
+    place: impl Fn(&Path, &Path) -> std::io::Result<()>,
+) -> (Vec<std::path::PathBuf>, Vec<StorageNode>, RondoServe) {
+    let node_dirs: Vec<_> = (0..4u32)
+        .map(|d| {
+            let dir = parent.join(format!("node-{d}"));
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::copy(data.join("rondo.toml"), dir.join("rondo.toml")).unwrap();
+            let device = format!("disk-{d}.dev");
+            place(&data.join(&device), &dir.join(&device)).unwrap();
+            dir
+        })
+        .collect();
+    let nodes: Vec<StorageNode> = (0..4u32)
+        .map(|d| StorageNode::start(env!("CARGO_BIN_EXE_rondo"), &node_dirs[d as usize], &[d]))
+        .collect();
+    let mut manager = Serve::on(env!("CARGO_BIN_EXE_rondo"), data).timeout(Duration::from_secs(30));
+    for node in &nodes {
+        manager = manager.args(["--storage-node", &node.address]);
+    }
+    (node_dirs, nodes, manager.start())
+}
+
 /// The directory's status once disk `disk` is failed, or at `deadline`.
 fn status_once_failed(data: &Path, disk: usize, deadline: Instant) -> Value {
     status_once(data, disk, "failed", deadline)
@@ -318,24 +346,8 @@ fn storage_nodes_with_devices_of_their_own_store_rebuild_and_serve() {
 
     // Each node's own directory: rondo.toml and its device, moved out.
     let device = |dir: &Path, d: u32| dir.join(format!("disk-{d}.dev"));
-    let node_dirs: Vec<_> = (0..4u32)
-        .map(|d| {
-            let dir = tmp.path().join(format!("node-{d}"));
-            std::fs::create_dir(&dir).unwrap();
-            std::fs::copy(data.join("rondo.toml"), dir.join("rondo.toml")).unwrap();
-            std::fs::rename(device(&data, d), device(&dir, d)).unwrap();
-            dir
-        })
-        .collect();
-    let nodes: Vec<StorageNode> = (0..4u32)
-        .map(|d| StorageNode::start(env!("CARGO_BIN_EXE_rondo"), &node_dirs[d as usize], &[d]))
-        .collect();
-    let mut manager =
-        Serve::on(env!("CARGO_BIN_EXE_rondo"), &data).timeout(Duration::from_secs(30));
-    for node in &nodes {
-        manager = manager.args(["--storage-node", &node.address]);
-    }
-    let mut manager = manager.start();
+    let (node_dirs, nodes, mut manager) =
+        cluster_in_node_dirs(tmp.path(), &data, |from, to| std::fs::rename(from, to));
     assert_eq!(bodies(&manager.url), reference, "read by the nodes");
 
     // An upload: the manager's ingest writes every round to the nodes.
@@ -499,27 +511,10 @@ fn a_node_with_a_copied_directory_refuses_a_replacement_made_by_the_manager() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let reference = sample_bodies(&data);
-    let node_dirs: Vec<_> = (0..4u32)
-        .map(|d| {
-            let dir = tmp.path().join(format!("node-{d}"));
-            std::fs::create_dir(&dir).unwrap();
-            std::fs::copy(data.join("rondo.toml"), dir.join("rondo.toml")).unwrap();
-            // Held by both directories (a hard link: copying a sparse
-            // device file would write its whole size).
-            let device = format!("disk-{d}.dev");
-            std::fs::hard_link(data.join(&device), dir.join(&device)).unwrap();
-            dir
-        })
-        .collect();
-    let nodes: Vec<StorageNode> = (0..4u32)
-        .map(|d| StorageNode::start(env!("CARGO_BIN_EXE_rondo"), &node_dirs[d as usize], &[d]))
-        .collect();
-    let mut manager =
-        Serve::on(env!("CARGO_BIN_EXE_rondo"), &data).timeout(Duration::from_secs(30));
-    for node in &nodes {
-        manager = manager.args(["--storage-node", &node.address]);
-    }
-    let manager = manager.start();
+    // Held by both directories (a hard link: copying a sparse device file
+    // would write its whole size).
+    let (_, nodes, manager) =
+        cluster_in_node_dirs(tmp.path(), &data, |from, to| std::fs::hard_link(from, to));
     admin(&data, &["fail-disk", "2"]);
     let refused = rondo()
         .args([

@@ -384,14 +384,7 @@ pub trait RemoteDevice: Send + Sync + fmt::Debug {
     /// failed disk's replacement, `rondo admin replace-disk`), as
     /// [`crate::replace_device_file`] does in a directory.
     fn replace(&self, path: &Path) -> std::io::Result<()> {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            format!(
-                "{}: cannot replace a device there (path {})",
-                self.location(),
-                path.display()
-            ),
-        ))
+        Err(unsupported(self.location(), "replace a device", path))
     }
     /// The device at `path` (as rondo.toml records it) was made for this
     /// disk in the directory the remote side shares with this one (a
@@ -399,15 +392,16 @@ pub trait RemoteDevice: Send + Sync + fmt::Debug {
     /// side reads it from now on, after checking that its own rondo.toml
     /// records the same path.
     fn adopt(&self, path: &Path) -> std::io::Result<()> {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            format!(
-                "{}: cannot switch to a new device there (path {})",
-                self.location(),
-                path.display()
-            ),
-        ))
+        Err(unsupported(self.location(), "switch to a new device", path))
     }
+}
+
+/// What a [`RemoteDevice`] without `replace` or `adopt` answers.
+fn unsupported(location: String, what: &str, path: &Path) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        format!("{location}: cannot {what} there (path {})", path.display()),
+    )
 }
 
 /// One disk's device, opened for aligned positional reads and writes.

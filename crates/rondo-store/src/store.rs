@@ -822,7 +822,7 @@ impl Store {
         for (disk, stride) in recovered_strides {
             match devices.get(disk.index()) {
                 Some(device) if device.unavailable_reason().is_none() => {
-                    device.punch_hole(stride * stride_bytes, stride_bytes)
+                    punch_stride(device, stride, stride_bytes)
                 }
                 Some(_) => unpunched.push((disk, stride)),
                 None => {}
@@ -998,7 +998,7 @@ impl Store {
                 return true;
             }
             if state.allocator.disk(d).is_free(stride) {
-                device.punch_hole(stride * stride_bytes, stride_bytes);
+                punch_stride(&device, stride, stride_bytes);
             }
             false
         });
@@ -1464,7 +1464,7 @@ impl Store {
         let stride_bytes = self.inner.config.stride_bytes;
         let devices = self.devices();
         for (disk, _, stride) in strides.iter() {
-            devices[disk.index()].punch_hole(stride * stride_bytes, stride_bytes);
+            punch_stride(&devices[disk.index()], stride, stride_bytes);
         }
         let mut guard = self.state();
         let state = &mut *guard;
@@ -1512,6 +1512,12 @@ fn next_title_id_in(conn: &Connection) -> rusqlite::Result<u64> {
 
 fn next_title_id(conn: &Connection) -> Result<u64> {
     next_title_id_in(conn).map_err(|e| StoreError::catalog("reading the next title id", e))
+}
+
+/// Gives stride `stride`'s bytes back to the filesystem (a hole in a
+/// sparse device file; best effort): an abandoned or interrupted title's.
+fn punch_stride(device: &Device, stride: u64, stride_bytes: u64) {
+    device.punch_hole(stride * stride_bytes, stride_bytes);
 }
 
 /// (disk, stride index) pairs.
