@@ -112,6 +112,35 @@ fn describe_prints_tables_for_every_profile() {
     );
 }
 
+/// A short-stroked Cheetah: its outer zones only, shorter seeks, and the
+/// rondo bound admitting more per round in the zones it keeps.
+#[test]
+fn a_short_stroked_cheetah_keeps_its_outer_zones_and_admits_more() {
+    let whole = json(&["disk", "describe", "cheetah-4lp", "--json"]);
+    let short = json(&["disk", "describe", "cheetah-4lp-outer35", "--json"]);
+    assert_eq!(short["name"], "cheetah-4lp-outer35");
+    let share =
+        short["capacity_bytes"].as_f64().unwrap() / whole["capacity_bytes"].as_f64().unwrap();
+    assert!((0.35..0.40).contains(&share), "{share}");
+    let zones = short["zones"].as_array().unwrap();
+    assert_eq!(zones.len(), 2, "{zones:?}");
+    assert!(close(&zones[0]["media_rate_mb_per_s"], 16.69, 0.05));
+    assert!(short["avg_seek_ms"].as_f64().unwrap() < 0.5 * whole["avg_seek_ms"].as_f64().unwrap());
+    let most = |v: &Value| {
+        v["rondo_bound"]["zones"][0]["max_requests_per_round"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(
+        most(&short) > most(&whole),
+        "{} vs {}",
+        most(&short),
+        most(&whole)
+    );
+    let err = run_err(&["disk", "describe", "nvme-gen4-outer50"]);
+    assert!(err.contains("no stroke"), "{err}");
+}
+
 #[test]
 fn unknown_profiles_list_the_known_ones() {
     for args in [

@@ -114,7 +114,10 @@ fn list(json: bool) -> anyhow::Result<()> {
     writeln!(out, "{table}")?;
     writeln!(
         out,
-        "`rondo disk describe PROFILE` shows a profile's figures and sources."
+        "`rondo disk describe PROFILE` shows a profile's figures and sources.\n\
+         Variants by name: NAME-q (command queueing, drives with a cache), NAME-outer<PERCENT>\n\
+         (a rotating drive short-stroked to the outer PERCENT% of its cylinders, e.g.\n\
+         cheetah-4lp-outer35), seed003-table1-c<MIB>-s<SEGMENTS> (seed 003's cache set-ups)."
     )?;
     emit(&out)
 }

@@ -294,8 +294,14 @@ pub fn builtin() -> Vec<DiskProfile> {
 /// the listed ones, `seed003-table1-c<MIB>-s<N>` is seed 003's drive set as
 /// its Sweep&Prefetch experiments set DiskSim ([`seed003_table1_prefetching`]),
 /// and any of them with a cache followed by `-q` is that drive with command
-/// queueing ([`with_command_queueing`]).
+/// queueing ([`with_command_queueing`]), and any rotating one followed by
+/// `-outer<PERCENT>` is that drive short-stroked ([`short_stroked`]).
 pub fn by_name(name: &str) -> Result<DiskProfile, DiskError> {
+    if let Some((base, percent)) = name.rsplit_once("-outer")
+        && let Ok(percent) = percent.parse::<u32>()
+    {
+        return short_stroked(by_name(base)?, percent);
+    }
     if let Some(profile) = parse_seed003_prefetching(name) {
         return Ok(profile);
     }
@@ -313,7 +319,8 @@ pub fn by_name(name: &str) -> Result<DiskProfile, DiskError> {
             known: format!(
                 "{}, or seed003-table1-c<MIB>-s<SEGMENTS> (e.g. seed003-table1-c2-s8); any of \
                  them with a cache followed by -q: command queueing, hits overlapping the next \
-                 command (e.g. hdd-7200-q)",
+                 command (e.g. hdd-7200-q); any rotating one followed by -outer<PERCENT>: \
+                 short-stroked to that share of its cylinders (e.g. cheetah-4lp-outer30)",
                 PROFILE_NAMES.join(", ")
             ),
         })
@@ -610,6 +617,99 @@ pub fn with_cache_segments_for(mut profile: DiskProfile, block_bytes: u64) -> Di
         );
     }
     profile
+}
+
+/// `profile` short-stroked: only the outer `percent`% of its cylinders hold
+/// data. Operators short-stroke disks to trade capacity for shorter seeks;
+/// for rondo it is what lets the rondo bound charge the seeks of the stroke
+/// the data can lie in instead of the whole disk's (its fixed part is two
+/// full strokes and a sweep, its seek line is fitted over every distance).
+///
+/// The kept cylinders end at a sparing-range boundary of the zone they end
+/// in (or at the end of the previous zone), so every kept LBN maps to the
+/// same physical sector as on the whole drive: the result is the same drive
+/// with its addresses past the kept ones unused. Named with `-outer<P>`
+/// after the original name (`cheetah-4lp-outer30`). Refused for a
+/// solid-state profile (no stroke) and for `percent` outside 1–100.
+pub fn short_stroked(mut profile: DiskProfile, percent: u32) -> Result<DiskProfile, DiskError> {
+    let invalid = |reason: String| DiskError::InvalidProfile {
+        profile: format!("{}-outer{percent}", profile.name),
+        reason,
+    };
+    if !(1..=100).contains(&percent) {
+        return Err(invalid(format!(
+            "the kept share of the stroke is given in percent, 1 to 100, not {percent}"
+        )));
+    }
+    let DiskModelSpec::Mechanical(m) = &mut profile.model else {
+        return Err(invalid(
+            "a solid-state device has no stroke to shorten".to_string(),
+        ));
+    };
+    let limit = (u64::from(m.cylinders) * u64::from(percent) / 100).max(1) as u32;
+    let range = m.sparing_range_cylinders.filter(|&r| r > 0);
+    let mut zones = Vec::with_capacity(m.zones.len());
+    for z in &m.zones {
+        if z.first_cylinder >= limit {
+            break;
+        }
+        let mut kept = z.clone();
+        if z.last_cylinder >= limit {
+            let whole = limit - z.first_cylinder;
+            let aligned = match range {
+                Some(r) => whole / r * r,
+                None => whole,
+            };
+            if aligned == 0 {
+                break;
+            }
+            kept.last_cylinder = z.first_cylinder + aligned - 1;
+            let surfaces = u64::from(m.surfaces);
+            let physical = u64::from(aligned) * surfaces * u64::from(z.sectors_per_track);
+            kept.slips.retain(|&s| s < physical);
+        }
+        zones.push(kept);
+    }
+    let Some(last) = zones.last() else {
+        return Err(invalid(format!(
+            "{percent}% of {} cylinders holds no whole sparing range of the first zone",
+            m.cylinders
+        )));
+    };
+    let cylinders_before = m.cylinders;
+    let cylinders = last.last_cylinder + 1;
+    // Lee's curve is fitted to the whole stroke (its full seek at the last
+    // cylinder): keep the whole drive's curve by sampling it, densely where
+    // it bends, over the distances the kept stroke has.
+    if matches!(m.seek, SeekSpec::Lee { .. }) {
+        let curve = m.seek_curve().map_err(invalid)?;
+        let mut points = Vec::new();
+        let mut d = 1u32;
+        while d < cylinders {
+            points.push(SeekPoint {
+                distance_cylinders: d,
+                time_ns: curve.seek_ns(d).round() as u64,
+            });
+            d = (d + 1)
+                .max(d + d / 100)
+                .min(cylinders.saturating_sub(1).max(d + 1));
+        }
+        if points.len() < 2 {
+            return Err(invalid(
+                "too few cylinders kept for a seek curve".to_string(),
+            ));
+        }
+        m.seek = SeekSpec::Extracted { points };
+    }
+    m.cylinders = cylinders;
+    m.zones = zones;
+    profile.name = format!("{}-outer{percent}", profile.name);
+    profile.summary = format!(
+        "{}; short-stroked to the outer {} of its {} cylinders ({percent}%)",
+        profile.summary, m.cylinders, cylinders_before
+    );
+    profile.validate()?;
+    Ok(profile)
 }
 
 fn cheetah_overheads() -> ControllerOverheads {

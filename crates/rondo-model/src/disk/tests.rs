@@ -614,6 +614,8 @@ fn profile_for(i: usize) -> DiskProfile {
         1 => cheetah_without_cache().profile().clone(),
         2 => profiles::seed003_table1(),
         3 => profiles::hdd_7200(),
+        4 => profiles::by_name("cheetah-4lp-outer30").unwrap(),
+        5 => profiles::by_name("hdd-7200-outer10").unwrap(),
         _ => profiles::nvme_gen4(),
     }
 }
@@ -644,7 +646,7 @@ proptest! {
     /// writes).
     #[test]
     fn rondo_bound_covers_every_cscan_batch(
-        profile in 0usize..5,
+        profile in 0usize..7,
         prior_placement in 0usize..4,
         placement in 0usize..4,
         prior_draws in prop::collection::vec((0.0f64..1.0, 1u64..4096), 0..12),
@@ -704,6 +706,75 @@ proptest! {
             out.busy_ns <= limit,
             "busy {} ns > bound {} ns ({} requests)", out.busy_ns, limit, batch.len()
         );
+    }
+}
+
+/// A short-stroked drive is the whole drive with its addresses past the kept
+/// ones unused: every kept LBN lies where it lies on the whole drive.
+#[test]
+fn a_short_stroked_drive_maps_its_lbns_where_the_whole_drive_does() {
+    for (base, percent) in [("cheetah-4lp", 30), ("cheetah-4lp", 21), ("hdd-7200", 10)] {
+        let whole = profiles::by_name(base).unwrap();
+        let short = profiles::by_name(&format!("{base}-outer{percent}")).unwrap();
+        let (DiskModelSpec::Mechanical(w), DiskModelSpec::Mechanical(s)) =
+            (&whole.model, &short.model)
+        else {
+            panic!("{base} is mechanical");
+        };
+        let (gw, gs) = (w.geometry().unwrap(), s.geometry().unwrap());
+        assert!(
+            s.cylinders <= w.cylinders * percent / 100,
+            "{base}: {}",
+            s.cylinders
+        );
+        // The kept stroke ends within one sparing range (or one zone gap) of the share.
+        assert!(
+            s.cylinders + 13 > w.cylinders * percent / 100,
+            "{base}: {}",
+            s.cylinders
+        );
+        let capacity = gs.capacity_sectors();
+        assert!(capacity > gw.capacity_sectors() * u64::from(percent) / 100);
+        let mut lbn = 0;
+        while lbn < capacity {
+            assert_eq!(gs.lbn_to_pbn(lbn), gw.lbn_to_pbn(lbn), "{base} lbn {lbn}");
+            lbn += 997;
+        }
+        assert_eq!(gs.lbn_to_pbn(capacity - 1), gw.lbn_to_pbn(capacity - 1));
+        // The heads seek as on the whole drive (Lee's curve is resampled).
+        let (cw, cs) = (w.seek_curve().unwrap(), s.seek_curve().unwrap());
+        for d in [1, 2, 7, 100, 1000, s.cylinders / 3, s.cylinders - 1] {
+            let (whole_ns, short_ns) = (cw.seek_ns(d), cs.seek_ns(d));
+            assert!(
+                (short_ns - whole_ns).abs() <= 0.002 * whole_ns,
+                "{base} d {d}"
+            );
+        }
+        // The bound charges less for a round of the same requests: shorter
+        // strokes (the seek line's tuning may move charge between the parts).
+        let round_ns = |b: &RondoBound| b.fixed_ns() + 15 * b.extent_ns(0, 512);
+        let tuned = |p: &DiskProfile| RondoBound::for_op(p, Op::Read, 15).unwrap();
+        let (bw, bs) = (tuned(&whole), tuned(&short));
+        println!(
+            "{base}-outer{percent}: {} of {} cylinders, capacity {:.1}%, fixed {:.1} -> {:.1} ms, \
+             extent {:.2} -> {:.2} ms",
+            s.cylinders,
+            w.cylinders,
+            100.0 * capacity as f64 / gw.capacity_sectors() as f64,
+            bw.fixed_ns() as f64 / 1e6,
+            bs.fixed_ns() as f64 / 1e6,
+            bw.extent_ns(0, 512) as f64 / 1e6,
+            bs.extent_ns(0, 512) as f64 / 1e6
+        );
+        assert!(round_ns(&bs) < round_ns(&bw), "{base}");
+    }
+    for bad in [
+        "cheetah-4lp-outer0",
+        "cheetah-4lp-outer101",
+        "nvme-gen4-outer50",
+    ] {
+        let e = profiles::by_name(bad).unwrap_err().to_string();
+        assert!(e.contains("outer"), "{bad}: {e}");
     }
 }
 
