@@ -112,8 +112,8 @@ fn describe_prints_tables_for_every_profile() {
     );
 }
 
-/// A short-stroked Cheetah: its outer zones only, shorter seeks, and the
-/// rondo bound admitting more per round in the zones it keeps.
+/// A short-stroked Cheetah: its outer zones only, shorter seeks, and a
+/// rondo bound that charges the kept stroke.
 #[test]
 fn a_short_stroked_cheetah_keeps_its_outer_zones_and_admits_more() {
     let whole = json(&["disk", "describe", "cheetah-4lp", "--json"]);
@@ -125,18 +125,18 @@ fn a_short_stroked_cheetah_keeps_its_outer_zones_and_admits_more() {
     let zones = short["zones"].as_array().unwrap();
     assert_eq!(zones.len(), 2, "{zones:?}");
     assert!(close(&zones[0]["media_rate_mb_per_s"], 16.69, 0.05));
-    assert!(short["avg_seek_ms"].as_f64().unwrap() < 0.5 * whole["avg_seek_ms"].as_f64().unwrap());
-    let most = |v: &Value| {
-        v["rondo_bound"]["zones"][0]["max_requests_per_round"]
-            .as_u64()
-            .unwrap()
-    };
+    assert!(short["avg_seek_ms"].as_f64().unwrap() < 0.7 * whole["avg_seek_ms"].as_f64().unwrap());
+    // The rondo bound's fixed part (two strokes and a sweep) covers the kept
+    // stroke: 24.4 ms against 50.0 (docs/disk-model.md).
+    let fixed = |v: &Value| v["rondo_bound"]["fixed_ms"].as_f64().unwrap();
     assert!(
-        most(&short) > most(&whole),
+        fixed(&short) < 0.6 * fixed(&whole),
         "{} vs {}",
-        most(&short),
-        most(&whole)
+        fixed(&short),
+        fixed(&whole)
     );
+    let zone0 = |v: &Value| v["rondo_bound"]["zones"][0]["request_ms"].as_f64().unwrap();
+    assert!(zone0(&short) <= zone0(&whole));
     let err = run_err(&["disk", "describe", "nvme-gen4-outer50"]);
     assert!(err.contains("no stroke"), "{err}");
 }

@@ -713,7 +713,12 @@ proptest! {
 /// ones unused: every kept LBN lies where it lies on the whole drive.
 #[test]
 fn a_short_stroked_drive_maps_its_lbns_where_the_whole_drive_does() {
-    for (base, percent) in [("cheetah-4lp", 30), ("cheetah-4lp", 21), ("hdd-7200", 10)] {
+    for (base, percent) in [
+        ("cheetah-4lp", 35),
+        ("cheetah-4lp", 30),
+        ("cheetah-4lp", 21),
+        ("hdd-7200", 10),
+    ] {
         let whole = profiles::by_name(base).unwrap();
         let short = profiles::by_name(&format!("{base}-outer{percent}")).unwrap();
         let (DiskModelSpec::Mechanical(w), DiskModelSpec::Mechanical(s)) =
