@@ -17,6 +17,20 @@ use rondo_store::{RemoteDevice, Store, StoreError, fsck};
 const DIR_VAR: &str = "RONDO_STORE_CHILD_DIR";
 const EXPECT_VAR: &str = "RONDO_STORE_CHILD_EXPECT";
 
+/// Held by each parent test for its whole run. A child process starts with
+/// a copy of the parent's descriptors and holds them until it executes the
+/// test binary; a child spawned by one test while another test held a
+/// directory's lock kept that lock alive past the other test's `drop`, and
+/// the other test's own child then found the directory locked (seen in CI
+/// on a loaded machine: `Locked { holder_pid: <the parent> }`).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn run_child(test: &str, dir: &Path, expect: &str) -> Output {
     Command::new(std::env::current_exe().unwrap())
         .args([
@@ -69,6 +83,7 @@ fn child_opens() {
 
 #[test]
 fn a_crash_mid_write_is_recovered_on_open() {
+    let _serial = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::create(tmp.path(), small_config(201, 64)).unwrap();
     let kept = store_title(&store, "kept", 1, 6);
@@ -165,6 +180,7 @@ impl RemoteDevice for DeviceElsewhere {
 /// attached; the strides a title placed meanwhile would keep theirs.
 #[test]
 fn an_interrupted_ingest_gives_its_bytes_back_here_and_on_a_nodes_device() {
+    let _serial = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let store = Store::create(&dir, small_config(203, 64)).unwrap();
@@ -224,6 +240,7 @@ fn an_interrupted_ingest_gives_its_bytes_back_here_and_on_a_nodes_device() {
 
 #[test]
 fn only_one_process_owns_a_directory() {
+    let _serial = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::create(tmp.path(), small_config(202, 16)).unwrap();
     store_title(&store, "t", 1, 3);
