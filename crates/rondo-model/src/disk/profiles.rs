@@ -683,16 +683,20 @@ pub fn short_stroked(mut profile: DiskProfile, percent: u32) -> Result<DiskProfi
     // it bends, over the distances the kept stroke has.
     if matches!(m.seek, SeekSpec::Lee { .. }) {
         let curve = m.seek_curve().map_err(invalid)?;
+        // Every distance to 100, then 1% apart, and always the longest.
+        let longest = cylinders - 1;
         let mut points = Vec::new();
         let mut d = 1u32;
-        while d < cylinders {
+        while d <= longest {
             points.push(SeekPoint {
                 distance_cylinders: d,
                 time_ns: curve.seek_ns(d).round() as u64,
             });
-            d = (d + 1)
-                .max(d + d / 100)
-                .min(cylinders.saturating_sub(1).max(d + 1));
+            d = if d == longest {
+                d + 1
+            } else {
+                (d + (d / 100).max(1)).min(longest)
+            };
         }
         if points.len() < 2 {
             return Err(invalid(
