@@ -343,6 +343,74 @@ impl Geometry {
         }
     }
 
+    /// First LBNs, as `(start, end)` intervals, that stand for every window
+    /// of `reach` + 1 consecutive LBNs the layout can hold: any other window
+    /// is one of these moved by whole periods within its zone, on the same
+    /// heads and sectors with the same runs, the same cylinder differences
+    /// and so the same repositionings. A zone's period is one sparing range
+    /// (one cylinder without spares); a period is distinct when a window
+    /// starting in it reaches a slip, the zone's partial last range, its
+    /// end or the capacity. What lets a worst case over the whole disk be
+    /// found by scanning a few periods per zone (`RondoBound::split_ns`).
+    pub fn distinct_window_starts(&self, reach: u64) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let capacity = self.capacity_sectors;
+        let mut push = |lo: u64, hi: u64| {
+            let hi = hi.min(capacity);
+            if lo >= hi {
+                return;
+            }
+            match out.last_mut() {
+                Some(last) if last.1 >= lo => last.1 = last.1.max(hi),
+                _ => out.push((lo, hi)),
+            }
+        };
+        for z in &self.zones {
+            let per_cylinder = z.sectors_per_track as u64 * self.surfaces as u64;
+            let zone_cylinders = (z.last_cylinder - z.first_cylinder + 1) as u64;
+            // Periods the layout repeats over, `period_count` of them whole
+            // and unshifted from the zone's start; slips inside them.
+            let (period_lbns, period_sectors, period_count) =
+                if z.lbns_per_range < z.sectors_per_range {
+                    let range_cylinders = z.sectors_per_range / per_cylinder;
+                    (
+                        z.lbns_per_range,
+                        z.sectors_per_range,
+                        zone_cylinders / range_cylinders,
+                    )
+                } else {
+                    // No spares: a slip (only in a partial range) shifts every LBN after it.
+                    let unshifted = z
+                        .slips
+                        .first()
+                        .map_or(zone_cylinders, |&s| s / per_cylinder);
+                    (per_cylinder, per_cylinder, unshifted)
+                };
+            let slipped: Vec<u64> = z.slips.iter().map(|&s| s / period_sectors).collect();
+            let reach_periods = reach.div_ceil(period_lbns);
+            let start = |j: u64| z.first_lbn + j * period_lbns;
+            let distinct = |j: u64| {
+                j + reach_periods >= period_count
+                    || start(j + reach_periods + 1) > capacity
+                    || slipped
+                        .iter()
+                        .any(|&r| (j..=j + reach_periods).contains(&r))
+            };
+            let mut generic_seen = false;
+            for j in 0..period_count {
+                if start(j) >= capacity {
+                    break;
+                }
+                if distinct(j) || !generic_seen {
+                    generic_seen |= !distinct(j);
+                    push(start(j), start(j + 1));
+                }
+            }
+            push(start(period_count), z.first_lbn + z.lbn_count);
+        }
+        out
+    }
+
     /// Start angle of a physical sector, as a fraction of a revolution in [0, 1).
     pub fn sector_angle(&self, pbn: Pbn, zone: usize) -> f64 {
         let z = &self.zones[zone];
@@ -389,6 +457,75 @@ mod tests {
             &[zone(0, 4, 10, 3, vec![5]), zone(6, 7, 8, 3, vec![])],
         )
         .unwrap()
+    }
+
+    /// Every window of the disk is one of `distinct_window_starts`' moved
+    /// by whole cylinders: the same heads, sectors, zones, runs and
+    /// cylinder differences LBN by LBN (on the hand-worked disk with
+    /// spares, a slip, a partial range and a gap; on one with slips in
+    /// middle ranges; and on a cut Cheetah with 12-cylinder ranges).
+    #[test]
+    fn every_window_is_a_distinct_one_moved_by_whole_periods() {
+        let shape = |g: &Geometry, l: u64, reach: u64| -> Vec<(u32, u32, u32, usize, u64)> {
+            let base = g.lbn_to_pbn(l).cylinder;
+            (l..=(l + reach).min(g.capacity_sectors() - 1))
+                .map(|x| {
+                    let (p, zone, _) = g.locate(x);
+                    let run = g.track_run(x, u64::MAX).sectors;
+                    (
+                        p.cylinder - base,
+                        p.head,
+                        p.sector,
+                        zone,
+                        run.min(reach + 1),
+                    )
+                })
+                .collect()
+        };
+        let cheetah = match profiles::by_name("cheetah-4lp-outer3").unwrap().model {
+            crate::disk::DiskModelSpec::Mechanical(m) => m.geometry().unwrap(),
+            crate::disk::DiskModelSpec::SolidState(_) => unreachable!(),
+        };
+        // Slips in ranges 1 and 3 of seven, the rest alike.
+        let slipped = Geometry::new(
+            2,
+            20,
+            Some(2),
+            None,
+            &[
+                zone(0, 13, 10, 3, vec![45, 125]),
+                zone(15, 19, 8, 3, vec![]),
+            ],
+        )
+        .unwrap();
+        let reaches = vec![0, 1, 7, 25, 60];
+        for (g, reaches) in [
+            (tiny(), reaches.clone()),
+            (slipped, reaches),
+            (cheetah, vec![31]),
+        ] {
+            for reach in reaches {
+                let starts = g.distinct_window_starts(reach);
+                let shapes: std::collections::HashSet<_> = starts
+                    .iter()
+                    .flat_map(|&(lo, hi)| lo..hi)
+                    .map(|l| shape(&g, l, reach))
+                    .collect();
+                let listed: u64 = starts.iter().map(|&(lo, hi)| hi - lo).sum();
+                // On a real drive a few periods per zone stand for all.
+                let capacity = g.capacity_sectors();
+                assert!(
+                    capacity < 10_000 || listed * 4 < capacity,
+                    "{listed} of {capacity}"
+                );
+                for l in 0..g.capacity_sectors() {
+                    assert!(
+                        shapes.contains(&shape(&g, l, reach)),
+                        "the window of {reach} LBNs after LBN {l} is not a distinct one moved"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

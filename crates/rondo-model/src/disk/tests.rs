@@ -1499,3 +1499,47 @@ fn the_cheetahs_split_charge_is_a_positioning_and_a_block() {
     assert!(split_ns > bound.revolution_ns() + 1_400_000);
     assert!(split_ns < bound.revolution_ns() + 25_000_000);
 }
+
+#[test]
+fn split_ns_is_the_largest_block_charge_over_every_lbn() {
+    // `split_ns` scans a few layout periods per zone
+    // (`Geometry::distinct_window_starts`); here every LBN is charged: of
+    // the Cheetah's outer 3% (two zones, sparing ranges, their partial last
+    // range and the gap cylinder between), where the largest charge must be
+    // met within a microsecond; and of its cylinders 700–1400, where zone
+    // 0's slips lie, which must be covered.
+    let charges = |name: &str, block_sectors: u64, from_cylinder: u32, to_cylinder: u32| {
+        let p = profiles::by_name(name).unwrap();
+        let bound = RondoBound::new(&p).unwrap();
+        let g = match &p.model {
+            DiskModelSpec::Mechanical(m) => m.geometry().unwrap(),
+            DiskModelSpec::SolidState(_) => unreachable!("rotating profiles only"),
+        };
+        let capacity = g.capacity_sectors();
+        let lbns = (0..capacity).filter(|&l| {
+            let c = g.lbn_to_pbn(l).cylinder;
+            (from_cylinder..=to_cylinder).contains(&c) && l + block_sectors <= capacity
+        });
+        let largest = lbns
+            .map(|l| bound.extent_ns(l, block_sectors))
+            .max()
+            .unwrap();
+        let split_ns = bound.split_ns(block_sectors);
+        eprintln!(
+            "{name}, {block_sectors} sectors, cylinders {from_cylinder}–{to_cylinder}: largest {largest} ns, split_ns {split_ns} ns"
+        );
+        assert!(
+            largest <= split_ns,
+            "{name}: an extent charged {largest} ns > split_ns {split_ns} ns"
+        );
+        (largest, split_ns)
+    };
+    for block_sectors in [32, 7] {
+        let (largest, split_ns) = charges("cheetah-4lp-outer3", block_sectors, 0, u32::MAX);
+        assert!(
+            split_ns <= largest + 1_000,
+            "split_ns {split_ns} ns looser than {largest} ns"
+        );
+    }
+    charges("cheetah-4lp-outer21", 32, 700, 1400);
+}
