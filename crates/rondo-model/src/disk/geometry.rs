@@ -506,7 +506,7 @@ mod tests {
         ] {
             for reach in reaches {
                 let starts = g.distinct_window_starts(reach);
-                let shapes: std::collections::HashSet<_> = starts
+                let shapes: std::collections::BTreeSet<_> = starts
                     .iter()
                     .flat_map(|&(lo, hi)| lo..hi)
                     .map(|l| shape(&g, l, reach))
