@@ -271,6 +271,10 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Tries of a busy lock after the first, and the pause between them.
+const LOCK_RETRIES: u32 = 10;
+const LOCK_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(25);
+
 /// Takes the directory's lock (flock on `rondo.lock`, released when the
 /// returned file closes, including when the process dies) and records our
 /// pid in it for the message another process gets.
@@ -283,7 +287,20 @@ pub(crate) fn lock_dir(dir: &Path) -> Result<File> {
         .truncate(false)
         .open(&path)
         .map_err(|e| StoreError::io(format!("opening {}", path.display()), e))?;
-    match file.try_lock() {
+    // A process that has just closed the store may have a child between
+    // fork and exec that still shares the lock's open file (a test harness
+    // spawning processes from other threads did, on a loaded machine), so
+    // a busy lock is tried again for a quarter of a second before it is
+    // reported (what `rondo ingest` beside a running server waits more).
+    let mut result = file.try_lock();
+    for _ in 0..LOCK_RETRIES {
+        if !matches!(result, Err(std::fs::TryLockError::WouldBlock)) {
+            break;
+        }
+        std::thread::sleep(LOCK_RETRY_PAUSE);
+        result = file.try_lock();
+    }
+    match result {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
             let mut text = String::new();
