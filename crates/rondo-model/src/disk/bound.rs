@@ -408,43 +408,21 @@ impl MechanicalBound {
                 // worse of one sector then the whole bus, or the whole media
                 // then one sector's bus (linear in what is left, at the
                 // slowest zone's sector time among the runs).
-                let (mut p, mut left) = (first, k);
                 let (mut between, mut sector): (f64, f64) = (0.0, 0.0);
-                let mut previous: Option<(f64, Track)> = None;
-                while left > 0 {
-                    let run = g.track_run(p, left);
-                    let track = Track {
-                        cylinder: run.start.cylinder,
-                        head: run.start.head,
-                    };
-                    let start = g.sector_angle(run.start, run.zone);
-                    let spt = g.sectors_per_track(run.zone) as f64;
-                    if let Some((end_angle, from)) = previous {
-                        let mut moving = m.reposition_ns(from, track);
-                        if write && moving > 0.0 {
-                            moving += m.write_settle_ns;
-                        }
+                for step in run_steps(m, first, k, write) {
+                    if let Some((moving, end_angle, start)) = step.from_previous {
                         // The same wait as tail_ns's, or more for any
                         // window a period away (whose angles differ by
                         // float noise).
-                        let wait = wait_between_runs_rev(
-                            start - TRANSLATE_NOISE_REV,
-                            end_angle,
-                            moving,
-                            rev,
-                        )
-                        .max(wait_between_runs_rev(
-                            start + TRANSLATE_NOISE_REV,
-                            end_angle,
-                            moving,
-                            rev,
-                        ));
+                        let wait = [-TRANSLATE_NOISE_REV, TRANSLATE_NOISE_REV]
+                            .map(|noise| {
+                                wait_between_runs_rev(start + noise, end_angle, moving, rev)
+                            })
+                            .into_iter()
+                            .fold(0.0, f64::max);
                         between += moving + (wait + TRANSLATE_NOISE_REV).min(1.0) * rev;
                     }
-                    sector = sector.max(rev / spt);
-                    previous = Some(((start + run.sectors as f64 / spt).rem_euclid(1.0), track));
-                    p += run.sectors;
-                    left -= run.sectors;
+                    sector = sector.max(rev / step.sectors_per_track);
                 }
                 let k_f = k as f64;
                 let tail = between + (sector + k_f * bus).max(k_f * sector + bus);
@@ -542,13 +520,49 @@ fn switch_max_ns(m: &Mechanism) -> f64 {
 /// (a wait within the float guard of alignment is charged a whole
 /// revolution), and the bus taking each sector once ready.
 fn tail_ns(m: &Mechanism, lbn: u64, sectors: u64, write: bool) -> f64 {
-    let g = &m.geometry;
     let rev = m.revolution_ns;
     let bus = m.bus_sector_ns;
-    let (mut t, mut at, mut left) = (0.0, lbn, sectors);
+    let (mut t, mut left) = (0.0, sectors);
     let mut worst: f64 = 0.0;
+    for step in run_steps(m, lbn, sectors, write) {
+        if let Some((moving, end_angle, start)) = step.from_previous {
+            t += moving + wait_between_runs_rev(start, end_angle, moving, rev) * rev;
+        }
+        let k = step.sectors as f64;
+        let sector = rev / step.sectors_per_track;
+        // Ready times t + (j+1)·sector; the bus term is linear within the run.
+        worst = worst
+            .max(t + sector + left as f64 * bus)
+            .max(t + k * sector + (left as f64 - k + 1.0) * bus);
+        t += k * sector;
+        left -= step.sectors;
+    }
+    worst
+}
+
+/// One run of a sequential read of LBNs, as the head meets them.
+struct RunStep {
+    sectors: u64,
+    sectors_per_track: f64,
+    /// From the previous run: the repositioning (with the write settle),
+    /// the previous run's end angle and this run's start angle.
+    from_previous: Option<(f64, f64, f64)>,
+}
+
+/// The runs a read of `sectors` LBNs from `lbn` passes, in order.
+fn run_steps(
+    m: &Mechanism,
+    lbn: u64,
+    sectors: u64,
+    write: bool,
+) -> impl Iterator<Item = RunStep> + '_ {
+    let g = &m.geometry;
+    let (mut at, mut left) = (lbn, sectors);
     let mut previous: Option<(f64, Track)> = None;
-    while left > 0 {
+    std::iter::from_fn(move || {
+        if left == 0 {
+            return None;
+        }
         let run = g.track_run(at, left);
         let track = Track {
             cylinder: run.start.cylinder,
@@ -556,25 +570,22 @@ fn tail_ns(m: &Mechanism, lbn: u64, sectors: u64, write: bool) -> f64 {
         };
         let start = g.sector_angle(run.start, run.zone);
         let spt = g.sectors_per_track(run.zone) as f64;
-        if let Some((end_angle, from)) = previous {
+        let from_previous = previous.map(|(end_angle, from)| {
             let mut moving = m.reposition_ns(from, track);
             if write && moving > 0.0 {
                 moving += m.write_settle_ns;
             }
-            t += moving + wait_between_runs_rev(start, end_angle, moving, rev) * rev;
-        }
-        let k = run.sectors as f64;
-        let sector = rev / spt;
-        // Ready times t + (j+1)·sector; the bus term is linear within the run.
-        worst = worst
-            .max(t + sector + left as f64 * bus)
-            .max(t + k * sector + (left as f64 - k + 1.0) * bus);
-        t += k * sector;
-        previous = Some(((start + k / spt).rem_euclid(1.0), track));
+            (moving, end_angle, start)
+        });
+        previous = Some(((start + run.sectors as f64 / spt).rem_euclid(1.0), track));
         at += run.sectors;
         left -= run.sectors;
-    }
-    worst
+        Some(RunStep {
+            sectors: run.sectors,
+            sectors_per_track: spt,
+            from_previous,
+        })
+    })
 }
 
 #[cfg(test)]
