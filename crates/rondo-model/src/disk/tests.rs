@@ -1504,10 +1504,10 @@ fn the_cheetahs_split_charge_is_a_positioning_and_a_block() {
 fn split_ns_is_the_largest_block_charge_over_every_lbn() {
     // `split_ns` scans a few layout periods per zone
     // (`Geometry::distinct_window_starts`); here every LBN is charged: of
-    // the Cheetah's outer 3% (two zones, sparing ranges, their partial last
-    // range and the gap cylinder between), where the largest charge must be
-    // met within a microsecond; and of its cylinders 700–1400, where zone
-    // 0's slips lie, which must be covered.
+    // the Cheetah's outer 3% (zone 0's first 16 sparing ranges), where the
+    // largest charge must be met within a microsecond; and of its cylinders
+    // 700–1400 (zone 0's slips, its end, the gap cylinder and zone 1's
+    // start), which must be covered.
     let charges = |name: &str, block_sectors: u64, from_cylinder: u32, to_cylinder: u32| {
         let p = profiles::by_name(name).unwrap();
         let bound = RondoBound::new(&p).unwrap();
