@@ -1493,6 +1493,11 @@ fn the_cheetahs_split_charge_is_a_positioning_and_a_block() {
             bound.split_ns(sectors) as f64 / MS
         );
     }
+    // The other drives' one-block split (docs/assumptions.md, guarantee.md).
+    for name in ["seed003-table1", "hdd-7200", "cheetah-4lp-outer35"] {
+        let other = RondoBound::new(&profiles::by_name(name).unwrap()).unwrap();
+        eprintln!("{name}: split_ns {:.2} ms", other.split_ns(32) as f64 / MS);
+    }
     // At least a revolution (the rotational wait) and a block's transfer
     // at the inner zone's rate (16 KiB at about 11 MB/s), at most a
     // full-stroke seek more.
@@ -1535,7 +1540,7 @@ fn split_ns_is_the_largest_block_charge_over_every_lbn() {
         (largest, split_ns)
     };
     for block_sectors in [32, 7] {
-        let (largest, split_ns) = charges("cheetah-4lp-outer3", block_sectors, 0, u32::MAX);
+        let (largest, split_ns) = charges("cheetah-4lp-outer3", block_sectors, 0, 191);
         assert!(
             split_ns <= largest + 1_000,
             "split_ns {split_ns} ns looser than {largest} ns"
