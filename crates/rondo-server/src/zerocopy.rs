@@ -30,14 +30,16 @@ use crossbeam_channel::{Receiver, Sender};
 /// from the ordinary pool instead.
 const ARENA_BYTES: usize = 256 << 30;
 /// Streams a read must be shared by before it goes to the arena, unless
-/// configured: 0, never. Measured (docs/serving-cost.md, "Sending without
-/// a copy in the server"): on this machine's loopback, sending from the
-/// arena removed the copy from the profile but cost as much CPU per GB as
-/// it (1000 streams, 136–184 per device read: 0.77 against 0.76 s/GB over
-/// three alternating pairs; 13,750 streams: 0.68 against 0.64), so it is
-/// an operator's choice, for a network card where the sender's copy is a
-/// larger share of the cost.
-pub const DEFAULT_ZERO_COPY_SHARE_MIN: u32 = 0;
+/// configured (0: never). Measured (docs/serving-cost.md, "The send arena
+/// by default"): in alternating runs on this machine's loopback on
+/// 2026-11-30 the arena at 32 took 16–20% off the CPU per delivered GB
+/// (12,500 streams: 0.56–0.58 against 0.71 s; 1000 streams: 0.79 against
+/// 0.94 s), where three pairs on 2026-11-29 had found no difference: the
+/// copy it removes touches every byte sent, and what a byte's copy costs
+/// moves with the host's memory bandwidth, which the `sendfile` path does
+/// not use. Below 32 streams per read the punch and fresh pages of each
+/// buffer cost more than the copy (`tools/bench/zerocopy.c`).
+pub const DEFAULT_ZERO_COPY_SHARE_MIN: u32 = 32;
 
 /// The process's send arena.
 pub(crate) struct Arena {
