@@ -20,8 +20,9 @@
 #     media files, by fincore; rondo reads with O_DIRECT), and memory in
 #     rounds of the stream's data (bytes received / stream-rounds played);
 #   - where the CPU goes (docs/serving-cost.md): CPU and context switches by
-#     thread group (/proc/PID/task/*), system calls, context switches and
-#     page faults per delivered MB (perf stat), rondo's read buffers in use
+#     thread group (/proc/PID/task/*), system calls (and among them the
+#     sends, waits and yields), context switches, page faults and packets
+#     sent from the server's threads per delivered MB (perf stat), rondo's read buffers in use
 #     and free (/api/metrics, each second), and with PERF_RECORD=1 a CPU
 #     profile by thread and symbol (perf record; it slows the server);
 #   - cores used by the server, by the load generator (its own CPU, kept
@@ -326,10 +327,16 @@ phase() {
     local cpu0 rate perf_pid=""
     cpu0=$(cpu_ticks "$pid")
     thread_snapshot "$pid" > "$OUT/threads0-$tag.txt"
-    # Counts for the whole phase: syscalls, context switches, page faults
-    # (software events and tracepoints: they need no hardware counters).
+    # Counts for the whole phase: syscalls (all, and the ones that send,
+    # wait or yield), context switches, page faults, and packets sent from
+    # the server's threads (net_dev_xmit: its data segments and the ACKs its
+    # softirqs send for the clients on loopback). Software events and
+    # tracepoints: they need no hardware counters.
     if [[ $PERF == 1 ]]; then
         perf stat -x, -e raw_syscalls:sys_enter,context-switches,page-faults \
+            -e syscalls:sys_enter_sendfile64,syscalls:sys_enter_writev,syscalls:sys_enter_write \
+            -e syscalls:sys_enter_setsockopt,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex \
+            -e syscalls:sys_enter_sched_yield,net:net_dev_xmit \
             -p "$(procs "$pid" | paste -sd,)" -o "$OUT/perf-stat-$tag.csv" &
         perf_pid=$!
         if [[ $PERF_RECORD == 1 ]]; then
