@@ -27,7 +27,10 @@
 #     profile by thread and symbol (perf record; it slows the server);
 #   - cores used by the server, by the load generator (its own CPU, kept
 #     apart from the server's figures) and stolen by the hypervisor, while
-#     the streams arrive (the first ARRIVAL_S seconds) and at N.
+#     the streams arrive (the first ARRIVAL_S seconds) and at N;
+#   - the host's CPU per delivered GB: the server's and the load generator's
+#     own (its report's cpu_s) together, since on loopback part of each
+#     side's TCP work is charged to the other (docs/serving-cost.md).
 #
 # rondo: a data directory of DISKS emulated PROFILE disks (default 8 ×
 # nvme-gen4, so that 1000 streams fit), 1 s rounds, a start burst of
@@ -425,6 +428,13 @@ phase() {
           bytes_received: $load[0].bytes_received,
           cpu_s: ($ticks / $hz),
           cpu_s_per_gb: (($ticks / $hz) / ($load[0].bytes_received / 1e9)),
+          # The load generator own CPU (from its report), and the host total:
+          # on loopback part of the TCP work of each side is charged to the other
+          # (docs/serving-cost.md), so server + clients is the figure no
+          # attribution moves.
+          load_cpu_s: $load[0].cpu_s,
+          host_cpu_s_per_gb: (if $load[0].cpu_s == null then null
+              else (($ticks / $hz) + $load[0].cpu_s) / ($load[0].bytes_received / 1e9) end),
           samples_at_n: ($full | length),
           idle_rss_kib: $idle_rss, rss_at_n_kib: $rss,
           rss_per_stream_kib: (if $rss then ($rss - $idle_rss) / $ref else null end),
@@ -491,6 +501,7 @@ jq -s --arg up0 "$(cat "$OUT/uptime-start.txt")" --arg up1 "$(cat "$OUT/uptime-e
       ratios: (group_by(.streams) | map({
         streams: .[0].streams,
         cpu_s_per_gb_rondo_over_nginx: ratio(.cpu_s_per_gb),
+        host_cpu_s_per_gb_rondo_over_nginx: ratio(.host_cpu_s_per_gb),
         rss_per_stream_rondo_over_nginx: ratio(.rss_per_stream_kib),
         total_per_stream_rondo_over_nginx: ratio(.total_per_stream_kib),
         pss_per_stream_rondo_over_nginx: ratio(.pss_per_stream_kib),
@@ -499,7 +510,7 @@ jq -s --arg up0 "$(cat "$OUT/uptime-start.txt")" --arg up1 "$(cat "$OUT/uptime-e
         cpu_s_per_gb_rondo_over_nginx_lowmem: ratio_to("nginx-lowmem"; .cpu_s_per_gb),
         total_per_stream_rondo_over_nginx_lowmem: ratio_to("nginx-lowmem"; .total_per_stream_kib)
       })) }' "$OUT"/phase-*.json > "$OUT/summary.json"
-jq -r '(.phases[] | "\(.server) N=\(.streams): started \(.started), rejected \(.rejected), stalls \(.stalls), deadline misses \(.deadline_misses), start-up p99 \(.startup_latency_ms_p99 | round) ms, \(.bytes_received / 1e9 * 1000 | round / 1000) GB, CPU \(.cpu_s) s = \(.cpu_s_per_gb * 100 | round / 100) s/GB, RSS idle \(.idle_rss_kib) KiB, at N \(.rss_at_n_kib) KiB, per stream \(.rss_per_stream_kib) KiB (PSS \(.pss_per_stream_kib))"),
-       (.ratios[] | "ratio rondo/nginx N=\(.streams): CPU s/GB \(.cpu_s_per_gb_rondo_over_nginx), RSS/stream \(.rss_per_stream_rondo_over_nginx), RSS+page cache/stream \(.total_per_stream_rondo_over_nginx), PSS/stream \(.pss_per_stream_rondo_over_nginx); without shared reads: CPU s/GB \(.cpu_s_per_gb_unshared_over_nginx), RSS+page cache/stream \(.total_per_stream_unshared_over_nginx); against nginx-lowmem: CPU s/GB \(.cpu_s_per_gb_rondo_over_nginx_lowmem), RSS+page cache/stream \(.total_per_stream_rondo_over_nginx_lowmem)"),
+jq -r '(.phases[] | "\(.server) N=\(.streams): started \(.started), rejected \(.rejected), stalls \(.stalls), deadline misses \(.deadline_misses), start-up p99 \(.startup_latency_ms_p99 | round) ms, \(.bytes_received / 1e9 * 1000 | round / 1000) GB, CPU \(.cpu_s) s = \(.cpu_s_per_gb * 100 | round / 100) s/GB (with the load generator \(if .host_cpu_s_per_gb then .host_cpu_s_per_gb * 100 | round / 100 else null end) s/GB), RSS idle \(.idle_rss_kib) KiB, at N \(.rss_at_n_kib) KiB, per stream \(.rss_per_stream_kib) KiB (PSS \(.pss_per_stream_kib))"),
+       (.ratios[] | "ratio rondo/nginx N=\(.streams): CPU s/GB \(.cpu_s_per_gb_rondo_over_nginx) (with the load generator \(.host_cpu_s_per_gb_rondo_over_nginx)), RSS/stream \(.rss_per_stream_rondo_over_nginx), RSS+page cache/stream \(.total_per_stream_rondo_over_nginx), PSS/stream \(.pss_per_stream_rondo_over_nginx); without shared reads: CPU s/GB \(.cpu_s_per_gb_unshared_over_nginx), RSS+page cache/stream \(.total_per_stream_unshared_over_nginx); against nginx-lowmem: CPU s/GB \(.cpu_s_per_gb_rondo_over_nginx_lowmem), RSS+page cache/stream \(.total_per_stream_rondo_over_nginx_lowmem)"),
        "load average: \(.uptime_start) -> \(.uptime_end)"' "$OUT/summary.json"
 say "results in $OUT"

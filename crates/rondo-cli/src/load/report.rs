@@ -142,6 +142,12 @@ pub struct Report {
     pub open_files_limit: Option<u64>,
     /// From the first arrival's clock origin to the end of the drain.
     pub wall_s: f64,
+    /// CPU seconds (user + system) the load generator used: this process
+    /// and the client processes it waited for. Kept apart from the
+    /// server's, and added to them for what the host spent in all
+    /// (`tools/cost.sh`: on loopback part of each side's TCP work is
+    /// charged to the other, docs/serving-cost.md).
+    pub cpu_s: f64,
     /// With `--per-stream`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub streams: Option<Vec<StreamRecord>>,
@@ -196,6 +202,7 @@ pub struct Collected {
     pub verify: Option<VerifySummary>,
     pub open_files_limit: Option<u64>,
     pub wall_s: f64,
+    pub cpu_s: f64,
     pub per_stream: bool,
 }
 
@@ -319,6 +326,7 @@ pub fn summarise(mut c: Collected) -> Report {
         verify: c.verify,
         open_files_limit: c.open_files_limit,
         wall_s: c.wall_s,
+        cpu_s: c.cpu_s,
         streams: c.per_stream.then_some(c.records),
         idle_streams: c.per_stream.then_some(c.idle),
         settings: c.settings,

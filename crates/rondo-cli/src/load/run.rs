@@ -412,6 +412,7 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
         verify,
         open_files_limit,
         wall_s,
+        cpu_s: process_cpu_s(),
         per_stream: config.per_stream,
     }))
 }
@@ -520,6 +521,7 @@ pub fn run_processes(config: LoadConfig, child_args: Vec<Vec<String>>) -> anyhow
             verify: None,
             open_files_limit,
             wall_s,
+            cpu_s: process_cpu_s(),
             per_stream: config.per_stream,
         }))
     })
@@ -612,4 +614,22 @@ async fn verify(
             .sum(),
         titles: verified,
     }
+}
+
+/// CPU seconds (user + system) of this process and of the children it has
+/// waited for (the client processes of `--processes`).
+fn process_cpu_s() -> f64 {
+    [libc::RUSAGE_SELF, libc::RUSAGE_CHILDREN]
+        .into_iter()
+        .map(|who| {
+            // SAFETY: `usage` is a plain struct that getrusage fills in.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: `usage` is valid for writes for the call.
+            if unsafe { libc::getrusage(who, &mut usage) } != 0 {
+                return 0.0;
+            }
+            let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+            seconds(usage.ru_utime) + seconds(usage.ru_stime)
+        })
+        .sum()
 }
