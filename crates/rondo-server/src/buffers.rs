@@ -259,6 +259,12 @@ impl PooledBuf {
             .bytes_mut()[..len]
     }
 
+    /// Whether the buffer lies in the send arena (a socket takes its
+    /// bytes without a copy).
+    pub fn is_sendable(&self) -> bool {
+        matches!(self.buf, Some(Backing::Arena { .. }))
+    }
+
     /// Turns the buffer into `Bytes` without copying; it returns to the pool
     /// when the last clone or slice is dropped.
     pub fn into_bytes(self) -> Bytes {

@@ -441,9 +441,16 @@ struct Worker {
     /// Stream reads whose buffers may still be held (by sessions that have
     /// not sent them yet), by their extents: a later read of the same
     /// extents shares a live one.
-    recent: HashMap<ReadKey, Weak<PooledBuf>>,
+    recent: HashMap<ReadKey, Recent>,
     /// Late starts' reads of the round in progress, kept for the round.
     late_held: LateHeld,
+}
+
+/// A live read later reads of the same extents share.
+struct Recent {
+    held: Weak<PooledBuf>,
+    /// Stream reads given these bytes so far, the first included.
+    shares: u32,
 }
 
 /// Bytes of late starts' reads a disk thread keeps alive until its round
@@ -694,7 +701,8 @@ impl Worker {
             self.recent.clear();
         }
         self.late_held.begin(batch.round);
-        self.recent.retain(|_, held| held.strong_count() > 0);
+        self.recent
+            .retain(|_, recent| recent.held.strong_count() > 0);
         let round_start = self.clock.boundary(batch.round);
         // One model request per extent, a read group's rounds joined
         // (`batch_plan`), with the command extents each one reads.
@@ -855,11 +863,35 @@ impl Worker {
     /// Where stream read `c` gets its bytes, decided when its first extent
     /// is due: a live buffer of the same extents, this batch's first read
     /// of them, or its own read.
-    fn sharing_for(&self, c: usize, state: &mut BatchState) -> Sharing {
+    ///
+    /// A live buffer outside the send arena that `zero_copy_share_min`
+    /// stream reads have been given is copied into the arena once, and the
+    /// reads after share the copy. The first of a title's late starts in a
+    /// round reads alone (its batch shows no sharing), so its start burst
+    /// lands in an ordinary buffer, and without this every later start of
+    /// that round was sent copies of it: measured at 12,500 streams
+    /// arriving at 1250 a second, a fifth of the server's CPU while they
+    /// arrived (docs/serving-cost.md, "Start bursts from the send arena").
+    fn sharing_for(&mut self, c: usize, state: &mut BatchState) -> Sharing {
         let Some(key) = state.keys[c].take() else {
             return Sharing::Own(None);
         };
-        if let Some(held) = self.recent.get(&key).and_then(Weak::upgrade) {
+        let min = self.zero_copy_share_min;
+        if let Some(recent) = self.recent.get_mut(&key)
+            && let Some(mut held) = recent.held.upgrade()
+        {
+            recent.shares = recent.shares.saturating_add(1);
+            if min > 0 && recent.shares >= min && !held.is_sendable() {
+                let mut copy = self.pool.take_sendable(held.len());
+                if copy.is_sendable() {
+                    copy.as_mut_slice().copy_from_slice(held.as_ref().as_ref());
+                    held = Arc::new(copy);
+                    recent.held = Arc::downgrade(&held);
+                    if let Some(round) = state.late_round {
+                        self.late_held.hold(round, &held);
+                    }
+                }
+            }
             return Sharing::Shared(shared_bytes(held));
         }
         match state.leaders.entry(key.clone()) {
@@ -952,7 +984,13 @@ impl Worker {
                     Sharing::Own(Some(key)) => {
                         self.share_seen.delivered(true);
                         let held = Arc::new(buf);
-                        self.recent.insert(key, Arc::downgrade(&held));
+                        self.recent.insert(
+                            key,
+                            Recent {
+                                held: Arc::downgrade(&held),
+                                shares: 1,
+                            },
+                        );
                         if let Some(round) = state.late_round {
                             self.late_held.hold(round, &held);
                         }
@@ -1744,5 +1782,46 @@ mod tests {
         assert_eq!(metrics.buffer_bytes_in_use.load(Relaxed), 0, "nothing held");
         assert_eq!(late_start(4, 6), 0);
         assert_eq!(device_reads(), 2);
+    }
+
+    /// A read many late starts of a round share moves into the send arena
+    /// once: the first `DEFAULT_ZERO_COPY_SHARE_MIN - 1` of them are given
+    /// the ordinary buffer it was read into, the rest a copy in the arena
+    /// (sent without a copy), all the same bytes from one device read.
+    #[test]
+    fn a_read_shared_by_many_late_starts_moves_into_the_send_arena() {
+        use crate::storage::MemoryStorage;
+        use crate::zerocopy::DEFAULT_ZERO_COPY_SHARE_MIN as MIN;
+        use std::sync::atomic::Ordering::Relaxed;
+        const EXTENT: u64 = 16384;
+        let memory = MemoryStorage::new(1 << 20);
+        let content: Vec<u8> = (0..EXTENT).map(|i| (i % 241) as u8).collect();
+        memory.write_at(0, &content);
+        let (thread, storage, metrics, events) = counted_disk(memory);
+        let mut in_arena = Vec::new();
+        for stream in 1..=u64::from(MIN) + 8 {
+            let pieces_tx = PieceSender::default();
+            let mut c = read(stream, 0, EXTENT);
+            c.extents[0].crc32c = Some(checksum(&content));
+            let mut batch = DiskBatch::round(Round(5), None, vec![c]);
+            batch.late_start_ns = Some(5_000_000_000);
+            batch.deliver_to = vec![Some(pieces_tx.clone())];
+            thread.batches.send(batch).unwrap();
+            while !matches!(events.recv().unwrap(), IoEvent::BatchDone { .. }) {}
+            let piece = pieces_tx.take_all().pop().expect("the read's bytes");
+            assert_eq!(&piece.data[..], &content[..], "stream {stream}");
+            in_arena.push(crate::zerocopy::file_range(&piece.data).is_some());
+        }
+        assert_eq!(storage.reads.load(Relaxed), 1, "one device read");
+        let ordinary = in_arena.iter().take_while(|&&a| !a).count();
+        assert_eq!(ordinary, MIN as usize - 1, "{in_arena:?}");
+        assert!(in_arena[ordinary..].iter().all(|&a| a), "{in_arena:?}");
+        // The next round lets both buffers go.
+        thread
+            .batches
+            .send(DiskBatch::round(Round(6), None, Vec::new()))
+            .unwrap();
+        while !matches!(events.recv().unwrap(), IoEvent::BatchDone { .. }) {}
+        assert_eq!(metrics.buffer_bytes_in_use.load(Relaxed), 0, "nothing held");
     }
 }
