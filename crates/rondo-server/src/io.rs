@@ -870,8 +870,9 @@ impl Worker {
     /// round reads alone (its batch shows no sharing), so its start burst
     /// lands in an ordinary buffer, and without this every later start of
     /// that round was sent copies of it: measured at 12,500 streams
-    /// arriving at 1250 a second, a fifth of the server's CPU while they
-    /// arrived (docs/serving-cost.md, "Start bursts from the send arena").
+    /// arriving at 1250 a second, 13% of the server's CPU while they
+    /// arrived went to those copies' `writev`s (docs/serving-cost.md,
+    /// "Start bursts from the send arena").
     fn sharing_for(&mut self, c: usize, state: &mut BatchState) -> Sharing {
         let Some(key) = state.keys[c].take() else {
             return Sharing::Own(None);
@@ -1734,6 +1735,33 @@ mod tests {
         );
     }
 
+    /// One stream's late start in `round` over the first `content.len()`
+    /// bytes of the device: its piece (dropped at once by the caller, as a
+    /// send loop does) and the batch's shared reads.
+    fn late_start(
+        thread: &DeviceThread,
+        events: &crossbeam_channel::Receiver<IoEvent>,
+        content: &[u8],
+        stream: u64,
+        round: u64,
+    ) -> (Piece, usize) {
+        let pieces_tx = PieceSender::default();
+        let mut c = read(stream, 0, content.len() as u64);
+        c.extents[0].crc32c = Some(checksum(content));
+        let mut batch = DiskBatch::round(Round(round), None, vec![c]);
+        batch.late_start_ns = Some(round * 1_000_000_000);
+        batch.deliver_to = vec![Some(pieces_tx.clone())];
+        thread.batches.send(batch).unwrap();
+        let shared = loop {
+            if let IoEvent::BatchDone { shared_reads, .. } = events.recv().unwrap() {
+                break shared_reads;
+            }
+        };
+        let piece = pieces_tx.take_all().pop().expect("the read's bytes");
+        assert_eq!(&piece.data[..], content, "stream {stream}");
+        (piece, shared)
+    }
+
     /// A late start's read stays shared for the rest of its round though
     /// its stream dropped the bytes (it sent them at once): the next late
     /// start of the title in that round takes the same buffer; in the next
@@ -1747,25 +1775,8 @@ mod tests {
         let content: Vec<u8> = (0..EXTENT).map(|i| (i % 251) as u8).collect();
         memory.write_at(0, &content);
         let (thread, storage, metrics, events) = counted_disk(memory);
-        // One stream's late start in `round`: its bytes (dropped at once,
-        // as a send loop does) and whether it shared.
-        let late_start = |stream: u64, round: u64| {
-            let pieces_tx = PieceSender::default();
-            let mut c = read(stream, 0, EXTENT);
-            c.extents[0].crc32c = Some(checksum(&content));
-            let mut batch = DiskBatch::round(Round(round), None, vec![c]);
-            batch.late_start_ns = Some(round * 1_000_000_000);
-            batch.deliver_to = vec![Some(pieces_tx.clone())];
-            thread.batches.send(batch).unwrap();
-            let shared = loop {
-                if let IoEvent::BatchDone { shared_reads, .. } = events.recv().unwrap() {
-                    break shared_reads;
-                }
-            };
-            let piece = pieces_tx.take_all().pop().expect("the read's bytes");
-            assert_eq!(&piece.data[..], &content[..], "stream {stream}");
-            shared
-        };
+        let late_start =
+            |stream: u64, round: u64| late_start(&thread, &events, &content, stream, round).1;
         let device_reads = || storage.reads.load(Relaxed);
         assert_eq!(late_start(1, 5), 0);
         assert_eq!(device_reads(), 1);
@@ -1800,16 +1811,7 @@ mod tests {
         let (thread, storage, metrics, events) = counted_disk(memory);
         let mut in_arena = Vec::new();
         for stream in 1..=u64::from(MIN) + 8 {
-            let pieces_tx = PieceSender::default();
-            let mut c = read(stream, 0, EXTENT);
-            c.extents[0].crc32c = Some(checksum(&content));
-            let mut batch = DiskBatch::round(Round(5), None, vec![c]);
-            batch.late_start_ns = Some(5_000_000_000);
-            batch.deliver_to = vec![Some(pieces_tx.clone())];
-            thread.batches.send(batch).unwrap();
-            while !matches!(events.recv().unwrap(), IoEvent::BatchDone { .. }) {}
-            let piece = pieces_tx.take_all().pop().expect("the read's bytes");
-            assert_eq!(&piece.data[..], &content[..], "stream {stream}");
+            let (piece, _) = late_start(&thread, &events, &content, stream, 5);
             in_arena.push(crate::zerocopy::file_range(&piece.data).is_some());
         }
         assert_eq!(storage.reads.load(Relaxed), 1, "one device read");
