@@ -70,6 +70,9 @@ pub struct Driver {
     /// Reads reported after a round's boundary, taken from the queue while
     /// draining it at the boundary: handled after the round begins.
     deferred: Option<IoEvent>,
+    /// One completion's effects; kept empty between reads, so that a
+    /// stream-round's completion allocates nothing.
+    effects: Vec<Effect>,
 }
 
 impl Driver {
@@ -90,6 +93,7 @@ impl Driver {
             faults,
             faults_signature: None,
             deferred: None,
+            effects: Vec::new(),
         }
     }
 
@@ -447,12 +451,14 @@ impl Driver {
                 completion.disk
             );
         }
-        let effects = self.core.array.complete(&completion);
-        self.apply(effects);
+        let mut effects = std::mem::take(&mut self.effects);
+        self.core.array.complete_into(&completion, &mut effects);
+        self.apply(effects.drain(..));
+        self.effects = effects;
     }
 
     /// Carries out the array's effects.
-    fn apply(&mut self, effects: Vec<Effect>) {
+    fn apply(&mut self, effects: impl IntoIterator<Item = Effect>) {
         for effect in effects {
             match effect {
                 Effect::Ready(_) => {}

@@ -206,8 +206,8 @@ impl Array {
         if let Some(f) = self.inflight.get_mut(&(stream, playback_round)) {
             let piece = piece as usize;
             f.due_round = deadline;
-            f.parts_out[piece] -= 1;
-            f.parts_held[piece] = true;
+            f.pieces[piece].parts_out -= 1;
+            f.pieces[piece].held = true;
         }
         let disk = command.disk;
         let job = RecoveryCommand {
@@ -236,9 +236,9 @@ impl Array {
                 playback_round,
                 piece,
                 ..
-            } => inflight
-                .get(&(stream, playback_round))
-                .is_some_and(|f| f.replica == Replica::Backup && f.pending[piece as usize]),
+            } => inflight.get(&(stream, playback_round)).is_some_and(|f| {
+                f.replica == Replica::Backup && f.pieces.is_pending(piece as usize)
+            }),
             _ => false,
         });
         if backlog.is_empty() {
@@ -262,8 +262,8 @@ impl Array {
             } = command.purpose
                 && let Some(f) = self.inflight.get_mut(&(stream, playback_round))
             {
-                f.parts_out[p as usize] += 1;
-                f.parts_held[p as usize] = !piece.last;
+                f.pieces[p as usize].parts_out += 1;
+                f.pieces[p as usize].held = !piece.last;
             }
             if piece.last {
                 self.counters.window_recoveries += 1;
