@@ -1285,16 +1285,7 @@ impl Array {
             .collect();
         // 6. Empty rounds are complete at once (sent from their send
         // round: the next one, or this one in a start burst).
-        for r in &plan.ready {
-            self.deliveries.ready(
-                r.stream,
-                r.playback_round,
-                r.replica,
-                r.send_round,
-                round,
-                &mut plan.releases,
-            );
-        }
+        self.release_ready_into(&plan.ready, round, &mut plan.releases);
         plan
     }
 
@@ -1866,6 +1857,17 @@ impl Array {
     /// Rounds complete at once (nothing to read) released from `round` on.
     fn release_ready(&mut self, ready: Vec<RoundReady>, round: Round) -> Vec<Release> {
         let mut releases = Vec::new();
+        self.release_ready_into(&ready, round, &mut releases);
+        releases
+    }
+
+    /// [`Array::release_ready`], appending to `releases`.
+    fn release_ready_into(
+        &mut self,
+        ready: &[RoundReady],
+        round: Round,
+        releases: &mut Vec<Release>,
+    ) {
         for r in ready {
             self.deliveries.ready(
                 r.stream,
@@ -1873,10 +1875,9 @@ impl Array {
                 r.replica,
                 r.send_round,
                 round,
-                &mut releases,
+                releases,
             );
         }
-        releases
     }
 
     /// Disk `disk` was lost in the middle of the round in progress (its
