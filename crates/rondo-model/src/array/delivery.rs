@@ -165,9 +165,8 @@ impl Deliveries {
         self.clients.get(&stream).map(|c| c.span)
     }
 
-    /// A stream-round is complete; it may be sent from `send_round`. Appends
-    /// to `out` what may be released now that round `current` is in
-    /// progress.
+    /// A stream-round is complete; it may be sent from `send_round`. Gives
+    /// `out` what may be released now that round `current` is in progress.
     pub fn ready(
         &mut self,
         stream: StreamId,
@@ -175,7 +174,7 @@ impl Deliveries {
         replica: Replica,
         send_round: Round,
         current: Round,
-        out: &mut Vec<Release>,
+        mut out: impl FnMut(Release),
     ) {
         let Some(client) = self.clients.get_mut(&stream) else {
             return;
@@ -185,11 +184,11 @@ impl Deliveries {
         // first entry would allocate a node, freed again at once).
         if client.ready.is_empty() && playback_round == client.next_release && send_round <= current
         {
-            self.late_releases += release_next(stream, client, replica, current, out);
+            self.late_releases += release_next(stream, client, replica, current, &mut out);
             return;
         }
         client.ready.insert(playback_round, (send_round, replica));
-        self.late_releases += release_due(stream, client, current, out);
+        self.late_releases += release_due(stream, client, current, &mut out);
     }
 
     pub fn set_over_budget(&mut self, over: bool) {
@@ -219,7 +218,7 @@ impl Deliveries {
         let over_budget = self.over_budget;
         self.held_behind_late = 0;
         for (&stream, client) in self.clients.iter_mut() {
-            self.late_releases += release_due(stream, client, round, releases);
+            self.late_releases += release_due(stream, client, round, &mut |r| releases.push(r));
             // What is left ready and due now waits behind a late round.
             self.held_behind_late += client
                 .ready
@@ -285,7 +284,7 @@ fn release_due(
     stream: StreamId,
     client: &mut Client,
     current: Round,
-    out: &mut Vec<Release>,
+    out: &mut impl FnMut(Release),
 ) -> u64 {
     let mut late = 0;
     while let Some(entry) = client.ready.first_entry() {
@@ -306,11 +305,11 @@ fn release_next(
     client: &mut Client,
     replica: Replica,
     current: Round,
-    out: &mut Vec<Release>,
+    out: &mut impl FnMut(Release),
 ) -> u64 {
     let first = *client.first_release.get_or_insert(current);
     let late = u64::from(current > first.plus(u64::from(client.released())));
-    out.push(Release {
+    out(Release {
         stream,
         playback_round: client.next_release,
         replica,
@@ -374,16 +373,14 @@ mod tests {
                 // This round's completions, latest playback round first so
                 // that some arrive out of order.
                 for p in (0..plan.len()).rev().filter(|&p| completes[p] == r) {
-                    let mut out = Vec::new();
                     deliveries.ready(
                         stream,
                         PlaybackRound(p as u32),
                         Replica::Primary,
                         Round(sends[p]),
                         Round(r),
-                        &mut out,
+                        |x| released.push(x.playback_round.0),
                     );
-                    released.extend(out.iter().map(|x| x.playback_round.0));
                     // The reference: the longest prefix complete by now and due.
                     let expected = (0..plan.len())
                         .take_while(|&q| {

@@ -585,9 +585,6 @@ pub struct Array {
     /// Per lost manager (`PriorSchedule::schedule_id`), the shift its
     /// streams asked for again are placed with, oldest first.
     resume_shifts: Vec<(u64, i64)>,
-    /// Kept empty between completions: the rounds one completion releases
-    /// pass through it without an allocation.
-    release_scratch: Vec<Release>,
 }
 
 impl Array {
@@ -604,7 +601,6 @@ impl Array {
             titles: BTreeMap::new(),
             policy,
             inflight: BTreeMap::new(),
-            release_scratch: Vec::new(),
             rebuild: None,
             repairs: Repairs::default(),
             replacing: vec![false; disks as usize],
@@ -1558,17 +1554,14 @@ impl Array {
             // A late round whose send round has come goes out at once (with
             // the rounds it held back).
             let current = self.next_round.minus(1);
-            let mut released = std::mem::take(&mut self.release_scratch);
             self.deliveries.ready(
                 ready.stream,
                 ready.playback_round,
                 ready.replica,
                 ready.send_round,
                 current,
-                &mut released,
+                |release| effects.push(Effect::Released(release)),
             );
-            effects.extend(released.drain(..).map(Effect::Released));
-            self.release_scratch = released;
             return;
         }
         effects.extend(self.read_failed(completion));
@@ -1875,7 +1868,7 @@ impl Array {
                 r.replica,
                 r.send_round,
                 round,
-                releases,
+                |release| releases.push(release),
             );
         }
     }
