@@ -57,7 +57,8 @@
 # streams), BUFFER_PER_DISK_MIB (64, rondo's --buffer-per-disk-mib),
 # NGINX_MEMORY_MIB (24, nginx-lowmem's cgroup), NETWORK_MBPS_MAX (none;
 # rondo's --network-mbps-max), ZERO_COPY_SHARE_MIN (serve's default; rondo's
-# --zero-copy-share-min), LOAD_NICE (0; the load generator's nice),
+# --zero-copy-share-min), DELIVERY_LAG_MAX_ROUNDS (serve's default; rondo's
+# --delivery-lag-max-rounds, 0: off), LOAD_NICE (0; the load generator's nice),
 # LOAD_SCHED (other; "batch" runs the load generator SCHED_BATCH), LOAD_ARGS
 # (none; more `rondo load` arguments).
 # Needs: ffmpeg, curl, jq, ss (iproute2), fincore (util-linux), nginx
@@ -119,6 +120,7 @@ NETWORK_MBPS_MAX=${NETWORK_MBPS_MAX:-}
 # at least this many streams go to their sockets without a copy; 0 copies
 # every round (to measure what sending without a copy saves).
 ZERO_COPY_SHARE_MIN=${ZERO_COPY_SHARE_MIN:-}
+DELIVERY_LAG_MAX_ROUNDS=${DELIVERY_LAG_MAX_ROUNDS:-}
 # The load generator's nice value (0: the same priority as the server). The
 # clients share the server's 2 cores; at a negative value (e.g. -10) they
 # get the CPU they need first, so that a client that stalls was starved by
@@ -178,6 +180,7 @@ start_rondo() {
         --start-burst-s "$START_BURST_S" --start-burst-bytes "$START_BURST_BYTES" \
         ${NETWORK_MBPS_MAX:+--network-mbps-max "$NETWORK_MBPS_MAX"} \
         ${ZERO_COPY_SHARE_MIN:+--zero-copy-share-min "$ZERO_COPY_SHARE_MIN"} \
+        ${DELIVERY_LAG_MAX_ROUNDS:+--delivery-lag-max-rounds "$DELIVERY_LAG_MAX_ROUNDS"} \
         "$@" >> "$OUT/serve.log" 2>&1 &
     RONDO_PID=$!
     PIDS+=("$RONDO_PID")
@@ -393,7 +396,11 @@ phase() {
         fi
     fi
     echo '{"disks": []}' > "$OUT/metrics-$tag.json"
-    if [[ $server == rondo* ]]; then curl -sf "$url/api/metrics" > "$OUT/metrics-$tag.json"; fi
+    if [[ $server == rondo* ]]; then
+        curl -sf "$url/api/metrics" > "$OUT/metrics-$tag.json"
+        # Prometheus text: the histograms (delivery lag, start-up, round lateness).
+        curl -sf "$url/metrics" > "$OUT/prometheus-$tag.txt" || true
+    fi
     stop_pid "$pid"
     jq -n --arg server "$server" --argjson n "$n" --argjson ticks $((cpu1 - cpu0)) \
         --argjson hz "$CLK_TCK" --argjson idle_rss "$idle_rss" --argjson idle_pss "$idle_pss" \

@@ -261,6 +261,7 @@ fn heavy_load_on_two_disks_is_partly_refused() {
         "rejected_disk_time",
         "rejected_buffer",
         "rejected_network",
+        "rejected_host",
         "rejected_other",
     ]
     .iter()

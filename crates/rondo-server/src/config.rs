@@ -146,6 +146,11 @@ pub struct ServerConfig {
     /// round against it and refuses the rest (503, reason "network").
     /// `None`: not limited.
     pub network_bits_per_s_max: Option<u64>,
+    /// New streams are refused (503, reason "host") while the send loops'
+    /// delivery lag in the round in progress or the one before is over this
+    /// many rounds: the host's CPU, which the reservations do not model, is
+    /// behind (`rondo_model::array` `host`). `None`: not checked.
+    pub delivery_lag_max_rounds: Option<f64>,
     /// Longest title the reservation tables can hold.
     pub max_title_duration: Duration,
     /// Bounds on client connections (count, header and idle timeouts,
@@ -264,6 +269,7 @@ impl Default for ServerConfig {
             loss_notice_rounds: 0,
             buffer_per_disk_bytes: DEFAULT_BUFFER_PER_DISK_BYTES,
             network_bits_per_s_max: None,
+            delivery_lag_max_rounds: None,
             max_title_duration: DEFAULT_MAX_TITLE_DURATION,
             connections: Default::default(),
             request_body_bytes_max: DEFAULT_REQUEST_BODY_BYTES_MAX,

@@ -504,6 +504,7 @@ fn rejection_kind(rejection: &Rejection) -> &'static str {
         Rejection::DiskTime { .. } => "disk_time",
         Rejection::Buffer { .. } => "buffer",
         Rejection::Network { .. } => "network",
+        Rejection::HostBehind { .. } => "host",
         Rejection::DataUnavailable { .. } => "data_unavailable",
         Rejection::DataLost { .. } => "data_lost",
         Rejection::TooLong { .. } => "too_long",

@@ -291,6 +291,24 @@ pub const STREAM_START_BOUNDS_NS: &[u64] = &[
 ];
 /// How late the round driver began a round after its boundary: 10 µs to
 /// 1 s.
+/// Buckets of the delivery lag: a batch's writing takes from microseconds
+/// (a few streams) to about a hundred milliseconds (thousands), and the
+/// admission limit is a share of a round.
+pub const DELIVERY_LAG_BOUNDS_NS: &[u64] = &[
+    100_000,
+    1_000_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+    300_000_000,
+    500_000_000,
+    750_000_000,
+    1_000_000_000,
+    2_000_000_000,
+];
 pub const ROUND_LATENESS_BOUNDS_NS: &[u64] = &[
     10_000,
     50_000,
@@ -340,6 +358,9 @@ pub struct Metrics {
     pub rejected_disk_time: AtomicU64,
     pub rejected_buffer: AtomicU64,
     pub rejected_network: AtomicU64,
+    /// Refused while the host's deliveries ran late
+    /// (`ServerConfig::delivery_lag_max`).
+    pub rejected_host: AtomicU64,
     /// Data unavailable, title too long for the tables, unknown, past its end.
     pub rejected_other: AtomicU64,
     /// A stream's request for round i was not complete when round i ended.
@@ -404,6 +425,12 @@ pub struct Metrics {
     pub stream_start: LatencyHistogram,
     /// How late the round driver began each round after its boundary.
     pub round_lateness: LatencyHistogram,
+    /// How late the send loops wrote each batch of releases: from the
+    /// driver's hand-over to the end of the writing (`sink::Outbox`).
+    pub delivery_lag: LatencyHistogram,
+    /// The worst delivery lag since the round driver last took it (it
+    /// hands it to the array's admission, `Array::delivery_lag`).
+    pub delivery_lag_unreported_ns: AtomicU64,
     /// Per-title counters, by title id.
     pub titles: RwLock<BTreeMap<TitleId, Arc<TitleCounters>>>,
     /// Seed 004's dynamic cycle as of the last round begun (`None`: a
@@ -425,6 +452,7 @@ impl Metrics {
             rejected_disk_time: AtomicU64::new(0),
             rejected_buffer: AtomicU64::new(0),
             rejected_network: AtomicU64::new(0),
+            rejected_host: AtomicU64::new(0),
             rejected_other: AtomicU64::new(0),
             stream_round_misses: AtomicU64::new(0),
             disk_round_overruns: AtomicU64::new(0),
@@ -458,6 +486,8 @@ impl Metrics {
             admission_decision: LatencyHistogram::new(ADMISSION_DECISION_BOUNDS_NS),
             stream_start: LatencyHistogram::new(STREAM_START_BOUNDS_NS),
             round_lateness: LatencyHistogram::new(ROUND_LATENESS_BOUNDS_NS),
+            delivery_lag: LatencyHistogram::new(DELIVERY_LAG_BOUNDS_NS),
+            delivery_lag_unreported_ns: AtomicU64::new(0),
             titles: RwLock::new(BTreeMap::new()),
             cycle: std::sync::Mutex::new(None),
         }
@@ -506,6 +536,7 @@ impl Metrics {
             Rejection::DiskTime { .. } => &self.rejected_disk_time,
             Rejection::Buffer { .. } => &self.rejected_buffer,
             Rejection::Network { .. } => &self.rejected_network,
+            Rejection::HostBehind { .. } => &self.rejected_host,
             _ => &self.rejected_other,
         };
         counter.fetch_add(1, Relaxed);
@@ -546,6 +577,7 @@ impl Metrics {
             rejected_disk_time: g(&self.rejected_disk_time),
             rejected_buffer: g(&self.rejected_buffer),
             rejected_network: g(&self.rejected_network),
+            rejected_host: g(&self.rejected_host),
             rejected_other: g(&self.rejected_other),
             stream_round_misses: g(&self.stream_round_misses),
             disk_round_overruns: g(&self.disk_round_overruns),
@@ -625,6 +657,7 @@ pub struct MetricsSnapshot {
     pub rejected_disk_time: u64,
     pub rejected_buffer: u64,
     pub rejected_network: u64,
+    pub rejected_host: u64,
     pub rejected_other: u64,
     pub stream_round_misses: u64,
     pub disk_round_overruns: u64,

@@ -145,6 +145,7 @@ impl Driver {
                     },
                     recv(self.jobs) -> job => {
                         if let Ok(job) = job {
+                            self.report_delivery_lag();
                             job(&self.shared, &mut self.core);
                             // Admissions that queued meanwhile (many
                             // streams starting at once) run before the
@@ -170,6 +171,9 @@ impl Driver {
                 );
             }
             self.take_events_reported_by(boundary);
+            // The round that ended gets its last lag before it becomes
+            // the one before.
+            self.report_delivery_lag();
             self.begin_round(round);
             if let Some(event) = self.deferred.take() {
                 self.on_event(event);
@@ -196,6 +200,15 @@ impl Driver {
                 }
                 _ => self.on_event(event),
             }
+        }
+    }
+
+    /// Hands the array the send loops' delivery lag since the last report,
+    /// which its admission checks (`Array::delivery_lag`).
+    fn report_delivery_lag(&mut self) {
+        let lag_ns = self.core.outbox.take_lag_ns();
+        if lag_ns > 0 {
+            self.core.array.delivery_lag(lag_ns);
         }
     }
 

@@ -261,6 +261,9 @@ impl RunningServer {
             // at round boundaries.
             late_start: config.late_start && config.remote_disks.is_none(),
             late_start_allowance_ns: crate::config::LATE_START_ALLOWANCE_NS,
+            delivery_lag_max_ns: config
+                .delivery_lag_max_rounds
+                .map(|rounds| (rounds * round_duration_ns as f64) as u64),
             drive_prefetch: prefetch,
             cycle: config.cycle,
         });
@@ -303,6 +306,7 @@ impl RunningServer {
             // One send loop per core (as many as tokio's HTTP workers).
             outbox: crate::sink::Outbox::start(
                 std::thread::available_parallelism().map_or(1, |n| n.get()),
+                Arc::clone(&metrics),
             )
             .map_err(io_error("starting the send loops"))?,
         };

@@ -21,8 +21,9 @@
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, IoSlice};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::http::{header, response};
 use bytes::Bytes;
@@ -33,6 +34,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::listener::{CloseReason, ConnectionHandle};
+use crate::metrics::Metrics;
 use crate::session::SessionData;
 
 /// Chunks given to one `writev`: a round is one chunk (a primary read's
@@ -342,25 +344,44 @@ struct Send {
     replica: Replica,
 }
 
+/// A batch of releases and when the driver handed it over.
+type Batch = (Instant, Vec<Send>);
+
 struct Shard {
-    loop_tx: crossbeam_channel::Sender<Vec<Send>>,
+    loop_tx: crossbeam_channel::Sender<Batch>,
     batch: Vec<Send>,
+    /// When each batch handed over and not yet written was handed over,
+    /// oldest first (for the delivery lag of a loop that is still busy).
+    handed: VecDeque<Instant>,
+    /// Batches handed over, and batches the loop has written.
+    handed_total: u64,
+    written: Arc<AtomicU64>,
 }
 
 /// The round driver's side of the send loops: releases gathered per loop
 /// during one driver step, handed over in one message per loop at its end.
+///
+/// It also measures the delivery lag that admission checks
+/// (`rondo_model::array::Array::delivery_lag`): each loop records how long
+/// after its hand-over it finished writing a batch, and
+/// [`Outbox::take_lag_ns`] adds the age of any batch still waiting, so a
+/// loop starved of the CPU shows its lag before it catches up.
 pub struct Outbox {
     shards: Vec<Shard>,
+    metrics: Arc<Metrics>,
 }
 
 impl Outbox {
     /// Starts `loops` send loops, each on a thread of its own at
     /// [`SEND_THREAD_NICE`] where the process may (else the default
     /// priority). They end when the outbox is dropped.
-    pub fn start(loops: usize) -> std::io::Result<Outbox> {
+    pub fn start(loops: usize, metrics: Arc<Metrics>) -> std::io::Result<Outbox> {
         let shards = (0..loops.max(1))
             .map(|i| {
                 let (loop_tx, loop_rx) = crossbeam_channel::unbounded();
+                let written = Arc::new(AtomicU64::new(0));
+                let loop_written = Arc::clone(&written);
+                let loop_metrics = Arc::clone(&metrics);
                 std::thread::Builder::new()
                     .name(format!("rondo-send-{i}"))
                     .spawn(move || {
@@ -371,15 +392,18 @@ impl Outbox {
                                 "the send loops' priority (ahead of the HTTP workers where raised)"
                             );
                         }
-                        send_loop(loop_rx);
+                        send_loop(loop_rx, &loop_written, &loop_metrics);
                     })?;
                 Ok(Shard {
                     loop_tx,
                     batch: Vec::new(),
+                    handed: VecDeque::new(),
+                    handed_total: 0,
+                    written,
                 })
             })
             .collect::<std::io::Result<_>>()?;
-        Ok(Outbox { shards })
+        Ok(Outbox { shards, metrics })
     }
 
     /// A released round of `stream`, sent through `sink`: to its loop at
@@ -401,11 +425,39 @@ impl Outbox {
 
     /// Hands each loop what gathered for it (one wake per loop at most).
     pub fn flush(&mut self) {
+        let now = Instant::now();
         for shard in &mut self.shards {
-            if !shard.batch.is_empty() {
-                let _ = shard.loop_tx.send(std::mem::take(&mut shard.batch));
+            if !shard.batch.is_empty()
+                && shard
+                    .loop_tx
+                    .send((now, std::mem::take(&mut shard.batch)))
+                    .is_ok()
+            {
+                shard.handed.push_back(now);
+                shard.handed_total += 1;
             }
         }
+    }
+
+    /// The worst delivery lag since the last call: the longest a loop took
+    /// to finish a batch after its hand-over, or the age of the oldest
+    /// batch a loop has not finished, whichever is longer.
+    pub fn take_lag_ns(&mut self) -> u64 {
+        let now = Instant::now();
+        let mut lag_ns = self.metrics.delivery_lag_unreported_ns.swap(0, Relaxed);
+        for shard in &mut self.shards {
+            let written = shard.written.load(Relaxed);
+            // The batches written are the oldest handed over.
+            let unwritten = shard.handed_total.saturating_sub(written) as usize;
+            while shard.handed.len() > unwritten {
+                shard.handed.pop_front();
+            }
+            if let Some(&oldest) = shard.handed.front() {
+                let age_ns = now.saturating_duration_since(oldest).as_nanos();
+                lag_ns = lag_ns.max(u64::try_from(age_ns).unwrap_or(u64::MAX));
+            }
+        }
+        lag_ns
     }
 }
 
@@ -413,11 +465,18 @@ impl Outbox {
 /// socket, in the order the driver released them (a socket's writes never
 /// wait: a full one is left to its connection's task). Ends with the
 /// driver.
-fn send_loop(batches: crossbeam_channel::Receiver<Vec<Send>>) {
-    while let Ok(batch) = batches.recv() {
+fn send_loop(batches: crossbeam_channel::Receiver<Batch>, written: &AtomicU64, metrics: &Metrics) {
+    while let Ok((handed_at, batch)) = batches.recv() {
         for send in batch {
             send.sink.release(send.playback_round, send.replica);
         }
+        let lag = handed_at.elapsed();
+        metrics.delivery_lag.observe(lag);
+        let lag_ns = u64::try_from(lag.as_nanos()).unwrap_or(u64::MAX);
+        metrics
+            .delivery_lag_unreported_ns
+            .fetch_max(lag_ns, Relaxed);
+        written.fetch_add(1, Relaxed);
     }
 }
 

@@ -1421,6 +1421,7 @@ pub fn prepare_placed(
         // Arrivals come at round boundaries in the simulator.
         late_start: false,
         late_start_allowance_ns: 0,
+        delivery_lag_max_ns: None,
         drive_prefetch: config.drive_prefetch,
         cycle: config.dynamic_cycle,
     });

@@ -24,6 +24,7 @@
 pub mod command;
 mod cycle;
 pub mod delivery;
+mod host;
 pub mod policy;
 mod recovery;
 pub mod repair;
@@ -115,6 +116,10 @@ pub struct ArrayConfig {
     /// groups, a fixed cycle). Needs titles with charges for every group
     /// length it may use (`ArrayTitle::group_charges`).
     pub cycle: Option<DynamicCycle>,
+    /// New streams are refused while the executor's delivery lag of the
+    /// round in progress or the one before is over this (`host`); `None`:
+    /// the host's pace is not checked (the simulator, which has no host).
+    pub delivery_lag_max_ns: Option<u64>,
 }
 
 /// Seed 003's policies that prefetch into the drive's cache.
@@ -544,6 +549,9 @@ pub struct ArrayCounters {
     /// first-fit because it had no room or they came too late for it.
     pub resumed_in_place: u64,
     pub resumed_moved: u64,
+    /// Of `rejected`, streams refused because the host's deliveries were
+    /// late (`host`).
+    pub rejected_host_behind: u64,
 }
 
 /// The array state machine.
@@ -585,6 +593,8 @@ pub struct Array {
     /// Per lost manager (`PriorSchedule::schedule_id`), the shift its
     /// streams asked for again are placed with, oldest first.
     resume_shifts: Vec<(u64, i64)>,
+    /// The executor's delivery lag, which admission checks (`host`).
+    host: host::HostPace,
 }
 
 impl Array {
@@ -615,6 +625,7 @@ impl Array {
             cycle: config.cycle.map(cycle::CycleState::new),
             recovery: recovery::Recovery::new(&config),
             resume_shifts: Vec::new(),
+            host: host::HostPace::new(config.delivery_lag_max_ns),
             config,
         }
     }
@@ -709,7 +720,12 @@ impl Array {
         let result = self.try_admit(request, earliest_round, lookahead_rounds);
         match &result {
             Ok(a) => self.count_admitted(a.stream),
-            Err(_) => self.counters.rejected += 1,
+            Err(rejection) => {
+                self.counters.rejected += 1;
+                if matches!(rejection, Rejection::HostBehind { .. }) {
+                    self.counters.rejected_host_behind += 1;
+                }
+            }
         }
         result
     }
@@ -811,6 +827,12 @@ impl Array {
         earliest_round: Round,
         lookahead_rounds: u64,
     ) -> Result<Admitted, Rejection> {
+        if !self.titles.contains_key(&request.title) {
+            return Err(Rejection::UnknownTitle(request.title));
+        }
+        if request.prior.is_none() {
+            self.host.check()?;
+        }
         let title = self
             .titles
             .get(&request.title)
@@ -1035,6 +1057,21 @@ impl Array {
         self.deliveries.set_over_budget(over);
     }
 
+    /// How late the executor delivered: the worst lag it measured since it
+    /// last reported, from a release's hand-over to its sender to the end
+    /// of the writing (`host`). While a lag over
+    /// `ArrayConfig::delivery_lag_max_ns` is reported in the round in
+    /// progress or the one before, new streams are refused.
+    pub fn delivery_lag(&mut self, lag_ns: u64) {
+        self.host.observe(lag_ns);
+    }
+
+    /// The worst delivery lag reported in the round in progress and the one
+    /// before.
+    pub fn recent_delivery_lag_ns(&self) -> u64 {
+        self.host.recent_lag_ns()
+    }
+
     /// Whether the array knows `stream` (reading or delivering).
     pub fn has_stream(&self, stream: StreamId) -> bool {
         self.deliveries.contains(stream) || self.reservations.stream_span(stream).is_some()
@@ -1095,6 +1132,7 @@ impl Array {
         self.delivering = false;
         self.deliveries = delivery::Deliveries::new(self.config.delivery);
         self.reservations.advance_to(round);
+        self.host.next_round();
         self.next_round = round.next();
         self.cycle_step(round);
     }
@@ -1156,6 +1194,7 @@ impl Array {
         // 3. Time moves on; the dynamic cycle's operation, if one is due,
         // changes streams' reads from this round on (not yet planned).
         self.reservations.advance_to(round);
+        self.host.next_round();
         self.next_round = round.next();
         plan.cycle_event = self.cycle_step(round);
         // 4. The streams' reads.

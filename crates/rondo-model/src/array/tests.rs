@@ -36,6 +36,7 @@ fn config(disks: u32, scheme: Scheme) -> ArrayConfig {
         burst: Default::default(),
         late_start: false,
         late_start_allowance_ns: 0,
+        delivery_lag_max_ns: None,
         drive_prefetch: DrivePrefetch::None,
         cycle: None,
     }
@@ -2024,4 +2025,74 @@ fn a_prior_schedule_from_a_client_is_bounded() {
     }
     assert_eq!(a.counters().resumed_in_place, 0);
     assert_eq!(a.counters().resumed_moved, 4);
+}
+
+/// The host's delivery lag (`host`): over the limit in the round in
+/// progress or the one before, new streams are refused with the lag named,
+/// late starts included; a stream asked for again after a takeover is not;
+/// two rounds without a lag over it admit again.
+#[test]
+fn a_late_host_refuses_new_streams_until_it_catches_up() {
+    let mut cfg = config(4, Scheme::Minimum);
+    cfg.late_start = true;
+    cfg.delivery_lag_max_ns = Some(250 * NS_PER_MS);
+    let mut a = Array::new(cfg);
+    let mut allocator = ArrayAllocator::uniform(4, 1000);
+    a.add_title(title(0, 4, 0, &[100 * KIB; 20], &mut allocator));
+    let first = a.admit_now(&whole(0), 0).unwrap().0.stream;
+    let plan = a.begin_round(Round(0));
+    complete_all(&mut a, &plan);
+    // A lag at the limit is not over it.
+    a.delivery_lag(250 * NS_PER_MS);
+    assert!(a.admit_now(&whole(0), 100 * NS_PER_MS).is_ok());
+    a.delivery_lag(300 * NS_PER_MS);
+    assert_eq!(a.recent_delivery_lag_ns(), 300 * NS_PER_MS);
+    let refused = a.admit_now(&whole(0), 200 * NS_PER_MS).unwrap_err();
+    assert_eq!(
+        refused,
+        Rejection::HostBehind {
+            lag_ns: 300 * NS_PER_MS,
+            lag_max_ns: 250 * NS_PER_MS
+        }
+    );
+    assert!(refused.to_string().contains("300 ms late"), "{refused}");
+    // An unknown title is still named as such.
+    assert_eq!(
+        a.admit(&AdmitRequest {
+            title: TitleId(9),
+            ..whole(0)
+        }),
+        Err(Rejection::UnknownTitle(TitleId(9)))
+    );
+    // A stream brought back after a takeover replaces load: not refused.
+    let prior = PriorSchedule::of(&a, first, 1, 200 * NS_PER_MS).expect("a prior");
+    let again = AdmitRequest {
+        prior: Some(prior),
+        ..whole(0)
+    };
+    assert!(a.admit(&again).is_ok());
+    // The round after still remembers the lag; the one after that does not.
+    let plan = a.begin_round(Round(1));
+    complete_all(&mut a, &plan);
+    assert!(matches!(
+        a.admit(&whole(0)),
+        Err(Rejection::HostBehind { .. })
+    ));
+    let plan = a.begin_round(Round(2));
+    complete_all(&mut a, &plan);
+    assert_eq!(a.recent_delivery_lag_ns(), 0);
+    assert!(a.admit(&whole(0)).is_ok());
+    let counters = a.counters();
+    assert_eq!(counters.rejected_host_behind, 2);
+    assert_eq!(counters.rejected, 3, "the two lags and the unknown title");
+    a.check_invariants();
+}
+
+/// Without a limit (the simulator's configuration) no lag refuses.
+#[test]
+fn without_a_lag_limit_the_host_never_refuses() {
+    let mut a = array(4, Scheme::Minimum, &[100 * KIB; 8]);
+    a.delivery_lag(u64::MAX);
+    assert!(a.admit(&whole(0)).is_ok());
+    assert_eq!(a.counters().rejected_host_behind, 0);
 }

@@ -335,6 +335,13 @@ pub enum Rejection {
     TooLong { rounds: u64, horizon_rounds: u64 },
     #[error("unknown title {0:?}")]
     UnknownTitle(TitleId),
+    #[error(
+        "the host is behind: its deliveries ran {} ms late, over the limit of {} ms; \
+         new streams wait until it catches up",
+        lag_ns / 1_000_000,
+        lag_max_ns / 1_000_000
+    )]
+    HostBehind { lag_ns: u64, lag_max_ns: u64 },
     #[error("playback round {first_playback_round} is past the title's end ({rounds} rounds)")]
     PastEnd {
         first_playback_round: PlaybackRound,

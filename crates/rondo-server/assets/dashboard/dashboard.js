@@ -25,7 +25,7 @@ function fmtBytes(n) {
 }
 
 function rejected(s) {
-  return s.rejected_disk_time + s.rejected_buffer + s.rejected_network + s.rejected_other;
+  return s.rejected_disk_time + s.rejected_buffer + s.rejected_network + s.rejected_host + s.rejected_other;
 }
 
 function chartWidth(el) {

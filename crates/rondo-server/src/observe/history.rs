@@ -73,6 +73,7 @@ pub struct RoundSample {
     pub rejected_disk_time: u64,
     pub rejected_buffer: u64,
     pub rejected_network: u64,
+    pub rejected_host: u64,
     pub rejected_other: u64,
     /// Stream-round misses and disk-round overruns.
     pub misses: u64,
@@ -92,7 +93,7 @@ pub struct RoundSample {
 pub struct Totals {
     rounds: u64,
     admitted: u64,
-    rejected: [u64; 4],
+    rejected: [u64; 5],
     misses: u64,
     overruns: u64,
     sent_bytes: u64,
@@ -112,6 +113,7 @@ impl Totals {
                 g(&metrics.rejected_buffer),
                 g(&metrics.rejected_network),
                 g(&metrics.rejected_other),
+                g(&metrics.rejected_host),
             ],
             misses: g(&metrics.stream_round_misses),
             overruns: g(&metrics.disk_round_overruns),
@@ -154,6 +156,7 @@ pub fn sample(
         rejected_buffer: now.rejected[1].saturating_sub(before.rejected[1]),
         rejected_network: now.rejected[2].saturating_sub(before.rejected[2]),
         rejected_other: now.rejected[3].saturating_sub(before.rejected[3]),
+        rejected_host: now.rejected[4].saturating_sub(before.rejected[4]),
         misses: now.misses.saturating_sub(before.misses),
         overruns: now.overruns.saturating_sub(before.overruns),
         sent_bytes: now.sent_bytes.saturating_sub(before.sent_bytes),

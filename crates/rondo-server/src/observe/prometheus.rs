@@ -305,13 +305,14 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
     w.family(
         "rondo_admissions_total",
         "counter",
-        "Admission decisions by result: admitted, or rejected for disk time, buffer, network or another reason (data unavailable, title too long, past its end).",
+        "Admission decisions by result: admitted, or rejected for disk time, buffer, network, the host's late deliveries or another reason (data unavailable, title too long, past its end).",
     );
     for (result, counter) in [
         ("admitted", &metrics.admitted),
         ("rejected_disk_time", &metrics.rejected_disk_time),
         ("rejected_buffer", &metrics.rejected_buffer),
         ("rejected_network", &metrics.rejected_network),
+        ("rejected_host", &metrics.rejected_host),
         ("rejected_other", &metrics.rejected_other),
     ] {
         w.sample("rondo_admissions_total", &[("result", result)], g(counter));
@@ -682,6 +683,11 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         "rondo_round_start_lateness_seconds",
         "How late the round driver began each round after its boundary.",
         &metrics.round_lateness,
+    );
+    w.histogram(
+        "rondo_delivery_lag_seconds",
+        "How late the send loops wrote each batch of released rounds into the sockets, from the round driver's hand-over to the end of the writing; new streams are refused while it is over --delivery-lag-max-ms.",
+        &metrics.delivery_lag,
     );
 
     let titles = metrics.title_counters();

@@ -1,0 +1,107 @@
+//! The host's pace as admission sees it: measured admission for the one
+//! resource the reservations do not model, the CPU that writes the rounds
+//! into the clients' sockets.
+//!
+//! The reservation tables prove that the disks read every admitted
+//! stream's rounds in time, and (with a network capacity) that the link
+//! carries them; nothing there says the host has the CPU to hand them to
+//! the sockets. On a full host the disks keep every deadline while the
+//! sends fall behind and the clients stall (docs/capacity.md: at 15,000
+//! streams on two cores, 0 deadline misses and thousands of stalls). So the
+//! executor measures how late it delivers (the delivery lag: from a
+//! release's hand-over to the send loops to the end of their writing it)
+//! and reports it here; while the worst lag of the round in progress or the
+//! one before is over the limit, new streams are refused (a 503 with reason
+//! `host`) instead of admitted onto a host that is already late. Seed 001
+//! §7 admits by measured waits the same way (max w_ij < δ_S − δ_ov); here
+//! the wait is the host's, not a storage node's.
+//!
+//! A measurement, not a proof: the lag shows the shortage only once the
+//! host is late, so it bounds how far admission runs ahead of the CPU by
+//! about one round's arrivals, and it cannot see another process about to
+//! take the CPU. A stream asked for again after a takeover
+//! (`AdmitRequest::prior`) is not refused here: it replaces load the host
+//! carried a moment ago. The simulator, which has no host, never reports a
+//! lag, so it never refuses for one.
+
+use crate::reservation::Rejection;
+
+/// What the array remembers of the executor's delivery lag.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HostPace {
+    /// Refuse new streams while a recent lag is over this; `None`: never.
+    lag_max_ns: Option<u64>,
+    /// The worst lag reported in the round in progress.
+    this_round_ns: u64,
+    /// The worst lag reported in the round before it.
+    last_round_ns: u64,
+}
+
+impl HostPace {
+    pub(crate) fn new(lag_max_ns: Option<u64>) -> HostPace {
+        HostPace {
+            lag_max_ns,
+            ..HostPace::default()
+        }
+    }
+
+    /// A lag measured in the round in progress.
+    pub(crate) fn observe(&mut self, lag_ns: u64) {
+        self.this_round_ns = self.this_round_ns.max(lag_ns);
+    }
+
+    /// A round begins: the round in progress becomes the one before.
+    pub(crate) fn next_round(&mut self) {
+        self.last_round_ns = std::mem::take(&mut self.this_round_ns);
+    }
+
+    /// The worst lag of the round in progress and the one before.
+    pub(crate) fn recent_lag_ns(&self) -> u64 {
+        self.this_round_ns.max(self.last_round_ns)
+    }
+
+    /// Whether a new stream may be admitted as far as the host's pace goes.
+    pub(crate) fn check(&self) -> Result<(), Rejection> {
+        let lag_ns = self.recent_lag_ns();
+        match self.lag_max_ns {
+            Some(lag_max_ns) if lag_ns > lag_max_ns => {
+                Err(Rejection::HostBehind { lag_ns, lag_max_ns })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lag_over_the_limit_refuses_for_its_round_and_the_next_only() {
+        let mut pace = HostPace::new(Some(250));
+        assert!(pace.check().is_ok());
+        pace.observe(100);
+        pace.observe(250);
+        assert!(pace.check().is_ok(), "at the limit is not over it");
+        pace.observe(400);
+        assert_eq!(
+            pace.check(),
+            Err(Rejection::HostBehind {
+                lag_ns: 400,
+                lag_max_ns: 250
+            })
+        );
+        pace.next_round();
+        pace.observe(10);
+        assert!(pace.check().is_err(), "the round before still counts");
+        pace.next_round();
+        assert!(pace.check().is_ok(), "two rounds on, the host caught up");
+    }
+
+    #[test]
+    fn without_a_limit_no_lag_refuses() {
+        let mut pace = HostPace::new(None);
+        pace.observe(u64::MAX);
+        assert!(pace.check().is_ok());
+    }
+}
