@@ -17,9 +17,11 @@
 //! the wait is the host's, not a storage node's.
 //!
 //! A measurement, not a proof: the lag shows the shortage only once the
-//! host is late, so it bounds how far admission runs ahead of the CPU by
-//! about one round's arrivals, and it cannot see another process about to
-//! take the CPU. A stream asked for again after a takeover
+//! host is late, and it cannot see another process about to take the CPU.
+//! `rondo serve` leaves it off unless asked (`--delivery-lag-max-rounds`):
+//! on a 2-core host shared with its load generator it refused half of
+//! 15,000 arriving streams, and half of those it admitted still stalled
+//! (docs/capacity.md, "Refusing when the host is behind"). A stream asked for again after a takeover
 //! (`AdmitRequest::prior`) is not refused here: it replaces load the host
 //! carried a moment ago. The simulator, which has no host, never reports a
 //! lag, so it never refuses for one.
