@@ -359,7 +359,7 @@ pub struct Metrics {
     pub rejected_buffer: AtomicU64,
     pub rejected_network: AtomicU64,
     /// Refused while the host's deliveries ran late
-    /// (`ServerConfig::delivery_lag_max`).
+    /// (`ServerConfig::delivery_lag_max_rounds`).
     pub rejected_host: AtomicU64,
     /// Data unavailable, title too long for the tables, unknown, past its end.
     pub rejected_other: AtomicU64,
@@ -428,9 +428,6 @@ pub struct Metrics {
     /// How late the send loops wrote each batch of releases: from the
     /// driver's hand-over to the end of the writing (`sink::Outbox`).
     pub delivery_lag: LatencyHistogram,
-    /// The worst delivery lag since the round driver last took it (it
-    /// hands it to the array's admission, `Array::delivery_lag`).
-    pub delivery_lag_unreported_ns: AtomicU64,
     /// Per-title counters, by title id.
     pub titles: RwLock<BTreeMap<TitleId, Arc<TitleCounters>>>,
     /// Seed 004's dynamic cycle as of the last round begun (`None`: a
@@ -487,7 +484,6 @@ impl Metrics {
             stream_start: LatencyHistogram::new(STREAM_START_BOUNDS_NS),
             round_lateness: LatencyHistogram::new(ROUND_LATENESS_BOUNDS_NS),
             delivery_lag: LatencyHistogram::new(DELIVERY_LAG_BOUNDS_NS),
-            delivery_lag_unreported_ns: AtomicU64::new(0),
             titles: RwLock::new(BTreeMap::new()),
             cycle: std::sync::Mutex::new(None),
         }

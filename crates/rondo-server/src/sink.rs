@@ -353,9 +353,20 @@ struct Shard {
     /// When each batch handed over and not yet written was handed over,
     /// oldest first (for the delivery lag of a loop that is still busy).
     handed: VecDeque<Instant>,
-    /// Batches handed over, and batches the loop has written.
+    /// Batches handed over.
     handed_total: u64,
-    written: Arc<AtomicU64>,
+    /// What the loop reports back.
+    done: Arc<LoopDone>,
+}
+
+/// What a send loop reports to the driver's side of the outbox.
+#[derive(Default)]
+struct LoopDone {
+    /// Batches written.
+    batches: AtomicU64,
+    /// The longest a batch waited from its hand-over to the end of its
+    /// writing, since the driver last took it.
+    lag_max_ns: AtomicU64,
 }
 
 /// The round driver's side of the send loops: releases gathered per loop
@@ -368,7 +379,6 @@ struct Shard {
 /// loop starved of the CPU shows its lag before it catches up.
 pub struct Outbox {
     shards: Vec<Shard>,
-    metrics: Arc<Metrics>,
 }
 
 impl Outbox {
@@ -379,8 +389,8 @@ impl Outbox {
         let shards = (0..loops.max(1))
             .map(|i| {
                 let (loop_tx, loop_rx) = crossbeam_channel::unbounded();
-                let written = Arc::new(AtomicU64::new(0));
-                let loop_written = Arc::clone(&written);
+                let done = Arc::new(LoopDone::default());
+                let loop_done = Arc::clone(&done);
                 let loop_metrics = Arc::clone(&metrics);
                 std::thread::Builder::new()
                     .name(format!("rondo-send-{i}"))
@@ -392,18 +402,18 @@ impl Outbox {
                                 "the send loops' priority (ahead of the HTTP workers where raised)"
                             );
                         }
-                        send_loop(loop_rx, &loop_written, &loop_metrics);
+                        send_loop(loop_rx, &loop_done, &loop_metrics);
                     })?;
                 Ok(Shard {
                     loop_tx,
                     batch: Vec::new(),
                     handed: VecDeque::new(),
                     handed_total: 0,
-                    written,
+                    done,
                 })
             })
             .collect::<std::io::Result<_>>()?;
-        Ok(Outbox { shards, metrics })
+        Ok(Outbox { shards })
     }
 
     /// A released round of `stream`, sent through `sink`: to its loop at
@@ -444,9 +454,10 @@ impl Outbox {
     /// batch a loop has not finished, whichever is longer.
     pub fn take_lag_ns(&mut self) -> u64 {
         let now = Instant::now();
-        let mut lag_ns = self.metrics.delivery_lag_unreported_ns.swap(0, Relaxed);
+        let mut lag_ns = 0;
         for shard in &mut self.shards {
-            let written = shard.written.load(Relaxed);
+            lag_ns = lag_ns.max(shard.done.lag_max_ns.swap(0, Relaxed));
+            let written = shard.done.batches.load(Relaxed);
             // The batches written are the oldest handed over.
             let unwritten = shard.handed_total.saturating_sub(written) as usize;
             while shard.handed.len() > unwritten {
@@ -465,7 +476,7 @@ impl Outbox {
 /// socket, in the order the driver released them (a socket's writes never
 /// wait: a full one is left to its connection's task). Ends with the
 /// driver.
-fn send_loop(batches: crossbeam_channel::Receiver<Batch>, written: &AtomicU64, metrics: &Metrics) {
+fn send_loop(batches: crossbeam_channel::Receiver<Batch>, done: &LoopDone, metrics: &Metrics) {
     while let Ok((handed_at, batch)) = batches.recv() {
         for send in batch {
             send.sink.release(send.playback_round, send.replica);
@@ -473,10 +484,8 @@ fn send_loop(batches: crossbeam_channel::Receiver<Batch>, written: &AtomicU64, m
         let lag = handed_at.elapsed();
         metrics.delivery_lag.observe(lag);
         let lag_ns = u64::try_from(lag.as_nanos()).unwrap_or(u64::MAX);
-        metrics
-            .delivery_lag_unreported_ns
-            .fetch_max(lag_ns, Relaxed);
-        written.fetch_add(1, Relaxed);
+        done.lag_max_ns.fetch_max(lag_ns, Relaxed);
+        done.batches.fetch_add(1, Relaxed);
     }
 }
 

@@ -827,16 +827,13 @@ impl Array {
         earliest_round: Round,
         lookahead_rounds: u64,
     ) -> Result<Admitted, Rejection> {
-        if !self.titles.contains_key(&request.title) {
-            return Err(Rejection::UnknownTitle(request.title));
-        }
-        if request.prior.is_none() {
-            self.host.check()?;
-        }
         let title = self
             .titles
             .get(&request.title)
             .ok_or(Rejection::UnknownTitle(request.title))?;
+        if request.prior.is_none() {
+            self.host.check()?;
+        }
         let index = &title.index;
         let rounds = index.rounds();
         let past_end = |first_playback_round: usize| Rejection::PastEnd {

@@ -686,7 +686,7 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
     );
     w.histogram(
         "rondo_delivery_lag_seconds",
-        "How late the send loops wrote each batch of released rounds into the sockets, from the round driver's hand-over to the end of the writing; new streams are refused while it is over --delivery-lag-max-ms.",
+        "How late the send loops wrote each batch of released rounds into the sockets, from the round driver's hand-over to the end of the writing; with --delivery-lag-max-rounds, new streams are refused while it is over that.",
         &metrics.delivery_lag,
     );
 
