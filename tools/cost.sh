@@ -38,11 +38,15 @@
 # explicitly), the serve defaults otherwise. nginx (Debian's package,
 # installed with apt-get when missing): its own config in a temporary
 # prefix, worker_processes auto, sendfile, no access log, and for each title
-# `limit_rate_after` = the bytes rondo sends a new stream at once (its start
-# burst: the first ceil(START_BURST_S / round) rounds' client bytes, or the
-# whole title when it holds at most START_BURST_BYTES) and `limit_rate` = its
-# mean rate (size / duration). So both send a new stream the same bytes at
-# once and then the title's rate. Both serve the same ffmpeg-made faststart MP4 files (rondo
+# `limit_rate` = its mean rate (size / duration) and `limit_rate_after` = the
+# least for which nginx's curve is never behind rondo's: rondo's start burst
+# at once (the first ceil(START_BURST_S / round) rounds' client bytes, or the
+# whole title when it holds at most START_BURST_BYTES), then each round a
+# round later. nginx's write filter allows limit_rate × (whole seconds since
+# the request + 1) past limit_rate_after (ngx_http_write_filter_module.c), and
+# the title's rounds vary about the mean. nginx cannot pause after a burst:
+# its clients keep the burst's lead for the whole stream, where rondo's go
+# back to one round ahead of playback (docs/capacity.md, "Same curve"). Both serve the same ffmpeg-made faststart MP4 files (rondo
 # stores a faststart MP4 byte for byte); the load generator reads the title
 # list and schedules from rondo's API, kept as static files for nginx.
 #
@@ -204,15 +208,33 @@ for id in $(jq -r '.[].id' "$WORK/titles-rondo.json"); do
     cmp <(curl -sf "$URL/stream/$id.mp4" --max-time 20 -r 0-4095) <(head -c 4096 "$WORK/$src") \
         || { say "rondo's stored stream of $src is not the file"; exit 1; }
     rate=$(jq -n --argjson s "$size" --argjson d "$(jq '.duration_seconds' <<< "$title")" '$s / $d | ceil')
-    # What rondo sends a new stream at once (`Shape::burst_rounds`): the
-    # whole title when it holds at most START_BURST_BYTES, else the first
-    # ceil(START_BURST_S / round) rounds; at least round 0 (the header and
-    # the first second, which rondo sends as soon as read).
-    first=$(jq --argjson s "$START_BURST_S" --argjson b "$START_BURST_BYTES" '
-        (($s * 1e9 / .round_duration_ns) | ceil) as $k
+    # nginx's limit_rate_after: the least that keeps nginx's curve (that
+    # plus limit_rate × (whole seconds since the request + 1): its write
+    # filter allows a second of credit ahead, ngx_http_write_filter_module.c)
+    # never behind rondo's: what rondo sends a new stream at once
+    # (`Shape::burst_rounds`: the whole title when it holds at most
+    # START_BURST_BYTES, else the first ceil(START_BURST_S / round) rounds, at
+    # least round 0, sent as soon as read), then round k by k rounds after
+    # the start. A title's rounds vary in size and limit_rate is its mean, so
+    # a later round may need more than the start does.
+    after=$(jq --argjson s "$START_BURST_S" --argjson b "$START_BURST_BYTES" --argjson rate "$rate" '
+        (.round_duration_ns / 1e9) as $t
+        | .client_bytes as $c
+        | ([(($s / $t) | ceil), 1] | max) as $k
         | if $b > 0 and .size_bytes <= $b then .size_bytes
-          else [.client_bytes[0:([$k, 1] | max)][]] | add end' "$WWW/sched/$id.json")
-    locations+="        location = /media/$src { limit_rate_after $first; limit_rate $rate; }"$'\n'
+          else reduce range(0; $c | length) as $i ({sum: 0, need: 0};
+                .sum += $c[$i]
+                | if $i >= $k - 1
+                  then .need = ([.need, .sum - $rate * ((($i * $t) | floor) + 1)] | max)
+                  else . end)
+            | .need end' "$WWW/sched/$id.json")
+    # nginx counts every byte sent on the connection (c->sent): the response
+    # head (245–266 bytes for these files, `curl -w %{size_header}`) and, on
+    # a kept-alive connection, the schedule the client fetched first (its
+    # head and JSON). Without them round k's last bytes wait for nginx's
+    # next second where the lead above is tight.
+    after=$(( after + $(stat -c %s "$WWW/sched/$id.json") + 1024 ))
+    locations+="        location = /media/$src { limit_rate_after $after; limit_rate $rate; }"$'\n'
 done
 jq --arg n "$NGINX_URL" 'map(.stream_url = "\($n)/media/\(.source_file_name)"
     | .schedule_url = "\($n)/sched/\(.id).json")' "$WORK/titles-rondo.json" > "$WWW/titles.json"

@@ -115,6 +115,12 @@ pub struct StreamRecord {
     /// Smallest margin by which a round arrived before it was due; negative
     /// is a stall.
     pub min_slack_ms: Option<f64>,
+    /// The playback round of that margin.
+    pub min_slack_round: Option<usize>,
+    /// The first stall's playback round, and when that round arrived (or
+    /// the stream ended without it), seconds since the run started.
+    pub first_stall_round: Option<usize>,
+    pub first_stall_s: Option<f64>,
     pub rounds: usize,
     pub rounds_arrived: usize,
     pub round_ms: Option<f64>,
@@ -152,6 +158,9 @@ impl StreamRecord {
             stall_ms_total: 0.0,
             stall_ms_max: 0.0,
             min_slack_ms: None,
+            min_slack_round: None,
+            first_stall_round: None,
+            first_stall_s: None,
             rounds: 0,
             rounds_arrived: 0,
             round_ms: None,
@@ -433,6 +442,11 @@ pub async fn run_stream(
     record.min_slack_ms = player.min_slack_ns().map(|ns| ns as f64 / NS_PER_MS);
     record.body_fnv64 = hash.map(Fnv64::hex);
     let at = |ns: u64| since_start(request_at) + ns as f64 / 1e9;
+    record.min_slack_round = player.min_slack_round();
+    if let Some((round, ns)) = player.first_stall() {
+        record.first_stall_round = Some(round);
+        record.first_stall_s = Some(at(ns));
+    }
     if let Some(startup_ns) = player.startup_ns() {
         record.startup_latency_ms = Some(startup_ns as f64 / NS_PER_MS);
     }

@@ -30,6 +30,12 @@ pub struct Player {
     /// Smallest margin by which a round arrived before it was due (negative
     /// margins are stalls); `None` until round 1 has arrived.
     min_slack_ns: Option<i64>,
+    /// The playback round whose margin was `min_slack_ns`: where in a
+    /// stream's life it came closest to (or past) a stall.
+    min_slack_round: Option<usize>,
+    /// The first stall: its round and when that round arrived (since the
+    /// request), so a report can tell a start-up stall from a later one.
+    first_stall: Option<(usize, u64)>,
 }
 
 impl Player {
@@ -45,6 +51,8 @@ impl Player {
             stall_ns_total: 0,
             stall_ns_max: 0,
             min_slack_ns: None,
+            min_slack_round: None,
+            first_stall: None,
         }
     }
 
@@ -60,9 +68,13 @@ impl Player {
         }
         let due_ns = self.last_play_ns + self.round_duration_ns;
         let slack_ns = due_ns as i64 - arrival_ns as i64;
-        self.min_slack_ns = Some(self.min_slack_ns.map_or(slack_ns, |m| m.min(slack_ns)));
+        if self.min_slack_ns.is_none_or(|m| slack_ns < m) {
+            self.min_slack_ns = Some(slack_ns);
+            self.min_slack_round = Some(round);
+        }
         if arrival_ns > due_ns {
             let stall_ns = arrival_ns - due_ns;
+            self.first_stall.get_or_insert((round, arrival_ns));
             self.stalls += 1;
             self.stall_ns_total += stall_ns;
             self.stall_ns_max = self.stall_ns_max.max(stall_ns);
@@ -84,13 +96,15 @@ impl Player {
         let due_ns = self.last_play_ns + self.round_duration_ns;
         if end_ns > due_ns {
             let stall_ns = end_ns - due_ns;
+            self.first_stall
+                .get_or_insert((self.rounds_arrived, end_ns));
             self.stalls += 1;
             self.stall_ns_total += stall_ns;
             self.stall_ns_max = self.stall_ns_max.max(stall_ns);
-            self.min_slack_ns = Some(
-                self.min_slack_ns
-                    .map_or(-(stall_ns as i64), |m| m.min(-(stall_ns as i64))),
-            );
+            if self.min_slack_ns.is_none_or(|m| -(stall_ns as i64) < m) {
+                self.min_slack_ns = Some(-(stall_ns as i64));
+                self.min_slack_round = Some(self.rounds_arrived);
+            }
         }
     }
 
@@ -130,6 +144,17 @@ impl Player {
     pub fn min_slack_ns(&self) -> Option<i64> {
         self.min_slack_ns
     }
+
+    /// The playback round of the smallest margin.
+    pub fn min_slack_round(&self) -> Option<usize> {
+        self.min_slack_round
+    }
+
+    /// The first stall's playback round and when it arrived (or the stream
+    /// ended without it), in nanoseconds since the request.
+    pub fn first_stall(&self) -> Option<(usize, u64)> {
+        self.first_stall
+    }
 }
 
 /// Cumulative byte thresholds: entry k is Σ_{j≤k} client_bytes[j], the bytes
@@ -167,6 +192,9 @@ mod tests {
         assert_eq!(p.stalls(), 0);
         assert_eq!(p.stall_ns_total(), 0);
         assert_eq!(p.min_slack_ns(), Some(0));
+        // Rounds 1 and 3 both arrived just in time: the first is kept.
+        assert_eq!(p.min_slack_round(), Some(1));
+        assert_eq!(p.first_stall(), None);
         assert_eq!(p.playback_end_ns(), Some(300 + 5 * T));
     }
 
@@ -183,6 +211,8 @@ mod tests {
         assert_eq!(p.stall_ns_total(), 500);
         assert_eq!(p.stall_ns_max(), 500);
         assert_eq!(p.min_slack_ns(), Some(-500));
+        assert_eq!(p.min_slack_round(), Some(2));
+        assert_eq!(p.first_stall(), Some((2, 2_800)));
         assert_eq!(p.playback_end_ns(), Some(3_800 + T));
     }
 
@@ -192,6 +222,9 @@ mod tests {
         assert_eq!(p.stalls(), 2);
         assert_eq!(p.stall_ns_total(), 100 + 200);
         assert_eq!(p.stall_ns_max(), 200);
+        // The first stall is round 1's; the worst margin is round 2's.
+        assert_eq!(p.first_stall(), Some((1, 1_100)));
+        assert_eq!(p.min_slack_round(), Some(2));
     }
 
     #[test]
@@ -226,6 +259,8 @@ mod tests {
         p.end(2_600, 4);
         assert_eq!((p.stalls(), p.stall_ns_total()), (1, 600));
         assert_eq!(p.min_slack_ns(), Some(-600));
+        assert_eq!(p.first_stall(), Some((2, 2_600)));
+        assert_eq!(p.min_slack_round(), Some(2));
         // A complete stream, or one that never started, has nothing to stall.
         let mut p = play(&[0, 1_000]);
         p.end(9_000, 2);
