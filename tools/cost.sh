@@ -224,9 +224,9 @@ for id in $(jq -r '.[].id' "$WORK/titles-rondo.json"); do
         | if $b > 0 and .size_bytes <= $b then .size_bytes
           else reduce range(0; $c | length) as $i ({sum: 0, need: 0};
                 .sum += $c[$i]
-                | if $i >= $k - 1
-                  then .need = ([.need, .sum - $rate * ((($i * $t) | floor) + 1)] | max)
-                  else . end)
+                # the burst at once, each later round i by i rounds
+                | (if $i < $k then 0 else (($i * $t) | floor) end) as $sec
+                | .need = ([.need, .sum - $rate * ($sec + 1)] | max))
             | .need end' "$WWW/sched/$id.json")
     # nginx counts every byte sent on the connection (c->sent): the response
     # head (245–266 bytes for these files, `curl -w %{size_header}`) and, on
