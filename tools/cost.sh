@@ -41,8 +41,8 @@
 # `limit_rate` = its mean rate (size / duration) and `limit_rate_after` = the
 # least for which nginx's curve is never behind rondo's: rondo's start burst
 # at once (the first ceil(START_BURST_S / round) rounds' client bytes, or the
-# whole title when it holds at most START_BURST_BYTES), then each round a
-# round later. nginx's write filter allows limit_rate × (whole seconds since
+# whole title when it holds at most START_BURST_BYTES, at least round 0), then
+# round i by i rounds after the request. nginx's write filter allows limit_rate × (whole seconds since
 # the request + 1) past limit_rate_after (ngx_http_write_filter_module.c), and
 # the title's rounds vary about the mean. nginx cannot pause after a burst:
 # its clients keep the burst's lead for the whole stream, where rondo's go
@@ -208,15 +208,10 @@ for id in $(jq -r '.[].id' "$WORK/titles-rondo.json"); do
     cmp <(curl -sf "$URL/stream/$id.mp4" --max-time 20 -r 0-4095) <(head -c 4096 "$WORK/$src") \
         || { say "rondo's stored stream of $src is not the file"; exit 1; }
     rate=$(jq -n --argjson s "$size" --argjson d "$(jq '.duration_seconds' <<< "$title")" '$s / $d | ceil')
-    # nginx's limit_rate_after: the least that keeps nginx's curve (that
-    # plus limit_rate × (whole seconds since the request + 1): its write
-    # filter allows a second of credit ahead, ngx_http_write_filter_module.c)
-    # never behind rondo's: what rondo sends a new stream at once
-    # (`Shape::burst_rounds`: the whole title when it holds at most
-    # START_BURST_BYTES, else the first ceil(START_BURST_S / round) rounds, at
-    # least round 0, sent as soon as read), then round k by k rounds after
-    # the start. A title's rounds vary in size and limit_rate is its mean, so
-    # a later round may need more than the start does.
+    # nginx's limit_rate_after (see the top of this file): the largest
+    # shortfall of limit_rate × (whole seconds + 1) against rondo's client
+    # bytes, rounds of the burst (`Shape::burst_rounds`) due at the request,
+    # each later round i due i rounds after it.
     after=$(jq --argjson s "$START_BURST_S" --argjson b "$START_BURST_BYTES" --argjson rate "$rate" '
         (.round_duration_ns / 1e9) as $t
         | .client_bytes as $c

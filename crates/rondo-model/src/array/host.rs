@@ -21,10 +21,12 @@
 //! `rondo serve` leaves it off unless asked (`--delivery-lag-max-rounds`):
 //! on a 2-core host shared with its load generator it refused half of
 //! 15,000 arriving streams, and half of those it admitted still stalled
-//! (docs/capacity.md, "Refusing when the host is behind"). A stream asked for again after a takeover
-//! (`AdmitRequest::prior`) is not refused here: it replaces load the host
-//! carried a moment ago. The simulator, which has no host, never reports a
-//! lag, so it never refuses for one.
+//! (docs/capacity.md, "Refusing when the host is behind").
+//!
+//! A stream asked for again after a takeover (`AdmitRequest::prior`) is not
+//! refused here: it replaces load the host carried a moment ago. The
+//! simulator, which has no host, never reports a lag, so it never refuses
+//! for one.
 
 use crate::reservation::Rejection;
 
