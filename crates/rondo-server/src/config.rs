@@ -81,6 +81,10 @@ pub struct ServerConfig {
     /// What admission guarantees each disk-round (docs/guarantee.md):
     /// deterministic (the default) or statistical.
     pub guarantee: Guarantee,
+    /// Which stroke of the drive the rondo bound charges: the whole
+    /// drive's (the default) or the cylinders the data occupies, widened
+    /// as ingest places data further in (`crate::stroke`).
+    pub stroke: rondo_store::Stroke,
     pub disk_timing: DiskTiming,
     /// Rounds of data a session's sender may hold for its client (the
     /// bounded per-session channel); the schedule itself never sends more
@@ -254,6 +258,7 @@ impl Default for ServerConfig {
             listen: DEFAULT_LISTEN.parse().expect("the default address parses"),
             lookahead_rounds: DEFAULT_LOOKAHEAD_ROUNDS,
             guarantee: Guarantee::Deterministic,
+            stroke: rondo_store::Stroke::Whole,
             disk_timing: DiskTiming::Emulated,
             client_buffer_rounds: DEFAULT_CLIENT_BUFFER_ROUNDS,
             stall_grace: DEFAULT_STALL_GRACE,

@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use rondo_model::layout::TitleLayout;
 use rondo_model::units::{PlaybackRound, Round, TitleId};
@@ -55,11 +55,16 @@ struct GateState {
     granted: BTreeMap<TitleId, BTreeMap<PlaybackRound, (Round, u64)>>,
 }
 
+/// Checks a title's placement before it is written (the server's charged
+/// stroke, `crate::stroke`).
+pub type PlacementCheck = Box<dyn Fn(&TitleLayout) -> Result<(), String> + Send + Sync>;
+
 /// Carries ingest writes' requests to the round driver and its grants back.
 pub struct DiskTimeGate {
     state: Mutex<GateState>,
     changed: Condvar,
     metrics: Arc<Metrics>,
+    placement_check: OnceLock<PlacementCheck>,
 }
 
 impl DiskTimeGate {
@@ -75,7 +80,14 @@ impl DiskTimeGate {
             }),
             changed: Condvar::new(),
             metrics,
+            placement_check: OnceLock::new(),
         }
+    }
+
+    /// Sets what every placed title is checked with before it is written
+    /// (once, when the server is up).
+    pub fn set_placement_check(&self, check: PlacementCheck) {
+        let _ = self.placement_check.set(check);
     }
 
     /// The driver takes the writers' requests, to apply to the array before
@@ -123,6 +135,12 @@ impl DiskTimeGate {
 }
 
 impl WriteGate for DiskTimeGate {
+    fn placed(&self, _: TitleId, layout: &TitleLayout) -> Result<(), String> {
+        self.placement_check
+            .get()
+            .map_or(Ok(()), |check| check(layout))
+    }
+
     fn before_write_round(
         &self,
         title: TitleId,

@@ -43,7 +43,7 @@ use crate::ingest::{IngestError, ingest_file_as};
 use crate::listener::ConnectionHandle;
 use crate::session::{StreamRequest, admit};
 use crate::state::Shared;
-use crate::titles::{LoadedTitle, TimeSeek, TimeSeekError, TimeStart, load_title, title_json};
+use crate::titles::{LoadedTitle, TimeSeek, TimeSeekError, TimeStart, title_json};
 
 /// The player page, served at `/`.
 const PLAYER_HTML: &str = include_str!("player.html");
@@ -781,6 +781,7 @@ fn ingest_status(error: &IngestError) -> StatusCode {
         IngestError::InvalidName { .. } => StatusCode::BAD_REQUEST,
         IngestError::NameTaken { .. } => StatusCode::CONFLICT,
         IngestError::DiskFull { .. } => StatusCode::INSUFFICIENT_STORAGE,
+        IngestError::StrokeBusy { .. } => StatusCode::SERVICE_UNAVAILABLE,
         IngestError::Media { .. }
         | IngestError::RoundTooLarge { .. }
         | IngestError::Schedule { .. }
@@ -896,14 +897,9 @@ async fn upload(
             &|_, _| {},
         )
         .map_err(|e| ApiError::new(ingest_status(&e), e.to_string()))?;
-        let loaded = load_title(
-            &shared.store,
-            &shared.bound,
-            shared.read_charging(),
-            record.id,
-        )
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-        Ok::<_, ApiError>(shared.add_title(loaded))
+        shared
+            .load_and_add_title(record.id)
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
     })
     .await
     .map_err(|e| {

@@ -35,6 +35,7 @@ pub mod sink;
 pub mod staging;
 pub mod state;
 pub mod storage;
+pub mod stroke;
 pub mod tier_http;
 pub mod titles;
 pub mod zerocopy;

@@ -405,6 +405,10 @@ pub struct Metrics {
     /// Rounds the ingest write gate let through, and their bytes.
     pub gated_writes: AtomicU64,
     pub gated_write_bytes: AtomicU64,
+    /// The share of the drives' stroke admission charges, in percent (100:
+    /// the whole drive), and how often it widened (`stroke`).
+    pub charged_stroke_percent: AtomicU64,
+    pub stroke_widenings: AtomicU64,
     pub disks: Vec<DiskMetrics>,
     /// The disk being rebuilt plus one (0: no rebuild), and its progress.
     pub rebuild_disk_plus_one: AtomicU64,
@@ -471,6 +475,8 @@ impl Metrics {
             buffer_bytes_in_use: AtomicU64::new(0),
             buffer_bytes_free: AtomicU64::new(0),
             gated_writes: AtomicU64::new(0),
+            charged_stroke_percent: AtomicU64::new(100),
+            stroke_widenings: AtomicU64::new(0),
             gated_write_bytes: AtomicU64::new(0),
             disks: (0..disks).map(|_| DiskMetrics::default()).collect(),
             rebuild_disk_plus_one: AtomicU64::new(0),

@@ -404,6 +404,8 @@ pub fn disks_json(shared: &Shared, core: &Core, with_paths: bool) -> Value {
             "loss_notice_rounds": shared.config.loss_notice_rounds,
             "guarantee": shared.config.guarantee,
         },
+        // The drive admission charges (`stroke`).
+        "charged_stroke": shared.stroke.status(),
     })
 }
 

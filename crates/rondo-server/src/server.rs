@@ -23,9 +23,9 @@ use rondo_model::array::{
 };
 use rondo_model::disk::{Disk, DiskError, profile_by_name};
 use rondo_model::health::{DiskState, HealthPolicy};
-use rondo_model::reservation::{BackupWindow, Burst, ReservationConfig};
+use rondo_model::reservation::{BackupWindow, Bound, Burst, ReservationConfig};
 use rondo_model::units::{DiskIndex, SECTOR_BYTES};
-use rondo_store::{IoMode, Store};
+use rondo_store::{IoMode, Store, Stroke};
 use thiserror::Error;
 use tokio::sync::oneshot;
 
@@ -83,6 +83,8 @@ pub enum ServerError {
     DrivePrefetchUnavailable { policy: String, why: String },
     #[error("the dynamic cycle {why}")]
     CycleUnavailable { why: &'static str },
+    #[error("the data's stroke cannot be charged: {why}")]
+    StrokeUnavailable { why: &'static str },
     #[error("{why} (disk profile {profile})")]
     GuaranteeUnavailable { why: String, profile: String },
     #[error("{why}")]
@@ -100,6 +102,43 @@ pub enum ServerError {
 fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServerError {
     let context = context.into();
     move |source| ServerError::Io { context, source }
+}
+
+/// What admission reserves with under `bound` (its fixed term, the drive
+/// caches' segments and bus, the backup window, the guarantee): at start,
+/// and again for the bound of a widened charged stroke (`crate::stroke`).
+/// `horizon_stream_rounds` is the longest stream the tables hold.
+pub(crate) fn reservation_config(
+    array: &rondo_store::ArrayConfig,
+    config: &ServerConfig,
+    bound: &Bound,
+    horizon_stream_rounds: u64,
+) -> Result<ReservationConfig, ServerError> {
+    let mut reservation = ReservationConfig::for_array(
+        array.disk_count,
+        array.scheme,
+        array.round_duration_ns,
+        bound.fixed_ns(),
+        config.buffer_per_disk_bytes,
+        horizon_stream_rounds,
+        config.lookahead_rounds,
+    );
+    reservation.set_network_bits_per_s(config.network_bits_per_s_max);
+    // The drive caches' segments for prefetched blocks, and their bus.
+    config.drive_prefetch.configure(bound, &mut reservation);
+    reservation.set_backup_window(
+        BackupWindow::new(config.backup_window_rounds, bound, array.block_bytes)
+            .with_loss_notice_rounds(config.loss_notice_rounds),
+    );
+    // What admission guarantees (docs/guarantee.md).
+    config
+        .guarantee
+        .configure(bound, &mut reservation)
+        .map_err(|why| ServerError::GuaranteeUnavailable {
+            why,
+            profile: array.disk_profile.clone(),
+        })?;
+    Ok(reservation)
 }
 
 /// A server serving a data directory.
@@ -125,7 +164,14 @@ impl RunningServer {
             source,
         };
         let profile = profile_by_name(&array.disk_profile).map_err(profile_error)?;
-        let bound = rondo_bound(&array).map_err(profile_error)?;
+        if config.stroke == Stroke::Data && config.cycle.is_some() {
+            return Err(ServerError::StrokeUnavailable {
+                why: "the dynamic cycle regroups streams under a fixed bound; serve its \
+                      directory with the whole stroke charged (--stroke whole)",
+            });
+        }
+        let (bound, charged) = rondo_bound(&array, config.stroke, store.highest_allocated_stride())
+            .map_err(profile_error)?;
         let model_bytes = Disk::new(profile.clone())
             .map_err(profile_error)?
             .capacity_sectors()
@@ -192,20 +238,6 @@ impl RunningServer {
             .unwrap_or(1);
         let max_title_rounds =
             (config.max_title_duration.as_nanos() as u64).div_ceil(round_duration_ns);
-        let fixed_ns = bound.fixed_ns();
-        // Titles ingested while serving may be as long as the configured maximum.
-        let mut reservation = ReservationConfig::for_array(
-            array.disk_count,
-            array.scheme,
-            round_duration_ns,
-            fixed_ns,
-            config.buffer_per_disk_bytes,
-            longest_stream_rounds.max(max_title_rounds + 1),
-            config.lookahead_rounds,
-        );
-        reservation.set_network_bits_per_s(config.network_bits_per_s_max);
-        // The drive caches' segments for prefetched blocks, and their bus.
-        prefetch.configure(&bound, &mut reservation);
         // A failed disk's backups read over a window of rounds, the
         // clients that many rounds ahead (docs/experiments/failure-tolerance-cost.md).
         if let Some(why) = backup_window_unavailable(
@@ -218,10 +250,9 @@ impl RunningServer {
         ) {
             return Err(ServerError::BackupWindowUnavailable { why });
         }
-        reservation.set_backup_window(
-            BackupWindow::new(config.backup_window_rounds, &bound, array.block_bytes)
-                .with_loss_notice_rounds(config.loss_notice_rounds),
-        );
+        // Titles ingested while serving may be as long as the configured maximum.
+        let horizon_stream_rounds = longest_stream_rounds.max(max_title_rounds + 1);
+        let reservation = reservation_config(&array, &config, &bound, horizon_stream_rounds)?;
         let lead_rounds = reservation.backup_window_in_force().lead_rounds();
         if lead_rounds > 0 && !config.start_burst.is_zero() {
             tracing::info!(
@@ -230,14 +261,6 @@ impl RunningServer {
                  then sends them all at once, in place of the start burst"
             );
         }
-        // What admission guarantees (docs/guarantee.md).
-        config
-            .guarantee
-            .configure(&bound, &mut reservation)
-            .map_err(|why| ServerError::GuaranteeUnavailable {
-                why,
-                profile: array.disk_profile.clone(),
-            })?;
         let mut core_array = Array::new(ArrayConfig {
             reservation,
             lookahead_rounds: config.lookahead_rounds,
@@ -315,7 +338,12 @@ impl RunningServer {
             data_dir: data_dir.clone(),
             array: array.clone(),
             config: config.clone(),
-            bound,
+            stroke: crate::stroke::ChargedStroke::new(config.stroke, bound, charged, &array)
+                .map_err(|why| ServerError::Io {
+                    context: "charging the data's stroke".into(),
+                    source: std::io::Error::other(why),
+                })?,
+            horizon_stream_rounds,
             clock,
             metrics: Arc::clone(&metrics),
             titles: RwLock::new(loaded),
@@ -332,6 +360,18 @@ impl RunningServer {
             base_url: base_url.clone(),
             staging,
         });
+        metrics
+            .charged_stroke_percent
+            .store(u64::from(shared.stroke.status().stroke_percent), Relaxed);
+        // Every placed title is covered by the charged stroke before it is
+        // written (`stroke`).
+        let weak = Arc::downgrade(&shared);
+        shared
+            .gate
+            .set_placement_check(Box::new(move |layout| match weak.upgrade() {
+                Some(shared) => shared.stroke.cover(&shared, layout),
+                None => Err("the server is stopping".into()),
+            }));
         // Disks without a usable device start failed; disks failed before
         // a restart stay failed (disk-state.toml).
         crate::ops::fail_unavailable_disks(&shared, &mut core);
@@ -503,6 +543,11 @@ impl RunningServer {
 
     pub fn store(&self) -> &Store {
         &self.shared.store
+    }
+
+    /// The drive admission charges now (`stroke`).
+    pub fn charged_stroke(&self) -> crate::stroke::StrokeStatus {
+        self.shared.stroke.status()
     }
 
     /// Stops accepting connections, ends every stream (their responses fail,

@@ -658,14 +658,9 @@ fn stage(
         );
         match result {
             Ok(stored) => {
-                let loaded = crate::titles::load_title(
-                    &shared.store,
-                    &shared.bound,
-                    shared.read_charging(),
-                    stored.id,
-                )
-                .map_err(|e| e.to_string())?;
-                return Ok(shared.add_title(loaded));
+                return shared
+                    .load_and_add_title(stored.id)
+                    .map_err(|e| e.to_string().into());
             }
             Err(IngestError::DiskFull { reason, .. }) => {
                 if !evict_one(shared, &record.name)? {

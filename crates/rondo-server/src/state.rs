@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 
 use rondo_model::array::Array;
-use rondo_model::reservation::Bound;
 use rondo_model::units::{PlaybackRound, StreamId, TitleId};
 use rondo_store::{ArrayConfig, Store};
 
@@ -51,7 +50,11 @@ pub struct Shared {
     pub data_dir: PathBuf,
     pub array: ArrayConfig,
     pub config: ServerConfig,
-    pub bound: Bound,
+    /// The bound in force and the drive it charges (`stroke`): widened
+    /// while serving under `Stroke::Data`.
+    pub stroke: crate::stroke::ChargedStroke,
+    /// The longest stream the reservation tables hold (their horizon).
+    pub horizon_stream_rounds: u64,
     pub clock: RoundClock,
     pub metrics: Arc<Metrics>,
     /// The stored titles' catalog and media view (what HTTP answers from);
@@ -210,6 +213,22 @@ impl Shared {
     /// Hands `job` to the round driver without waiting.
     pub fn on_core(&self, job: impl FnOnce(&Shared, &mut Core) + Send + 'static) {
         let _ = self.jobs.send(Box::new(job));
+    }
+
+    /// Loads stored title `id` with its charges under the bound in force
+    /// and registers it with the array, the stroke held between the two
+    /// so that a widening cannot fall between them (from a thread that may
+    /// block: after an ingest or a tier's staging).
+    pub fn load_and_add_title(
+        &self,
+        id: TitleId,
+    ) -> Result<Arc<LoadedTitle>, rondo_store::titles::LoadError> {
+        let held = self.stroke.hold();
+        let loaded =
+            rondo_store::titles::load_title(&self.store, &held.bound, self.read_charging(), id)?;
+        let title = self.add_title(loaded);
+        drop(held);
+        Ok(title)
     }
 
     /// Registers a loaded title with the array (from a thread that may block).

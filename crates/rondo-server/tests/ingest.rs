@@ -201,7 +201,7 @@ fn mp4_faststart_moov_at_end_and_ts_store_and_read_back_byte_for_byte() {
     drop(store);
     let store = Store::open(dir.path().join("data")).unwrap();
     assert!(store.fsck().passed());
-    let bound = rondo_bound(store.config()).unwrap();
+    let (bound, _) = rondo_bound(store.config(), rondo_store::Stroke::Whole, None).unwrap();
     let loaded = load_titles(&store, &bound, rondo_store::titles::ReadCharging::SWEEP).unwrap();
     assert_eq!(loaded.len(), 3);
     for (title, stream) in loaded.iter().zip(&streams) {

@@ -233,6 +233,52 @@ pub struct ServingSettings {
     /// needs L ≥ 1 (≥ 2 to be noticed when it goes silent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_notice_rounds: Option<u32>,
+    /// Which stroke of the drive the rondo bound charges seeks for
+    /// ([`Stroke`]; absent: the whole drive's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stroke: Option<Stroke>,
+}
+
+/// Which stroke of its drives a directory's rondo bound charges (its fixed
+/// part: two strokes and a sweep; its seek line: the distances within it).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stroke {
+    /// The whole drive's, wherever the data lies (seed 000's bound).
+    #[default]
+    Whole,
+    /// The cylinders the data occupies: the drive short-stroked
+    /// (`disk::profiles::short_stroked`) to the least share of its stroke
+    /// that holds every allocated stride, widened while streams play when
+    /// ingest places data further in and they still fit
+    /// (`docs/guarantee.md`, "The charged stroke").
+    Data,
+}
+
+impl Stroke {
+    pub fn name(self) -> &'static str {
+        match self {
+            Stroke::Whole => "whole",
+            Stroke::Data => "data",
+        }
+    }
+}
+
+impl std::fmt::Display for Stroke {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Stroke {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Stroke, String> {
+        match s {
+            "whole" => Ok(Stroke::Whole),
+            "data" => Ok(Stroke::Data),
+            _ => Err(format!("unknown stroke '{s}' (known: whole, data)")),
+        }
+    }
 }
 
 /// The largest L a directory may set (assumption: a loss noticed more
@@ -256,7 +302,13 @@ impl ServingSettings {
             backup_window_rounds: flags.backup_window_rounds.or(self.backup_window_rounds),
             overrun_probability: flags.overrun_probability.or(self.overrun_probability),
             loss_notice_rounds: flags.loss_notice_rounds.or(self.loss_notice_rounds),
+            stroke: flags.stroke.or(self.stroke),
         }
+    }
+
+    /// The stroke the bound charges (the whole drive's when unset).
+    pub fn stroke(&self) -> Stroke {
+        self.stroke.unwrap_or_default()
     }
 
     /// L (0 when unset).
@@ -706,12 +758,14 @@ mod tests {
             backup_window_rounds: Some(4),
             overrun_probability: Some(1e-6),
             loss_notice_rounds: Some(2),
+            stroke: Some(Stroke::Data),
         };
         let text = s.to_toml();
         assert!(
             text.contains("[serving]")
                 && text.contains("backup_window_rounds = 4")
-                && text.contains("loss_notice_rounds = 2"),
+                && text.contains("loss_notice_rounds = 2")
+                && text.contains("stroke = \"data\""),
             "{text}"
         );
         let back: ArrayConfig = toml::from_str(&text).unwrap();
@@ -721,8 +775,12 @@ mod tests {
             backup_window_rounds: Some(2),
             overrun_probability: None,
             loss_notice_rounds: Some(0),
+            stroke: Some(Stroke::Whole),
         });
         assert_eq!(run.backup_window_rounds, Some(2));
+        assert_eq!(run.stroke(), Stroke::Whole);
+        assert_eq!(s.serving.stroke(), Stroke::Data);
+        assert_eq!(c.serving.stroke(), Stroke::Whole);
         assert_eq!(run.overrun_probability, Some(1e-6));
         assert_eq!(run.loss_notice(), 0);
         assert_eq!(s.serving.loss_notice(), 2);

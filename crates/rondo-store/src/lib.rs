@@ -38,7 +38,7 @@ pub use catalog::{
 pub use config::{
     ArrayConfig, ArrayId, BACKUP_WINDOW_ROUNDS_MAX, CONFIG_FILE, DeviceEntry, DirectoryFlags,
     FORMAT_VERSION, HEADER_REGION_BYTES, IO_ALIGN_BYTES, LOSS_NOTICE_ROUNDS_MAX, ServingSettings,
-    StoreConfig,
+    StoreConfig, Stroke,
 };
 pub use device::{
     AlignedBuf, Device, DeviceError, DeviceHeader, HeaderMismatch, IoMode, RemoteDevice,

@@ -1093,6 +1093,17 @@ impl Store {
             .collect()
     }
 
+    /// The highest stride any disk holds data in (a title's, stored or
+    /// being written), `None` when every disk is empty: where the data ends
+    /// (`titles::rondo_bound` charges the stroke up to it under
+    /// `Stroke::Data`).
+    pub fn highest_allocated_stride(&self) -> Option<u64> {
+        let state = self.state();
+        (0..self.inner.config.disk_count)
+            .filter_map(|k| state.allocator.disk(DiskIndex(k)).highest_allocated())
+            .max()
+    }
+
     /// Strides per disk.
     pub fn stride_counts(&self) -> Vec<u64> {
         self.inner.config.stride_counts()

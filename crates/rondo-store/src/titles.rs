@@ -18,16 +18,16 @@ use std::path::Path;
 use bytes::Bytes;
 use rondo_media::container::MPEG_TS_CONTENT_TYPE;
 use rondo_model::array::{ArrayTitle, ExtentChecksums, RoundIndex, RoundPosition};
-use rondo_model::disk::{DiskError, RondoBound, profile_by_name};
+use rondo_model::disk::{DiskError, RondoBound, profile_by_name, stroke_holding};
 use rondo_model::layout::{Replica, TitleLayout, TitlePlan};
 use rondo_model::reservation::{Bound, ChargesError, TitleCharges};
 use rondo_model::schedule::Schedule;
-use rondo_model::units::{STRIDE_BYTES_DEFAULT, TitleId};
+use rondo_model::units::{SECTOR_BYTES, STRIDE_BYTES_DEFAULT, TitleId};
 use thiserror::Error;
 
 use crate::{
     ArrayConfig, CONFIG_FILE, ExtentRecord, KeyframeRecord, Store, StoreConfig, StoreError,
-    StoredTitle, TitleRecord,
+    StoredTitle, Stroke, TitleRecord,
 };
 
 /// Default admission look-ahead of a server: start rounds tried after the
@@ -77,11 +77,42 @@ pub fn open_or_create(dir: &Path, config: StoreConfig) -> Result<(Store, bool), 
     }
 }
 
-/// The rondo-mode round bound for the array's disk profile (what `rondo
-/// serve` admits with).
-pub fn rondo_bound(config: &ArrayConfig) -> Result<Bound, DiskError> {
+/// The rondo-mode round bound `rondo serve` admits with and `rondo simulate
+/// --data-dir` predicts with: on the directory's disk profile, or under
+/// [`Stroke::Data`] on that drive short-stroked to where its data ends
+/// (`disk::profiles::stroke_holding`; `highest_stride` is the highest
+/// stride any disk holds, `Store::highest_allocated_stride`). Returns the
+/// drive charged with it.
+pub fn rondo_bound(
+    config: &ArrayConfig,
+    stroke: Stroke,
+    highest_stride: Option<u64>,
+) -> Result<(Bound, ChargedDrive), DiskError> {
     let profile = profile_by_name(&config.disk_profile)?;
-    Ok(Bound::Rondo(RondoBound::new(&profile)?))
+    let (charged, stroke_percent) = match stroke {
+        Stroke::Whole => (profile, 100),
+        Stroke::Data => {
+            let end_bytes = highest_stride.map_or(0, |s| (s + 1) * config.stride_bytes);
+            stroke_holding(&profile, end_bytes.div_ceil(SECTOR_BYTES))?
+        }
+    };
+    let bound = Bound::Rondo(RondoBound::new(&charged)?);
+    Ok((
+        bound,
+        ChargedDrive {
+            profile_name: charged.name,
+            stroke_percent,
+        },
+    ))
+}
+
+/// The drive a directory's bound charges ([`rondo_bound`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChargedDrive {
+    /// Its profile's name (`cheetah-4lp-outer5` for a short stroke).
+    pub profile_name: String,
+    /// The share of the stroke charged, in percent (100: the whole drive).
+    pub stroke_percent: u32,
 }
 
 /// Why stored titles could not be loaded.
@@ -259,6 +290,37 @@ impl ReadCharging {
     };
 }
 
+/// A title's charges under `bound` as its streams read under `reads`, and
+/// its charges for the dynamic cycle's other group lengths (empty for a
+/// fixed cycle): what [`load_title`] gives a title, and what the server
+/// charges its titles with again when the bound changes (the charged
+/// stroke widening).
+pub fn title_charges(
+    bound: &Bound,
+    reads: ReadCharging,
+    plan: &TitlePlan,
+    layout: &TitleLayout,
+    schedule: &Schedule,
+) -> Result<(TitleCharges, Vec<TitleCharges>), ChargesError> {
+    let charges = bound.title_charges_grouped(plan, Some(layout), schedule, reads.group_rounds)?;
+    let group_charges = if reads.cycle_max_group_rounds > 0 {
+        rondo_model::array::DynamicCycle::new(reads.cycle_max_group_rounds).title_charges(
+            bound,
+            plan,
+            Some(layout),
+            schedule,
+        )?
+    } else {
+        Vec::new()
+    };
+    let charges = if reads.cache_pairs {
+        bound.with_cache_pairs(charges, layout, plan.params().segment_rounds)
+    } else {
+        charges
+    };
+    Ok((charges, group_charges))
+}
+
 /// Loads the complete title `id` with its charges under `bound`, as its
 /// streams read under `reads`.
 pub fn load_title(
@@ -281,29 +343,12 @@ pub fn load_title(
         reason: format!("its schedule cannot be rebuilt: {e}"),
     })?;
     let plan = store.title_plan(&record)?;
-    let charges = bound
-        .title_charges_grouped(&plan, Some(&stored.layout), &schedule, reads.group_rounds)
+    let (charges, group_charges) = title_charges(bound, reads, &plan, &stored.layout, &schedule)
         .map_err(|source| LoadError::Charges {
             id,
             name: record.name.clone(),
             source,
         })?;
-    let group_charges = if reads.cycle_max_group_rounds > 0 {
-        rondo_model::array::DynamicCycle::new(reads.cycle_max_group_rounds)
-            .title_charges(bound, &plan, Some(&stored.layout), &schedule)
-            .map_err(|source| LoadError::Charges {
-                id,
-                name: record.name.clone(),
-                source,
-            })?
-    } else {
-        Vec::new()
-    };
-    let charges = if reads.cache_pairs {
-        bound.with_cache_pairs(charges, &stored.layout, plan.params().segment_rounds)
-    } else {
-        charges
-    };
     let index = RoundIndex::new(&record.client_bytes, record.round_duration_ns);
     let keyframes = store.title_keyframes(id)?;
     let is_mp4 = record.content_type != MPEG_TS_CONTENT_TYPE

@@ -83,6 +83,18 @@ pub struct ServeArgs {
     /// for this run. docs/guarantee.md.
     #[arg(long, value_name = "P")]
     pub overrun_probability: Option<f64>,
+    /// Which stroke of the drive admission charges seeks for: `whole`
+    /// (the default: two full strokes and a sweep per disk-round, wherever
+    /// the data lies) or `data`: only the cylinders the data occupies, the
+    /// drive short-stroked to the least share that holds it, so more
+    /// streams fit while the library fills part of the disks. An ingest
+    /// whose data reaches further in widens it first, when every admitted
+    /// stream still fits the wider stroke's bound (and is refused with 503
+    /// otherwise). Stored in a new data directory as its default; for an
+    /// existing one it overrides the directory's for this run.
+    /// docs/guarantee.md, "The charged stroke".
+    #[arg(long, value_name = "whole|data")]
+    pub stroke: Option<rondo_store::Stroke>,
     /// Under `minimum` reservation: rounds a surviving disk has to read a
     /// failed disk's backups (default 1: in their own round, seed 000).
     /// With K > 1 admission reserves per source disk the window's average
@@ -468,6 +480,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         backup_window_rounds: args.backup_window_rounds,
         overrun_probability: args.overrun_probability,
         loss_notice_rounds: args.loss_notice_rounds,
+        stroke: args.stroke,
     };
     if created && !flags.is_default() {
         store.set_serving(&flags).with_context(|| {
@@ -562,6 +575,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         listen: args.listen,
         lookahead_rounds: args.lookahead_rounds,
         guarantee: Guarantee::with_overrun_probability(serving.overrun_probability),
+        stroke: serving.stroke(),
         backup_window_rounds: serving.backup_window(),
         loss_notice_rounds: serving.loss_notice(),
         disk_timing: if args.native {
@@ -610,6 +624,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             config.scheme,
             serving_summary(&serving)
         );
+        let charged = server.charged_stroke();
+        if charged.stroke == rondo_store::Stroke::Data {
+            println!(
+                "  admission charges the data's stroke: {} ({}% of the drive's cylinders; \
+                 widened as ingest places data further in)",
+                charged.charged_profile, charged.stroke_percent
+            );
+        }
         if serving.backup_window() > 1 {
             println!(
                 "    (each stream's first byte waits {} rounds; its player then stays that far ahead)",

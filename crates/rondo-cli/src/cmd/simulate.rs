@@ -117,6 +117,11 @@ pub struct SimulateArgs {
     /// setting unless given, as to `rondo serve`. docs/guarantee.md.
     #[arg(long, value_name = "P")]
     overrun_probability: Option<f64>,
+    /// With --data-dir: which stroke of the drive admission charges,
+    /// `whole` or `data` (the cylinders the directory's data occupies), as
+    /// `rondo serve --stroke`; the directory's setting unless given.
+    #[arg(long, value_name = "whole|data", requires = "data_dir")]
+    stroke: Option<rondo_store::Stroke>,
     #[command(flatten)]
     layout: crate::cmd::layout_args::LayoutArgs,
     #[command(flatten)]
@@ -286,6 +291,9 @@ struct Setup {
     data_dir: Option<String>,
     disks: u32,
     profile: String,
+    /// With --data-dir: the drive admission charges (the profile, or under
+    /// `--stroke data` it short-stroked to where the data ends).
+    charged_profile: Option<String>,
     /// Deterministic placement's round-robin counter (`per-disk`, `per-title`).
     round_robin_counter: RoundRobinCounter,
     round_ms: f64,
@@ -323,6 +331,8 @@ enum Titles {
     Stored {
         bound: Bound,
         titles: Vec<PlacedTitle>,
+        /// The drive the bound charges (`--stroke`).
+        charged: rondo_store::titles::ChargedDrive,
     },
 }
 
@@ -397,10 +407,14 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             (config, Titles::Synthetic(titles), args.titles.clone())
         }
         Some(dir) => {
-            let (config, bound, titles) = load_data_dir(dir, &args, placement_of)?;
+            let (config, bound, titles, charged) = load_data_dir(dir, &args, placement_of)?;
             (
                 config,
-                Titles::Stored { bound, titles },
+                Titles::Stored {
+                    bound,
+                    titles,
+                    charged,
+                },
                 dir.display().to_string(),
             )
         }
@@ -483,7 +497,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     );
     let run_at = |p: &Point| match &titles {
         Titles::Synthetic(t) => run_point(p, t, "mean_active_streams", rule, args.seed, &counter),
-        Titles::Stored { bound, titles } => {
+        Titles::Stored { bound, titles, .. } => {
             run_point_with(p, "mean_active_streams", rule, args.seed, &counter, &|c| {
                 rondo_sim::run::run_placed(c, bound, titles)
             })
@@ -574,6 +588,9 @@ fn print_report(report: &Report) {
         "{} disks ({}), scheme {}, placement {}{counter}, {} bound, {}, T = {} ms, titles {}",
         p.disks, s.profile, p.scheme, p.placement, p.bound, p.mode, s.round_ms, p.titles
     );
+    if let Some(charged) = s.charged_profile.as_ref().filter(|c| **c != s.profile) {
+        println!("admission charges the data's stroke: {charged}");
+    }
     println!(
         "μ = {:.4}/s (equation 1, R_disk {:.1} MB/s); arrivals {:.4}/s at load, {:.4}/s at ρ = 1.5; \
          look-ahead {} rounds; popularity {}; measured rounds {}..{}",
@@ -699,7 +716,12 @@ fn load_data_dir(
     dir: &std::path::Path,
     args: &SimulateArgs,
     placement_of: impl Fn(PlacementArg) -> ReplicaPlacement,
-) -> anyhow::Result<(SimConfig, Bound, Vec<PlacedTitle>)> {
+) -> anyhow::Result<(
+    SimConfig,
+    Bound,
+    Vec<PlacedTitle>,
+    rondo_store::titles::ChargedDrive,
+)> {
     let store = match Store::open(dir) {
         Ok(store) => store,
         Err(e @ rondo_store::StoreError::Locked { .. }) => {
@@ -719,8 +741,19 @@ fn load_data_dir(
         disk_groups: args.layout.disk_groups,
         ..DirectoryFlags::default()
     })?;
-    let bound = rondo_store::titles::rondo_bound(&array)
-        .with_context(|| format!("disk profile {}", array.disk_profile))?;
+    // How the directory is served, as `rondo serve` resolves it.
+    let serving = array.serving.overridden_by(&rondo_store::ServingSettings {
+        backup_window_rounds: args.backup_window_rounds,
+        overrun_probability: args.overrun_probability,
+        loss_notice_rounds: args.loss_notice_rounds,
+        stroke: args.stroke,
+    });
+    let (bound, charged) = rondo_store::titles::rondo_bound(
+        &array,
+        serving.stroke(),
+        store.highest_allocated_stride(),
+    )
+    .with_context(|| format!("disk profile {}", array.disk_profile))?;
     // Charged as the server charges them under the same --policy.
     let group_rounds = args.policy.read_group_rounds(array.segment_rounds)?;
     let cycle = args.policy.dynamic_cycle(array.segment_rounds)?;
@@ -759,12 +792,6 @@ fn load_data_dir(
     config.dynamic_cycle = cycle;
     config.round_robin_counter = array.round_robin_counter;
     config.disk_groups = array.disk_groups;
-    // How the directory is served, as `rondo serve` resolves it.
-    let serving = array.serving.overridden_by(&rondo_store::ServingSettings {
-        backup_window_rounds: args.backup_window_rounds,
-        overrun_probability: args.overrun_probability,
-        loss_notice_rounds: args.loss_notice_rounds,
-    });
     config.guarantee = Guarantee::with_overrun_probability(serving.overrun_probability);
     config.backup_window_rounds = serving.backup_window();
     config.loss_notice_rounds = serving.loss_notice();
@@ -778,14 +805,16 @@ fn load_data_dir(
     config.buffer_per_disk_bytes = super::serve::buffer_per_disk_bytes(args.buffer_per_disk_mib)?;
     config.network_bits_per_s_max = super::serve::network_bits_per_s(args.network_mbps_max)?;
     config.lookahead_rounds = Some(rondo_store::titles::DEFAULT_LOOKAHEAD_ROUNDS);
-    Ok((config, bound, titles))
+    Ok((config, bound, titles, charged))
 }
 
 /// What the report says of the array, the titles and the arrival rates.
 fn setup_of(args: &SimulateArgs, config: &SimConfig, titles: &Titles) -> anyhow::Result<Setup> {
     let prepared = match titles {
         Titles::Synthetic(t) => rondo_sim::run::prepare(config, t)?,
-        Titles::Stored { bound, titles } => rondo_sim::run::prepare_placed(config, bound, titles)?,
+        Titles::Stored { bound, titles, .. } => {
+            rondo_sim::run::prepare_placed(config, bound, titles)?
+        }
     };
     let round_s = config.round_duration_ns as f64 / NS_PER_S as f64;
     let schedules: Vec<(&str, &rondo_model::schedule::Schedule)> = match titles {
@@ -800,6 +829,10 @@ fn setup_of(args: &SimulateArgs, config: &SimConfig, titles: &Titles) -> anyhow:
         data_dir: args.data_dir.as_ref().map(|d| d.display().to_string()),
         disks: config.disks,
         profile: config.profile.clone(),
+        charged_profile: match titles {
+            Titles::Stored { charged, .. } => Some(charged.profile_name.clone()),
+            Titles::Synthetic(_) => None,
+        },
         round_robin_counter: config.round_robin_counter,
         round_ms: config.round_duration_ns as f64 / NS_PER_MS as f64,
         mu_per_s,

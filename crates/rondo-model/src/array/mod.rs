@@ -46,8 +46,8 @@ use crate::health::{ArrayHealth, DiskState, ExtentKey, HealthPolicy};
 use crate::layout::{Replica, TitleLayout};
 use crate::rebuild::{CopyFailure, RebuildProgress, RebuildQueue, rebuild_tasks};
 use crate::reservation::{
-    Admission, Bound, Burst, Grouping, Pairs, PlannedRead, Rejection, ReservationConfig,
-    Reservations, Shape, replica_after_error,
+    Admission, Bound, Burst, Grouping, Overloaded, Pairs, PlannedRead, Rejection,
+    ReservationConfig, Reservations, Shape, TitleCharges, replica_after_error,
 };
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
@@ -77,6 +77,15 @@ pub fn rondo_write_bound(profile: &DiskProfile) -> Result<Bound, DiskError> {
         Op::Write,
         WRITE_BOUND_EXTENTS,
     )?))
+}
+
+/// Why [`Array::recharge`] kept the bound in force.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum RechargeRefused {
+    #[error("the array is not whole: {why}")]
+    NotWhole { why: String },
+    #[error("the streams admitted now would not fit: {0}")]
+    Overloaded(#[source] Overloaded),
 }
 
 /// What an array is configured with.
@@ -681,6 +690,69 @@ impl Array {
         }
         self.titles.insert(title.id, Arc::clone(&title));
         title
+    }
+
+    /// Charges every title and admitted stream under `read_bound` and
+    /// `reservation` (built from it as at start), in place of the bound in
+    /// force: `titles` holds every registered title's charges under it (and
+    /// its group charges, as `ArrayTitle::group_charges`). Taken only when
+    /// every disk-round already reserved fits the new budget
+    /// ([`Reservations::recharge`]), and only on a whole array (no disk
+    /// failed or rebuilding, no dynamic cycle); otherwise nothing changes.
+    /// For a bound that widens while streams play: the charged stroke as
+    /// ingest adds data further in (`docs/guarantee.md`).
+    pub fn recharge(
+        &mut self,
+        read_bound: Bound,
+        reservation: ReservationConfig,
+        titles: &BTreeMap<TitleId, (Arc<TitleCharges>, Vec<Arc<TitleCharges>>)>,
+    ) -> Result<(), RechargeRefused> {
+        let disks = self.disk_count();
+        if let Some(disk) = DiskIndex::all(disks).find(|&d| {
+            !matches!(
+                self.health.state(d),
+                DiskState::Healthy | DiskState::Suspect
+            )
+        }) {
+            return Err(RechargeRefused::NotWhole {
+                why: format!("disk {disk} is {}", state_name(self.health.state(disk))),
+            });
+        }
+        if self.rebuild.is_some() {
+            return Err(RechargeRefused::NotWhole {
+                why: "a rebuild is running".into(),
+            });
+        }
+        if self.cycle.is_some() {
+            return Err(RechargeRefused::NotWhole {
+                why: "a dynamic cycle regroups streams under the bound in force".into(),
+            });
+        }
+        let mut charges = BTreeMap::new();
+        let mut group_charges = BTreeMap::new();
+        for (&id, (own, groups)) in titles {
+            if !self.titles.contains_key(&id) {
+                continue;
+            }
+            charges.insert(id, Arc::clone(own));
+            for g in groups {
+                group_charges.insert((id, g.grouping().rounds_per_read()), Arc::clone(g));
+            }
+        }
+        self.reservations
+            .recharge(reservation.clone(), charges, group_charges)
+            .map_err(RechargeRefused::Overloaded)?;
+        for (id, title) in self.titles.iter_mut() {
+            let (own, groups) = &titles[id];
+            let mut updated = ArrayTitle::clone(title);
+            updated.charges = Arc::clone(own);
+            updated.group_charges = groups.clone();
+            *title = Arc::new(updated);
+        }
+        self.config.read_bound = read_bound;
+        self.config.reservation = reservation;
+        self.recovery = recovery::Recovery::new(&self.config);
+        Ok(())
     }
 
     /// Removes a title; refused (false) while a stream plays it or an

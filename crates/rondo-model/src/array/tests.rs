@@ -2096,3 +2096,84 @@ fn without_a_lag_limit_the_host_never_refuses() {
     assert!(a.admit(&whole(0)).is_ok());
     assert_eq!(a.counters().rejected_host_behind, 0);
 }
+
+/// Every registered title's charges, as `Array::recharge` takes them.
+fn charges_of(a: &Array) -> BTreeMap<TitleId, (Arc<TitleCharges>, Vec<Arc<TitleCharges>>)> {
+    a.titles()
+        .map(|t| (t.id, (Arc::clone(&t.charges), t.group_charges.clone())))
+        .collect()
+}
+
+#[test]
+fn a_costlier_bound_is_taken_only_while_the_admitted_streams_fit_it() {
+    // Rounds of 1.5 MB: a handful of streams fill each disk-round.
+    let mut a = array(4, Scheme::Minimum, &[1_500_000; 12]);
+    let mut admitted = Vec::new();
+    while let Ok(s) = a.admit(&whole(0)) {
+        admitted.push(s.stream);
+    }
+    assert!(admitted.len() > 4, "{} streams", admitted.len());
+    let before = a.config().reservation.clone();
+    // The same charges with a fixed term 200 ms longer: the full rounds
+    // no longer fit, and nothing changes.
+    let mut costlier = before.clone();
+    costlier.round_fixed_ns += 200 * NS_PER_MS;
+    let bound = a.config().read_bound.clone();
+    let refused = a
+        .recharge(bound.clone(), costlier.clone(), &charges_of(&a))
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            RechargeRefused::Overloaded(Overloaded::DiskRound { reserved_ns, budget_ns, .. })
+                if reserved_ns > budget_ns
+        ),
+        "{refused}"
+    );
+    assert_eq!(a.config().reservation.round_fixed_ns, before.round_fixed_ns);
+    a.check_invariants();
+    // A title without charges under the new bound is refused by name.
+    let refused = a
+        .recharge(bound.clone(), costlier.clone(), &BTreeMap::new())
+        .unwrap_err();
+    assert_eq!(
+        refused,
+        RechargeRefused::Overloaded(Overloaded::TitleMissing(TitleId(0)))
+    );
+    // With most streams gone the rest fit the longer fixed term: it is
+    // taken, every table recomputed under it, and admission then fills
+    // rounds only up to the smaller budget.
+    for &s in &admitted[1..] {
+        assert!(a.release(s));
+    }
+    a.recharge(bound, costlier.clone(), &charges_of(&a))
+        .expect("one stream fits");
+    assert_eq!(
+        a.config().reservation.round_fixed_ns,
+        costlier.round_fixed_ns
+    );
+    a.check_invariants();
+    let mut refilled = 1;
+    while a.admit(&whole(0)).is_ok() {
+        refilled += 1;
+    }
+    a.check_invariants();
+    assert!(
+        refilled < admitted.len(),
+        "{refilled} streams under the longer fixed term, {} before",
+        admitted.len()
+    );
+    // A failed disk: no recharge until the array is whole again.
+    a.fail_disk(DiskIndex(1), FailCause::Operator).unwrap();
+    let refused = a
+        .recharge(
+            a.config().read_bound.clone(),
+            before.clone(),
+            &charges_of(&a),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(refused, RechargeRefused::NotWhole { .. }),
+        "{refused}"
+    );
+}

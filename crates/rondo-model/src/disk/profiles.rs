@@ -716,6 +716,48 @@ pub fn short_stroked(mut profile: DiskProfile, percent: u32) -> Result<DiskProfi
     Ok(profile)
 }
 
+/// The drive a bound charges for data ending at sector `end_sectors` (LBNs
+/// `0..end_sectors` in use): `profile` short-stroked ([`short_stroked`])
+/// to the least whole percent of its stroke that holds them, or `profile`
+/// itself when only the whole drive does (or it has no stroke: solid
+/// state). First-fit allocation keeps a directory's data packed from LBN 0,
+/// so this is the stroke its reads seek over; every kept LBN lies where it
+/// lies on the whole drive, so the emulated and the real drive serve them
+/// alike. Returns the percent with the profile (100 for the whole drive).
+pub fn stroke_holding(
+    profile: &DiskProfile,
+    end_sectors: u64,
+) -> Result<(DiskProfile, u32), DiskError> {
+    if !matches!(profile.model, DiskModelSpec::Mechanical(_))
+        || end_sectors >= profile.capacity_sectors()?
+    {
+        return Ok((profile.clone(), 100));
+    }
+    // The kept capacity grows with the percent: the least that holds the
+    // data, by bisection (a percent too small to keep a whole sparing
+    // range holds nothing).
+    let holds = |percent: u32| -> Result<Option<DiskProfile>, DiskError> {
+        match short_stroked(profile.clone(), percent) {
+            Ok(p) => Ok((p.capacity_sectors()? >= end_sectors.max(1)).then_some(p)),
+            Err(DiskError::InvalidProfile { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    let (mut low, mut high) = (0u32, 100u32);
+    while high - low > 1 {
+        let mid = (low + high) / 2;
+        if holds(mid)?.is_some() {
+            high = mid;
+        } else {
+            low = mid;
+        }
+    }
+    match holds(high)? {
+        Some(p) if high < 100 => Ok((p, high)),
+        _ => Ok((profile.clone(), 100)),
+    }
+}
+
 fn cheetah_overheads() -> ControllerOverheads {
     match cheetah_4lp().model {
         DiskModelSpec::Mechanical(m) => m.overheads,

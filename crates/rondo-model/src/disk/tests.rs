@@ -1548,3 +1548,39 @@ fn split_ns_is_the_largest_block_charge_over_every_lbn() {
     }
     charges("cheetah-4lp-outer21", 32, 700, 1400);
 }
+
+/// The stroke a bound charges for data ending at a sector is the least
+/// whole percent that holds it: one percent less does not.
+#[test]
+fn the_charged_stroke_is_the_least_percent_holding_the_data() {
+    let whole = profiles::by_name("cheetah-4lp").unwrap();
+    let capacity = whole.capacity_sectors().unwrap();
+    for end in [
+        1,
+        4096,
+        capacity / 100,
+        capacity / 7,
+        capacity / 2,
+        capacity - 1,
+    ] {
+        let (short, percent) = profiles::stroke_holding(&whole, end).unwrap();
+        assert!(short.capacity_sectors().unwrap() >= end, "end {end}");
+        assert!((1..=100).contains(&percent));
+        if percent < 100 {
+            assert_eq!(short.name, format!("cheetah-4lp-outer{percent}"));
+            if percent > 1
+                && let Ok(less) = profiles::short_stroked(whole.clone(), percent - 1)
+            {
+                assert!(
+                    less.capacity_sectors().unwrap() < end,
+                    "end {end}: {percent}%"
+                );
+            }
+        }
+    }
+    // Past the whole drive's capacity, or on flash: the profile itself.
+    assert_eq!(profiles::stroke_holding(&whole, capacity).unwrap().1, 100);
+    let ssd = profiles::by_name("nvme-gen4").unwrap();
+    let (same, percent) = profiles::stroke_holding(&ssd, 4096).unwrap();
+    assert_eq!((same.name.as_str(), percent), ("nvme-gen4", 100));
+}

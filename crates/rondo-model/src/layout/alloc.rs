@@ -62,6 +62,21 @@ impl StrideAllocator {
         self.free_count
     }
 
+    /// The highest allocated stride, `None` on an empty disk: where the
+    /// data on this disk ends (first fit keeps it packed from LBN 0, so a
+    /// bound may charge the stroke up to here, `docs/guarantee.md`).
+    pub fn highest_allocated(&self) -> Option<u64> {
+        let words = self.used.len();
+        (0..words).rev().find_map(|w| {
+            let mut word = self.used[w];
+            // The padding past the last stride is marked used; it holds no data.
+            if w + 1 == words && !self.stride_count.is_multiple_of(64) {
+                word &= !(!0u64 << (self.stride_count % 64));
+            }
+            (word != 0).then(|| w as u64 * 64 + 63 - u64::from(word.leading_zeros()))
+        })
+    }
+
     /// Whether stride `stride` is free (false beyond the end of the disk).
     pub fn is_free(&self, stride: u64) -> bool {
         stride < self.stride_count && self.used[(stride / 64) as usize] & (1 << (stride % 64)) == 0

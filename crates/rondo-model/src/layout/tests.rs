@@ -1195,3 +1195,25 @@ fn a_disk_without_a_run_of_free_strides_takes_them_one_by_one() {
     assert_eq!(held(1, Replica::Primary), vec![0]);
     assert_eq!(held(1, Replica::Backup), vec![1, 2]);
 }
+
+#[test]
+fn the_highest_allocated_stride_is_where_a_disks_data_ends() {
+    // 70 strides: the last word has 6 strides and 58 bits of padding.
+    let mut disk = StrideAllocator::new(70);
+    assert_eq!(disk.highest_allocated(), None);
+    assert_eq!(disk.allocate(), Some(0));
+    assert_eq!(disk.highest_allocated(), Some(0));
+    assert_eq!(disk.allocate_run(65), Some(1));
+    assert_eq!(disk.highest_allocated(), Some(65));
+    disk.mark_allocated(DiskIndex(0), 69).unwrap();
+    assert_eq!(disk.highest_allocated(), Some(69));
+    disk.free(DiskIndex(0), 69).unwrap();
+    assert_eq!(disk.highest_allocated(), Some(65));
+    // A hole below the end does not move it.
+    disk.free(DiskIndex(0), 3).unwrap();
+    assert_eq!(disk.highest_allocated(), Some(65));
+    // 64 strides exactly: no padding.
+    let mut full = StrideAllocator::new(64);
+    full.mark_allocated(DiskIndex(0), 63).unwrap();
+    assert_eq!(full.highest_allocated(), Some(63));
+}

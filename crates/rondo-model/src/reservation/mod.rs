@@ -853,6 +853,69 @@ impl Reservations {
         }
     }
 
+    /// Charges every admitted stream anew: `config` (its fixed term) and each
+    /// title's `titles` charges (and `group_charges`) take the place of the
+    /// ones in force, the tables recomputed from the stream records, when
+    /// every disk-round from the current one on stays within the new budget
+    /// and its drive's cache segments. Otherwise nothing changes and the
+    /// first disk-round that would not fit is returned. For a bound that
+    /// changes while streams play (the charged stroke widening as ingest
+    /// adds data further in, `docs/guarantee.md`): the streams keep their
+    /// rounds, replicas and start; only what they are charged changes.
+    pub fn recharge(
+        &mut self,
+        config: ReservationConfig,
+        titles: BTreeMap<TitleId, Arc<TitleCharges>>,
+        group_charges: BTreeMap<(TitleId, u32), Arc<TitleCharges>>,
+    ) -> Result<(), Overloaded> {
+        assert_eq!(config.disks, self.config.disks, "the same array");
+        assert_eq!(
+            config.horizon_rounds, self.config.horizon_rounds,
+            "the same horizon"
+        );
+        for (id, old) in &self.titles {
+            let new = titles.get(id).ok_or(Overloaded::TitleMissing(*id))?;
+            assert_eq!(
+                new.rounds(),
+                old.rounds(),
+                "title {}: the same rounds",
+                id.0
+            );
+        }
+        let mut fresh = Reservations::new(config);
+        fresh.titles = titles;
+        fresh.group_charges = group_charges;
+        fresh.streams = self.streams.clone();
+        fresh.next_stream = self.next_stream;
+        fresh.current_round = self.current_round;
+        fresh.failed = self.failed.clone();
+        fresh.restored_at = self.restored_at.clone();
+        for record in self.streams.values() {
+            fresh.apply(record, 1);
+        }
+        let cfg = &fresh.config;
+        let budget_ns = cfg.budget_ns();
+        for round in Round::range(
+            fresh.current_round,
+            fresh.current_round.plus(cfg.horizon_rounds),
+        ) {
+            for disk in DiskIndex::all(cfg.disks) {
+                let slot = fresh.slot(disk, round);
+                let reserved_ns = slot.reserved_ns(cfg.scheme, cfg.bus_share_ppm);
+                if reserved_ns > budget_ns || slot.cache_blocks > cfg.drive_cache_segments {
+                    return Err(Overloaded::DiskRound {
+                        disk,
+                        round,
+                        reserved_ns,
+                        budget_ns,
+                    });
+                }
+            }
+        }
+        *self = fresh;
+        Ok(())
+    }
+
     /// Recomputes every table from the stream records and checks it equals the
     /// incremental one; for tests and the simulator's invariant checks.
     pub fn check_invariants(&self) {
@@ -911,6 +974,24 @@ impl Reservations {
             assert!(self.buffer_bytes[ring] <= self.config.buffer_capacity_bytes);
         }
     }
+}
+
+/// Why [`Reservations::recharge`] kept the charges in force.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum Overloaded {
+    #[error("title {} has no charges under the new bound", .0.0)]
+    TitleMissing(TitleId),
+    #[error(
+        "disk {disk} would be reserved {:.1} ms in round {round}, over its budget of {:.1} ms",
+        *.reserved_ns as f64 / 1e6,
+        *.budget_ns as f64 / 1e6
+    )]
+    DiskRound {
+        disk: DiskIndex,
+        round: Round,
+        reserved_ns: u64,
+        budget_ns: u64,
+    },
 }
 
 /// What a read of playback round `i` with replica choice `choice` reserves,

@@ -51,6 +51,14 @@ pub trait WriteGate {
         round_bytes: u64,
     );
 
+    /// Title `title` was placed as `layout`, before any byte of it is
+    /// written: the server makes its charged stroke cover it
+    /// (`crate::stroke`), or refuses the title with the reason.
+    fn placed(&self, title: TitleId, layout: &TitleLayout) -> Result<(), String> {
+        let _ = (title, layout);
+        Ok(())
+    }
+
     /// The ingest of `title` has ended (stored or not): no more rounds of it
     /// will be asked for.
     fn title_done(&self, title: TitleId) {
@@ -108,6 +116,8 @@ pub enum IngestError {
     NameTaken { file: String, name: String },
     #[error("{file}: {reason}")]
     DiskFull { file: String, reason: String },
+    #[error("{file}: not stored: {reason}")]
+    StrokeBusy { file: String, reason: String },
     #[error(
         "{file}: playback round {round} holds {bytes} bytes{}, but one round's data must fit a \
          {stride_bytes}-byte stride: the bitrate is too high for {} ms rounds (re-encode at a \
@@ -174,6 +184,7 @@ impl IngestError {
             | IngestError::InvalidName { file, .. }
             | IngestError::NameTaken { file, .. }
             | IngestError::DiskFull { file, .. }
+            | IngestError::StrokeBusy { file, .. }
             | IngestError::RoundTooLarge { file, .. }
             | IngestError::Schedule { file, .. }
             | IngestError::Layout { file, .. }
@@ -579,6 +590,15 @@ impl Job<'_> {
             })
             .collect();
         let title = writer.id();
+        if let Err(reason) = self.write_gate.placed(title, writer.layout()) {
+            if let Err(abort) = writer.abort() {
+                tracing::warn!(file = self.file, error = %abort, "could not abort an ingest");
+            }
+            return Err(IngestError::StrokeBusy {
+                file: self.file.to_string(),
+                reason,
+            });
+        }
         let written = writer
             .set_keyframes(&keyframes)
             .map_err(|e| IngestError::from_store(self.file, e))

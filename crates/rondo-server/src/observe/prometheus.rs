@@ -490,6 +490,19 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         g(&metrics.buffer_bytes_free),
     );
     w.single(
+        "rondo_charged_stroke_percent",
+        "gauge",
+        "The share of the drives' cylinders admission charges seeks over (100: the whole drive; \
+         less under --stroke data).",
+        g(&metrics.charged_stroke_percent),
+    );
+    w.single(
+        "rondo_charged_stroke_widenings_total",
+        "counter",
+        "Times the charged stroke widened to hold a new title's data.",
+        g(&metrics.stroke_widenings),
+    );
+    w.single(
         "rondo_gated_writes_total",
         "counter",
         "Ingest rounds the write gate let through.",
