@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 
 use rondo_model::array::{
     Array, ArrayConfig, DeliveryConfig, DrivePrefetch, DynamicCycle, FailCause,
-    backup_window_unavailable, rondo_write_bound,
+    backup_window_unavailable, configure_for_bound, rondo_write_bound,
 };
 use rondo_model::disk::{Disk, DiskError, profile_by_name};
 use rondo_model::health::{DiskState, HealthPolicy};
-use rondo_model::reservation::{BackupWindow, Bound, Burst, ReservationConfig};
+use rondo_model::reservation::{Bound, Burst, ReservationConfig};
 use rondo_model::units::{DiskIndex, SECTOR_BYTES};
 use rondo_store::{IoMode, Store, Stroke};
 use thiserror::Error;
@@ -124,20 +124,19 @@ pub(crate) fn reservation_config(
         config.lookahead_rounds,
     );
     reservation.set_network_bits_per_s(config.network_bits_per_s_max);
-    // The drive caches' segments for prefetched blocks, and their bus.
-    config.drive_prefetch.configure(bound, &mut reservation);
-    reservation.set_backup_window(
-        BackupWindow::new(config.backup_window_rounds, bound, array.block_bytes)
-            .with_loss_notice_rounds(config.loss_notice_rounds),
-    );
-    // What admission guarantees (docs/guarantee.md).
-    config
-        .guarantee
-        .configure(bound, &mut reservation)
-        .map_err(|why| ServerError::GuaranteeUnavailable {
-            why,
-            profile: array.disk_profile.clone(),
-        })?;
+    configure_for_bound(
+        &mut reservation,
+        bound,
+        config.drive_prefetch,
+        config.backup_window_rounds,
+        config.loss_notice_rounds,
+        array.block_bytes,
+        config.guarantee,
+    )
+    .map_err(|why| ServerError::GuaranteeUnavailable {
+        why,
+        profile: array.disk_profile.clone(),
+    })?;
     Ok(reservation)
 }
 

@@ -27,7 +27,8 @@ use thiserror::Error;
 use rondo_model::array::{
     Aborted, AdmitRequest, Array, ArrayConfig, ArrayTitle, Completion, CompletionOrder,
     CycleStatus, DeliveryConfig, DiskCommand, DrivePrefetch, DynamicCycle, Effect, ExtentChecksums,
-    FailCause, Purpose, ReadOutcome, RoundPlan, Span, batch_plan, rondo_write_bound,
+    FailCause, Purpose, ReadOutcome, RoundPlan, Span, batch_plan, configure_for_bound,
+    rondo_write_bound,
 };
 use rondo_model::disk::{self, Disk, DiskError, DiskProfile, PaperBound, RondoBound};
 use rondo_model::health::{ExtentKey, HealthPolicy};
@@ -37,13 +38,13 @@ use rondo_model::layout::{
 };
 use rondo_model::rebuild::{CopyFailure, CopyTask};
 use rondo_model::reservation::{
-    BackupWindow, Bound, Burst, Guarantee, ReplicaChoice, ReservationConfig, Reservations, Scheme,
-    StartChoice, TitleCharges,
+    Bound, Burst, Guarantee, ReplicaChoice, ReservationConfig, Reservations, Scheme, StartChoice,
+    TitleCharges,
 };
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{
     BLOCK_BYTES_DEFAULT, DiskIndex, NS_PER_S, PlaybackRound, ROUND_DURATION_NS_DEFAULT, Round,
-    STRIDE_BYTES_DEFAULT, StreamId, TitleId,
+    SECTOR_BYTES, STRIDE_BYTES_DEFAULT, StreamId, TitleId,
 };
 
 use crate::faults::{FaultPlan, ReadErrorKind};
@@ -119,6 +120,12 @@ pub struct SimConfig {
     /// deterministic). The statistical one needs the rondo bound.
     #[serde(default)]
     pub guarantee: Guarantee,
+    /// Which stroke the rondo bound charges: the whole drive's (seed 000)
+    /// or the cylinders the placed titles occupy (`disk::stroke_holding`,
+    /// as `rondo serve --stroke data`; the titles are placed before they
+    /// are charged).
+    #[serde(default)]
+    pub stroke: disk::Stroke,
     /// Under `minimum`: rounds a survivor has to read a failed disk's
     /// backups (`BackupWindow`; 1, seed 000: in the round itself).
     #[serde(default = "one_round")]
@@ -224,6 +231,7 @@ impl SimConfig {
             replica_choice: ReplicaChoice::Primary,
             start_choice: StartChoice::First,
             guarantee: Guarantee::Deterministic,
+            stroke: disk::Stroke::Whole,
             backup_window_rounds: 1,
             loss_notice_rounds: 0,
             bound: BoundKind::Paper,
@@ -1224,15 +1232,33 @@ pub fn place_titles(
     // reads nothing keeps only what they cost, its charges: at D = 1024 a
     // title's extents and strides are about 0.6 MB (docs/benchmarks.md).
     let keeps_extents = config.mode == Mode::SimulatedDisk || config.faults != FaultPlan::default();
+    let layouts = plans
+        .iter()
+        .map(|plan| match allocator.as_mut() {
+            Some(allocator) => Ok(Some(allocator.place(plan)?)),
+            None => Ok(None),
+        })
+        .collect::<Result<Vec<_>, SimError>>()?;
+    // Under the data's stroke the bound is the drive short-stroked to where
+    // the placed data ends (the highest stride any disk holds).
+    let charged;
+    let profile = match (config.stroke, &allocator) {
+        (disk::Stroke::Data, Some(allocator)) => {
+            let highest = (0..config.disks)
+                .filter_map(|d| allocator.disk(DiskIndex(d)).highest_allocated())
+                .max();
+            let end_bytes = highest.map_or(0, |s| (s + 1) * config.stride_bytes);
+            charged = disk::stroke_holding(profile, end_bytes.div_ceil(SECTOR_BYTES))?.0;
+            &charged
+        }
+        _ => profile,
+    };
     let bound = config.read_bound(profile)?;
     let placed = titles
         .iter()
         .zip(plans)
-        .map(|(title, plan)| {
-            let layout = match allocator.as_mut() {
-                Some(allocator) => Some(allocator.place(&plan)?),
-                None => None,
-            };
+        .zip(layouts)
+        .map(|((title, plan), layout)| {
             let charges = bound
                 .title_charges_grouped(
                     &plan,
@@ -1396,15 +1422,16 @@ pub fn prepare_placed(
     }
     reservation.replica_choice = config.replica_choice;
     reservation.start_choice = config.start_choice;
-    reservation.set_backup_window(
-        BackupWindow::new(config.backup_window_rounds, bound, config.block_bytes)
-            .with_loss_notice_rounds(config.loss_notice_rounds),
-    );
-    config
-        .guarantee
-        .configure(bound, &mut reservation)
-        .map_err(SimError::Config)?;
-    config.drive_prefetch.configure(bound, &mut reservation);
+    configure_for_bound(
+        &mut reservation,
+        bound,
+        config.drive_prefetch,
+        config.backup_window_rounds,
+        config.loss_notice_rounds,
+        config.block_bytes,
+        config.guarantee,
+    )
+    .map_err(SimError::Config)?;
     let mut array = Array::new(ArrayConfig {
         reservation,
         lookahead_rounds,

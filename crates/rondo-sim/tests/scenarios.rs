@@ -757,3 +757,62 @@ fn minimum_with_disk_groups_survives_a_whole_storage_node_failing() {
         "without groups a node's loss must cost something somewhere"
     );
 }
+
+/// The data's stroke (`stroke = "data"`, `rondo serve --stroke data`):
+/// charged only over the cylinders the titles occupy, the same titles on the
+/// same drives carry more streams, and no disk-round is ever busier than
+/// reserved, nor a deadline missed; with the data pushed to the innermost
+/// strides the stroke is nearly the whole drive's again, and so is the
+/// capacity.
+#[test]
+fn the_data_stroke_carries_more_streams_and_still_bounds_every_round() {
+    let t = titles(300);
+    let run_with = |stroke: disk::Stroke, first_stride: u64| {
+        let mut c = SimConfig::seed000(4, Scheme::None, ReplicaPlacement::Deterministic);
+        c.bound = BoundKind::Rondo;
+        c.mode = Mode::SimulatedDisk;
+        c.stroke = stroke;
+        c.first_stride = first_stride;
+        c.load = 1.5;
+        c.warmup_rounds = 300;
+        c.end_round = 1500;
+        let r = run(&c, &t).unwrap();
+        assert_eq!(r.deadline_misses, 0, "{stroke:?}: {r:?}");
+        assert_eq!(r.busy_over_reserved_disk_rounds, 0, "{stroke:?}: {r:?}");
+        r
+    };
+    let whole = run_with(disk::Stroke::Whole, 0);
+    let data = run_with(disk::Stroke::Data, 0);
+    eprintln!(
+        "whole stroke: {:.1} streams, busy {:.1}%; data's stroke: {:.1} streams, busy {:.1}%",
+        whole.mean_active_streams,
+        100.0 * whole.busy_fraction.unwrap(),
+        data.mean_active_streams,
+        100.0 * data.busy_fraction.unwrap()
+    );
+    assert!(
+        data.mean_active_streams > 1.03 * whole.mean_active_streams,
+        "data {} whole {}",
+        data.mean_active_streams,
+        whole.mean_active_streams
+    );
+    assert!(data.busy_fraction.unwrap() > whole.busy_fraction.unwrap());
+    // Data reaching the last strides: the data's stroke is the whole drive.
+    let base = SimConfig::seed000(4, Scheme::None, ReplicaPlacement::Deterministic);
+    let strides = disk::profile_by_name(&base.profile)
+        .unwrap()
+        .capacity_bytes()
+        .unwrap()
+        / base.stride_bytes;
+    let inner = run_with(disk::Stroke::Data, strides - 200);
+    let inner_whole = run_with(disk::Stroke::Whole, strides - 200);
+    // (Its last strides are not the drive's last cylinders: a percent or
+    // so of the stroke is still not charged.)
+    assert!(
+        (inner.mean_active_streams - inner_whole.mean_active_streams).abs()
+            <= 0.01 * inner_whole.mean_active_streams,
+        "data's stroke {} whole {}",
+        inner.mean_active_streams,
+        inner_whole.mean_active_streams
+    );
+}

@@ -239,47 +239,7 @@ pub struct ServingSettings {
     pub stroke: Option<Stroke>,
 }
 
-/// Which stroke of its drives a directory's rondo bound charges (its fixed
-/// part: two strokes and a sweep; its seek line: the distances within it).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Stroke {
-    /// The whole drive's, wherever the data lies (seed 000's bound).
-    #[default]
-    Whole,
-    /// The cylinders the data occupies: the drive short-stroked
-    /// (`disk::profiles::short_stroked`) to the least share of its stroke
-    /// that holds every allocated stride, widened while streams play when
-    /// ingest places data further in and they still fit
-    /// (`docs/guarantee.md`, "The charged stroke").
-    Data,
-}
-
-impl Stroke {
-    pub fn name(self) -> &'static str {
-        match self {
-            Stroke::Whole => "whole",
-            Stroke::Data => "data",
-        }
-    }
-}
-
-impl std::fmt::Display for Stroke {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Stroke {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Stroke, String> {
-        match s {
-            "whole" => Ok(Stroke::Whole),
-            "data" => Ok(Stroke::Data),
-            _ => Err(format!("unknown stroke '{s}' (known: whole, data)")),
-        }
-    }
-}
+pub use rondo_model::disk::Stroke;
 
 /// The largest L a directory may set (assumption: a loss noticed more
 /// than 4 rounds late is a broken monitor, not a slow one; each round of L

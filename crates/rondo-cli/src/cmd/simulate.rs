@@ -117,10 +117,11 @@ pub struct SimulateArgs {
     /// setting unless given, as to `rondo serve`. docs/guarantee.md.
     #[arg(long, value_name = "P")]
     overrun_probability: Option<f64>,
-    /// With --data-dir: which stroke of the drive admission charges,
-    /// `whole` or `data` (the cylinders the directory's data occupies), as
-    /// `rondo serve --stroke`; the directory's setting unless given.
-    #[arg(long, value_name = "whole|data", requires = "data_dir")]
+    /// Which stroke of the drive the rondo bound charges: `whole` (the
+    /// default) or `data`, the cylinders the titles occupy once placed (as
+    /// `rondo serve --stroke`). With --data-dir: the directory's setting
+    /// unless given. docs/guarantee.md, "The charged stroke".
+    #[arg(long, value_name = "whole|data")]
     stroke: Option<rondo_store::Stroke>,
     #[command(flatten)]
     layout: crate::cmd::layout_args::LayoutArgs,
@@ -403,6 +404,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             config.loss_notice_rounds = args.loss_notice_rounds.unwrap_or(0);
             config.replica_choice = args.replica_choice;
             config.guarantee = Guarantee::with_overrun_probability(args.overrun_probability);
+            config.stroke = args.stroke.unwrap_or_default();
             let titles = titles_with(&args.titles, trace, &config)?;
             (config, Titles::Synthetic(titles), args.titles.clone())
         }
@@ -793,6 +795,8 @@ fn load_data_dir(
     config.round_robin_counter = array.round_robin_counter;
     config.disk_groups = array.disk_groups;
     config.guarantee = Guarantee::with_overrun_probability(serving.overrun_probability);
+    // The bound itself is `rondo_bound`'s, on where the stored data ends.
+    config.stroke = serving.stroke();
     config.backup_window_rounds = serving.backup_window();
     config.loss_notice_rounds = serving.loss_notice();
     config.bound = BoundKind::Rondo;

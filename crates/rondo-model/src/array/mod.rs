@@ -46,8 +46,8 @@ use crate::health::{ArrayHealth, DiskState, ExtentKey, HealthPolicy};
 use crate::layout::{Replica, TitleLayout};
 use crate::rebuild::{CopyFailure, RebuildProgress, RebuildQueue, rebuild_tasks};
 use crate::reservation::{
-    Admission, Bound, Burst, Grouping, Overloaded, Pairs, PlannedRead, Rejection,
-    ReservationConfig, Reservations, Shape, TitleCharges, replica_after_error,
+    Admission, BackupWindow, Bound, Burst, Grouping, Guarantee, Overloaded, Pairs, PlannedRead,
+    Rejection, ReservationConfig, Reservations, Shape, TitleCharges, replica_after_error,
 };
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
@@ -86,6 +86,30 @@ pub enum RechargeRefused {
     NotWhole { why: String },
     #[error("the streams admitted now would not fit: {0}")]
     Overloaded(#[source] Overloaded),
+}
+
+/// What a reservation config takes from the read bound, as the simulator
+/// and the server both set it (the server again when its charged stroke
+/// widens): the drive caches' segments and bus for seed 003's prefetching,
+/// the backup window of `backup_window_rounds` (with a loss noticed up to
+/// `loss_notice_rounds` late, blocks of `block_bytes`) and its split charge,
+/// and the guarantee's rotation credits. The reason when the guarantee
+/// cannot be had with this bound.
+pub fn configure_for_bound(
+    reservation: &mut ReservationConfig,
+    bound: &Bound,
+    prefetch: DrivePrefetch,
+    backup_window_rounds: u32,
+    loss_notice_rounds: u32,
+    block_bytes: u64,
+    guarantee: Guarantee,
+) -> Result<(), String> {
+    prefetch.configure(bound, reservation);
+    reservation.set_backup_window(
+        BackupWindow::new(backup_window_rounds, bound, block_bytes)
+            .with_loss_notice_rounds(loss_notice_rounds),
+    );
+    guarantee.configure(bound, reservation)
 }
 
 /// What an array is configured with.

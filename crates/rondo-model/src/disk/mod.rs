@@ -37,7 +37,7 @@ use thiserror::Error;
 pub use bound::{PaperBound, RondoBound, RoundBound};
 pub use profiles::{
     CacheSpec, ControllerOverheads, DiskModelSpec, DiskProfile, MechanicalSpec, PROFILE_NAMES,
-    SolidStateSpec, by_name as profile_by_name, seed003_table1_prefetching, short_stroked,
+    SolidStateSpec, Stroke, by_name as profile_by_name, seed003_table1_prefetching, short_stroked,
     stroke_holding, with_cache_segments_for, with_command_queueing,
 };
 pub use queue::Scheduler;

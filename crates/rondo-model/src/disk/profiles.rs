@@ -716,6 +716,49 @@ pub fn short_stroked(mut profile: DiskProfile, percent: u32) -> Result<DiskProfi
     Ok(profile)
 }
 
+/// Which stroke of its drives a directory's rondo bound charges (its fixed
+/// part: two strokes and a sweep; its seek line: the distances within it).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stroke {
+    /// The whole drive's, wherever the data lies (seed 000's bound).
+    #[default]
+    Whole,
+    /// The cylinders the data occupies: the drive short-stroked
+    /// ([`short_stroked`]) to the least share of its stroke
+    /// that holds every allocated stride, widened while streams play when
+    /// ingest places data further in and they still fit
+    /// (`docs/guarantee.md`, "The charged stroke"). [`stroke_holding`]
+    /// gives the drive.
+    Data,
+}
+
+impl Stroke {
+    pub fn name(self) -> &'static str {
+        match self {
+            Stroke::Whole => "whole",
+            Stroke::Data => "data",
+        }
+    }
+}
+
+impl std::fmt::Display for Stroke {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Stroke {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Stroke, String> {
+        match s {
+            "whole" => Ok(Stroke::Whole),
+            "data" => Ok(Stroke::Data),
+            _ => Err(format!("unknown stroke '{s}' (known: whole, data)")),
+        }
+    }
+}
+
 /// The drive a bound charges for data ending at sector `end_sectors` (LBNs
 /// `0..end_sectors` in use): `profile` short-stroked ([`short_stroked`])
 /// to the least whole percent of its stroke that holds them, or `profile`

@@ -280,11 +280,24 @@ function reset(list, state) {
   redraw();
 }
 
-// Which storage node reads each disk (a cluster's manager; none otherwise).
-fetch("/api/disks")
-  .then(r => r.json())
-  .then(j => { diskNodes = (j.disks || []).map(d => d.node || ""); redraw(); })
-  .catch(() => {});
+// Which storage node reads each disk (a cluster's manager; none otherwise),
+// and the stroke admission charges (refreshed: an upload may widen it).
+function showStroke(j) {
+  const s = j.charged_stroke;
+  if (!s) return;
+  $("stroke").textContent = s.stroke === "data"
+    ? "admission charges the data's stroke: " + s.charged_profile + " (" + s.stroke_percent +
+      "% of the cylinders; widened " + s.widened + "×, refused " + s.refused + "×)"
+    : "admission charges the whole stroke (" + s.charged_profile + ")";
+}
+function pollDisks() {
+  fetch("/api/disks")
+    .then(r => r.json())
+    .then(j => { diskNodes = (j.disks || []).map(d => d.node || ""); showStroke(j); redraw(); })
+    .catch(() => {})
+    .finally(() => setTimeout(pollDisks, 10000));
+}
+pollDisks();
 
 // A cluster's manager (rondo serve --etcd): every node it sees in etcd,
 // refreshed every 2 s; the section stays hidden on a single server (404).
