@@ -649,6 +649,15 @@ fn run_placed_inner(
     let playing = vec![0i64; (config.end_round + prepared.lookahead_rounds + longest + 2) as usize];
     let mut ingest_layout = None;
     if let Some(spec) = faults.ingest {
+        // The server widens the charged stroke before an ingest writes past
+        // it (`rondo_server::stroke`); the simulator does not model that.
+        if config.stroke == disk::Stroke::Data {
+            return Err(SimError::Config(
+                "an ingest with the data's stroke charged is not simulated (the server widens \
+                 the stroke before it writes; charge the whole stroke)"
+                    .into(),
+            ));
+        }
         ingest_layout = Some(place_ingest(config, &profile, titles, spec.title)?);
     }
     let mut exec = Executor {

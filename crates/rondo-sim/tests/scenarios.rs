@@ -816,3 +816,21 @@ fn the_data_stroke_carries_more_streams_and_still_bounds_every_round() {
         inner_whole.mean_active_streams
     );
 }
+
+/// The simulator does not widen the charged stroke for an ingest (the
+/// server does): such a run is refused with the reason, not run unsafely.
+#[test]
+fn an_ingest_under_the_data_stroke_is_refused_in_simulation() {
+    let mut c = SimConfig::seed000(4, Scheme::None, ReplicaPlacement::Deterministic);
+    c.bound = BoundKind::Rondo;
+    c.mode = Mode::SimulatedDisk;
+    c.stroke = disk::Stroke::Data;
+    c.end_round = 200;
+    c.warmup_rounds = 0;
+    c.faults.ingest = Some(rondo_sim::faults::IngestSpec {
+        title: 0,
+        round: Round(10),
+    });
+    let e = run(&c, &titles(100)).unwrap_err().to_string();
+    assert!(e.contains("ingest") && e.contains("stroke"), "{e}");
+}
