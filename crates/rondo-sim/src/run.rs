@@ -44,7 +44,7 @@ use rondo_model::reservation::{
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{
     BLOCK_BYTES_DEFAULT, DiskIndex, NS_PER_S, PlaybackRound, ROUND_DURATION_NS_DEFAULT, Round,
-    SECTOR_BYTES, STRIDE_BYTES_DEFAULT, StreamId, TitleId,
+    STRIDE_BYTES_DEFAULT, StreamId, TitleId,
 };
 
 use crate::faults::{FaultPlan, ReadErrorKind};
@@ -1253,11 +1253,12 @@ pub fn place_titles(
     let charged;
     let profile = match (config.stroke, &allocator) {
         (disk::Stroke::Data, Some(allocator)) => {
-            let highest = (0..config.disks)
-                .filter_map(|d| allocator.disk(DiskIndex(d)).highest_allocated())
-                .max();
-            let end_bytes = highest.map_or(0, |s| (s + 1) * config.stride_bytes);
-            charged = disk::stroke_holding(profile, end_bytes.div_ceil(SECTOR_BYTES))?.0;
+            charged = disk::stroke_holding_strides(
+                profile,
+                allocator.highest_allocated(),
+                config.stride_bytes,
+            )?
+            .0;
             &charged
         }
         _ => profile,

@@ -1098,10 +1098,7 @@ impl Store {
     /// (`titles::rondo_bound` charges the stroke up to it under
     /// `Stroke::Data`).
     pub fn highest_allocated_stride(&self) -> Option<u64> {
-        let state = self.state();
-        (0..self.inner.config.disk_count)
-            .filter_map(|k| state.allocator.disk(DiskIndex(k)).highest_allocated())
-            .max()
+        self.state().allocator.highest_allocated()
     }
 
     /// Strides per disk.

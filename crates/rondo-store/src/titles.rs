@@ -18,11 +18,11 @@ use std::path::Path;
 use bytes::Bytes;
 use rondo_media::container::MPEG_TS_CONTENT_TYPE;
 use rondo_model::array::{ArrayTitle, ExtentChecksums, RoundIndex, RoundPosition};
-use rondo_model::disk::{DiskError, RondoBound, profile_by_name, stroke_holding};
+use rondo_model::disk::{DiskError, RondoBound, profile_by_name, stroke_holding_strides};
 use rondo_model::layout::{Replica, TitleLayout, TitlePlan};
 use rondo_model::reservation::{Bound, ChargesError, TitleCharges};
 use rondo_model::schedule::Schedule;
-use rondo_model::units::{SECTOR_BYTES, STRIDE_BYTES_DEFAULT, TitleId};
+use rondo_model::units::{STRIDE_BYTES_DEFAULT, TitleId};
 use thiserror::Error;
 
 use crate::{
@@ -91,10 +91,7 @@ pub fn rondo_bound(
     let profile = profile_by_name(&config.disk_profile)?;
     let (charged, stroke_percent) = match stroke {
         Stroke::Whole => (profile, 100),
-        Stroke::Data => {
-            let end_bytes = highest_stride.map_or(0, |s| (s + 1) * config.stride_bytes);
-            stroke_holding(&profile, end_bytes.div_ceil(SECTOR_BYTES))?
-        }
+        Stroke::Data => stroke_holding_strides(&profile, highest_stride, config.stride_bytes)?,
     };
     let bound = Bound::Rondo(RondoBound::new(&charged)?);
     Ok((

@@ -38,7 +38,7 @@ pub use bound::{PaperBound, RondoBound, RoundBound};
 pub use profiles::{
     CacheSpec, ControllerOverheads, DiskModelSpec, DiskProfile, MechanicalSpec, PROFILE_NAMES,
     SolidStateSpec, Stroke, by_name as profile_by_name, seed003_table1_prefetching, short_stroked,
-    stroke_holding, with_cache_segments_for, with_command_queueing,
+    stroke_holding, stroke_holding_strides, with_cache_segments_for, with_command_queueing,
 };
 pub use queue::Scheduler;
 pub use summary::DiskSummary;

@@ -759,6 +759,18 @@ impl std::str::FromStr for Stroke {
     }
 }
 
+/// [`stroke_holding`] for data in strides of `stride_bytes` from LBN 0,
+/// the highest in use `highest_stride` (`None`: no data): what the server
+/// and the simulator charge under [`Stroke::Data`].
+pub fn stroke_holding_strides(
+    profile: &DiskProfile,
+    highest_stride: Option<u64>,
+    stride_bytes: u64,
+) -> Result<(DiskProfile, u32), DiskError> {
+    let end_bytes = highest_stride.map_or(0, |s| (s + 1) * stride_bytes);
+    stroke_holding(profile, end_bytes.div_ceil(SECTOR_BYTES))
+}
+
 /// The drive a bound charges for data ending at sector `end_sectors` (LBNs
 /// `0..end_sectors` in use): `profile` short-stroked ([`short_stroked`])
 /// to the least whole percent of its stroke that holds them, or `profile`

@@ -233,6 +233,15 @@ impl ArrayAllocator {
         self.disks.len() as u32
     }
 
+    /// The highest stride any disk holds data in (`None`: every disk is
+    /// empty).
+    pub fn highest_allocated(&self) -> Option<u64> {
+        self.disks
+            .iter()
+            .filter_map(StrideAllocator::highest_allocated)
+            .max()
+    }
+
     /// The allocator of one disk.
     pub fn disk(&self, disk: DiskIndex) -> &StrideAllocator {
         &self.disks[disk.0 as usize]
