@@ -46,14 +46,18 @@
 # the request + 1) past limit_rate_after (ngx_http_write_filter_module.c), and
 # the title's rounds vary about the mean. nginx cannot pause after a burst:
 # its clients keep the burst's lead for the whole stream, where rondo's go
-# back to one round ahead of playback (docs/capacity.md, "Same curve"). Both serve the same ffmpeg-made faststart MP4 files (rondo
+# back to one round ahead of playback (docs/capacity.md, "Same curve"),
+# unless START_BURST_LEAD=kept (`serve --start-burst-lead kept`): then round
+# i ≥ k of rondo's comes i − k + 2 rounds after the request, and nginx's
+# limit_rate_after follows that curve. Both serve the same ffmpeg-made faststart MP4 files (rondo
 # stores a faststart MP4 byte for byte); the load generator reads the title
 # list and schedules from rondo's API, kept as static files for nginx.
 #
 # Usage: tools/cost.sh [OUT_DIR]             (default: results/cost)
 # Settings (environment): RONDO, STREAMS ("100 1000"), DISKS (8), PROFILE
 # (nvme-gen4), TITLE_SECONDS (120), BITRATES_KBPS ("200 400 600 800"), ZIPF
-# (1), SEED (1), START_BURST_S (6), START_BURST_BYTES (1048576), ARRIVAL_S (10), PORT (18090), NGINX_PORT (18091), SERVERS
+# (1), SEED (1), START_BURST_S (6), START_BURST_BYTES (1048576), START_BURST_LEAD
+# (spent; or kept), ARRIVAL_S (10), PORT (18090), NGINX_PORT (18091), SERVERS
 # ("rondo nginx"; also "rondo-unshared" and "nginx-lowmem", below), PERF (1
 # when perf is installed), PERF_RECORD (0), PERF_KEEP_DATA (0),
 # CONNECTIONS_MAX (16384, rondo's --connections-max: nginx's 2 × 8192),
@@ -83,6 +87,10 @@ SEED=${SEED:-1}
 # 0: none), matched by nginx's limit_rate_after (above).
 START_BURST_S=${START_BURST_S:-6}
 START_BURST_BYTES=${START_BURST_BYTES:-1048576}
+# What rondo's clients keep of the burst's lead after it (`serve
+# --start-burst-lead`): spent (one round ahead again) or kept.
+START_BURST_LEAD=${START_BURST_LEAD:-spent}
+case $START_BURST_LEAD in spent|kept) ;; *) echo "START_BURST_LEAD must be spent or kept, got '$START_BURST_LEAD'" >&2; exit 2;; esac
 ARRIVAL_S=${ARRIVAL_S:-10}
 PORT=${PORT:-18090}
 NGINX_PORT=${NGINX_PORT:-18091}
@@ -182,6 +190,7 @@ start_rondo() {
         --disk-profile "$PROFILE" --no-samples --connections-per-client-max 0 \
         --connections-max "$CONNECTIONS_MAX" --buffer-per-disk-mib "$BUFFER_PER_DISK_MIB" \
         --start-burst-s "$START_BURST_S" --start-burst-bytes "$START_BURST_BYTES" \
+        --start-burst-lead "$START_BURST_LEAD" \
         ${NETWORK_MBPS_MAX:+--network-mbps-max "$NETWORK_MBPS_MAX"} \
         ${ZERO_COPY_SHARE_MIN:+--zero-copy-share-min "$ZERO_COPY_SHARE_MIN"} \
         ${DELIVERY_LAG_MAX_ROUNDS:+--delivery-lag-max-rounds "$DELIVERY_LAG_MAX_ROUNDS"} \
@@ -211,16 +220,18 @@ for id in $(jq -r '.[].id' "$WORK/titles-rondo.json"); do
     # nginx's limit_rate_after (see the top of this file): the largest
     # shortfall of limit_rate × (whole seconds + 1) against rondo's client
     # bytes, rounds of the burst (`Shape::burst_rounds`) due at the request,
-    # each later round i due i rounds after it.
-    after=$(jq --argjson s "$START_BURST_S" --argjson b "$START_BURST_BYTES" --argjson rate "$rate" '
+    # each later round i due i rounds after it (i − k + 2 with the lead kept).
+    after=$(jq --argjson s "$START_BURST_S" --argjson b "$START_BURST_BYTES" --argjson rate "$rate" \
+        --arg lead "$START_BURST_LEAD" '
         (.round_duration_ns / 1e9) as $t
         | .client_bytes as $c
         | ([(($s / $t) | ceil), 1] | max) as $k
+        | (if $lead == "kept" and $k > 1 then $k - 2 else 0 end) as $ahead
         | if $b > 0 and .size_bytes <= $b then .size_bytes
           else reduce range(0; $c | length) as $i ({sum: 0, need: 0};
                 .sum += $c[$i]
-                # the burst at once, each later round i by i rounds
-                | (if $i < $k then 0 else (($i * $t) | floor) end) as $sec
+                # the burst at once, each later round i by i rounds (i − ahead)
+                | (if $i < $k then 0 else ((($i - $ahead) * $t) | floor) end) as $sec
                 | .need = ([.need, .sum - $rate * ($sec + 1)] | max))
             | .need end' "$WWW/sched/$id.json")
     # nginx counts every byte sent on the connection (c->sent): the response

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use rondo_model::reservation::Guarantee;
+use rondo_model::reservation::{BurstLead, Guarantee};
 
 /// How device reads are timed.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
@@ -101,6 +101,10 @@ pub struct ServerConfig {
     /// A new stream's leading rounds up to this many bytes come at once too,
     /// if that is more than `start_burst` (0: no burst by size).
     pub start_burst_bytes: u64,
+    /// Whether a start burst's client keeps the burst's lead for the whole
+    /// stream or drops back to a round ahead after it
+    /// (`rondo_model::reservation::shape`).
+    pub start_burst_lead: BurstLead,
     /// Start a stream in the round in progress when the disks can read its
     /// first rounds before the round ends (`Array::admit_now`), rather than
     /// at the next round boundary: a request costs one read, not up to a
@@ -195,10 +199,15 @@ pub const RESUME_HEADER: &str = "x-rondo-resume";
 pub const SCHEDULE_HEADER: &str = "x-rondo-schedule";
 
 /// [`SCHEDULE_HEADER`]'s value: `id=<hex>;start=<round>;first=<playback
-/// round>;burst=<rounds>;at-ns=<model ns>`.
+/// round>;burst=<rounds>;at-ns=<model ns>`, and `;lead=kept` for a burst
+/// that keeps its lead (absent: spent).
 pub fn format_schedule(schedule: &rondo_model::array::PriorSchedule) -> String {
+    let lead = match schedule.burst_lead {
+        BurstLead::Spent => String::new(),
+        kept => format!(";lead={}", kept.name()),
+    };
     format!(
-        "id={:016x};start={};first={};burst={};at-ns={}",
+        "id={:016x};start={};first={};burst={};at-ns={}{lead}",
         schedule.schedule_id,
         schedule.start_round,
         schedule.first_playback_round,
@@ -210,8 +219,8 @@ pub fn format_schedule(schedule: &rondo_model::array::PriorSchedule) -> String {
 /// Reads [`format_schedule`]'s value; the error names the part that is
 /// wrong.
 pub fn parse_schedule(value: &str) -> Result<rondo_model::array::PriorSchedule, String> {
-    let mut fields: [Option<&str>; 5] = [None; 5];
-    const NAMES: [&str; 5] = ["id", "start", "first", "burst", "at-ns"];
+    let mut fields: [Option<&str>; 6] = [None; 6];
+    const NAMES: [&str; 6] = ["id", "start", "first", "burst", "at-ns", "lead"];
     for part in value.split(';') {
         let (name, text) = part
             .trim()
@@ -237,6 +246,10 @@ pub fn parse_schedule(value: &str) -> Result<rondo_model::array::PriorSchedule, 
         start_round: number(1)?,
         first_playback_round: small(2)?,
         burst_rounds: small(3)?,
+        burst_lead: match fields[5] {
+            None => BurstLead::Spent,
+            Some(text) => text.parse().map_err(|e| format!("'lead': {e}"))?,
+        },
         lost_at_ns: number(4)?,
     })
 }
@@ -264,6 +277,7 @@ impl Default for ServerConfig {
             stall_grace: DEFAULT_STALL_GRACE,
             start_burst: DEFAULT_START_BURST,
             start_burst_bytes: DEFAULT_START_BURST_BYTES,
+            start_burst_lead: BurstLead::Spent,
             late_start: true,
             share_reads: true,
             zero_copy_share_min: crate::zerocopy::DEFAULT_ZERO_COPY_SHARE_MIN,
@@ -331,6 +345,7 @@ mod tests {
             start_round: 1234,
             first_playback_round: 56,
             burst_rounds: 6,
+            burst_lead: BurstLead::Spent,
             lost_at_ns: 987_654_321_000,
         };
         let text = format_schedule(&schedule);
@@ -339,6 +354,18 @@ mod tests {
             "id=00abcdef01234567;start=1234;first=56;burst=6;at-ns=987654321000"
         );
         assert_eq!(parse_schedule(&text), Ok(schedule));
+        let kept = rondo_model::array::PriorSchedule {
+            burst_lead: BurstLead::Kept,
+            ..schedule
+        };
+        let text = format_schedule(&kept);
+        assert!(text.ends_with(";at-ns=987654321000;lead=kept"), "{text}");
+        assert_eq!(parse_schedule(&text), Ok(kept));
+        assert!(
+            parse_schedule("id=1;start=1;first=0;burst=0;at-ns=0;lead=held")
+                .unwrap_err()
+                .contains("'lead'")
+        );
         for (bad, named) in [
             ("1", "not name=value"),
             ("id=zz;start=1;first=0;burst=0;at-ns=0", "'id'"),

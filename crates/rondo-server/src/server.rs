@@ -274,6 +274,7 @@ impl RunningServer {
             burst: Burst {
                 rounds: (config.start_burst.as_nanos() as u64).div_ceil(round_duration_ns) as u32,
                 bytes: config.start_burst_bytes,
+                lead: config.start_burst_lead,
             },
             // A late start's check is on this process's model time; a
             // storage node elsewhere gets the batch a network hop later and

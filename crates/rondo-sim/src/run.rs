@@ -38,8 +38,8 @@ use rondo_model::layout::{
 };
 use rondo_model::rebuild::{CopyFailure, CopyTask};
 use rondo_model::reservation::{
-    Bound, Burst, Guarantee, ReplicaChoice, ReservationConfig, Reservations, Scheme, StartChoice,
-    TitleCharges,
+    Bound, Burst, BurstLead, Guarantee, ReplicaChoice, ReservationConfig, Reservations, Scheme,
+    StartChoice, TitleCharges,
 };
 use rondo_model::schedule::Schedule;
 use rondo_model::units::{
@@ -152,6 +152,10 @@ pub struct SimConfig {
     /// none, as in seed 000).
     #[serde(default)]
     pub burst_rounds: u32,
+    /// Whether a start burst's client keeps its lead (`BurstLead`; spent:
+    /// rondo's first burst).
+    #[serde(default)]
+    pub burst_lead: BurstLead,
     /// Seed 003's prefetching into the drive cache (`ArrayConfig::
     /// drive_prefetch`): needs the segments layout, the rondo bound and a
     /// profile whose cache holds only what the host prefetches (e.g.
@@ -242,6 +246,7 @@ impl SimConfig {
             segment_rounds: 1,
             read_group_rounds: 1,
             burst_rounds: 0,
+            burst_lead: BurstLead::Spent,
             drive_prefetch: DrivePrefetch::None,
             fit_drive_segments: false,
             dynamic_cycle: None,
@@ -1454,6 +1459,7 @@ pub fn prepare_placed(
         burst: Burst {
             rounds: config.burst_rounds,
             bytes: 0,
+            lead: config.burst_lead,
         },
         // Arrivals come at round boundaries in the simulator.
         late_start: false,

@@ -7,7 +7,7 @@
 
 use rondo_model::disk;
 use rondo_model::layout::{ReplicaPlacement, RoundRobinCounter};
-use rondo_model::reservation::{ReplicaChoice, Scheme, StartChoice};
+use rondo_model::reservation::{BurstLead, ReplicaChoice, Scheme, StartChoice};
 use rondo_model::units::{DiskIndex, Round};
 use rondo_sim::faults::FaultPlan;
 use rondo_sim::run::{BoundKind, FailureSpec, Mode, SimConfig, SimResult, SimTitle, run};
@@ -92,8 +92,14 @@ fn fault_scenario(seed: u64, scheme: Scheme) -> (SimConfig, SimResult) {
     c.faults = FaultPlan::seeded(seed, c.disks, 600, 6);
     c.check_invariants = true;
     // Every other plan gives new streams a start burst of up to 6 rounds
-    // (several reads of a stream on one disk in one round).
+    // (several reads of a stream on one disk in one round), every fourth
+    // one that keeps its lead (reads on from its second round).
     c.burst_rounds = if seed % 2 == 1 { 6 } else { 0 };
+    c.burst_lead = if seed % 4 == 3 {
+        BurstLead::Kept
+    } else {
+        BurstLead::Spent
+    };
     let r = run(&c, &titles(150)).unwrap();
     (c, r)
 }
@@ -240,7 +246,7 @@ fn minimum_with_a_backup_window_survives_any_single_failure() {
 #[test]
 fn minimum_in_rondo_mode_survives_seeded_fault_plans_with_its_invariants_checked_every_round() {
     let mut stalled = 0;
-    let (mut repaired, mut lost, mut bursts) = (0, 0, 0);
+    let (mut repaired, mut lost, mut bursts, mut kept_bursts) = (0, 0, 0, 0);
     for seed in seeds(4, 1000) {
         let (c, r) = fault_scenario(seed, Scheme::Minimum);
         let hint = replay_hint("minimum_in_rondo_mode_survives_seeded", seed);
@@ -300,6 +306,9 @@ fn minimum_in_rondo_mode_survives_seeded_fault_plans_with_its_invariants_checked
         );
         if c.burst_rounds > 0 {
             bursts += r.burst_starts;
+            if c.burst_lead == BurstLead::Kept {
+                kept_bursts += r.burst_starts;
+            }
         } else {
             assert_eq!(r.burst_starts, 0, "seed {seed}; {hint}");
         }
@@ -315,6 +324,10 @@ fn minimum_in_rondo_mode_survives_seeded_fault_plans_with_its_invariants_checked
     assert!(
         bursts > 0 || std::env::var("RONDO_SEED").is_ok(),
         "no stream started with a burst"
+    );
+    assert!(
+        kept_bursts > 0 || std::env::var("RONDO_SEED").is_ok(),
+        "no stream started with a burst that keeps its lead"
     );
 }
 

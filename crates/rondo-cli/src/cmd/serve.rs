@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, bail};
 use clap::Args;
 use rondo_model::disk::profile_by_name;
-use rondo_model::reservation::{Guarantee, Scheme};
+use rondo_model::reservation::{BurstLead, Guarantee, Scheme};
 use rondo_model::units::{NS_PER_MS, STRIDE_BYTES_DEFAULT};
 use rondo_server::config::{
     DEFAULT_CLIENT_BUFFER_ROUNDS, DEFAULT_LISTEN, DEFAULT_LOOKAHEAD_ROUNDS,
@@ -184,6 +184,14 @@ pub struct ServeArgs {
     /// (players read on to a title's end when it is near). 0: off.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_START_BURST_BYTES)]
     pub start_burst_bytes: u64,
+    /// After its start burst, `spent`: a stream reads on as if started a
+    /// round earlier, and its client is again one round ahead of what it
+    /// plays (the least server buffer); `kept`: it reads on one round per
+    /// round, and its client stays the burst ahead for the whole stream, as
+    /// a rate-limited web server's client does (a late round then has the
+    /// burst's seconds to arrive in).
+    #[arg(long, value_name = "LEAD", default_value = "spent")]
+    pub start_burst_lead: BurstLead,
     /// Open connections the server accepts in all; beyond, it answers 503
     /// with Retry-After and closes. 0: no limit.
     #[arg(long, value_name = "N", default_value_t = listener::DEFAULT_CONNECTIONS_MAX)]
@@ -587,6 +595,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         stall_grace: Duration::from_secs_f64(args.stall_grace_s),
         start_burst: Duration::from_secs_f64(args.start_burst_s),
         start_burst_bytes: args.start_burst_bytes,
+        start_burst_lead: args.start_burst_lead,
         read_group_rounds: args.policy.read_group_rounds(config.segment_rounds)?,
         drive_prefetch: args.policy.drive_prefetch(),
         cycle: args.policy.dynamic_cycle(config.segment_rounds)?,

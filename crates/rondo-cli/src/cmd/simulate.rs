@@ -29,7 +29,7 @@ use rondo_experiments::spec::{Point, TraceOptions, titles_with};
 use rondo_experiments::stats::StoppingRule;
 use rondo_model::disk::profile_by_name;
 use rondo_model::layout::{ReplicaPlacement, RoundRobinCounter};
-use rondo_model::reservation::{Bound, Guarantee, ReplicaChoice, Scheme, StartChoice};
+use rondo_model::reservation::{Bound, BurstLead, Guarantee, ReplicaChoice, Scheme, StartChoice};
 use rondo_model::units::{DiskIndex, NS_PER_MS, NS_PER_S, Round};
 use rondo_sim::faults::{BadExtentSpec, IngestSpec, RebuildSpec};
 use rondo_sim::run::{BoundKind, FailureSpec, Mode, PlacedTitle, SimConfig, SimTitle};
@@ -149,6 +149,12 @@ pub struct SimulateArgs {
     /// --start-burst-s`); 0: none, as in seed 000.
     #[arg(long, value_name = "ROUNDS", default_value_t = 0)]
     start_burst_rounds: u32,
+    /// After a start burst, `spent`: the stream reads on as if started a
+    /// round earlier (its client one round ahead again); `kept`: it reads
+    /// on one round per round and its client stays the burst ahead
+    /// (`rondo serve --start-burst-lead`).
+    #[arg(long, value_name = "LEAD", default_value = "spent")]
+    start_burst_lead: BurstLead,
     /// Round bound: `paper` (seed 000 §2.3, Table 2) or `rondo` (a true upper
     /// bound of the detailed disk model, used by `rondo serve`).
     #[arg(long, value_enum, default_value_t = BoundArg::Rondo)]
@@ -427,6 +433,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     };
     config.load = args.load;
     config.burst_rounds = args.start_burst_rounds;
+    config.burst_lead = args.start_burst_lead;
     let round_s = config.round_duration_ns as f64 / NS_PER_S as f64;
     config.arrival_rate_per_round = args.rate.map(|r| r * round_s);
     config.zipf_exponent = args.zipf;

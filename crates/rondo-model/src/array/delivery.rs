@@ -84,7 +84,9 @@ impl Client {
     /// Released rounds a client may hold beyond its buffer at the start of
     /// `round`: what a start burst released ahead of a plain stream started
     /// a round earlier (which has released `round − start + 1` rounds by
-    /// then); 0 for a plain stream.
+    /// then); 0 for a plain stream. For a burst that keeps its lead this is
+    /// the lead for the whole stream: a client that takes its rounds only at
+    /// its playback rate is not counted stalled.
     fn ahead(&self, round: Round) -> u32 {
         if round < self.span.start_round {
             return 0;
@@ -333,6 +335,7 @@ mod tests {
             first_playback_round: PlaybackRound(0),
             end_playback_round: PlaybackRound(rounds),
             burst_rounds: 0,
+            burst_lead: Default::default(),
             grouping: Grouping::NONE,
             regroup_from: PlaybackRound(0),
             grouping_before: Grouping::NONE,

@@ -46,8 +46,9 @@ use crate::health::{ArrayHealth, DiskState, ExtentKey, HealthPolicy};
 use crate::layout::{Replica, TitleLayout};
 use crate::rebuild::{CopyFailure, RebuildProgress, RebuildQueue, rebuild_tasks};
 use crate::reservation::{
-    Admission, BackupWindow, Bound, Burst, Grouping, Guarantee, Overloaded, Pairs, PlannedRead,
-    Rejection, ReservationConfig, Reservations, Shape, TitleCharges, replica_after_error,
+    Admission, BackupWindow, Bound, Burst, BurstLead, Grouping, Guarantee, Overloaded, Pairs,
+    PlannedRead, Rejection, ReservationConfig, Reservations, Shape, TitleCharges,
+    replica_after_error,
 };
 use crate::units::{DiskIndex, PlaybackRound, Round, StreamId, TitleId};
 
@@ -257,6 +258,9 @@ pub struct PriorSchedule {
     /// The playback rounds its start burst read in its first round (0:
     /// none).
     pub burst_rounds: u32,
+    /// Whether its client kept the burst's lead (how it read after it).
+    #[serde(default)]
+    pub burst_lead: BurstLead,
     /// That manager's model time when the stream broke (what it said its
     /// time was when it answered, plus the time the client saw pass since):
     /// the round it was lost in, the same for all of its streams, whatever
@@ -279,6 +283,7 @@ impl PriorSchedule {
             start_round: span.start_round.0,
             first_playback_round: span.first_playback_round.0,
             burst_rounds: span.burst_rounds,
+            burst_lead: span.burst_lead,
             lost_at_ns: now_ns,
         })
     }
@@ -292,7 +297,8 @@ impl PriorSchedule {
             i.checked_add(1)?.max(first + 1),
             self.burst_rounds as usize,
             Grouping::NONE,
-        );
+        )
+        .with_burst_lead(self.burst_lead);
         (i >= first).then(|| self.start_round.saturating_add(shape.read_offset(i) as u64))
     }
 
@@ -1063,9 +1069,9 @@ impl Array {
         earliest_round: Round,
     ) -> Option<Admission> {
         let first = playback_rounds.start;
-        let burst_rounds = match first.0 == prior.first_playback_round {
-            true => prior.burst_rounds,
-            false => 0,
+        let (burst_rounds, burst_lead) = match first.0 == prior.first_playback_round {
+            true => (prior.burst_rounds, prior.burst_lead),
+            false => (0, BurstLead::Spent),
         };
         let placement = prior.read_round(first).filter(|_| !prior.read_early(first));
         let Some(old_round) = placement else {
@@ -1111,6 +1117,7 @@ impl Array {
                         Burst {
                             rounds: burst_rounds,
                             bytes: 0,
+                            lead: burst_lead,
                         },
                         Pairs::Never,
                     )

@@ -963,21 +963,40 @@ fn a_disk_is_rebuilt_while_another_is_failed_and_the_rest_comes_back() {
     run_rounds(&mut a, &mut corrupt, 20, 40);
 }
 
+/// A 4-disk array with start bursts of 3 rounds (spending or keeping their
+/// lead) and one stream of an 8-round title admitted in round 0.
+fn burst_of_three(lead: BurstLead) -> (Array, Admitted) {
+    let mut cfg = config(4, Scheme::Minimum);
+    cfg.burst = crate::reservation::Burst {
+        rounds: 3,
+        bytes: 0,
+        lead,
+    };
+    let mut a = Array::new(cfg);
+    let mut allocator = ArrayAllocator::uniform(4, 1000);
+    a.add_title(title(0, 4, 0, &[100 * KIB; 8], &mut allocator));
+    let s = a.admit(&whole(0)).unwrap();
+    (a, s)
+}
+
+/// The playback rounds a round plan reads for delivery, in its order.
+fn delivered_playback_rounds(plan: &RoundPlan) -> Vec<u32> {
+    deliveries(plan)
+        .iter()
+        .map(|c| match c.purpose {
+            Purpose::Deliver { playback_round, .. } => playback_round.0,
+            _ => unreachable!(),
+        })
+        .collect()
+}
+
 /// A start burst: the first rounds are read in the stream's first round,
 /// each on its own disk, and released as each completes (in playback
 /// order), within that round; the rest follows one round per round; a
 /// client that takes the burst at its playback rate is not stalled.
 #[test]
 fn a_start_burst_is_read_in_the_first_round_and_released_as_it_completes() {
-    let mut cfg = config(4, Scheme::Minimum);
-    cfg.burst = crate::reservation::Burst {
-        rounds: 3,
-        bytes: 0,
-    };
-    let mut a = Array::new(cfg);
-    let mut allocator = ArrayAllocator::uniform(4, 1000);
-    a.add_title(title(0, 4, 0, &[100 * KIB; 8], &mut allocator));
-    let s = a.admit(&whole(0)).unwrap();
+    let (mut a, s) = burst_of_three(BurstLead::Spent);
     assert_eq!(s.start_round, Round(0));
     let plan = a.begin_round(Round(0));
     let reads = deliveries(&plan);
@@ -1007,13 +1026,7 @@ fn a_start_burst_is_read_in_the_first_round_and_released_as_it_completes() {
     let mut taken = 0;
     for round in 1..12u64 {
         let plan = a.begin_round(Round(round));
-        let reads: Vec<u32> = deliveries(&plan)
-            .iter()
-            .map(|c| match c.purpose {
-                Purpose::Deliver { playback_round, .. } => playback_round.0,
-                _ => unreachable!(),
-            })
-            .collect();
+        let reads = delivered_playback_rounds(&plan);
         let expected: Vec<u32> = if (2..=6).contains(&round) {
             vec![round as u32 + 1]
         } else {
@@ -1040,6 +1053,55 @@ fn a_start_burst_is_read_in_the_first_round_and_released_as_it_completes() {
     assert_eq!(a.counters().clients_stalled, 0);
 }
 
+/// A start burst that keeps its lead: the rounds after the burst are read
+/// from the stream's second round on, one per round, and each is released
+/// the round after its read, so the client stays the burst ahead of a
+/// player started at the first byte; a client that takes one round per
+/// round (holding the lead at the server) is not counted stalled.
+#[test]
+fn a_start_burst_that_keeps_its_lead_reads_on_at_once_and_keeps_the_client_ahead() {
+    let (mut a, s) = burst_of_three(BurstLead::Kept);
+    assert_eq!(s.start_round, Round(0));
+    assert_eq!(s.burst_rounds, 3);
+    let plan = a.begin_round(Round(0));
+    let reads: Vec<u32> = deliveries(&plan).iter().map(|c| c.disk.0).collect();
+    assert_eq!(reads, [0, 1, 2], "three rounds on three disks");
+    complete_all(&mut a, &plan);
+    let mut taken = 0;
+    let mut released_in = BTreeMap::new();
+    for round in 1..12u64 {
+        let plan = a.begin_round(Round(round));
+        let reads = delivered_playback_rounds(&plan);
+        // Playback round 3 in round 1, ... 7 in round 5: no round idle.
+        let expected: Vec<u32> = if (1..=5).contains(&round) {
+            vec![round as u32 + 2]
+        } else {
+            vec![]
+        };
+        assert_eq!(reads, expected, "round {round}");
+        for r in released(&plan) {
+            released_in.insert(r, round);
+        }
+        assert!(plan.aborted.is_empty(), "round {round}: {:?}", plan.aborted);
+        if plan.finished.contains(&s.stream) {
+            assert_eq!(round, 9);
+            break;
+        }
+        complete_all(&mut a, &plan);
+        taken = (taken + 1).min(8);
+        a.client_took(s.stream, taken);
+        a.check_invariants();
+    }
+    // A player with a round of playout delay after the first byte (round
+    // 0) plays round i in round i + 1; each round after the burst reached
+    // it burst - 1 = 2 rounds before (a spent burst's: 0 rounds before).
+    for i in 3..8u32 {
+        assert_eq!(released_in[&i] + 2, u64::from(i) + 1, "playback round {i}");
+    }
+    assert_eq!(a.counters().streams_finished, 1);
+    assert_eq!(a.counters().clients_stalled, 0);
+}
+
 /// A stream may start in the round in progress when its reads there end
 /// before the round does, after what each disk was given: its reads come
 /// back as a late start, each disk's batch charged the fixed term again;
@@ -1051,6 +1113,7 @@ fn a_stream_starts_in_the_round_in_progress_when_its_reads_fit_there() {
     cfg.burst = crate::reservation::Burst {
         rounds: 2,
         bytes: 0,
+        lead: Default::default(),
     };
     cfg.late_start = true;
     let fixed_ns = cfg.reservation.round_fixed_ns;
@@ -1875,6 +1938,7 @@ fn streams_asked_for_again_after_a_takeover_keep_their_diagonals_and_all_fit() {
         cfg.burst = crate::reservation::Burst {
             rounds: 6,
             bytes: 0,
+            lead: Default::default(),
         };
         let mut a = Array::new(cfg);
         let mut allocator = ArrayAllocator::uniform(disks, 4000);
@@ -2013,6 +2077,7 @@ fn a_prior_schedule_from_a_client_is_bounded() {
             start_round,
             first_playback_round,
             burst_rounds,
+            burst_lead: BurstLead::Kept,
             lost_at_ns,
         };
         let admitted = a.admit(&asked(prior)).unwrap();

@@ -207,7 +207,7 @@ impl Reservations {
                 burst.rounds as usize,
                 Shape::burst_rounds(&charges, first, end, burst.rounds as usize, burst.bytes),
             ] {
-                let shape = Shape::new(first, end, k, grouping);
+                let shape = Shape::new(first, end, k, grouping).with_burst_lead(burst.lead);
                 if k > 0 && shape != shapes[0] {
                     shapes.insert(0, shape);
                 }

@@ -440,6 +440,48 @@ pub struct Burst {
     /// Or the whole span, when it holds at most this many bytes (0: none
     /// by size).
     pub bytes: u64,
+    /// Whether the client keeps the burst's lead after it.
+    #[serde(default)]
+    pub lead: BurstLead,
+}
+
+/// What a start burst's client is left with after the burst
+/// (`reservation::shape`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BurstLead {
+    /// The stream reads on as a plain stream started a round earlier: its
+    /// client is again about one round ahead of what it plays (rondo's
+    /// first burst; the least server buffer).
+    #[default]
+    Spent,
+    /// The stream reads on from the round after the burst, one round per
+    /// round: its client stays the burst ahead for the whole stream, and a
+    /// late round has the burst's seconds to arrive in, not one.
+    Kept,
+}
+
+impl BurstLead {
+    pub fn name(self) -> &'static str {
+        match self {
+            BurstLead::Spent => "spent",
+            BurstLead::Kept => "kept",
+        }
+    }
+}
+
+impl std::str::FromStr for BurstLead {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<BurstLead, String> {
+        match text {
+            "spent" => Ok(BurstLead::Spent),
+            "kept" => Ok(BurstLead::Kept),
+            other => Err(format!(
+                "unknown start-burst lead '{other}' (known: spent, kept)"
+            )),
+        }
+    }
 }
 
 /// An admitted stream's place in time.
@@ -455,6 +497,9 @@ pub struct StreamSpan {
     /// Playback rounds read in its first round and sent as soon as read (0:
     /// none, a plain stream; see `reservation::shape`).
     pub burst_rounds: u32,
+    /// Whether its client keeps the burst's lead after it.
+    #[serde(default)]
+    pub burst_lead: BurstLead,
     /// Its read groups (`Grouping::NONE`: one round per read) from
     /// `regroup_from` on; before it, `grouping_before` (a stream regrouped
     /// by the dynamic cycle, `Reservations::regroup`).
@@ -482,6 +527,7 @@ impl StreamSpan {
             first: self.first_playback_round.index(),
             end: self.end_playback_round.index(),
             burst: self.burst_rounds as usize,
+            burst_lead: self.burst_lead,
             grouping: self.grouping,
             regroup_from: self.regroup_from.index(),
             grouping_before: self.grouping_before,
@@ -671,6 +717,7 @@ impl Reservations {
             first_playback_round: PlaybackRound(r.shape.first as u32),
             end_playback_round: PlaybackRound(r.shape.end as u32),
             burst_rounds: r.shape.burst as u32,
+            burst_lead: r.shape.burst_lead,
             grouping: r.shape.grouping,
             regroup_from: PlaybackRound(r.shape.regroup_from as u32),
             grouping_before: r.shape.grouping_before,

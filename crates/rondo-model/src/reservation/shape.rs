@@ -17,6 +17,18 @@
 //! them only at its playback rate is covered. Nothing else changes: every
 //! read is charged to its disk in the round it is made.
 //!
+//! That burst *spends* its lead: from round `first + k` on its client is
+//! again about one round ahead of what it plays. A burst that **keeps** its
+//! lead ([`BurstLead::Kept`]) reads on from round `first + k` in stream
+//! round 1, one round per round, as a plain stream started k − 1 rounds
+//! earlier: its client stays about k rounds ahead for the whole stream, as
+//! a rate-limited HTTP server's client does after its first bytes (nginx's
+//! `limit_rate_after`). Its early rounds are charged to the server buffer
+//! until that plain stream would have sent them, and its later rounds as a
+//! plain stream's; a client that takes them only at its playback rate holds
+//! the lead's rounds at the server, beyond its buffer, as under a backup
+//! window's lead (below).
+//!
 //! A stream of a title with read **groups** (seed 003's GPMP,
 //! [`Grouping`]) reads each group of rounds in one request in the round
 //! its first round would be read alone, and sends each round when a plain
@@ -34,7 +46,7 @@
 
 use std::ops::Range;
 
-use super::{Grouping, PairCost, RoundChoice, TitleCharges, stream_end};
+use super::{BurstLead, Grouping, PairCost, RoundChoice, TitleCharges, stream_end};
 
 /// How a stream reads one playback round.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -58,6 +70,9 @@ pub(crate) struct Shape {
     /// Playback rounds read in the first stream round: 0 for a plain
     /// stream; otherwise 2 or more, or 1 for a one-round span.
     pub burst: usize,
+    /// Whether its client keeps the burst's lead after it (see the module
+    /// docs); a plain stream's is `Spent`.
+    pub burst_lead: BurstLead,
     /// The read groups of playback rounds from `regroup_from` on
     /// ([`Grouping::NONE`]: one round per read): the title's, or another
     /// length where the stream was regrouped (seed 004's stream combination
@@ -102,6 +117,7 @@ impl Shape {
             first,
             end,
             burst,
+            burst_lead: BurstLead::Spent,
             grouping,
             regroup_from: first,
             grouping_before: grouping,
@@ -109,6 +125,25 @@ impl Shape {
             pairs_from: first,
             pairs_end: end,
             lead: 0,
+        }
+    }
+
+    /// This burst shape keeping its lead as `lead` says (a plain shape is
+    /// returned as it is).
+    pub fn with_burst_lead(self, burst_lead: BurstLead) -> Shape {
+        if !self.is_burst() {
+            return self;
+        }
+        Shape { burst_lead, ..self }
+    }
+
+    /// How many rounds earlier than its start a plain stream starts that
+    /// reads and sends as this burst stream does after its burst: one when
+    /// the burst spends its lead, `burst − 1` when it keeps it.
+    fn after_burst_shift(&self) -> usize {
+        match self.burst_lead {
+            BurstLead::Spent => 1,
+            BurstLead::Kept => self.burst.saturating_sub(1).max(1),
         }
     }
 
@@ -273,7 +308,7 @@ impl Shape {
         } else if self.is_early(i) {
             0
         } else {
-            i - self.first - 1
+            i - self.first - self.after_burst_shift()
         }
     }
 
@@ -303,8 +338,9 @@ impl Shape {
         if q == 0 {
             return self.first..self.first + self.burst;
         }
-        let i = (self.first + q + 1).clamp(self.first + self.burst, self.end);
-        if i == self.first + q + 1 {
+        let next = self.first + q + self.after_burst_shift();
+        let i = next.clamp(self.first + self.burst, self.end);
+        if i == next {
             i..(i + 1).min(self.end)
         } else {
             i..i
@@ -324,7 +360,7 @@ impl Shape {
         } else if q == 0 {
             self.first
         } else {
-            (self.first + q + 1).clamp(self.first + self.burst, self.end)
+            (self.first + q + self.after_burst_shift()).clamp(self.first + self.burst, self.end)
         }
     }
 
@@ -333,8 +369,9 @@ impl Shape {
     pub fn stream_rounds(&self, charges: &TitleCharges) -> usize {
         let plain = stream_end(charges, self.end) - self.first;
         if self.is_burst() {
-            // A plain stream started a round earlier, from the same end.
-            (plain - 1).max(1)
+            // A plain stream started a round (or the kept lead) earlier,
+            // from the same end.
+            plain.saturating_sub(self.after_burst_shift()).max(1)
         } else if self.lead > 0 {
             // A span read before its first send is held until then.
             plain.max(self.lead + 2)
@@ -376,13 +413,18 @@ impl Shape {
             return (charges.buffer_bytes[i], charges.network_bytes[i]);
         }
         let early_end = self.first + self.burst;
-        // Rounds read early are held until a plain stream started a round
-        // earlier would have sent them (offset i − first).
-        let mut buffer: u64 = (self.first + q..early_end)
-            .map(|i| charges.read_bytes[i])
-            .sum();
-        // After the burst: double buffering, as a plain stream.
-        for i in [self.first + q, self.first + q + 1] {
+        let shift = self.after_burst_shift();
+        // Rounds read early are held through the first round, and then until
+        // the plain stream started `shift` rounds earlier would have sent
+        // them (offset i + 1 − first − shift).
+        let held_from = match q {
+            0 => self.first,
+            _ => self.first + q + shift - 1,
+        };
+        let mut buffer: u64 = (held_from..early_end).map(|i| charges.read_bytes[i]).sum();
+        // After the burst: double buffering, as a plain stream (the round
+        // read in stream round q and the one read in q − 1).
+        for i in [self.first + q + shift - 1, self.first + q + shift] {
             if i >= early_end && i < self.end {
                 buffer += charges.read_bytes[i];
             }
@@ -391,7 +433,7 @@ impl Shape {
         let network = if q == 0 {
             (self.first..early_end).map(client).sum()
         } else {
-            let i = self.first + q;
+            let i = self.first + q + shift - 1;
             if i >= early_end && i < self.end {
                 client(i)
             } else {
@@ -499,22 +541,33 @@ mod tests {
                     .map(|b| (b, Grouping::NONE))
                     .chain(GROUPINGS.iter().map(|&g| (3, g)))
                 {
-                    let shape = Shape::new(first, end, burst, grouping);
-                    let mut seen = [0; 12];
-                    for q in 0..shape.stream_rounds(&c) + 2 {
-                        for i in shape.reads_at(q) {
-                            seen[i] += 1;
-                            assert_eq!(shape.read_offset(i), q, "{shape:?} {i}");
-                            assert!(shape.send_offset(i) >= q);
-                            assert!(shape.first_read_from(q) <= i);
+                    for lead in [BurstLead::Spent, BurstLead::Kept] {
+                        let shape = Shape::new(first, end, burst, grouping).with_burst_lead(lead);
+                        let mut seen = [0; 12];
+                        for q in 0..shape.stream_rounds(&c) + 2 {
+                            for i in shape.reads_at(q) {
+                                seen[i] += 1;
+                                assert_eq!(shape.read_offset(i), q, "{shape:?} {i}");
+                                assert!(shape.send_offset(i) >= q);
+                                assert!(shape.first_read_from(q) <= i);
+                            }
+                            assert!(shape.first_read_from(q) >= shape.reads_at(q).start);
                         }
-                        assert!(shape.first_read_from(q) >= shape.reads_at(q).start);
+                        for (i, &n) in seen.iter().enumerate() {
+                            assert_eq!(n, usize::from((first..end).contains(&i)), "{shape:?} {i}");
+                        }
+                        assert!(shape.reads_end_offset() <= shape.stream_rounds(&c));
+                        assert_eq!(shape.first_read_from(shape.reads_end_offset()), end);
+                        // What a burst sends in all is the client's bytes of
+                        // the span (a plain stream is charged its title's).
+                        if shape.is_burst() {
+                            let sent: u64 = (0..shape.stream_rounds(&c))
+                                .map(|q| shape.charges_at(&c, q).1)
+                                .sum();
+                            let client: u64 = (first..end).map(|i| c.network_bytes[i + 1]).sum();
+                            assert_eq!(sent, client, "{shape:?}");
+                        }
                     }
-                    for (i, &n) in seen.iter().enumerate() {
-                        assert_eq!(n, usize::from((first..end).contains(&i)), "{shape:?} {i}");
-                    }
-                    assert!(shape.reads_end_offset() <= shape.stream_rounds(&c));
-                    assert_eq!(shape.first_read_from(shape.reads_end_offset()), end);
                 }
             }
         }
@@ -537,6 +590,55 @@ mod tests {
             assert_eq!(burst.charges_at(&c, q), plain.charges_at(&c, q + 1));
         }
         assert_eq!(burst.stream_rounds(&c) + 1, plain.stream_rounds(&c));
+    }
+
+    /// A burst that keeps its lead reads on from the round after the burst
+    /// in its second round, and is from then on a plain stream started
+    /// `burst − 1` rounds earlier: the same reads, sends and charges. Its
+    /// client gets every round after the burst `burst − 1` rounds before a
+    /// player started at the first byte plays it.
+    #[test]
+    fn a_burst_that_keeps_its_lead_runs_as_a_plain_stream_started_the_burst_earlier() {
+        let c = charges(12);
+        for first in 0..12 {
+            for end in first + 1..=12 {
+                let plain = Shape::new(first, end, 0, Grouping::NONE);
+                for burst in 2..8 {
+                    let kept = Shape::new(first, end, burst, Grouping::NONE)
+                        .with_burst_lead(BurstLead::Kept);
+                    let k = kept.burst;
+                    let shift = (k - 1).max(1);
+                    for i in first + k..end {
+                        assert_eq!(kept.read_offset(i) + shift, plain.read_offset(i));
+                        assert_eq!(kept.send_offset(i) + shift, plain.send_offset(i));
+                        // Round i plays i - first + 1 rounds after the first byte.
+                        assert_eq!(i - first + 1 - kept.send_offset(i), shift, "{kept:?} {i}");
+                    }
+                    if first + k < end {
+                        assert_eq!(kept.reads_at(1), first + k..first + k + 1);
+                    }
+                    // (Where both read: a plain stream is charged its
+                    // title's rounds past the span's end.)
+                    for q in (2..kept.stream_rounds(&c)).filter(|q| first + q + shift < end) {
+                        assert_eq!(kept.charges_at(&c, q), plain.charges_at(&c, q + shift));
+                    }
+                    assert_eq!(
+                        kept.stream_rounds(&c) + shift,
+                        plain.stream_rounds(&c).max(shift + 1)
+                    );
+                }
+            }
+        }
+        let r = |i: u64| 1000 + i;
+        let s = Shape::new(0, 10, 3, Grouping::NONE).with_burst_lead(BurstLead::Kept);
+        assert_eq!(s.charges_at(&c, 0), (r(0) + r(1) + r(2), 900 + 901 + 902));
+        assert_eq!(s.charges_at(&c, 1), (r(2) + r(3), 0));
+        assert_eq!(s.charges_at(&c, 2), (r(3) + r(4), 903));
+        assert_eq!(s.charges_at(&c, 8), (r(9), 909));
+        assert_eq!(s.stream_rounds(&c), 9);
+        // A plain shape has no lead to keep.
+        let plain = Shape::new(0, 10, 0, Grouping::NONE);
+        assert_eq!(plain.with_burst_lead(BurstLead::Kept), plain);
     }
 
     /// What a burst holds: each early round from the first round until a

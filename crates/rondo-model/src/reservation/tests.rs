@@ -432,6 +432,8 @@ enum Op {
         length: usize,
         /// Start burst in rounds (0: a plain stream).
         burst: u32,
+        /// Whether the burst keeps its lead.
+        kept: bool,
     },
     Release {
         nth: usize,
@@ -443,7 +445,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0usize..4, 1u64..4, 0usize..4, 1usize..24, prop_oneof![Just(0u32), 0u32..9]).prop_map(|(title, lookahead, first, length, burst)| Op::Admit { title, lookahead, first, length, burst }),
+        6 => (0usize..4, 1u64..4, 0usize..4, 1usize..24, prop_oneof![Just(0u32), 0u32..9], any::<bool>()).prop_map(|(title, lookahead, first, length, burst, kept)| Op::Admit { title, lookahead, first, length, burst, kept }),
         1 => (0usize..64).prop_map(|nth| Op::Release { nth }),
         2 => (1u64..5).prop_map(|rounds| Op::Advance { rounds }),
     ]
@@ -451,7 +453,8 @@ fn op() -> impl Strategy<Value = Op> {
 
 proptest! {
     /// Whatever the order of admissions (plain and with start bursts, which
-    /// put several reads of one stream on one disk in one round), releases
+    /// put several reads of one stream on one disk in one round, spending
+    /// or keeping their lead), releases
     /// and advances, the incremental tables equal tables rebuilt from
     /// scratch, no disk is reserved past its round, and under
     /// `minimum` any single failure leaves every surviving disk within
@@ -494,11 +497,12 @@ proptest! {
         let mut admitted = Vec::new();
         for op in ops {
             match op {
-                Op::Admit { title, lookahead, first, length, burst } => {
+                Op::Admit { title, lookahead, first, length, burst, kept } => {
                     let now = r.current_round();
                     let first = first.min(costs[title].len() - 1);
                     let rounds = PlaybackRound(first as u32)..PlaybackRound((first + length) as u32);
-                    let burst = Burst { rounds: burst, bytes: 0 };
+                    let lead = if kept { BurstLead::Kept } else { BurstLead::Spent };
+                    let burst = Burst { rounds: burst, bytes: 0, lead };
                     if let Ok(a) = r.try_admit_span(TitleId(title as u64), rounds, now, lookahead, burst) {
                         admitted.push(a.stream);
                     }
@@ -738,6 +742,7 @@ fn a_burst_is_charged_in_its_first_round_and_gives_way_to_a_plain_stream() {
     let burst = Burst {
         rounds: 3,
         bytes: 0,
+        lead: Default::default(),
     };
     let all = PlaybackRound(0)..PlaybackRound(8);
     let a = r

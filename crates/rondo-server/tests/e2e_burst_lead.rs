@@ -1,0 +1,118 @@
+//! A start burst that keeps its lead (`--start-burst-lead kept`,
+//! `rondo_model::reservation::shape`) on a running server, beside one that
+//! spends it (the default), over real HTTP with the same title: both send
+//! the stored stream byte for byte with no deadline missed; with the lead
+//! kept, the client holds, at every round boundary after its first byte,
+//! every round a player started then needs for the next burst − 1 rounds
+//! (the rounds after the burst come one round after their read); with the
+//! lead spent it does not (it is one round ahead again after the burst).
+
+mod e2e_support;
+
+use e2e_support::*;
+use reqwest::StatusCode;
+use rondo_model::reservation::BurstLead;
+use rondo_server::ServerConfig;
+use rondo_server::config::DEFAULT_START_BURST;
+
+/// Playback rounds ahead of a player started at the first byte: the least,
+/// over the round boundaries m = 1, 2, … after it, of the rounds received
+/// whole by then, less the m rounds such a player has begun.
+fn least_rounds_ahead(client_bytes: &[u64], arrivals: &[Arrival]) -> i64 {
+    let t_first = arrivals[0].at;
+    let round = std::time::Duration::from_nanos(TEST_ROUND_DURATION_NS);
+    let mut least = i64::MAX;
+    // Up to where the title's end would cut the lead short.
+    let burst_rounds = (DEFAULT_START_BURST.as_nanos() as u64).div_ceil(TEST_ROUND_DURATION_NS);
+    for m in 1..client_bytes.len().saturating_sub(burst_rounds as usize) {
+        let received = received_by(arrivals, t_first + round * m as u32);
+        let mut whole = 0;
+        let mut sum = 0;
+        for &bytes in client_bytes {
+            sum += bytes;
+            if sum > received {
+                break;
+            }
+            whole += 1;
+        }
+        least = least.min(whole as i64 - m as i64);
+    }
+    least
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_that_keeps_its_lead_keeps_the_client_ahead_for_the_whole_stream() {
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let media = make_media(tmp.path(), "clip", MediaKind::Mp4Faststart, 20);
+    let mut servers = Vec::new();
+    for lead in [BurstLead::Spent, BurstLead::Kept] {
+        let store = create_store(&tmp.path().join(lead.name()));
+        let record = ingest(&store, &media, "clip");
+        let stored = stored_stream(&store, &record);
+        let config = ServerConfig {
+            start_burst_lead: lead,
+            ..test_config()
+        };
+        servers.push((lead, record, stored, start(store, config).await));
+    }
+    let http = reqwest::Client::new();
+    let mut urls = Vec::new();
+    for (_, record, _, server) in &servers {
+        let list = get_json(&http, &format!("{}/api/titles", server.url())).await;
+        let entry = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["id"] == record.id.0)
+            .expect("listed")
+            .clone();
+        urls.push(entry["stream_url"].as_str().unwrap().to_string());
+    }
+    let gets = urls.iter().map(|url| {
+        let http = http.clone();
+        async move { get_timed(&http, url, None).await }
+    });
+    let answers = futures_util::future::join_all(gets).await;
+    let burst_rounds = (DEFAULT_START_BURST.as_nanos() as u64).div_ceil(TEST_ROUND_DURATION_NS);
+    let mut ahead = Vec::new();
+    for ((lead, record, stored, server), (status, _, body, arrivals)) in servers.iter().zip(answers)
+    {
+        assert_eq!(status, StatusCode::OK, "{}", lead.name());
+        assert!(
+            record.size_bytes > rondo_server::config::DEFAULT_START_BURST_BYTES,
+            "a title sent whole at once has no lead to keep"
+        );
+        assert!(
+            body == *stored,
+            "{}: the body is not the stored stream",
+            lead.name()
+        );
+        let m = server.metrics();
+        assert_eq!(m.admitted_burst, 1, "{}: {m:?}", lead.name());
+        assert_eq!(m.stream_round_misses, 0, "{}", lead.name());
+        assert_eq!(m.disk_round_overruns, 0, "{}", lead.name());
+        let least = least_rounds_ahead(&record.client_bytes, &arrivals);
+        eprintln!(
+            "{}: {} bytes in {:.1} s, at least {least} rounds ahead of a player started at the first byte",
+            lead.name(),
+            body.len(),
+            (arrivals.last().unwrap().at - arrivals[0].at).as_secs_f64()
+        );
+        ahead.push(least);
+    }
+    // Spent: the rounds after the burst come one per round, each at the
+    // boundary its player starts it (0 ahead, give or take the send).
+    assert!(
+        ahead[0] <= 1,
+        "the spent burst stayed {} rounds ahead",
+        ahead[0]
+    );
+    // Kept: round i ≥ k comes i − k + 2 rounds after the first round, so at
+    // boundary m rounds up to m + k − 2 are there: k − 2 ahead.
+    assert!(
+        ahead[1] >= burst_rounds as i64 - 2,
+        "the kept burst's client was only {} rounds ahead (burst {burst_rounds})",
+        ahead[1]
+    );
+}
