@@ -16,15 +16,14 @@ use rondo_server::ServerConfig;
 use rondo_server::config::DEFAULT_START_BURST;
 
 /// Playback rounds ahead of a player started at the first byte: the least,
-/// over the round boundaries m = 1, 2, … after it, of the rounds received
-/// whole by then, less the m rounds such a player has begun.
-fn least_rounds_ahead(client_bytes: &[u64], arrivals: &[Arrival]) -> i64 {
+/// over the round boundaries m = 1, 2, … after it (up to where the title's
+/// end would cut a burst's lead short), of the rounds received whole by
+/// then, less the m rounds such a player has begun.
+fn least_rounds_ahead(client_bytes: &[u64], arrivals: &[Arrival], burst_rounds: usize) -> i64 {
     let t_first = arrivals[0].at;
     let round = std::time::Duration::from_nanos(TEST_ROUND_DURATION_NS);
     let mut least = i64::MAX;
-    // Up to where the title's end would cut the lead short.
-    let burst_rounds = (DEFAULT_START_BURST.as_nanos() as u64).div_ceil(TEST_ROUND_DURATION_NS);
-    for m in 1..client_bytes.len().saturating_sub(burst_rounds as usize) {
+    for m in 1..client_bytes.len().saturating_sub(burst_rounds) {
         let received = received_by(arrivals, t_first + round * m as u32);
         let mut whole = 0;
         let mut sum = 0;
@@ -74,7 +73,8 @@ async fn a_burst_that_keeps_its_lead_keeps_the_client_ahead_for_the_whole_stream
         async move { get_timed(&http, url, None).await }
     });
     let answers = futures_util::future::join_all(gets).await;
-    let burst_rounds = (DEFAULT_START_BURST.as_nanos() as u64).div_ceil(TEST_ROUND_DURATION_NS);
+    let burst_rounds =
+        (DEFAULT_START_BURST.as_nanos() as u64).div_ceil(TEST_ROUND_DURATION_NS) as usize;
     let mut ahead = Vec::new();
     for ((lead, record, stored, server), (status, _, body, arrivals)) in servers.iter().zip(answers)
     {
@@ -92,7 +92,7 @@ async fn a_burst_that_keeps_its_lead_keeps_the_client_ahead_for_the_whole_stream
         assert_eq!(m.admitted_burst, 1, "{}: {m:?}", lead.name());
         assert_eq!(m.stream_round_misses, 0, "{}", lead.name());
         assert_eq!(m.disk_round_overruns, 0, "{}", lead.name());
-        let least = least_rounds_ahead(&record.client_bytes, &arrivals);
+        let least = least_rounds_ahead(&record.client_bytes, &arrivals, burst_rounds);
         eprintln!(
             "{}: {} bytes in {:.1} s, at least {least} rounds ahead of a player started at the first byte",
             lead.name(),
