@@ -194,6 +194,7 @@ start_rondo() {
         ${NETWORK_MBPS_MAX:+--network-mbps-max "$NETWORK_MBPS_MAX"} \
         ${ZERO_COPY_SHARE_MIN:+--zero-copy-share-min "$ZERO_COPY_SHARE_MIN"} \
         ${DELIVERY_LAG_MAX_ROUNDS:+--delivery-lag-max-rounds "$DELIVERY_LAG_MAX_ROUNDS"} \
+        ${SOCKET_SEND_BUFFER_BYTES:+--socket-send-buffer-bytes "$SOCKET_SEND_BUFFER_BYTES"} \
         "$@" >> "$OUT/serve.log" 2>&1 &
     RONDO_PID=$!
     PIDS+=("$RONDO_PID")

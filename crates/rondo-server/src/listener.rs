@@ -789,7 +789,7 @@ fn parse_request(read: &[u8]) -> Parsed {
 }
 
 /// Sets `SO_SNDBUF` (which also turns the kernel's autotuning off).
-fn set_send_buffer(socket: &TcpStream, bytes: usize) {
+pub(crate) fn set_send_buffer(socket: &TcpStream, bytes: usize) {
     let value = bytes.min(i32::MAX as usize) as libc::c_int;
     // SAFETY: the socket is open; `value` is a valid int option of the size given.
     unsafe {

@@ -391,6 +391,9 @@ pub struct Metrics {
     /// Of `bytes_sent`, those a socket took from the send arena without a
     /// copy (`crate::zerocopy`).
     pub bytes_sent_zero_copy: AtomicU64,
+    /// Times a stream's socket was full: its connection's task then waits
+    /// for room and writes the rest (`Sink::flush`).
+    pub socket_full: AtomicU64,
     pub streams_completed: AtomicU64,
     /// Clients that went away before their stream ended.
     pub streams_disconnected: AtomicU64,
@@ -468,6 +471,7 @@ impl Metrics {
             recovery_misses: AtomicU64::new(0),
             bytes_sent: AtomicU64::new(0),
             bytes_sent_zero_copy: AtomicU64::new(0),
+            socket_full: AtomicU64::new(0),
             streams_completed: AtomicU64::new(0),
             streams_disconnected: AtomicU64::new(0),
             streams_dropped_stalled: AtomicU64::new(0),
@@ -594,6 +598,7 @@ impl Metrics {
             recovery_misses: g(&self.recovery_misses),
             bytes_sent: g(&self.bytes_sent),
             bytes_sent_zero_copy: g(&self.bytes_sent_zero_copy),
+            socket_full: g(&self.socket_full),
             streams_completed: g(&self.streams_completed),
             streams_disconnected: g(&self.streams_disconnected),
             streams_dropped_stalled: g(&self.streams_dropped_stalled),
@@ -676,6 +681,8 @@ pub struct MetricsSnapshot {
     /// Of `bytes_sent`, those sent without a copy (`sendfile` from the
     /// send arena).
     pub bytes_sent_zero_copy: u64,
+    /// Times a stream's socket was full (its task waited for room).
+    pub socket_full: u64,
     pub streams_completed: u64,
     pub streams_disconnected: u64,
     pub streams_dropped_stalled: u64,

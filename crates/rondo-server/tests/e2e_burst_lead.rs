@@ -6,6 +6,9 @@
 //! every round a player started then needs for the next burst − 1 rounds
 //! (the rounds after the burst come one round after their read); with the
 //! lead spent it does not (it is one round ahead again after the burst).
+//! And a client with a small receive window that waits a round before
+//! reading finds the kept burst wholly in its socket (no write waited for
+//! room, `rondo_socket_full_total`), where the spent one's filled it.
 
 mod e2e_support;
 
@@ -94,11 +97,13 @@ async fn a_burst_that_keeps_its_lead_keeps_the_client_ahead_for_the_whole_stream
         assert_eq!(m.disk_round_overruns, 0, "{}", lead.name());
         let least = least_rounds_ahead(&record.client_bytes, &arrivals, burst_rounds);
         eprintln!(
-            "{}: {} bytes in {:.1} s, at least {least} rounds ahead of a player started at the first byte",
+            "{}: {} bytes in {:.1} s, at least {least} rounds ahead of a player started at the first byte; socket full {} times",
             lead.name(),
             body.len(),
-            (arrivals.last().unwrap().at - arrivals[0].at).as_secs_f64()
+            (arrivals.last().unwrap().at - arrivals[0].at).as_secs_f64(),
+            m.socket_full
         );
+
         ahead.push(least);
     }
     // Spent: the rounds after the burst come one per round, each at the
@@ -115,4 +120,58 @@ async fn a_burst_that_keeps_its_lead_keeps_the_client_ahead_for_the_whole_stream
         "the kept burst's client was only {} rounds ahead (burst {burst_rounds})",
         ahead[1]
     );
+
+    // A client with a small receive window that reads nothing for a
+    // round: the burst then waits in the server's send buffer. The spent
+    // burst's socket (the 128 KiB default) fills and its connection's task
+    // writes the rest when the client reads; the kept burst's socket was
+    // given room for all of it (`Sink::fit_send_buffer`).
+    let befores: Vec<u64> = servers.iter().map(|s| s.3.metrics().socket_full).collect();
+    let paused = servers
+        .iter()
+        .zip(&urls)
+        .map(|(s, url)| get_after_a_pause(s.3.local_addr(), url));
+    let bodies = futures_util::future::join_all(paused).await;
+    for (((lead, _, stored, server), before), body) in servers.iter().zip(befores).zip(bodies) {
+        assert!(
+            body.ends_with(stored),
+            "{}: the body is not the stored stream",
+            lead.name()
+        );
+        let full = server.metrics().socket_full - before;
+        eprintln!(
+            "{}, a client that waits a round: socket full {full} times",
+            lead.name()
+        );
+        match lead {
+            BurstLead::Spent => assert!(
+                full > 0,
+                "spent: the burst fitted the default buffer, so this case shows nothing"
+            ),
+            BurstLead::Kept => assert_eq!(full, 0, "kept: the burst did not fit its socket"),
+        }
+    }
+}
+
+/// GETs `url` over a socket with a 4 KiB receive buffer, reads nothing for
+/// a round and a half, then reads the whole answer (head and body).
+async fn get_after_a_pause(addr: std::net::SocketAddr, url: &str) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let path = &url[url.find("/stream/").expect("a stream URL")..];
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_nanos(
+        TEST_ROUND_DURATION_NS * 3 / 2,
+    ))
+    .await;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    answer
 }

@@ -552,6 +552,22 @@ impl StreamSpan {
             .plus(self.shape().send_offset(playback_round.index()) as u64)
     }
 
+    /// The playback rounds its first send hands the client at once: a start
+    /// burst's rounds, a backup window's lead and the round after it, or
+    /// the first round alone. What its socket must take in one go for the
+    /// send not to wait on the client's reads (`rondo serve` sizes the
+    /// socket's send buffer by it).
+    pub fn first_send_rounds(&self) -> std::ops::Range<PlaybackRound> {
+        let shape = self.shape();
+        let first = shape.first;
+        let first_send = shape.send_offset(first);
+        let last = (first..shape.end)
+            .take_while(|&i| shape.send_offset(i) == first_send)
+            .last()
+            .unwrap_or(first);
+        PlaybackRound(first as u32)..PlaybackRound(last as u32 + 1)
+    }
+
     /// The absolute round after its last read.
     pub fn end_read_round(&self) -> Round {
         self.start_round

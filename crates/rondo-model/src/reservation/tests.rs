@@ -761,6 +761,8 @@ fn a_burst_is_charged_in_its_first_round_and_gives_way_to_a_plain_stream() {
     assert_eq!(s.read_round(PlaybackRound(3)), Round(2));
     assert_eq!(s.send_round(PlaybackRound(3)), Round(3));
     assert_eq!(s.end_read_round(), Round(7));
+    // Its first send is the burst's three rounds.
+    assert_eq!(s.first_send_rounds(), PlaybackRound(0)..PlaybackRound(3));
     // A second burst in round 0 would put 1200 ms on disk 0: it starts
     // plain there instead (disk 0 has 900 − 600 = 300 ms left).
     let b = r
@@ -770,8 +772,43 @@ fn a_burst_is_charged_in_its_first_round_and_gives_way_to_a_plain_stream() {
         (b.start_round, span(&r, b.stream).burst_rounds),
         (Round(0), 0)
     );
+    // A plain stream sends one round at a time.
+    assert_eq!(
+        span(&r, b.stream).first_send_rounds(),
+        PlaybackRound(0)..PlaybackRound(1)
+    );
     assert_eq!(r.reserved_ns(DiskIndex(0), Round(0)), 900 * MS);
     r.check_invariants();
+}
+
+/// Under a backup window of k rounds a stream's first send waits k − 1
+/// rounds and hands over the k rounds read by then at once.
+#[test]
+fn a_backup_windows_first_send_is_its_lead_and_the_round_after() {
+    let mut config = config(4, Scheme::Minimum);
+    config.set_backup_window(BackupWindow {
+        rounds: 3,
+        ..BackupWindow::default()
+    });
+    let mut r = Reservations::new(config);
+    r.add_title(TitleId(0), striped(4, 0, &[100; 8]));
+    let a = r
+        .try_admit_span(
+            TitleId(0),
+            PlaybackRound(2)..PlaybackRound(8),
+            Round(0),
+            1,
+            Burst::default(),
+        )
+        .unwrap();
+    let span = r.stream_span(a.stream).unwrap();
+    assert_eq!(span.lead_rounds, 2);
+    assert_eq!(span.first_send_rounds(), PlaybackRound(2)..PlaybackRound(5));
+    assert_eq!(
+        span.send_round(PlaybackRound(4)),
+        span.send_round(PlaybackRound(2))
+    );
+    assert!(span.send_round(PlaybackRound(5)) > span.send_round(PlaybackRound(2)));
 }
 
 /// A drive-cache pair whose first round was read from the backup (its

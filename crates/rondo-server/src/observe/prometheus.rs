@@ -431,6 +431,12 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         "Of the stream bytes sent, those a socket took from the send arena without a copy (sendfile).",
         g(&metrics.bytes_sent_zero_copy),
     );
+    w.single(
+        "rondo_socket_full_total",
+        "counter",
+        "Times a stream's socket was full: its connection's task waits for room and writes the rest.",
+        g(&metrics.socket_full),
+    );
     w.family(
         "rondo_streams_ended_total",
         "counter",
