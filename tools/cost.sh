@@ -66,7 +66,8 @@
 # NGINX_MEMORY_MIB (24, nginx-lowmem's cgroup), NETWORK_MBPS_MAX (none;
 # rondo's --network-mbps-max), ZERO_COPY_SHARE_MIN (serve's default; rondo's
 # --zero-copy-share-min), DELIVERY_LAG_MAX_ROUNDS (serve's default; rondo's
-# --delivery-lag-max-rounds, 0: off), LOAD_NICE (0; the load generator's nice),
+# --delivery-lag-max-rounds, 0: off), SOCKET_SEND_BUFFER_BYTES (serve's
+# default; rondo's --socket-send-buffer-bytes), LOAD_NICE (0; the load generator's nice),
 # LOAD_SCHED (other; "batch" runs the load generator SCHED_BATCH), LOAD_ARGS
 # (none; more `rondo load` arguments).
 # Needs: ffmpeg, curl, jq, ss (iproute2), fincore (util-linux), nginx
@@ -133,6 +134,7 @@ NETWORK_MBPS_MAX=${NETWORK_MBPS_MAX:-}
 # every round (to measure what sending without a copy saves).
 ZERO_COPY_SHARE_MIN=${ZERO_COPY_SHARE_MIN:-}
 DELIVERY_LAG_MAX_ROUNDS=${DELIVERY_LAG_MAX_ROUNDS:-}
+SOCKET_SEND_BUFFER_BYTES=${SOCKET_SEND_BUFFER_BYTES:-}
 # The load generator's nice value (0: the same priority as the server). The
 # clients share the server's 2 cores; at a negative value (e.g. -10) they
 # get the CPU they need first, so that a client that stalls was starved by

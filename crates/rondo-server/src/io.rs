@@ -183,6 +183,13 @@ pub enum IoEvent {
         granted_model_ns: u64,
         /// When the last read completed (or the batch arrived, if empty).
         ended_at: Instant,
+        /// When the batch reached the disk thread.
+        arrived_at: Instant,
+        /// Model time the model began the batch (its arrival in the model,
+        /// or the end of its backlog) and ended it: with `arrived_at` and
+        /// `ended_at`, where a late batch's time went.
+        model_start_ns: u64,
+        model_end_ns: u64,
         /// A late start's batch: a second batch of the round on this disk.
         late: bool,
         /// `Disk::execute_batch`'s busy time.
@@ -730,7 +737,13 @@ impl Worker {
                         })
                         .collect();
                     self.send_reads(batch.round, reads);
-                    self.done(&batch, arrived_at, 0, 0, Tally::default());
+                    let times = BatchTimes {
+                        arrived_at,
+                        ended_at: arrived_at,
+                        model_start_ns,
+                        model_end_ns: model_start_ns,
+                    };
+                    self.done(&batch, times, 0, 0, Tally::default());
                     return;
                 }
             };
@@ -857,7 +870,13 @@ impl Worker {
             shared_reads: state.shared_reads,
             shared_bytes: state.shared_bytes,
         };
-        self.done(&batch, ended_at, outcome.busy_ns, measured_busy_ns, tally);
+        let times = BatchTimes {
+            arrived_at,
+            ended_at,
+            model_start_ns: outcome.service_start_ns,
+            model_end_ns: outcome.end_ns,
+        };
+        self.done(&batch, times, outcome.busy_ns, measured_busy_ns, tally);
     }
 
     /// Where stream read `c` gets its bytes, decided when its first extent
@@ -1148,7 +1167,7 @@ impl Worker {
     fn done(
         &mut self,
         batch: &DiskBatch,
-        ended_at: Instant,
+        times: BatchTimes,
         model_busy_ns: u64,
         measured_busy_ns: u64,
         tally: Tally,
@@ -1174,12 +1193,23 @@ impl Worker {
             cache_hits,
             shared_reads,
             shared_bytes,
-            ended_at,
+            ended_at: times.ended_at,
+            arrived_at: times.arrived_at,
+            model_start_ns: times.model_start_ns,
+            model_end_ns: times.model_end_ns,
             late: batch.late_start_ns.is_some(),
             model_busy_ns,
             measured_busy_ns,
         });
     }
+}
+
+/// When a finished batch arrived and ended, really and in the model.
+struct BatchTimes {
+    arrived_at: Instant,
+    ended_at: Instant,
+    model_start_ns: u64,
+    model_end_ns: u64,
 }
 
 /// A finished batch's counts for [`IoEvent::BatchDone`].

@@ -384,6 +384,9 @@ impl Driver {
                 shared_reads,
                 shared_bytes,
                 ended_at,
+                arrived_at,
+                model_start_ns,
+                model_end_ns,
                 late,
                 model_busy_ns,
                 measured_busy_ns,
@@ -400,12 +403,35 @@ impl Driver {
                 if ended_at > self.shared.clock.boundary(round.next()) {
                     d.overruns.fetch_add(1, Relaxed);
                     metrics.disk_round_overruns.fetch_add(1, Relaxed);
+                    // Where the time went, in ms from the round's start:
+                    // a batch that arrived late, one the model ended late,
+                    // or reads that took longer than the model.
+                    let clock = &self.shared.clock;
+                    let start = clock.boundary(round);
+                    let ms = |at: Instant| at.saturating_duration_since(start).as_secs_f64() * 1e3;
+                    let model_ms = |ns: u64| ms(clock.at_model_ns(ns));
                     tracing::warn!(
                         disk = disk.0,
                         round = round.0,
                         late_start = late,
+                        arrived_ms = ms(arrived_at),
+                        model_start_ms = model_ms(model_start_ns),
+                        model_end_ms = model_ms(model_end_ns),
+                        ended_ms = ms(ended_at),
                         "disk-round overrun: the batch ended after its round"
                     );
+                }
+                // How much later than the model the disk ended it: late
+                // starts leave that much more of their round for the next
+                // two rounds (`Array::batch_late`). A lost node's batch
+                // (no model times) says nothing of the host's pace.
+                if model_end_ns > 0 {
+                    let late_ns = self
+                        .shared
+                        .clock
+                        .model_ns(ended_at)
+                        .saturating_sub(model_end_ns);
+                    self.core.array.batch_late(late_ns);
                 }
                 if late {
                     // The round's budget check and the gate count the

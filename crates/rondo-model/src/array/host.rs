@@ -23,6 +23,11 @@
 //! 15,000 arriving streams, and half of those it admitted still stalled
 //! (docs/capacity.md, "Refusing when the host is behind").
 //!
+//! The same module remembers how late the disks ended their batches past
+//! the model's instants ([`HostPace::batch_late_ns`]): a late start leaves
+//! that much more of its round. That does not refuse a stream; it only
+//! moves a start to the next boundary.
+//!
 //! A stream asked for again after a takeover (`AdmitRequest::prior`) is not
 //! refused here: it replaces load the host carried a moment ago. The
 //! simulator, which has no host, never reports a lag, so it never refuses
@@ -30,7 +35,8 @@
 
 use crate::reservation::Rejection;
 
-/// What the array remembers of the executor's delivery lag.
+/// What the array remembers of the executor's delivery lag, and of how
+/// late its disks ended their batches.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct HostPace {
     /// Refuse new streams while a recent lag is over this; `None`: never.
@@ -39,6 +45,10 @@ pub(crate) struct HostPace {
     this_round_ns: u64,
     /// The worst lag reported in the round before it.
     last_round_ns: u64,
+    /// The latest a disk ended a batch past the model's end for it, in the
+    /// round in progress and the one before (see [`HostPace::batch_late_ns`]).
+    batch_late_this_round_ns: u64,
+    batch_late_last_round_ns: u64,
 }
 
 impl HostPace {
@@ -54,9 +64,30 @@ impl HostPace {
         self.this_round_ns = self.this_round_ns.max(lag_ns);
     }
 
+    /// A disk ended a batch `late_ns` after the model's end for it.
+    pub(crate) fn observe_batch_late(&mut self, late_ns: u64) {
+        self.batch_late_this_round_ns = self.batch_late_this_round_ns.max(late_ns);
+    }
+
+    /// How much later than the model the disks ended their batches lately
+    /// (the round in progress and the one before): what a late start must
+    /// leave of its round beyond the fixed allowance. A late start is a
+    /// promise made against the model's instants with little of the round
+    /// left; on a host that has just run its disks' batches late (its
+    /// scheduling, a device slower than the model), the same promise needs
+    /// that much more room, or the stream starts at the next boundary.
+    /// Measured: on a saturated 2-core host, late starts' batches that the
+    /// model ended in time ended up to 60 ms after their round
+    /// (docs/capacity.md, "Late starts on a host that runs late").
+    pub(crate) fn batch_late_ns(&self) -> u64 {
+        self.batch_late_this_round_ns
+            .max(self.batch_late_last_round_ns)
+    }
+
     /// A round begins: the round in progress becomes the one before.
     pub(crate) fn next_round(&mut self) {
         self.last_round_ns = std::mem::take(&mut self.this_round_ns);
+        self.batch_late_last_round_ns = std::mem::take(&mut self.batch_late_this_round_ns);
     }
 
     /// The worst lag of the round in progress and the one before.
@@ -100,6 +131,30 @@ mod tests {
         assert!(pace.check().is_err(), "the round before still counts");
         pace.next_round();
         assert!(pace.check().is_ok(), "two rounds on, the host caught up");
+    }
+
+    #[test]
+    fn a_late_batch_counts_for_its_round_and_the_next_only() {
+        let mut pace = HostPace::new(None);
+        assert_eq!(pace.batch_late_ns(), 0);
+        pace.observe_batch_late(3_000_000);
+        pace.observe_batch_late(60_000_000);
+        pace.observe_batch_late(1_000_000);
+        assert_eq!(pace.batch_late_ns(), 60_000_000, "the latest of the round");
+        pace.next_round();
+        pace.observe_batch_late(2_000_000);
+        assert_eq!(
+            pace.batch_late_ns(),
+            60_000_000,
+            "the round before still counts"
+        );
+        pace.next_round();
+        assert_eq!(pace.batch_late_ns(), 2_000_000);
+        pace.next_round();
+        assert_eq!(pace.batch_late_ns(), 0);
+        // It never refuses a stream by itself.
+        pace.observe_batch_late(u64::MAX);
+        assert!(pace.check().is_ok());
     }
 
     #[test]

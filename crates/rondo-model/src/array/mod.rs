@@ -876,7 +876,8 @@ impl Array {
         }
         let round = self.next_round.minus(1);
         let end_ns = (self.round_start_ns(round) + self.round_duration_ns(round))
-            .saturating_sub(self.config.late_start_allowance_ns);
+            .saturating_sub(self.config.late_start_allowance_ns)
+            .saturating_sub(self.host.batch_late_ns());
         if now_ns >= end_ns {
             return None;
         }
@@ -1164,6 +1165,14 @@ impl Array {
     /// progress or the one before, new streams are refused.
     pub fn delivery_lag(&mut self, lag_ns: u64) {
         self.host.observe(lag_ns);
+    }
+
+    /// How late a disk ended a batch: `late_ns` past the model's end for
+    /// it, as the executor measured it. A late start then leaves that much
+    /// more of its round (`host`), for this round and the next. The
+    /// simulator, whose disks are the model, never reports one.
+    pub fn batch_late(&mut self, late_ns: u64) {
+        self.host.observe_batch_late(late_ns);
     }
 
     /// The worst delivery lag reported in the round in progress and the one

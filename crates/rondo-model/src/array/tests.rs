@@ -1202,6 +1202,40 @@ fn a_late_start_leaves_the_executors_allowance_in_the_round() {
     assert_eq!(run(10_000_000, 995_000_000), (Round(1), false));
 }
 
+/// A disk that ended a batch late makes late starts leave that much more
+/// of the round, in that round and the next, and no more after.
+#[test]
+fn a_batch_ended_late_widens_the_late_starts_allowance_for_two_rounds() {
+    let mut cfg = config(4, Scheme::Minimum);
+    cfg.late_start = true;
+    cfg.late_start_allowance_ns = 10_000_000;
+    let mut a = Array::new(cfg);
+    let mut allocator = ArrayAllocator::uniform(4, 1000);
+    a.add_title(title(0, 4, 0, &[100 * KIB; 8], &mut allocator));
+    let round_ns = 1_000_000_000;
+    // 200 ms before the end of round r: room for a late start.
+    let late_in = |r: u64| r * round_ns + round_ns - 200_000_000;
+    let plan = a.begin_round(Round(0));
+    complete_all(&mut a, &plan);
+    let (s, late) = a.admit_now(&whole(0), late_in(0)).unwrap();
+    assert_eq!((s.start_round, late.is_some()), (Round(0), true));
+    // A batch ended 250 ms past the model's end for it: 200 ms left is
+    // no longer enough, this round or the next.
+    a.batch_late(250_000_000);
+    let (s, late) = a.admit_now(&whole(0), late_in(0)).unwrap();
+    assert_eq!((s.start_round, late.is_some()), (Round(1), false));
+    let plan = a.begin_round(Round(1));
+    complete_all(&mut a, &plan);
+    let (s, late) = a.admit_now(&whole(0), late_in(1)).unwrap();
+    assert_eq!((s.start_round, late.is_some()), (Round(2), false));
+    // Two rounds on, the host caught up.
+    let plan = a.begin_round(Round(2));
+    complete_all(&mut a, &plan);
+    let (s, late) = a.admit_now(&whole(0), late_in(2)).unwrap();
+    assert_eq!((s.start_round, late.is_some()), (Round(2), true));
+    a.check_invariants();
+}
+
 /// A title on the segments layout (runs of `segment_rounds`) whose streams
 /// read `group_rounds` rounds per request.
 fn grouped_title(
