@@ -1742,7 +1742,12 @@ impl Array {
                     replica: completion.replica,
                     piece: completion.piece,
                 };
-                effects.extend(self.extent_bad(key, disk));
+                let read_round = self
+                    .inflight
+                    .get(&(completion.stream, playback_round))
+                    .map(|f| f.read_round);
+                let marked = self.extent_bad(key, disk, read_round.or(Some(now)));
+                effects.extend(marked);
                 (
                     self.health.record_bad_extent(disk, key, now),
                     FailCause::BadExtents,
@@ -1830,7 +1835,12 @@ impl Array {
 
     /// `key` on `disk` failed its checksum: marked bad with a repair
     /// queued, or its round lost when the other replica is bad too.
-    fn extent_bad(&mut self, key: ExtentKey, disk: DiskIndex) -> Vec<Effect> {
+    fn extent_bad(
+        &mut self,
+        key: ExtentKey,
+        disk: DiskIndex,
+        read_round: Option<Round>,
+    ) -> Vec<Effect> {
         let Some(layout) = self
             .titles
             .get(&key.title)
@@ -1838,7 +1848,7 @@ impl Array {
         else {
             return Vec::new();
         };
-        match self.repairs.mark_bad(key, disk, &layout) {
+        match self.repairs.mark_bad(key, disk, &layout, read_round) {
             Marked::Known => Vec::new(),
             Marked::Queued => {
                 self.counters.extents_bad += 1;
@@ -2456,7 +2466,7 @@ impl Array {
     fn repair_done(&mut self, key: ExtentKey, result: Result<(), CopyFailure>) -> Vec<Effect> {
         match result {
             Ok(()) => {
-                if self.repairs.repaired(&key) {
+                if self.repairs.repaired(&key, self.next_round.minus(1)) {
                     self.counters.extents_repaired += 1;
                     vec![Effect::ExtentRepaired { extent: key }]
                 } else {
@@ -2487,7 +2497,7 @@ impl Array {
                 effects
             }
             Err(CopyFailure::Other(_)) => {
-                self.repairs.repaired(&key);
+                self.repairs.repaired(&key, self.next_round.minus(1));
                 Vec::new()
             }
         }
@@ -2537,7 +2547,7 @@ impl Array {
         for &(key, disk) in &faults.bad {
             // Marked as when first read; an extent whose title is gone
             // (no effect) or whose disk does not serve is dropped.
-            if !self.reservations.is_failed(disk) && !self.extent_bad(key, disk).is_empty() {
+            if !self.reservations.is_failed(disk) && !self.extent_bad(key, disk, None).is_empty() {
                 restored += 1;
             }
         }

@@ -74,7 +74,18 @@ pub struct Repairs {
     /// Repairs handed out and not reported.
     outstanding: BTreeMap<CopyId, ExtentKey>,
     lost: BTreeSet<LostRound>,
+    /// Extents repaired lately, with the round each repair completed in: a
+    /// read of such an extent made in that round or before may have read
+    /// the bad bytes before the repair wrote over them (the copier writes
+    /// outside the disk thread's order, and an emulated read reports at
+    /// its model instant), so its failure is not a new fault.
+    repaired_in: BTreeMap<ExtentKey, Round>,
 }
+
+/// Rounds a repair's completion is remembered against stale failures of
+/// reads made before it. Assumption: 64, far more than a read stays in
+/// flight (its round, or a backup window's k + L rounds).
+const REPAIRED_MEMORY_ROUNDS: u64 = 64;
 
 impl Repairs {
     pub fn is_lost(&self, title: TitleId, playback_round: PlaybackRound) -> bool {
@@ -127,12 +138,26 @@ impl Repairs {
         self.bad.contains_key(key)
     }
 
-    /// Marks `key` (on `disk`, of a title placed as `layout`) bad.
-    pub fn mark_bad(&mut self, key: ExtentKey, disk: DiskIndex, layout: &TitleLayout) -> Marked {
+    /// Marks `key` (on `disk`, of a title placed as `layout`) bad, found
+    /// by a read made in `read_round` (`None`: not by a read, a fault kept
+    /// from before a restart).
+    pub fn mark_bad(
+        &mut self,
+        key: ExtentKey,
+        disk: DiskIndex,
+        layout: &TitleLayout,
+        read_round: Option<Round>,
+    ) -> Marked {
         if self.is_lost(key.title, key.playback_round) {
             return Marked::Known;
         }
         if self.bad.contains_key(&key) {
+            return Marked::Known;
+        }
+        if let (Some(read), Some(&repaired)) = (read_round, self.repaired_in.get(&key))
+            && read <= repaired
+        {
+            // Read before its repair was known to be written.
             return Marked::Known;
         }
         let other_bad = self.bad.keys().any(|k| {
@@ -241,9 +266,15 @@ impl Repairs {
         self.outstanding.remove(&copy)
     }
 
-    /// The repaired extent is good again.
-    pub fn repaired(&mut self, key: &ExtentKey) -> bool {
-        self.bad.remove(key).is_some()
+    /// The repaired extent is good again, its repair reported in `round`.
+    pub fn repaired(&mut self, key: &ExtentKey, round: Round) -> bool {
+        let was_bad = self.bad.remove(key).is_some();
+        if was_bad {
+            self.repaired_in
+                .retain(|_, r| r.plus(REPAIRED_MEMORY_ROUNDS) >= round);
+            self.repaired_in.insert(*key, round);
+        }
+        was_bad
     }
 
     /// A repair that could not write: queue it again (a disk that keeps
