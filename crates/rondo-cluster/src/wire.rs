@@ -231,8 +231,7 @@ pub fn event_to_wire(event: &IoEvent, seq: u64, clock: &RoundClock) -> pb::FromD
             granted_model_ns,
             ended_at,
             arrived_at,
-            model_start_ns,
-            model_end_ns,
+            model_ns,
             late,
             model_busy_ns,
             measured_busy_ns,
@@ -252,8 +251,8 @@ pub fn event_to_wire(event: &IoEvent, seq: u64, clock: &RoundClock) -> pb::FromD
             granted_model_ns: *granted_model_ns,
             ended_at_model_ns: clock.model_ns(*ended_at),
             arrived_at_model_ns: clock.model_ns(*arrived_at),
-            model_start_ns: *model_start_ns,
-            model_end_ns: *model_end_ns,
+            model_start_ns: model_ns.as_ref().map(|m| m.start),
+            model_end_ns: model_ns.as_ref().map(|m| m.end),
             late: *late,
             model_busy_ns: *model_busy_ns,
             measured_busy_ns: *measured_busy_ns,
@@ -279,8 +278,10 @@ pub fn batch_done_from_wire(done: &pb::BatchDone, clock: &RoundClock) -> IoEvent
         granted_model_ns: done.granted_model_ns,
         ended_at: clock.at_model_ns(done.ended_at_model_ns),
         arrived_at: clock.at_model_ns(done.arrived_at_model_ns),
-        model_start_ns: done.model_start_ns,
-        model_end_ns: done.model_end_ns,
+        model_ns: done
+            .model_start_ns
+            .zip(done.model_end_ns)
+            .map(|(start, end)| start..end),
         late: done.late,
         model_busy_ns: done.model_busy_ns,
         measured_busy_ns: done.measured_busy_ns,

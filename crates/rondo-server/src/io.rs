@@ -58,6 +58,7 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -187,9 +188,9 @@ pub enum IoEvent {
         arrived_at: Instant,
         /// Model time the model began the batch (its arrival in the model,
         /// or the end of its backlog) and ended it: with `arrived_at` and
-        /// `ended_at`, where a late batch's time went.
-        model_start_ns: u64,
-        model_end_ns: u64,
+        /// `ended_at`, where a late batch's time went. `None` for a batch
+        /// the model did not run (refused, or a lost node's).
+        model_ns: Option<Range<u64>>,
         /// A late start's batch: a second batch of the round on this disk.
         late: bool,
         /// `Disk::execute_batch`'s busy time.
@@ -740,8 +741,7 @@ impl Worker {
                     let times = BatchTimes {
                         arrived_at,
                         ended_at: arrived_at,
-                        model_start_ns,
-                        model_end_ns: model_start_ns,
+                        model_ns: None,
                     };
                     self.done(&batch, times, 0, 0, Tally::default());
                     return;
@@ -873,8 +873,7 @@ impl Worker {
         let times = BatchTimes {
             arrived_at,
             ended_at,
-            model_start_ns: outcome.service_start_ns,
-            model_end_ns: outcome.end_ns,
+            model_ns: Some(outcome.service_start_ns..outcome.end_ns),
         };
         self.done(&batch, times, outcome.busy_ns, measured_busy_ns, tally);
     }
@@ -1195,8 +1194,7 @@ impl Worker {
             shared_bytes,
             ended_at: times.ended_at,
             arrived_at: times.arrived_at,
-            model_start_ns: times.model_start_ns,
-            model_end_ns: times.model_end_ns,
+            model_ns: times.model_ns,
             late: batch.late_start_ns.is_some(),
             model_busy_ns,
             measured_busy_ns,
@@ -1208,8 +1206,7 @@ impl Worker {
 struct BatchTimes {
     arrived_at: Instant,
     ended_at: Instant,
-    model_start_ns: u64,
-    model_end_ns: u64,
+    model_ns: Option<Range<u64>>,
 }
 
 /// A finished batch's counts for [`IoEvent::BatchDone`].

@@ -385,8 +385,7 @@ impl Driver {
                 shared_bytes,
                 ended_at,
                 arrived_at,
-                model_start_ns,
-                model_end_ns,
+                model_ns,
                 late,
                 model_busy_ns,
                 measured_busy_ns,
@@ -409,14 +408,14 @@ impl Driver {
                     let clock = &self.shared.clock;
                     let start = clock.boundary(round);
                     let ms = |at: Instant| at.saturating_duration_since(start).as_secs_f64() * 1e3;
-                    let model_ms = |ns: u64| ms(clock.at_model_ns(ns));
+                    let model_ms = |ns: Option<u64>| ns.map(|ns| ms(clock.at_model_ns(ns)));
                     tracing::warn!(
                         disk = disk.0,
                         round = round.0,
                         late_start = late,
                         arrived_ms = ms(arrived_at),
-                        model_start_ms = model_ms(model_start_ns),
-                        model_end_ms = model_ms(model_end_ns),
+                        model_start_ms = ?model_ms(model_ns.as_ref().map(|m| m.start)),
+                        model_end_ms = ?model_ms(model_ns.as_ref().map(|m| m.end)),
                         ended_ms = ms(ended_at),
                         "disk-round overrun: the batch ended after its round"
                     );
@@ -425,12 +424,12 @@ impl Driver {
                 // starts leave that much more of their round for the next
                 // two rounds (`Array::batch_late`). A lost node's batch
                 // (no model times) says nothing of the host's pace.
-                if model_end_ns > 0 {
+                if let Some(model_ns) = model_ns {
                     let late_ns = self
                         .shared
                         .clock
                         .model_ns(ended_at)
-                        .saturating_sub(model_end_ns);
+                        .saturating_sub(model_ns.end);
                     self.core.array.batch_late(late_ns);
                 }
                 if late {

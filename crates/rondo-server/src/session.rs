@@ -36,7 +36,7 @@ use bytes::Bytes;
 use futures_util::Stream;
 use rondo_model::array::{AdmitRequest, LateStart, PriorSchedule, Span};
 use rondo_model::layout::Replica;
-use rondo_model::reservation::{BurstLead, Rejection, StreamSpan};
+use rondo_model::reservation::{BurstLead, Rejection};
 use rondo_model::units::{PlaybackRound, Round, StreamId};
 use tokio::sync::mpsc;
 
@@ -269,14 +269,16 @@ pub async fn admit(
                             // A client that keeps its burst's lead is
                             // entitled to hold it for the whole stream (the
                             // stall rule allows it), so its socket may too.
-                            if let Some(span) = core
+                            if core
                                 .array
                                 .reservations()
                                 .stream_span(a.stream)
-                                .filter(|s| s.burst_lead == BurstLead::Kept)
+                                .is_some_and(|s| s.burst_lead == BurstLead::Kept)
                             {
                                 sink.fit_send_buffer(
-                                    first_send_bytes(&data.title, &span, a, prefix_bytes),
+                                    prefix_bytes.saturating_add(
+                                        usize::try_from(a.first_send_bytes).unwrap_or(usize::MAX),
+                                    ),
                                     shared.config.connections.socket_send_buffer_bytes,
                                 );
                             }
@@ -346,27 +348,6 @@ pub async fn admit(
             done: false,
         }),
     })
-}
-
-/// The bytes of a stream's first send (its prefix, and its first send's
-/// rounds trimmed to its span): what its socket should take at once
-/// ([`crate::sink::Sink::fit_send_buffer`]).
-fn first_send_bytes(
-    title: &LoadedTitle,
-    span: &StreamSpan,
-    admitted: &rondo_model::array::Admitted,
-    prefix_bytes: usize,
-) -> usize {
-    let rounds = span.first_send_rounds();
-    let client_bytes = &title.record.client_bytes;
-    let end = rounds.end.index().min(client_bytes.len());
-    let start = rounds.start.index().min(end);
-    let bytes = client_bytes[start..end]
-        .iter()
-        .sum::<u64>()
-        .saturating_sub(admitted.skip_bytes)
-        .min(admitted.length_bytes);
-    prefix_bytes.saturating_add(usize::try_from(bytes).unwrap_or(usize::MAX))
 }
 
 /// A late start's reads go to their disks (sent by the driver after this

@@ -343,6 +343,10 @@ pub struct Admitted {
     /// Playback rounds read in its first round and sent as soon as read
     /// (its start burst; 0: a plain stream).
     pub burst_rounds: u32,
+    /// The bytes its first send hands the client at once
+    /// ([`crate::reservation::StreamSpan::first_send_rounds`] trimmed to its span): what its
+    /// socket must take in one go for that send not to wait on the client.
+    pub first_send_bytes: u64,
 }
 
 /// A stream started in the round in progress ([`Array::admit_now`]): its
@@ -1042,6 +1046,17 @@ impl Array {
         if self.delivering {
             self.deliveries.admit(stream, span);
         }
+        let index = &self.titles[&request.title].index;
+        let first_send = span.first_send_rounds();
+        let first_send_end = first_send.end.index().min(rounds);
+        let first_send_bytes = match first_send.start.index() {
+            start if start < first_send_end => {
+                index.round_byte_range(first_send_end - 1).end - index.round_byte_range(start).start
+            }
+            _ => 0,
+        }
+        .saturating_sub(skip_bytes)
+        .min(length_bytes);
         Ok(Admitted {
             stream,
             start_round,
@@ -1051,6 +1066,7 @@ impl Array {
             skip_bytes,
             length_bytes,
             burst_rounds: span.burst_rounds,
+            first_send_bytes,
         })
     }
 

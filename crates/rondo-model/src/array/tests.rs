@@ -1013,6 +1013,33 @@ fn burst_of_three(lead: BurstLead) -> (Array, Admitted) {
     (a, s)
 }
 
+/// A stream's first send is its burst's bytes (or its first round's),
+/// trimmed to its span: what its socket must hold at once.
+#[test]
+fn a_streams_first_send_bytes_are_its_bursts_trimmed_to_its_span() {
+    let (mut a, s) = burst_of_three(BurstLead::Kept);
+    assert_eq!(s.first_send_bytes, 300 * KIB, "three whole rounds");
+    let bytes = |first_byte, length_bytes| AdmitRequest {
+        title: TitleId(0),
+        span: Span::Bytes {
+            first_byte,
+            length_bytes,
+        },
+        prior: None,
+    };
+    let s = a.admit(&bytes(10 * KIB, u64::MAX)).unwrap();
+    assert_eq!(s.first_send_bytes, 290 * KIB, "less what it skips");
+    let s = a.admit(&bytes(10 * KIB, 50 * KIB)).unwrap();
+    assert_eq!(s.first_send_bytes, 50 * KIB, "no more than it asked for");
+    // The title's last round: the burst is cut at the title's end.
+    let s = a.admit(&bytes(750 * KIB, u64::MAX)).unwrap();
+    assert_eq!(s.first_send_bytes, 50 * KIB);
+    // A plain stream sends its first round first.
+    let mut plain = array(4, Scheme::Minimum, &[100 * KIB; 8]);
+    let s = plain.admit(&bytes(30 * KIB, u64::MAX)).unwrap();
+    assert_eq!(s.first_send_bytes, 70 * KIB);
+}
+
 /// The playback rounds a round plan reads for delivery, in its order.
 fn delivered_playback_rounds(plan: &RoundPlan) -> Vec<u32> {
     deliveries(plan)
