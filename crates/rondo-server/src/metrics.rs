@@ -346,6 +346,9 @@ pub struct Metrics {
     pub admitted_mid_title: AtomicU64,
     /// Admitted streams started in the round in progress (a late start).
     pub admitted_late_start: AtomicU64,
+    /// Late starts moved to the next boundary by the disks' measured
+    /// lateness (`ArrayCounters::late_starts_moved`).
+    pub late_starts_moved: AtomicU64,
     /// Admitted streams given a start burst (their first rounds read at
     /// once and sent as soon as read).
     pub admitted_burst: AtomicU64,
@@ -449,6 +452,7 @@ impl Metrics {
             admitted: AtomicU64::new(0),
             admitted_mid_title: AtomicU64::new(0),
             admitted_late_start: AtomicU64::new(0),
+            late_starts_moved: AtomicU64::new(0),
             admitted_burst: AtomicU64::new(0),
             admitted_direct: AtomicU64::new(0),
             resumed_in_place: AtomicU64::new(0),
@@ -576,6 +580,7 @@ impl Metrics {
             admitted: g(&self.admitted),
             admitted_mid_title: g(&self.admitted_mid_title),
             admitted_late_start: g(&self.admitted_late_start),
+            late_starts_moved: g(&self.late_starts_moved),
             admitted_burst: g(&self.admitted_burst),
             admitted_direct: g(&self.admitted_direct),
             resumed_in_place: g(&self.resumed_in_place),
@@ -657,6 +662,7 @@ pub struct MetricsSnapshot {
     pub admitted: u64,
     pub admitted_mid_title: u64,
     pub admitted_late_start: u64,
+    pub late_starts_moved: u64,
     pub admitted_burst: u64,
     pub admitted_direct: u64,
     pub resumed_in_place: u64,

@@ -221,6 +221,10 @@ pub async fn admit(
                 Ok((a, late)) => (Ok(a), late),
                 Err(e) => (Err(e), None),
             };
+            shared
+                .metrics
+                .late_starts_moved
+                .store(core.array.counters().late_starts_moved, Relaxed);
             if prior.is_some() {
                 let c = core.array.counters();
                 shared

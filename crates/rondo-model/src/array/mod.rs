@@ -547,6 +547,10 @@ pub struct ArrayCounters {
     pub rejected: u64,
     /// Of `admitted`, streams started in the round in progress.
     pub late_starts: u64,
+    /// Late starts that fitted the round as the model and the fixed
+    /// allowance see it, but not with the host's measured lateness
+    /// (`Array::batch_late`) left too: started at the next boundary instead.
+    pub late_starts_moved: u64,
     /// Of `admitted`, streams with a start burst.
     pub burst_starts: u64,
     /// Planned stream-rounds not complete when their round ended: what
@@ -879,10 +883,16 @@ impl Array {
             return None;
         }
         let round = self.next_round.minus(1);
-        let end_ns = (self.round_start_ns(round) + self.round_duration_ns(round))
-            .saturating_sub(self.config.late_start_allowance_ns)
-            .saturating_sub(self.host.batch_late_ns());
+        // The end without the host's lateness, and with it: a start that
+        // fits the first and not the second is counted as moved.
+        let end_fixed_ns = (self.round_start_ns(round) + self.round_duration_ns(round))
+            .saturating_sub(self.config.late_start_allowance_ns);
+        let end_ns = end_fixed_ns.saturating_sub(self.host.batch_late_ns());
+        if now_ns >= end_fixed_ns {
+            return None;
+        }
         if now_ns >= end_ns {
+            self.counters.late_starts_moved += 1;
             return None;
         }
         let admitted = self.try_admit(request, round, 1).ok()?;
@@ -894,16 +904,21 @@ impl Array {
             .iter()
             .map(|reads| fixed_ns + reads.iter().map(|r| r.cost_ns).sum::<u64>())
             .collect();
-        let fits = lost.is_empty()
-            && per_disk
-                .iter()
-                .zip(&work_ns)
-                .enumerate()
-                .all(|(d, (reads, &work))| {
-                    reads.is_empty()
-                        || self.late_horizon_ns[d].max(now_ns).saturating_add(work) <= end_ns
-                });
-        if !fits {
+        let fits_by = |end_ns: u64| {
+            lost.is_empty()
+                && per_disk
+                    .iter()
+                    .zip(&work_ns)
+                    .enumerate()
+                    .all(|(d, (reads, &work))| {
+                        reads.is_empty()
+                            || self.late_horizon_ns[d].max(now_ns).saturating_add(work) <= end_ns
+                    })
+        };
+        if !fits_by(end_ns) {
+            if fits_by(end_fixed_ns) {
+                self.counters.late_starts_moved += 1;
+            }
             self.release(stream);
             return None;
         }

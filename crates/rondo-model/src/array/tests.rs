@@ -1285,15 +1285,24 @@ fn a_batch_ended_late_widens_the_late_starts_allowance_for_two_rounds() {
     a.batch_late(250_000_000);
     let (s, late) = a.admit_now(&whole(0), late_in(0)).unwrap();
     assert_eq!((s.start_round, late.is_some()), (Round(1), false));
+    assert_eq!(a.counters().late_starts_moved, 1, "moved by the lateness");
     let plan = a.begin_round(Round(1));
     complete_all(&mut a, &plan);
     let (s, late) = a.admit_now(&whole(0), late_in(1)).unwrap();
     assert_eq!((s.start_round, late.is_some()), (Round(2), false));
+    assert_eq!(a.counters().late_starts_moved, 2);
+    // Too late for the fixed allowance alone: not counted as moved.
+    let (s, late) = a
+        .admit_now(&whole(0), round_ns + round_ns - 5_000_000)
+        .unwrap();
+    assert_eq!((s.start_round, late.is_some()), (Round(2), false));
+    assert_eq!(a.counters().late_starts_moved, 2);
     // Two rounds on, the host caught up.
     let plan = a.begin_round(Round(2));
     complete_all(&mut a, &plan);
     let (s, late) = a.admit_now(&whole(0), late_in(2)).unwrap();
     assert_eq!((s.start_round, late.is_some()), (Round(2), true));
+    assert_eq!(a.counters().late_starts_moved, 2);
     a.check_invariants();
 }
 

@@ -330,6 +330,12 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         g(&metrics.admitted_late_start),
     );
     w.single(
+        "rondo_late_starts_moved_total",
+        "counter",
+        "Streams that would have started in the round in progress but for the disks' measured lateness (batches ending past the model's end), started at the next boundary instead.",
+        g(&metrics.late_starts_moved),
+    );
+    w.single(
         "rondo_admissions_burst_total",
         "counter",
         "Admitted streams given a start burst: their first rounds read in their first round and sent as soon as read.",
