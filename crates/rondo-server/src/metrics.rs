@@ -438,6 +438,13 @@ pub struct Metrics {
     /// How late the send loops wrote each batch of releases: from the
     /// driver's hand-over to the end of the writing (`sink::Outbox`).
     pub delivery_lag: LatencyHistogram,
+    /// How late each disk batch reached its disk thread past the model's
+    /// start for it (the round's start, a late start's admission instant,
+    /// or the end of the disk's backlog), and how late it ended past the
+    /// model's end: the host's pace as the disks see it. The end's lateness
+    /// is what a late start leaves of its round (`Array::batch_late`).
+    pub batch_arrival_lateness: LatencyHistogram,
+    pub batch_end_lateness: LatencyHistogram,
     /// Per-title counters, by title id.
     pub titles: RwLock<BTreeMap<TitleId, Arc<TitleCounters>>>,
     /// Seed 004's dynamic cycle as of the last round begun (`None`: a
@@ -498,6 +505,8 @@ impl Metrics {
             stream_start: LatencyHistogram::new(STREAM_START_BOUNDS_NS),
             round_lateness: LatencyHistogram::new(ROUND_LATENESS_BOUNDS_NS),
             delivery_lag: LatencyHistogram::new(DELIVERY_LAG_BOUNDS_NS),
+            batch_arrival_lateness: LatencyHistogram::new(ROUND_LATENESS_BOUNDS_NS),
+            batch_end_lateness: LatencyHistogram::new(ROUND_LATENESS_BOUNDS_NS),
             titles: RwLock::new(BTreeMap::new()),
             cycle: std::sync::Mutex::new(None),
         }

@@ -425,11 +425,12 @@ impl Driver {
                 // two rounds (`Array::batch_late`). A lost node's batch
                 // (no model times) says nothing of the host's pace.
                 if let Some(model_ns) = model_ns {
-                    let late_ns = self
-                        .shared
-                        .clock
-                        .model_ns(ended_at)
-                        .saturating_sub(model_ns.end);
+                    let clock = &self.shared.clock;
+                    let late_ns = clock.model_ns(ended_at).saturating_sub(model_ns.end);
+                    metrics.batch_end_lateness.observe_ns(late_ns);
+                    metrics
+                        .batch_arrival_lateness
+                        .observe_ns(clock.model_ns(arrived_at).saturating_sub(model_ns.start));
                     self.core.array.batch_late(late_ns);
                 }
                 if late {

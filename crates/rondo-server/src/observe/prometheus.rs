@@ -714,6 +714,16 @@ pub fn render(metrics: &Metrics, active_streams: usize, round_duration_ns: u64) 
         "How late the send loops wrote each batch of released rounds into the sockets, from the round driver's hand-over to the end of the writing; with --delivery-lag-max-rounds, new streams are refused while it is over that.",
         &metrics.delivery_lag,
     );
+    w.histogram(
+        "rondo_batch_arrival_lateness_seconds",
+        "How late each disk batch reached its disk thread past the model's start for it (the round's start, a late start's admission, or the end of the disk's backlog).",
+        &metrics.batch_arrival_lateness,
+    );
+    w.histogram(
+        "rondo_batch_end_lateness_seconds",
+        "How late each disk batch ended past the model's end for it; a late start leaves the latest of the round in progress and the one before of its round.",
+        &metrics.batch_end_lateness,
+    );
 
     let titles = metrics.title_counters();
     let title_labels: Vec<(String, String)> = titles
@@ -1186,6 +1196,8 @@ mod tests {
         metrics.stream_start.observe_ns(800_000_000);
         metrics.stream_start.observe_ns(12_000_000_000);
         metrics.round_lateness.observe_ns(7_000);
+        metrics.batch_end_lateness.observe_ns(60_000_000);
+        metrics.batch_arrival_lateness.observe_ns(0);
         // Two titles, one with a name that needs escaping.
         let t = metrics.title(rondo_model::units::TitleId(3), "ocean");
         t.admitted.store(5, Relaxed);
@@ -1215,6 +1227,12 @@ mod tests {
         assert_eq!(bucket(start, "30"), 2.0);
         assert_eq!(bucket(start, "+Inf"), 2.0);
         assert_eq!(bucket("rondo_round_start_lateness_seconds", "0.00001"), 1.0);
+        assert_eq!(bucket("rondo_batch_end_lateness_seconds", "0.05"), 0.0);
+        assert_eq!(bucket("rondo_batch_end_lateness_seconds", "0.1"), 1.0);
+        assert_eq!(
+            bucket("rondo_batch_arrival_lateness_seconds", "0.00001"),
+            1.0
+        );
         let ocean = [("title", "3"), ("name", "ocean")];
         assert_eq!(
             value(&samples, "rondo_title_streams_admitted_total", &ocean),
