@@ -221,12 +221,12 @@ pub async fn admit(
                 Ok((a, late)) => (Ok(a), late),
                 Err(e) => (Err(e), None),
             };
+            let c = core.array.counters();
             shared
                 .metrics
                 .late_starts_moved
-                .store(core.array.counters().late_starts_moved, Relaxed);
+                .store(c.late_starts_moved, Relaxed);
             if prior.is_some() {
-                let c = core.array.counters();
                 shared
                     .metrics
                     .resumed_in_place

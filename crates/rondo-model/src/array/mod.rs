@@ -891,10 +891,6 @@ impl Array {
         if now_ns >= end_fixed_ns {
             return None;
         }
-        if now_ns >= end_ns {
-            self.counters.late_starts_moved += 1;
-            return None;
-        }
         let admitted = self.try_admit(request, round, 1).ok()?;
         let stream = admitted.stream;
         let (per_disk, lost) = self.reservations.plan_stream_round(stream, round);
@@ -905,7 +901,8 @@ impl Array {
             .map(|reads| fixed_ns + reads.iter().map(|r| r.cost_ns).sum::<u64>())
             .collect();
         let fits_by = |end_ns: u64| {
-            lost.is_empty()
+            now_ns < end_ns
+                && lost.is_empty()
                 && per_disk
                     .iter()
                     .zip(&work_ns)
@@ -1061,17 +1058,13 @@ impl Array {
         if self.delivering {
             self.deliveries.admit(stream, span);
         }
-        let index = &self.titles[&request.title].index;
         let first_send = span.first_send_rounds();
-        let first_send_end = first_send.end.index().min(rounds);
-        let first_send_bytes = match first_send.start.index() {
-            start if start < first_send_end => {
-                index.round_byte_range(first_send_end - 1).end - index.round_byte_range(start).start
-            }
-            _ => 0,
-        }
-        .saturating_sub(skip_bytes)
-        .min(length_bytes);
+        let first_send_range = self.titles[&request.title]
+            .index
+            .rounds_byte_range(first_send.start.index()..first_send.end.index());
+        let first_send_bytes = (first_send_range.end - first_send_range.start)
+            .saturating_sub(skip_bytes)
+            .min(length_bytes);
         Ok(Admitted {
             stream,
             start_round,

@@ -70,6 +70,14 @@ impl RoundIndex {
         self.round_start_bytes[round]..self.round_start_bytes[round + 1]
     }
 
+    /// The stored bytes rounds `rounds` hold, the range cut to the title's
+    /// rounds (empty past its end).
+    pub fn rounds_byte_range(&self, rounds: Range<usize>) -> Range<u64> {
+        let end = rounds.end.min(self.rounds());
+        let start = rounds.start.min(end);
+        self.round_start_bytes[start]..self.round_start_bytes[end]
+    }
+
     /// The round holding stored byte `stored_offset`, and where in it;
     /// `None` at or past the end. Empty rounds hold no byte, so they are
     /// never the answer.
@@ -219,6 +227,9 @@ mod tests {
         assert_eq!(ix.rounds(), 3);
         assert_eq!(ix.size_bytes(), 220);
         assert_eq!(ix.round_byte_range(1), 100..150);
+        assert_eq!(ix.rounds_byte_range(1..3), 100..220);
+        assert_eq!(ix.rounds_byte_range(2..9), 150..220, "cut to the title");
+        assert_eq!(ix.rounds_byte_range(5..9), 220..220);
         let at = |round, offset_in_round_bytes| {
             Some(RoundPosition {
                 round,
