@@ -320,6 +320,7 @@ mod tests {
                 disk_groups: 1,
             }),
             segment_rounds: 1,
+            stripe_disks: 0,
         };
         let plan = TitlePlan::new(rounds, &params, DiskIndex(0), 1).unwrap();
         ArrayAllocator::uniform(disks, 100).place(&plan).unwrap()

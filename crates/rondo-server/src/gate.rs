@@ -210,6 +210,7 @@ mod tests {
                 disk_groups: 1,
             }),
             segment_rounds: 1,
+            stripe_disks: 0,
         };
         let plan = TitlePlan::new(&vec![1 << 20; rounds], &params, DiskIndex(0), 1).unwrap();
         ArrayAllocator::uniform(4, 100).place(&plan).unwrap()

@@ -108,6 +108,10 @@ pub struct SimConfig {
     /// storage node of G consecutive disks can fail whole (seed 000 §8).
     #[serde(default = "one_group")]
     pub disk_groups: u32,
+    /// W, the disks one title is striped over (`LayoutParams::stripe_disks`):
+    /// 0 is every disk; fewer is seed 001's placement, a title on S nodes.
+    #[serde(default)]
+    pub stripe_disks: u32,
     /// Which replica each round of a new stream reads under `minimum`
     /// (`ReplicaChoice`; seed 000: the primary).
     #[serde(default)]
@@ -198,6 +202,11 @@ pub struct SimConfig {
     /// seed offers the very arrivals and titles of that load run.
     #[serde(default)]
     pub zipf_exponent: Option<f64>,
+    /// Seed 001 §6.4's popularity instead: title 0 takes this share of the
+    /// requests and the others share the rest evenly (`TitleChoice::popular`,
+    /// from the same seeded stream). At most one of the two is set.
+    #[serde(default)]
+    pub popular_share: Option<f64>,
     /// Arrivals per round; `None` is `load`·μ (equation 1).
     #[serde(default)]
     pub arrival_rate_per_round: Option<f64>,
@@ -232,6 +241,7 @@ impl SimConfig {
             fragment_sequence: FragmentSequence::PerFragment,
             round_robin_counter: RoundRobinCounter::PerDisk,
             disk_groups: 1,
+            stripe_disks: 0,
             replica_choice: ReplicaChoice::Primary,
             start_choice: StartChoice::First,
             guarantee: Guarantee::Deterministic,
@@ -264,6 +274,7 @@ impl SimConfig {
             first_stride: 0,
             seed: 1,
             zipf_exponent: None,
+            popular_share: None,
             arrival_rate_per_round: None,
             arrival_rate_per_s: None,
             faults: FaultPlan::default(),
@@ -682,9 +693,10 @@ fn run_placed_inner(
         corrupt: BTreeSet::new(),
     };
     let mut arrivals = PoissonArrivals::new(exec.prepared.arrival_rate_per_round, config.seed);
-    let mut choice = match config.zipf_exponent {
-        None => TitleChoice::round_robin(titles.len()),
-        Some(a) => TitleChoice::zipf(titles.len(), a, config.seed.wrapping_add(1)),
+    let mut choice = match (config.zipf_exponent, config.popular_share) {
+        (Some(a), _) => TitleChoice::zipf(titles.len(), a, config.seed.wrapping_add(1)),
+        (None, Some(p)) => TitleChoice::popular(titles.len(), p, config.seed.wrapping_add(1)),
+        (None, None) => TitleChoice::round_robin(titles.len()),
     };
     let measured = Round(config.warmup_rounds)..Round(config.end_round);
     let failures = config.failure.iter().chain(&faults.failures);
@@ -1163,6 +1175,7 @@ fn layout_params(config: &SimConfig) -> LayoutParams {
             disk_groups: config.disk_groups,
         }),
         segment_rounds: config.segment_rounds,
+        stripe_disks: config.stripe_disks,
     }
 }
 
@@ -1198,7 +1211,7 @@ pub fn place_ingest(
     let plan = TitlePlan::new(
         &title.schedule.disk_read_bytes,
         &layout_params(config),
-        layout::round_robin_start_disk(id.0, config.disks),
+        layout::round_robin_start_disk(id.0, config.disks, config.stripe_disks),
         layout::derive_title_seed(config.seed_layout(), id),
     )?;
     Ok(allocator.place(&plan)?)
@@ -1222,7 +1235,7 @@ pub fn place_titles(
         plans.push(TitlePlan::new(
             &title.schedule.disk_read_bytes,
             &params,
-            layout::round_robin_start_disk(t as u64, config.disks),
+            layout::round_robin_start_disk(t as u64, config.disks, config.stripe_disks),
             layout::derive_title_seed(config.seed_layout(), id),
         )?);
     }
@@ -1354,6 +1367,18 @@ pub fn prepare_placed(
         return Err(SimError::Config(format!(
             "the Zipf exponent must be non-negative, got {a}"
         )));
+    }
+    if let Some(p) = config.popular_share {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(SimError::Config(format!(
+                "the popular title's share must be in [0, 1], got {p}"
+            )));
+        }
+        if config.zipf_exponent.is_some() {
+            return Err(SimError::Config(
+                "give a Zipf exponent or a popular title's share, not both".into(),
+            ));
+        }
     }
     let faults = &config.faults;
     let disks_named = config

@@ -69,8 +69,9 @@ impl PoissonArrivals {
 pub enum TitleChoice {
     /// Titles in turn: 0, 1, …, n−1, 0, … (seed 000's mixed benchmark).
     RoundRobin { titles: usize, next: usize },
-    /// Title k with probability ∝ 1/(k+1)^exponent.
-    Zipf {
+    /// Title k with probability `cumulative[k] − cumulative[k − 1]`
+    /// (Zipf, or one popular title among equals).
+    Weighted {
         cumulative: Vec<f64>,
         rng: Box<ChaCha8Rng>,
     },
@@ -82,11 +83,33 @@ impl TitleChoice {
         TitleChoice::RoundRobin { titles, next: 0 }
     }
 
+    /// Title k with probability ∝ 1/(k+1)^exponent.
     pub fn zipf(titles: usize, exponent: f64, seed: u64) -> TitleChoice {
         assert!(titles > 0);
         let weights: Vec<f64> = (0..titles)
             .map(|k| 1.0 / ((k + 1) as f64).powf(exponent))
             .collect();
+        TitleChoice::weighted(&weights, seed)
+    }
+
+    /// Title 0 with probability `share`, each other title with
+    /// (1 − share)/(n − 1): seed 001 §6.4's workload, a share of the
+    /// requests for one popular title and the rest spread over the others.
+    /// `share` is in [0, 1]; one title gets every request.
+    pub fn popular(titles: usize, share: f64, seed: u64) -> TitleChoice {
+        assert!(titles > 0);
+        assert!((0.0..=1.0).contains(&share), "share {share} outside [0, 1]");
+        if titles == 1 {
+            return TitleChoice::weighted(&[1.0], seed);
+        }
+        let other = (1.0 - share) / (titles - 1) as f64;
+        let weights: Vec<f64> = (0..titles)
+            .map(|k| if k == 0 { share } else { other })
+            .collect();
+        TitleChoice::weighted(&weights, seed)
+    }
+
+    fn weighted(weights: &[f64], seed: u64) -> TitleChoice {
         let total: f64 = weights.iter().sum();
         let mut acc = 0.0;
         let cumulative = weights
@@ -96,7 +119,7 @@ impl TitleChoice {
                 acc
             })
             .collect();
-        TitleChoice::Zipf {
+        TitleChoice::Weighted {
             cumulative,
             rng: Box::new(ChaCha8Rng::seed_from_u64(seed)),
         }
@@ -109,7 +132,7 @@ impl TitleChoice {
                 *next = (*next + 1) % *titles;
                 t
             }
-            TitleChoice::Zipf { cumulative, rng } => {
+            TitleChoice::Weighted { cumulative, rng } => {
                 let u: f64 = rng.random::<f64>();
                 cumulative
                     .partition_point(|&c| c < u)
@@ -183,5 +206,24 @@ mod tests {
         // P(0) = 1/H_10 ≈ 0.3414, P(9) ≈ 0.0341.
         assert!((hits[0] as f64 / 1e5 - 0.3414).abs() < 0.01, "{hits:?}");
         assert!((hits[9] as f64 / 1e5 - 0.0341).abs() < 0.005, "{hits:?}");
+    }
+
+    #[test]
+    fn a_popular_title_gets_its_share_and_the_rest_spread_evenly() {
+        let mut c = TitleChoice::popular(5, 0.6, 3);
+        let n = 100_000;
+        let mut counts = [0u32; 5];
+        for _ in 0..n {
+            counts[c.next_title()] += 1;
+        }
+        let share = |k: usize| f64::from(counts[k]) / f64::from(n);
+        assert!((share(0) - 0.6).abs() < 0.01, "{counts:?}");
+        for k in 1..5 {
+            assert!((share(k) - 0.1).abs() < 0.01, "{counts:?}");
+        }
+        let mut none = TitleChoice::popular(4, 0.0, 3);
+        assert!((0..1000).all(|_| none.next_title() != 0));
+        let mut all = TitleChoice::popular(4, 1.0, 3);
+        assert!((0..1000).all(|_| all.next_title() == 0));
     }
 }

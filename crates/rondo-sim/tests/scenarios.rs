@@ -847,3 +847,47 @@ fn an_ingest_under_the_data_stroke_is_refused_in_simulation() {
     let e = run(&c, &titles(100)).unwrap_err().to_string();
     assert!(e.contains("ingest") && e.contains("stroke"), "{e}");
 }
+
+/// Seed 001's placement (`stripe_disks`: a title on W of the D disks, as a
+/// title on S of the storage nodes): when one title takes most requests,
+/// its W disks bind and the array carries far fewer streams than with every
+/// title on every disk (seed 001 §6.4, RDSS against a popular title); with
+/// the requests spread evenly the two carry about the same. Executed on
+/// simulated disks, no round is late either way.
+#[test]
+fn a_popular_title_on_few_disks_is_a_hot_spot() {
+    let t = titles(300);
+    let run_with = |stripe_disks: u32, share: f64| {
+        let mut c = SimConfig::seed000(6, Scheme::None, ReplicaPlacement::Deterministic);
+        c.bound = BoundKind::Rondo;
+        c.mode = Mode::SimulatedDisk;
+        c.stripe_disks = stripe_disks;
+        c.popular_share = Some(share);
+        c.load = 1.5;
+        c.warmup_rounds = 300;
+        c.end_round = 1500;
+        let r = run(&c, &t).unwrap();
+        let what = format!("W = {stripe_disks}, share {share}");
+        assert_eq!(r.deadline_misses, 0, "{what}: {r:?}");
+        assert_eq!(r.busy_over_reserved_disk_rounds, 0, "{what}: {r:?}");
+        eprintln!("{what}: {:.1} streams", r.mean_active_streams);
+        r.mean_active_streams
+    };
+    // Six titles, W = 2 of 6 disks: titles start on disks 0, 2, 4, 0, 2, 4.
+    let (wide_even, narrow_even) = (run_with(0, 1.0 / 6.0), run_with(2, 1.0 / 6.0));
+    let (wide_hot, narrow_hot) = (run_with(0, 0.9), run_with(2, 0.9));
+    assert!(
+        (narrow_even - wide_even).abs() <= 0.1 * wide_even,
+        "even requests: W = 2 {narrow_even}, every disk {wide_even}"
+    );
+    assert!(
+        (wide_hot - wide_even).abs() <= 0.1 * wide_even,
+        "every disk: popular {wide_hot}, even {wide_even}"
+    );
+    // The popular title's two disks carry it: about 2/6 of the array's
+    // streams, divided by its 0.9 share, so under half.
+    assert!(
+        narrow_hot < 0.5 * wide_hot,
+        "popular title: W = 2 {narrow_hot}, every disk {wide_hot}"
+    );
+}

@@ -128,6 +128,10 @@ pub struct StoreConfig {
     /// storage node holding G consecutive disks can fail whole
     /// (`BackupParams::disk_groups`); 1 (the default): one group.
     pub disk_groups: u32,
+    /// W, the disks one title is striped over (`LayoutParams::stripe_disks`);
+    /// 0 (the default): every disk. Fewer is seed 001's placement, a title
+    /// on S of the storage nodes.
+    pub stripe_disks: u32,
     /// Size of each device's stride area (the caller takes it from the disk
     /// profile or a configured size).
     pub capacity_bytes: u64,
@@ -156,6 +160,7 @@ impl StoreConfig {
             round_robin_counter: RoundRobinCounter::PerTitle,
             segment_rounds: 1,
             disk_groups: 1,
+            stripe_disks: 0,
             capacity_bytes,
             device_paths: None,
         }
@@ -200,6 +205,11 @@ pub struct ArrayConfig {
     /// directories created before groups existed, and not written for them.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub disk_groups: u32,
+    /// W, the disks one title is striped over (`LayoutParams::stripe_disks`);
+    /// absent (0, every disk) in directories striped over every disk, and
+    /// not written for them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stripe_disks: u32,
     /// Where the stride area starts on every device.
     pub header_region_bytes: u64,
     /// In disk order: entry k is disk k.
@@ -314,6 +324,10 @@ fn one() -> u32 {
     1
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 fn is_one(n: &u32) -> bool {
     *n == 1
 }
@@ -342,6 +356,8 @@ pub struct DirectoryFlags {
     pub segment_rounds: Option<u32>,
     /// `--disk-groups`
     pub disk_groups: Option<u32>,
+    /// `--stripe-disks`
+    pub stripe_disks: Option<u32>,
 }
 
 fn placement_name(placement: ReplicaPlacement) -> &'static str {
@@ -378,6 +394,7 @@ impl ArrayConfig {
             round_robin_counter: config.round_robin_counter,
             segment_rounds: config.segment_rounds,
             disk_groups: config.disk_groups,
+            stripe_disks: config.stripe_disks,
             header_region_bytes: HEADER_REGION_BYTES,
             devices,
             serving: ServingSettings::default(),
@@ -400,6 +417,7 @@ impl ArrayConfig {
                 disk_groups: self.disk_groups,
             }),
             segment_rounds: self.segment_rounds,
+            stripe_disks: self.stripe_disks,
         }
     }
 
@@ -633,6 +651,19 @@ impl ArrayConfig {
                 format!("{} disk group(s)", self.disk_groups),
             ));
         }
+        if let Some(w) = flags.stripe_disks
+            && w != self.stripe_disks
+        {
+            let width = |w: u32| match w {
+                0 => "titles striped over every disk".to_string(),
+                w => format!("titles striped over {w} disks"),
+            };
+            return Err(conflict(
+                "--stripe-disks",
+                width(w),
+                width(self.stripe_disks),
+            ));
+        }
         Ok(())
     }
 }
@@ -683,6 +714,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--disk-groups"), "{e}");
+    }
+
+    /// The stripe width is kept in rondo.toml (absent for every disk, as in
+    /// directories made before it), reaches the layout, is checked against
+    /// the disk count, and a contradicting flag is refused by name.
+    #[test]
+    fn stripe_disks_round_trip_and_are_checked() {
+        assert!(!config().to_toml().contains("stripe_disks"));
+        let mut c = StoreConfig::new(4, "cheetah-4lp", 64 * 1024 * 1024);
+        c.stripe_disks = 2;
+        let two = ArrayConfig::from_store_config(&c, ArrayId::from_seed(7));
+        let text = two.to_toml();
+        assert!(text.contains("stripe_disks = 2"), "{text}");
+        let back: ArrayConfig = toml::from_str(text.trim_start_matches(|c| c != '\n')).unwrap();
+        assert_eq!(back.layout_params().stripe_disks, 2);
+        assert_eq!(back.layout_params().stripe_width(), 2);
+        assert!(two.validate().is_ok());
+        c.stripe_disks = 5;
+        let e = ArrayConfig::from_store_config(&c, ArrayId::from_seed(7))
+            .validate()
+            .unwrap_err();
+        assert!(e.contains("5 disks of a 4-disk array"), "{e}");
+        let e = two
+            .check_flags(&DirectoryFlags {
+                stripe_disks: Some(0),
+                ..DirectoryFlags::default()
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--stripe-disks") && e.contains("over 2 disks"),
+            "{e}"
+        );
     }
 
     #[test]

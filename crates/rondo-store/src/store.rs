@@ -1111,7 +1111,11 @@ impl Store {
         let state = self.state();
         let next = next_title_id(&state.conn)?;
         Ok(LayoutInputs {
-            start_disk: round_robin_start_disk(next, self.inner.config.disk_count),
+            start_disk: round_robin_start_disk(
+                next,
+                self.inner.config.disk_count,
+                self.inner.config.stripe_disks,
+            ),
             seed: derive_title_seed(self.inner.config.array_id.placement_seed(), TitleId(next)),
         })
     }

@@ -72,6 +72,9 @@ pub fn run(args: IngestArgs) -> anyhow::Result<()> {
     if let Some(g) = args.layout.disk_groups {
         create.disk_groups = g;
     }
+    if let Some(w) = args.layout.stripe_disks {
+        create.stripe_disks = w;
+    }
     let outcomes = match open_or_create(&args.data_dir, create) {
         Ok((store, created)) => {
             if !created {
@@ -80,6 +83,7 @@ pub fn run(args: IngestArgs) -> anyhow::Result<()> {
                     .check_flags(&rondo_store::DirectoryFlags {
                         segment_rounds,
                         disk_groups: args.layout.disk_groups,
+                        stripe_disks: args.layout.stripe_disks,
                         ..rondo_store::DirectoryFlags::default()
                     })
                     .map_err(|e| anyhow::anyhow!("{}: {e}", args.data_dir.display()))?;

@@ -34,6 +34,13 @@ pub struct LayoutArgs {
     /// it must match.
     #[arg(long, value_name = "G", value_parser = clap::value_parser!(u32).range(1..))]
     pub disk_groups: Option<u32>,
+    /// W, the disks each title of a new data directory or simulated array
+    /// is striped over, from its start disk (seed 001's placement: a title
+    /// on S of the storage nodes, W = S × disks per node); titles start W
+    /// disks apart. 0 or the disk count: every disk (seed 000) [default:
+    /// 0]; for an existing data directory it must match.
+    #[arg(long, value_name = "W")]
+    pub stripe_disks: Option<u32>,
 }
 
 impl LayoutArgs {

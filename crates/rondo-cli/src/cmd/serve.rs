@@ -358,6 +358,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(g) = args.layout.disk_groups {
         create.disk_groups = g;
     }
+    if let Some(w) = args.layout.stripe_disks {
+        create.stripe_disks = w;
+    }
     if let Some(stride_bytes) = args.stride_bytes {
         if stride_bytes == 0 || !stride_bytes.is_multiple_of(create.block_bytes) {
             bail!(
@@ -445,7 +448,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = store.config().clone();
     if created {
         eprintln!(
-            "created data directory {} ({} disks, {}, {} ms rounds, {} reservation, {} layout{})",
+            "created data directory {} ({} disks, {}, {} ms rounds, {} reservation, {} layout{}{})",
             args.data_dir.display(),
             config.disk_count,
             config.disk_profile,
@@ -455,6 +458,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             match config.disk_groups {
                 1 => String::new(),
                 g => format!(", {g} disk groups"),
+            },
+            match config.stripe_disks {
+                0 => String::new(),
+                w => format!(", titles striped over {w} disks"),
             }
         );
     } else {
@@ -474,6 +481,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 segment_rounds,
                 stride_bytes: args.stride_bytes,
                 disk_groups: args.layout.disk_groups,
+                stripe_disks: args.layout.stripe_disks,
                 scheme: args.scheme,
                 ..DirectoryFlags::default()
             })

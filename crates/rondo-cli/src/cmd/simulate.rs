@@ -177,6 +177,12 @@ pub struct SimulateArgs {
     /// load --zipf A`; without it titles are offered round-robin (seed 000).
     #[arg(long, value_name = "A")]
     zipf: Option<f64>,
+    /// Seed 001 §6.4's popularity: the first title (in id order with
+    /// --data-dir, else in --titles order) is asked for with probability P
+    /// and the others share the rest evenly. With --stripe-disks it shows
+    /// the hot spot of a popular title on few disks.
+    #[arg(long, value_name = "P", conflicts_with = "zipf")]
+    popular_share: Option<f64>,
     /// Titles, comma-separated: `table3-mixed` (seed 000's six types,
     /// round-robin), `table3-library:N` (a library of N titles: the six
     /// types in turn, the k-th of a type from trace seed + k), trace types
@@ -313,6 +319,7 @@ struct Setup {
     capacity_arrival_rate_per_s: f64,
     lookahead_rounds: u64,
     zipf_exponent: Option<f64>,
+    popular_share: Option<f64>,
     warmup_rounds: u64,
     end_round: u64,
     /// The faults injected (a failure, a rebuild, an ingest), as the run's
@@ -357,6 +364,12 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             "--zipf must be a non-negative exponent (0 is uniform)"
         );
     }
+    if let Some(p) = args.popular_share {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&p),
+            "--popular-share must be a share between 0 and 1, got {p}"
+        );
+    }
     anyhow::ensure!(
         args.end_round > args.warmup_rounds,
         "--end-round must exceed --warmup-rounds"
@@ -388,6 +401,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             config.backup_block_bytes = args.backup_block_bytes;
             config.segment_rounds = args.layout.segment_rounds()?.unwrap_or(1);
             config.disk_groups = args.layout.disk_groups.unwrap_or(1);
+            config.stripe_disks = args.layout.stripe_disks.unwrap_or(0);
             config.buffer_per_disk_bytes =
                 super::serve::buffer_per_disk_bytes(args.buffer_per_disk_mib)?;
             config.network_bits_per_s_max =
@@ -437,6 +451,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let round_s = config.round_duration_ns as f64 / NS_PER_S as f64;
     config.arrival_rate_per_round = args.rate.map(|r| r * round_s);
     config.zipf_exponent = args.zipf;
+    config.popular_share = args.popular_share;
     if args.lookahead_rounds.is_some() {
         config.lookahead_rounds = args.lookahead_rounds;
     }
@@ -608,8 +623,11 @@ fn print_report(report: &Report) {
         s.arrival_rate_per_s,
         s.capacity_arrival_rate_per_s,
         s.lookahead_rounds,
-        s.zipf_exponent
-            .map_or("round-robin".to_string(), |a| format!("Zipf {a}")),
+        match (s.zipf_exponent, s.popular_share) {
+            (Some(a), _) => format!("Zipf {a}"),
+            (None, Some(p)) => format!("the first title {:.0}%, the rest even", p * 100.0),
+            (None, None) => "round-robin".to_string(),
+        },
         s.warmup_rounds,
         s.end_round
     );
@@ -748,6 +766,7 @@ fn load_data_dir(
         backup_block_bytes: args.backup_block_bytes,
         segment_rounds: args.layout.segment_rounds()?,
         disk_groups: args.layout.disk_groups,
+        stripe_disks: args.layout.stripe_disks,
         ..DirectoryFlags::default()
     })?;
     // How the directory is served, as `rondo serve` resolves it.
@@ -801,6 +820,7 @@ fn load_data_dir(
     config.dynamic_cycle = cycle;
     config.round_robin_counter = array.round_robin_counter;
     config.disk_groups = array.disk_groups;
+    config.stripe_disks = array.stripe_disks;
     config.guarantee = Guarantee::with_overrun_probability(serving.overrun_probability);
     // The bound itself is `rondo_bound`'s, on where the stored data ends.
     config.stroke = serving.stroke();
@@ -852,6 +872,7 @@ fn setup_of(args: &SimulateArgs, config: &SimConfig, titles: &Titles) -> anyhow:
         capacity_arrival_rate_per_s: 1.5 * mu_per_s,
         lookahead_rounds: prepared.lookahead_rounds(),
         zipf_exponent: config.zipf_exponent,
+        popular_share: config.popular_share,
         warmup_rounds: config.warmup_rounds,
         end_round: config.end_round,
         fault_plan: config.faults.clone(),

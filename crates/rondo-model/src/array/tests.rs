@@ -58,6 +58,7 @@ fn title(
         block_bytes: 16 * KIB,
         backup: Some(BackupParams::whole_deterministic()),
         segment_rounds: 1,
+        stripe_disks: 0,
     };
     let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(start), 1).unwrap();
     let layout = allocator.place(&plan).unwrap();
@@ -1321,6 +1322,7 @@ fn grouped_title(
         block_bytes: 16 * KIB,
         backup: Some(BackupParams::whole_deterministic()),
         segment_rounds,
+        stripe_disks: 0,
     };
     let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 1).unwrap();
     let layout = ArrayAllocator::uniform(disks, 1000).place(&plan).unwrap();
@@ -1493,6 +1495,7 @@ fn drive_cache_pairs_prefetch_the_next_round_and_read_it_from_the_cache() {
         block_bytes: 16 * KIB,
         backup: None,
         segment_rounds: 6,
+        stripe_disks: 0,
     };
     let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 1).unwrap();
     let layout = ArrayAllocator::uniform(1, 1000).place(&plan).unwrap();

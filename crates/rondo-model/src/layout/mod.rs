@@ -163,6 +163,20 @@ pub struct LayoutParams {
     /// is contiguous on its backup disk(s) too.
     #[serde(default = "one_round_per_segment")]
     pub segment_rounds: u32,
+    /// W, the disks a title's runs go round-robin over, counted from its
+    /// start disk: run j is on disk (start + j mod W) mod D. 0 (the
+    /// default) is every disk, seed 000's striping. Fewer is seed 001's
+    /// placement, a title on S of the storage nodes (§4.1: "each object
+    /// is striped over S nodes"): with G consecutive disks per node,
+    /// W = S·G, and titles start W disks apart
+    /// ([`round_robin_start_disk`]). Backups stay where the backup rules
+    /// put them, on any other disk (of the primary's group).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stripe_disks: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 fn one_round_per_segment() -> u32 {
@@ -198,6 +212,16 @@ impl LayoutKind {
 }
 
 impl LayoutParams {
+    /// W, the disks one title is striped over: `stripe_disks`, or D when
+    /// that is 0.
+    pub fn stripe_width(&self) -> u32 {
+        if self.stripe_disks == 0 {
+            self.disk_count
+        } else {
+            self.stripe_disks
+        }
+    }
+
     /// Which layout `segment_rounds` makes.
     pub fn kind(&self) -> LayoutKind {
         if self.segment_rounds > 1 {
@@ -216,6 +240,12 @@ impl LayoutParams {
         }
         if self.segment_rounds == 0 {
             return Err(LayoutError::EmptySegments);
+        }
+        if self.stripe_disks > self.disk_count {
+            return Err(LayoutError::StripeWiderThanArray {
+                stripe_disks: self.stripe_disks,
+                disk_count: self.disk_count,
+            });
         }
         if self.block_bytes == 0 || !self.block_bytes.is_multiple_of(SECTOR_BYTES) {
             return Err(LayoutError::BlockNotSectors {
@@ -269,6 +299,11 @@ pub enum LayoutError {
     NoDisks,
     #[error("a segment holds at least one round (segment_rounds = 0)")]
     EmptySegments,
+    #[error(
+        "a title cannot be striped over {stripe_disks} disks of a {disk_count}-disk array \
+         (stripe_disks is at most D; 0 means every disk)"
+    )]
+    StripeWiderThanArray { stripe_disks: u32, disk_count: u32 },
     #[error("a backup replica needs at least two disks")]
     BackupNeedsTwoDisks,
     #[error(
@@ -358,10 +393,20 @@ pub enum LayoutError {
 }
 
 /// The start disk of the `title_ordinal`-th title the catalog stores (from 0):
-/// round-robin over titles, so title n's round 0 is on disk n mod D.
-pub fn round_robin_start_disk(title_ordinal: u64, disk_count: u32) -> DiskIndex {
+/// round-robin over titles. Striped over every disk (W = D), title n's
+/// round 0 is on disk n mod D (seed 000). Striped over W < D disks, title n
+/// starts on disk n·W mod D, right after the previous title's last disk
+/// (seed 001 §4.1, and `cluster::Placement::storage_node`), so with W
+/// dividing D the titles fall into D/W disjoint sets of disks.
+pub fn round_robin_start_disk(title_ordinal: u64, disk_count: u32, stripe_disks: u32) -> DiskIndex {
     assert!(disk_count > 0, "an array has at least one disk");
-    DiskIndex((title_ordinal % u64::from(disk_count)) as u32)
+    let d = u64::from(disk_count);
+    let step = if stripe_disks == 0 || stripe_disks >= disk_count {
+        1
+    } else {
+        u64::from(stripe_disks)
+    };
+    DiskIndex((title_ordinal % d * step % d) as u32)
 }
 
 /// A per-title placement seed derived from an array-wide seed, for catalogs

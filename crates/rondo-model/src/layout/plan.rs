@@ -119,7 +119,7 @@ impl TitlePlan {
     }
 
     /// The primary request of round `round`: disk (start + ⌊round /
-    /// segment_rounds⌋) mod D.
+    /// segment_rounds⌋ mod W) mod D.
     #[inline]
     pub fn primary(&self, round: usize) -> DiskRead {
         self.primary[round]
@@ -274,7 +274,8 @@ impl Builder {
         let p = &self.plan.params;
         let d = u64::from(p.disk_count);
         let run = round as u64 / u64::from(p.segment_rounds);
-        let disk = DiskIndex(((u64::from(self.plan.start_disk.0) + run) % d) as u32);
+        let w = u64::from(p.stripe_width());
+        let disk = DiskIndex(((u64::from(self.plan.start_disk.0) + run % w) % d) as u32);
         // A segment starts on a stride boundary, so that on a disk whose
         // free strides are adjacent it is one contiguous run of strides.
         let run_start =

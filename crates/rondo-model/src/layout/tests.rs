@@ -20,6 +20,7 @@ fn params(disk_count: u32, backup: Option<BackupParams>) -> LayoutParams {
         block_bytes: 16 * K,
         backup,
         segment_rounds: 1,
+        stripe_disks: 0,
     }
 }
 
@@ -388,8 +389,15 @@ fn invalid_inputs_get_clear_errors() {
 
 #[test]
 fn start_disks_go_round_robin_over_titles() {
-    let starts: Vec<u32> = (0..7).map(|n| round_robin_start_disk(n, 3).0).collect();
+    let starts: Vec<u32> = (0..7).map(|n| round_robin_start_disk(n, 3, 0).0).collect();
     assert_eq!(starts, vec![0, 1, 2, 0, 1, 2, 0]);
+    // Striped over every disk, W = D places as W = 0.
+    let full: Vec<u32> = (0..7).map(|n| round_robin_start_disk(n, 3, 3).0).collect();
+    assert_eq!(full, starts);
+    // Seed 001: W = 2 of 6 disks, each title right after the previous one's
+    // last disk, so the titles fall into three disjoint pairs.
+    let narrow: Vec<u32> = (0..5).map(|n| round_robin_start_disk(n, 6, 2).0).collect();
+    assert_eq!(narrow, vec![0, 2, 4, 0, 2]);
     assert_ne!(
         derive_title_seed(1, TitleId(1)),
         derive_title_seed(1, TitleId(2))
@@ -467,7 +475,7 @@ fn restart_rebuilds_allocators_and_layouts_from_stride_lists() {
     let plans: Vec<TitlePlan> = (0..3)
         .map(|t| {
             let sizes: Vec<u64> = (0..20).map(|i| ((i * 7 + t) % 5) * 16 * K).collect();
-            TitlePlan::new(&sizes, &p, round_robin_start_disk(t, 4), t).unwrap()
+            TitlePlan::new(&sizes, &p, round_robin_start_disk(t, 4, 0), t).unwrap()
         })
         .collect();
     let mut array = ArrayAllocator::uniform(4, 64);
@@ -678,6 +686,7 @@ fn layout_params() -> impl Strategy<Value = LayoutParams> {
             block_bytes: 512,
             backup,
             segment_rounds,
+            stripe_disks: 0,
         })
 }
 
@@ -1216,4 +1225,54 @@ fn the_highest_allocated_stride_is_where_a_disks_data_ends() {
     let mut full = StrideAllocator::new(64);
     full.mark_allocated(DiskIndex(0), 63).unwrap();
     assert_eq!(full.highest_allocated(), Some(63));
+}
+
+/// Seed 001's placement: a title striped over W < D disks keeps every run
+/// on the W disks from its start disk (wrapping past the last disk), its
+/// backups on other disks as without W, and a W wider than the array is
+/// refused by name.
+#[test]
+fn a_title_striped_over_w_disks_stays_on_them() {
+    let mut p = params(6, deterministic(None));
+    p.stripe_disks = 3;
+    let sizes: Vec<u64> = (0..12).map(|i| (1 + i % 3) * 16 * K).collect();
+    let plan = TitlePlan::new(&sizes, &p, DiskIndex(4), 7).unwrap();
+    let primaries: Vec<u32> = (0..12).map(|r| plan.primary(r).disk.0).collect();
+    assert_eq!(primaries, vec![4, 5, 0, 4, 5, 0, 4, 5, 0, 4, 5, 0]);
+    for r in 0..12 {
+        let backups = plan.backups(r);
+        assert_eq!(backups.len(), 1);
+        assert_ne!(backups[0].disk, plan.primary(r).disk);
+    }
+    // Only the W disks hold the title's primary strides, and it places.
+    let placed = ArrayAllocator::uniform(6, 64).place(&plan).unwrap();
+    assert_eq!(placed.rounds().len(), 12);
+    for disk in 0..6 {
+        let strides = plan.strides_needed(DiskIndex(disk), Replica::Primary);
+        assert_eq!(strides > 0, [4, 5, 0].contains(&disk), "disk {disk}");
+    }
+    // W = D places exactly as the default.
+    let mut full = p;
+    full.stripe_disks = 6;
+    let mut default = p;
+    default.stripe_disks = 0;
+    let a = TitlePlan::new(&sizes, &full, DiskIndex(4), 7).unwrap();
+    let b = TitlePlan::new(&sizes, &default, DiskIndex(4), 7).unwrap();
+    assert!((0..12).all(|r| a.primary(r) == b.primary(r) && a.backups(r) == b.backups(r)));
+    // Segments keep their runs on the W disks too.
+    let mut seg = p;
+    seg.segment_rounds = 2;
+    let plan = TitlePlan::new(&sizes, &seg, DiskIndex(1), 7).unwrap();
+    let runs: Vec<u32> = (0..12).map(|r| plan.primary(r).disk.0).collect();
+    assert_eq!(runs, vec![1, 1, 2, 2, 3, 3, 1, 1, 2, 2, 3, 3]);
+    p.stripe_disks = 7;
+    let e = TitlePlan::new(&sizes, &p, DiskIndex(0), 7).unwrap_err();
+    assert_eq!(
+        e,
+        LayoutError::StripeWiderThanArray {
+            stripe_disks: 7,
+            disk_count: 6
+        }
+    );
+    assert!(e.to_string().contains("7 disks of a 6-disk array"), "{e}");
 }

@@ -657,6 +657,7 @@ fn grouped_charges_read_a_group_in_one_request_and_hold_it_until_sent() {
             disk_groups: 1,
         }),
         segment_rounds,
+        stripe_disks: 0,
     };
     let rondo = Bound::Rondo(RondoBound::new(&profile_by_name("cheetah-4lp").unwrap()).unwrap());
     let paper = Bound::Paper(PaperBound::seed000_table2());
@@ -896,6 +897,7 @@ fn the_switch_into_prefetch_mode_makes_room_on_a_full_disk() {
         block_bytes: 512,
         backup: None,
         segment_rounds: ROUNDS as u32,
+        stripe_disks: 0,
     };
     let mut allocator = ArrayAllocator::uniform(1, 20_000);
     let titles: Vec<TitleCharges> = (0..4)
@@ -990,6 +992,7 @@ fn a_regrouped_stream_reads_longer_groups_from_its_next_request_or_nothing_chang
         block_bytes: 16 * KIB,
         backup: None,
         segment_rounds: 8,
+        stripe_disks: 0,
     };
     let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 0).unwrap();
     let layout = ArrayAllocator::uniform(2, 200).place(&plan).unwrap();
@@ -1185,6 +1188,7 @@ fn two_disk_title(
         block_bytes: 16 * 1024,
         backup: Some(BackupParams::whole_deterministic()),
         segment_rounds,
+        stripe_disks: 0,
     };
     let plan = TitlePlan::new(&schedule.disk_read_bytes, &params, DiskIndex(0), 1).unwrap();
     let layout = ArrayAllocator::uniform(2, 1000).place(&plan).unwrap();
