@@ -539,3 +539,136 @@ fn at_capacity_the_standby_puts_every_stream_back_on_its_diagonal() {
     assert_eq!(report["streams_broken"], 0, "{report:#}\nreplay: {replay}");
     assert_eq!(report["streams_errors"], 0, "{report:#}\nreplay: {replay}");
 }
+
+/// The whole body of `url` (redirects followed) with the response's headers.
+fn fetch(url: &str) -> (reqwest::StatusCode, reqwest::header::HeaderMap, Vec<u8>) {
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let response = client.get(url).send().unwrap();
+    let (status, headers) = (response.status(), response.headers().clone());
+    (status, headers, response.bytes().unwrap().to_vec())
+}
+
+/// LDSS on the real cluster (seed 001 §6.4): the manager logs viewers'
+/// requests; the one that makes a title popular dedicates the interface
+/// node it came through (one with a local data directory), which copies
+/// the title to its own disk as one more viewer. From then on the title's
+/// viewers at another interface node are redirected there and served from
+/// the local copy, byte for byte, while other titles are still relayed.
+#[test]
+fn a_popular_title_is_copied_to_its_dedicated_interface_node_and_served_there() {
+    let cluster = Cluster::start("ldss");
+    let manager = cluster
+        .manager("m")
+        .args(["--retrieval", "ldss", "--popular-requests", "2"])
+        .start();
+    let local_dir = cluster.tmp.path().join("interface-a-local");
+    let local_dir_text = local_dir.to_str().unwrap();
+    let a = InterfaceNode::start(
+        RONDO,
+        &[
+            "--node-id",
+            "a",
+            "--buffer-s",
+            "1",
+            "--etcd",
+            cluster.etcd.client_url(),
+            "--cluster",
+            cluster.name,
+            "--local-data-dir",
+            local_dir_text,
+        ],
+    );
+    let b = cluster.interface("b", "1");
+    let titles = get_json(&format!("{}/api/titles", manager.url));
+    let shortest = titles
+        .as_array()
+        .unwrap()
+        .iter()
+        .min_by(|x, y| {
+            x["duration_seconds"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&y["duration_seconds"].as_f64().unwrap())
+        })
+        .unwrap();
+    let path = shortest["stream_url"]
+        .as_str()
+        .unwrap()
+        .strip_prefix(&manager.url)
+        .unwrap()
+        .to_string();
+    let other = titles
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] != shortest["id"])
+        .unwrap();
+    let other_path = other["stream_url"]
+        .as_str()
+        .unwrap()
+        .strip_prefix(&manager.url)
+        .unwrap()
+        .to_string();
+    let id = shortest["id"].as_u64().unwrap();
+
+    // Two viewers through A: the second makes the title popular.
+    let first = {
+        let url = format!("{}{path}", a.url);
+        std::thread::spawn(move || fetch(&url))
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, headers, second) = fetch(&format!("{}{path}", a.url));
+    assert_eq!(status, 200);
+    assert!(
+        headers.get("x-rondo-local-copy").is_none(),
+        "relayed, not local"
+    );
+    let (_, _, first) = first.join().unwrap();
+    assert_eq!(first, second, "both viewers got the title byte for byte");
+
+    // A copies it: as a viewer, so within about the title's length.
+    let asked_at = Instant::now();
+    let copies = loop {
+        let interface = get_json(&format!("{}/api/interface", a.url));
+        let copies = interface["copies"].clone();
+        if copies[0]["state"] == "ready" || asked_at.elapsed() > Duration::from_secs(90) {
+            break interface;
+        }
+        assert_ne!(copies[0]["state"], "failed", "{interface:#}");
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert_eq!(copies["copies"][0]["title"], id, "{copies:#}");
+    assert_eq!(copies["copies"][0]["state"], "ready", "{copies:#}");
+    assert_eq!(copies["copies_stored"], 1, "{copies:#}");
+    let cluster_seen = get_json(&format!("{}/api/cluster", manager.url));
+    assert_eq!(
+        cluster_seen["local_copies"]["dedicated"],
+        serde_json::json!([{"title": id, "interface": a.url}]),
+        "{cluster_seen:#}"
+    );
+
+    // A viewer at B is sent to A and served from A's disk, byte for byte.
+    let (status, headers, local) = fetch(&format!("{}{path}", b.url));
+    assert_eq!(status, 200);
+    assert_eq!(
+        headers.get("x-rondo-local-copy").map(|v| v.as_bytes()),
+        Some(&b"1"[..]),
+        "{headers:?}"
+    );
+    assert_eq!(local, first, "the local copy serves the same bytes");
+    // So is one at A, and a range of it.
+    let (status, headers, at_a) = fetch(&format!("{}{path}", a.url));
+    assert_eq!((status.as_u16(), at_a.len()), (200, first.len()));
+    assert!(headers.get("x-rondo-local-copy").is_some());
+    let served = get_json(&format!("{}/api/interface", a.url));
+    assert_eq!(served["streams_local"], 2, "{served:#}");
+
+    // Another title is relayed from the storage nodes, at B as at A.
+    let (status, headers, _) = fetch(&format!("{}{other_path}", b.url));
+    assert_eq!(status, 200);
+    assert!(headers.get("x-rondo-local-copy").is_none());
+    drop((a, b, manager));
+}

@@ -14,8 +14,18 @@
 //! buffer's slack does not reach it. Everything else (the player page, the
 //! API, `?t=` time seeks, uploads) is proxied as it is.
 //!
+//! With a local data directory (LDSS, seed 001 §6.4), the node runs rondo's
+//! own server over it, on a loopback port. When the manager answers a
+//! stream request with `x-rondo-copy` (the request made the title popular
+//! and this node is dedicated to it), the node copies the title: it reads
+//! it from the manager as one more viewer and uploads what arrives to its
+//! local server. Once the copy is stored, the node serves that title's
+//! streams from its local disk, admitted there as on any rondo server, and
+//! the manager sends the title's viewers at other nodes here. The other
+//! titles are relayed as before (RDSS).
+//!
 //! `GET /api/interface` and `/interface/metrics` (Prometheus) report the
-//! node's streams and takeovers.
+//! node's streams, takeovers and local copies.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -56,6 +66,36 @@ pub struct InterfaceConfig {
     /// How long a broken stream keeps asking for its rest before it gives
     /// up and ends the client's response short.
     pub resume_timeout: Duration,
+    /// The URL clients reach this node at: sent to the manager with each
+    /// stream request, so it can send a popular title's viewers here.
+    pub url: String,
+    /// The node's own rondo server over its local data directory (LDSS).
+    pub local: Option<LocalServer>,
+}
+
+/// An interface node's local server (`rondo node interface
+/// --local-data-dir`): its URL and API token.
+#[derive(Clone, Debug)]
+pub struct LocalServer {
+    pub url: String,
+    pub token: String,
+}
+
+/// A title's local copy on this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum LocalCopy {
+    /// Being read from the manager and uploaded.
+    Copying,
+    /// Stored locally: its stream path on the local server.
+    Ready { local_path: String },
+    /// The copy failed (why); the title is relayed from the manager.
+    Failed(String),
+}
+
+/// The name a copy of the manager's title `id` is stored under locally, so
+/// a restarted node finds its copies again.
+fn copy_name(id: u64) -> String {
+    format!("copy-of-{id}")
 }
 
 /// How often a broken stream asks again while the manager is unreachable
@@ -78,6 +118,8 @@ pub struct InterfaceNode {
     current: std::sync::Mutex<Option<String>>,
     listed_next: AtomicU64,
     schedules: std::sync::Mutex<HashMap<u64, Arc<RoundIndex>>>,
+    /// Local copies, by the manager's title id.
+    copies: std::sync::Mutex<HashMap<u64, LocalCopy>>,
     stats: Stats,
 }
 
@@ -114,6 +156,11 @@ struct Stats {
     resume_bytes_slack_ns_min: AtomicU64,
     bytes_released: AtomicU64,
     buffered_bytes: AtomicU64,
+    /// Streams served from the node's local copies.
+    streams_local: AtomicU64,
+    /// Copies stored, and copies that failed.
+    copies_stored: AtomicU64,
+    copies_failed: AtomicU64,
 }
 
 impl InterfaceNode {
@@ -143,6 +190,7 @@ impl InterfaceNode {
             current: Default::default(),
             listed_next: AtomicU64::new(0),
             schedules: Default::default(),
+            copies: Default::default(),
             stats: Stats {
                 resume_slack_ns_min: AtomicU64::new(u64::MAX),
                 loss_slack_ns_min: AtomicU64::new(u64::MAX),
@@ -300,6 +348,180 @@ impl InterfaceNode {
         }
     }
 
+    fn copies_json(&self) -> Vec<serde_json::Value> {
+        let copies = self.copies.lock().expect("not poisoned");
+        let mut ids: Vec<&u64> = copies.keys().collect();
+        ids.sort();
+        ids.into_iter()
+            .map(|id| match &copies[id] {
+                LocalCopy::Copying => json!({"title": id, "state": "copying"}),
+                LocalCopy::Ready { local_path } => {
+                    json!({"title": id, "state": "ready", "local_path": local_path})
+                }
+                LocalCopy::Failed(why) => json!({"title": id, "state": "failed", "error": why}),
+            })
+            .collect()
+    }
+
+    /// Finds the copies a earlier run of this node stored (by their names).
+    pub async fn find_local_copies(&self) -> Result<usize, String> {
+        let Some(local) = &self.config.local else {
+            return Ok(0);
+        };
+        let url = format!("{}/api/titles", local.url);
+        let titles: serde_json::Value = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .map_err(|e| format!("{url}: {e}"))?
+            .json()
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+        let mut found = 0;
+        let mut copies = self.copies.lock().expect("not poisoned");
+        for title in titles.as_array().into_iter().flatten() {
+            let (Some(name), Some(stream_url)) =
+                (title["name"].as_str(), title["stream_url"].as_str())
+            else {
+                continue;
+            };
+            let Some(id) = name
+                .strip_prefix("copy-of-")
+                .and_then(|id| id.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            let local_path = stream_url
+                .strip_prefix(&local.url)
+                .unwrap_or(stream_url)
+                .to_string();
+            copies.insert(id, LocalCopy::Ready { local_path });
+            found += 1;
+        }
+        Ok(found)
+    }
+
+    /// The headers a forwarded stream request carries besides the client's:
+    /// this node's URL, and whether it can hold copies.
+    fn stream_headers(&self, client: &HeaderMap) -> HeaderMap {
+        let mut headers = client.clone();
+        if let Ok(url) = HeaderValue::from_str(&self.config.url) {
+            headers.insert(rondo_server::config::INTERFACE_HEADER, url);
+        }
+        if self.config.local.is_some() {
+            headers.insert(
+                rondo_server::config::LOCAL_COPIES_HEADER,
+                HeaderValue::from_static("1"),
+            );
+        }
+        headers
+    }
+
+    /// Starts copying the manager's title `id` (requested as `path`) to the
+    /// local server, unless it is copied or being copied.
+    fn start_copy(self: &Arc<Self>, id: u64, path: &str) {
+        if self.config.local.is_none() {
+            return;
+        }
+        {
+            let mut copies = self.copies.lock().expect("not poisoned");
+            if matches!(
+                copies.get(&id),
+                Some(LocalCopy::Copying | LocalCopy::Ready { .. })
+            ) {
+                return;
+            }
+            copies.insert(id, LocalCopy::Copying);
+        }
+        let node = Arc::clone(self);
+        let path = path_without_query(path);
+        tokio::spawn(async move {
+            let outcome = node.copy(id, &path).await;
+            let state = match outcome {
+                Ok(local_path) => {
+                    tracing::info!(title = id, local_path, "local copy stored (LDSS)");
+                    node.stats.copies_stored.fetch_add(1, Relaxed);
+                    LocalCopy::Ready { local_path }
+                }
+                Err(why) => {
+                    tracing::warn!(title = id, "local copy failed: {why}");
+                    node.stats.copies_failed.fetch_add(1, Relaxed);
+                    LocalCopy::Failed(why)
+                }
+            };
+            node.copies.lock().expect("not poisoned").insert(id, state);
+        });
+    }
+
+    /// Reads the title from the manager as a viewer does (its stream,
+    /// admitted and paced there: seed 001's copy "as its next viewer
+    /// fetches it") and uploads the bytes as they arrive to the local
+    /// server. Answers the copy's stream path there.
+    async fn copy(&self, id: u64, path: &str) -> Result<String, String> {
+        let local = self
+            .config
+            .local
+            .as_ref()
+            .expect("copies need a local server");
+        let upstream = self
+            .forward(
+                &Method::GET,
+                path,
+                &self.stream_headers(&HeaderMap::new()),
+                None,
+            )
+            .await?;
+        if upstream.status() != StatusCode::OK {
+            return Err(format!(
+                "the manager answered {} for {path}",
+                upstream.status()
+            ));
+        }
+        let file = path.rsplit('/').next().unwrap_or("title");
+        let upload = format!(
+            "{}/api/admin/titles?name={}&file={}",
+            local.url,
+            copy_name(id),
+            file
+        );
+        let response = self
+            .http
+            .post(&upload)
+            .bearer_auth(&local.token)
+            .body(reqwest::Body::wrap_stream(upstream.bytes_stream()))
+            .send()
+            .await
+            .map_err(|e| format!("uploading to the local server: {e}"))?;
+        let status = response.status();
+        let body: serde_json::Value = response
+            .json()
+            .await
+            .map_err(|e| format!("the local server's answer ({status}): {e}"))?;
+        if !status.is_success() {
+            return Err(format!(
+                "the local server refused the copy ({status}): {}",
+                body["error"]
+            ));
+        }
+        let stream_url = body["stream_url"]
+            .as_str()
+            .ok_or("the local server's answer names no stream_url")?;
+        Ok(stream_url
+            .strip_prefix(&local.url)
+            .unwrap_or(stream_url)
+            .to_string())
+    }
+
+    /// The local stream path of title `id`, when its copy is stored.
+    fn local_path(&self, id: u64) -> Option<String> {
+        match self.copies.lock().expect("not poisoned").get(&id) {
+            Some(LocalCopy::Ready { local_path }) => Some(local_path.clone()),
+            _ => None,
+        }
+    }
+
     fn snapshot(&self) -> serde_json::Value {
         let s = &self.stats;
         let slack_min = s.resume_slack_ns_min.load(Relaxed);
@@ -323,6 +545,11 @@ impl InterfaceNode {
             "resume_bytes_slack_ms_min": (bytes_slack_min != u64::MAX).then(|| bytes_slack_min as f64 / 1e6),
             "bytes_released": s.bytes_released.load(Relaxed),
             "buffered_bytes": s.buffered_bytes.load(Relaxed),
+            "local_server": self.config.local.as_ref().map(|l| l.url.clone()),
+            "streams_local": s.streams_local.load(Relaxed),
+            "copies_stored": s.copies_stored.load(Relaxed),
+            "copies_failed": s.copies_failed.load(Relaxed),
+            "copies": self.copies_json(),
         })
     }
 }
@@ -495,6 +722,24 @@ async fn interface_metrics(State(node): State<Arc<InterfaceNode>>) -> Response {
             "Stream bytes held in interface buffers now.",
             &s.buffered_bytes,
         ),
+        (
+            "streams_local_total",
+            "counter",
+            "Streams served from this node's local copies (LDSS).",
+            &s.streams_local,
+        ),
+        (
+            "copies_stored_total",
+            "counter",
+            "Popular titles copied to this node's local disk.",
+            &s.copies_stored,
+        ),
+        (
+            "copies_failed_total",
+            "counter",
+            "Copies of popular titles that failed.",
+            &s.copies_failed,
+        ),
     ];
     let mut text = String::new();
     for (name, kind, help, value) in metrics {
@@ -518,6 +763,11 @@ async fn stream(
         .query()
         .is_some_and(|q| q.split('&').any(|p| p.starts_with("t=")));
     let id = file.split('.').next().and_then(|id| id.parse::<u64>().ok());
+    if let (Some(id), Some(local)) = (id, &node.config.local)
+        && let Some(local_path) = node.local_path(id)
+    {
+        return serve_local(&node, local, &local_path, request).await;
+    }
     let (Some(id), false, true) = (id, time_seek, request.method() == Method::GET) else {
         return proxy(State(node), request).await;
     };
@@ -535,7 +785,12 @@ async fn stream(
     let asked_at = Instant::now();
     let upstream = loop {
         let upstream = match node
-            .forward(&Method::GET, &path, request.headers(), None)
+            .forward(
+                &Method::GET,
+                &path,
+                &node.stream_headers(request.headers()),
+                None,
+            )
             .await
         {
             Ok(upstream) => upstream,
@@ -550,6 +805,12 @@ async fn stream(
         }
         tokio::time::sleep(RESUME_RETRY).await;
     };
+    if upstream
+        .headers()
+        .contains_key(rondo_server::config::COPY_HEADER)
+    {
+        node.start_copy(id, &path);
+    }
     let span = match upstream.status() {
         StatusCode::OK => Some((0, index.size_bytes())),
         StatusCode::PARTIAL_CONTENT => upstream
@@ -600,6 +861,52 @@ async fn stream(
             tokio_stream::wrappers::ReceiverStream::new(receiver),
         ))
         .unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string()))
+}
+
+/// A stream of a title copied here: asked of the local server (the same
+/// path's query, the client's Range), passed on as it answers. The local
+/// server admits and paces it as any rondo server does; no interface buffer
+/// is needed, as no manager's takeover can break it.
+async fn serve_local(
+    node: &Arc<InterfaceNode>,
+    local: &LocalServer,
+    local_path: &str,
+    request: Request,
+) -> Response {
+    let query = request
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let mut forwarded = node.http.request(
+        request.method().clone(),
+        format!("{}{local_path}{query}", local.url),
+    );
+    for (name, value) in request.headers() {
+        if !is_hop_by_hop(name) && name != header::HOST {
+            forwarded = forwarded.header(name, value);
+        }
+    }
+    match forwarded.send().await {
+        Ok(upstream) => {
+            if upstream.status().is_success() {
+                node.stats.streams_local.fetch_add(1, Relaxed);
+            }
+            let response = response_head(&upstream).header(
+                "x-rondo-interface",
+                HeaderValue::from_str(&node.config.node_id)
+                    .unwrap_or(HeaderValue::from_static("?")),
+            );
+            response
+                .header("x-rondo-local-copy", "1")
+                .body(Body::from_stream(upstream.bytes_stream()))
+                .unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string()))
+        }
+        Err(e) => error(
+            StatusCode::BAD_GATEWAY,
+            format!("this node's local server ({}): {e}", local.url),
+        ),
+    }
 }
 
 fn path_without_query(path: &str) -> String {

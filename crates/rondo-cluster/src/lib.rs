@@ -31,7 +31,7 @@ pub mod storage_node;
 pub mod wire;
 
 pub use coord::{CoordError, Coordinator, Leadership, Recorded, StreamRecord};
-pub use interface_node::{InterfaceConfig, InterfaceNode, Managers};
+pub use interface_node::{InterfaceConfig, InterfaceNode, LocalServer, Managers};
 pub use keys::{ClusterKeys, Role};
 pub use membership::{EtcdConfig, LEASE_TTL_S_DEFAULT};
 pub use remote::{RemoteError, StorageNodes};

@@ -230,6 +230,104 @@ impl Router {
     }
 }
 
+/// What the object manager of a real cluster does with a stream request
+/// that an interface node forwards ([`LocalCopies::route`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CopyRoute {
+    /// Serve it through the asking I node, from the storage nodes (RDSS).
+    Relay,
+    /// Serve it, and tell the asking I node it is now the title's dedicated
+    /// node: it copies the title to its local disk (LDSS, LMSS).
+    RelayAndCopy,
+    /// Send the client to the title's dedicated I node (its number in the
+    /// order the manager first heard of the copy-capable nodes).
+    Redirect { interface: u32 },
+}
+
+/// The object manager's side of LDSS and LMSS on a real cluster (§6.2,
+/// §6.4): the popularity log over Δt, and which I node is dedicated to each
+/// popular title. Where the simulated cluster's [`Router`] places every
+/// request on an I node, here the clients choose their I node; the manager
+/// only dedicates a popular title to a node that can hold copies and sends
+/// that title's later viewers there.
+///
+/// - A title becomes popular at the request that brings its count within
+///   Δt to the threshold. If that request came through an I node able to
+///   hold a copy, that node is dedicated to the title (it is serving the
+///   title's viewers already, and its copy starts with this stream);
+///   otherwise the title waits for a request through such a node.
+/// - A dedicated title's requests through another I node are redirected to
+///   the dedicated one; through the dedicated node itself (its copy not
+///   ready yet) they are relayed as under RDSS.
+/// - A node is dedicated to at most `titles_per_interface` titles (§6.4
+///   dedicates one node to the one popular title), and a title stays
+///   dedicated while the manager runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalCopies {
+    retrieval: Retrieval,
+    log: PopularityLog,
+    titles_per_interface: u32,
+    dedicated: BTreeMap<TitleId, u32>,
+}
+
+impl LocalCopies {
+    pub fn new(
+        retrieval: Retrieval,
+        window_ns: u64,
+        threshold_requests: u32,
+        titles_per_interface: u32,
+    ) -> LocalCopies {
+        LocalCopies {
+            retrieval,
+            log: PopularityLog::new(window_ns, threshold_requests),
+            titles_per_interface: titles_per_interface.max(1),
+            dedicated: BTreeMap::new(),
+        }
+    }
+
+    pub fn retrieval(&self) -> Retrieval {
+        self.retrieval
+    }
+
+    /// The I node dedicated to `title`, if any.
+    pub fn dedicated(&self, title: TitleId) -> Option<u32> {
+        self.dedicated.get(&title).copied()
+    }
+
+    /// Every dedicated title and its I node.
+    pub fn dedicated_titles(&self) -> impl Iterator<Item = (TitleId, u32)> + '_ {
+        self.dedicated.iter().map(|(&t, &i)| (t, i))
+    }
+
+    /// Routes a request for `title` at `now_ns` (non-decreasing) that came
+    /// through I node `from`: `Some(i)` for a node able to hold copies,
+    /// `None` for one that is not (or a client of the manager itself).
+    pub fn route(&mut self, title: TitleId, from: Option<u32>, now_ns: u64) -> CopyRoute {
+        if !self.retrieval.uses_local_copy() {
+            return CopyRoute::Relay;
+        }
+        let popular = self.log.record(title, now_ns);
+        if let Some(&interface) = self.dedicated.get(&title) {
+            return if from == Some(interface) {
+                CopyRoute::Relay
+            } else {
+                CopyRoute::Redirect { interface }
+            };
+        }
+        match from {
+            Some(i)
+                if popular
+                    && self.dedicated.values().filter(|&&d| d == i).count()
+                        < self.titles_per_interface as usize =>
+            {
+                self.dedicated.insert(title, i);
+                CopyRoute::RelayAndCopy
+            }
+            _ => CopyRoute::Relay,
+        }
+    }
+}
+
 /// Seed 001 §7.2's history: each edge (I node, S node) keeps the last `m`
 /// times to retrieve a fragment, queueing and network included.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -323,6 +421,48 @@ impl MeasuredAdmission {
 mod tests {
     use super::*;
     use crate::units::NS_PER_MS;
+
+    /// LDSS on a real cluster: the request that makes a title popular
+    /// dedicates the copy-capable node it came through; later requests
+    /// through other nodes are redirected there, through the dedicated node
+    /// relayed; a node holds at most its quota of titles; RDSS never copies.
+    #[test]
+    fn local_copies_dedicate_the_node_that_makes_a_title_popular() {
+        let s = NS_PER_S;
+        let (a, b) = (TitleId(1), TitleId(2));
+        let mut copies = LocalCopies::new(Retrieval::Ldss, 60 * s, 3, 1);
+        assert_eq!(copies.route(a, Some(0), 0), CopyRoute::Relay);
+        assert_eq!(copies.route(a, None, s), CopyRoute::Relay);
+        // The third within Δt, through node 1: node 1 copies.
+        assert_eq!(copies.route(a, Some(1), 2 * s), CopyRoute::RelayAndCopy);
+        assert_eq!(copies.dedicated(a), Some(1));
+        assert_eq!(
+            copies.route(a, Some(0), 3 * s),
+            CopyRoute::Redirect { interface: 1 }
+        );
+        assert_eq!(
+            copies.route(a, None, 4 * s),
+            CopyRoute::Redirect { interface: 1 }
+        );
+        assert_eq!(copies.route(a, Some(1), 5 * s), CopyRoute::Relay);
+        // A second popular title: node 1 has its one title, node 0 takes it.
+        for t in 0..3 {
+            assert_eq!(copies.route(b, Some(1), (6 + t) * s), CopyRoute::Relay);
+        }
+        assert_eq!(copies.route(b, Some(0), 9 * s), CopyRoute::RelayAndCopy);
+        assert_eq!(
+            copies.dedicated_titles().collect::<Vec<_>>(),
+            vec![(a, 1), (b, 0)]
+        );
+        // Requests spread beyond Δt never make a title popular.
+        let mut slow = LocalCopies::new(Retrieval::Lmss, 60 * s, 3, 1);
+        for k in 0..10 {
+            assert_eq!(slow.route(a, Some(0), k * 31 * s), CopyRoute::Relay);
+        }
+        let mut rdss = LocalCopies::new(Retrieval::Rdss, 60 * s, 1, 1);
+        assert_eq!(rdss.route(a, Some(0), 0), CopyRoute::Relay);
+        assert_eq!(rdss.dedicated(a), None);
+    }
 
     #[test]
     fn paper_durations() {

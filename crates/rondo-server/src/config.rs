@@ -183,7 +183,37 @@ pub struct ServerConfig {
     /// back before new arrivals take them.
     #[serde(skip)]
     pub takeover_until: Option<std::time::Instant>,
+    /// LDSS or LMSS on a cluster's manager (seed 001 §6): the popularity
+    /// log and the interface nodes dedicated to popular titles
+    /// (`rondo_model::cluster::LocalCopies`); `None` is RDSS.
+    pub local_copies: Option<LocalCopiesConfig>,
 }
+
+/// How a cluster's manager dedicates interface nodes to popular titles
+/// (`rondo serve --retrieval ldss|lmss`).
+#[derive(Copy, Clone, Debug, Serialize)]
+pub struct LocalCopiesConfig {
+    pub retrieval: rondo_model::cluster::Retrieval,
+    /// Δt of the popularity log.
+    pub window_ns: u64,
+    /// Th_pop·Δt: requests within Δt that make a title popular.
+    pub threshold_requests: u32,
+    /// Titles one interface node may be dedicated to.
+    pub titles_per_interface: u32,
+}
+
+/// The header on a stream request an interface node forwards: the node's
+/// own URL, so the manager can send a popular title's viewers to the node
+/// dedicated to it ([`LocalCopiesConfig`]).
+pub const INTERFACE_HEADER: &str = "x-rondo-interface-url";
+
+/// Sent with [`INTERFACE_HEADER`] by an interface node that can hold local
+/// copies of popular titles (`rondo node interface --local-data-dir`).
+pub const LOCAL_COPIES_HEADER: &str = "x-rondo-local-copies";
+
+/// On the manager's answer to the request that made a title popular: `1`,
+/// the asking interface node is now its dedicated node and copies it.
+pub const COPY_HEADER: &str = "x-rondo-copy";
 
 /// The header an interface node sends when it asks for the rest of a
 /// stream whose manager was lost: `1`, or the stream's [`SCHEDULE_HEADER`]
@@ -296,6 +326,7 @@ impl Default for ServerConfig {
             remote_disks: None,
             cluster: None,
             takeover_until: None,
+            local_copies: None,
         }
     }
 }

@@ -338,6 +338,82 @@ struct Selection {
     start_time_ns: Option<u64>,
 }
 
+/// What LDSS/LMSS make of a stream request ([`route_local_copies`]).
+enum CopyDecision {
+    Serve,
+    /// Serve it, and tell the asking interface node to copy the title.
+    Copy,
+    /// Send the client to the title's dedicated interface node (its URL).
+    Redirect(String),
+}
+
+/// LDSS/LMSS on a cluster's manager (seed 001 §6.4; the decisions are
+/// `rondo_model::cluster::LocalCopies`'): a viewer's request from a title's
+/// start is logged, and may make the title popular and the asking interface
+/// node its dedicated one; any request for a dedicated title through
+/// another node is redirected to it. Resumed streams (an interface node
+/// asking for the rest) and HEAD requests are served as they are.
+fn route_local_copies(
+    shared: &Shared,
+    title: TitleId,
+    method: &Method,
+    headers: &HeaderMap,
+    selection: &Selection,
+) -> CopyDecision {
+    let Some(copies) = &shared.local_copies else {
+        return CopyDecision::Serve;
+    };
+    if method != Method::GET || headers.contains_key(crate::config::RESUME_HEADER) {
+        return CopyDecision::Serve;
+    }
+    let from_url = headers
+        .get(crate::config::INTERFACE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(|url| url.trim_end_matches('/').to_string());
+    let can_copy = headers.contains_key(crate::config::LOCAL_COPIES_HEADER);
+    let now_ns = shared
+        .clock
+        .boundary(rondo_model::units::Round(0))
+        .elapsed()
+        .as_nanos() as u64;
+    let (copies, nodes) = &mut *copies.lock().expect("not poisoned");
+    let from = match (&from_url, can_copy) {
+        (Some(url), true) => Some(match nodes.iter().position(|n| n == url) {
+            Some(i) => i as u32,
+            None => {
+                nodes.push(url.clone());
+                (nodes.len() - 1) as u32
+            }
+        }),
+        _ => None,
+    };
+    let new_viewer = selection.first_byte == 0 && selection.start_time_ns.is_none();
+    let route = if new_viewer {
+        copies.route(title, from, now_ns)
+    } else {
+        match copies.dedicated(title) {
+            Some(interface) if from != Some(interface) => {
+                rondo_model::cluster::CopyRoute::Redirect { interface }
+            }
+            _ => rondo_model::cluster::CopyRoute::Relay,
+        }
+    };
+    match route {
+        rondo_model::cluster::CopyRoute::Relay => CopyDecision::Serve,
+        rondo_model::cluster::CopyRoute::RelayAndCopy => {
+            tracing::info!(
+                title = title.0,
+                interface = from_url.as_deref().unwrap_or("?"),
+                "title popular: dedicated to the interface node that asked (it copies the title)"
+            );
+            CopyDecision::Copy
+        }
+        rondo_model::cluster::CopyRoute::Redirect { interface } => {
+            CopyDecision::Redirect(nodes[interface as usize].clone())
+        }
+    }
+}
+
 /// Parses `?t=` as non-negative seconds, in ns.
 fn parse_time(t: &str) -> Result<u64, ApiError> {
     t.parse()
@@ -536,6 +612,7 @@ async fn stream(
     connection: Option<axum::Extension<ConnectionHandle>>,
     fast_path: Option<axum::Extension<crate::sink::FastPath>>,
     method: Method,
+    uri: axum::http::Uri,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (id_text, ext) = match file.split_once('.') {
@@ -558,6 +635,19 @@ async fn stream(
         Some(t) => select_time(&title, t).await?,
         None => select(&title, &headers)?,
     };
+    let copy = match route_local_copies(&shared, title.id(), &method, &headers, &selection) {
+        CopyDecision::Serve => false,
+        CopyDecision::Copy => true,
+        CopyDecision::Redirect(base) => {
+            let path = uri.path_and_query().map_or("/", |p| p.as_str());
+            return Ok(Response::builder()
+                .status(StatusCode::TEMPORARY_REDIRECT)
+                .header(header::LOCATION, format!("{base}{path}"))
+                .header(header::CACHE_CONTROL, "no-store")
+                .body(Body::empty())
+                .expect("valid response"));
+        }
+    };
     let prefix_bytes = selection.prefix.len() as u64;
     let mut builder = Response::builder()
         .status(selection.status)
@@ -570,6 +660,9 @@ async fn stream(
         .header(header::CACHE_CONTROL, "no-store");
     if let Some(range) = &selection.content_range {
         builder = builder.header(header::CONTENT_RANGE, range.as_str());
+    }
+    if copy {
+        builder = builder.header(crate::config::COPY_HEADER, "1");
     }
     if let Some(start_ns) = selection.start_time_ns {
         // Where a time seek landed: the keyframe's time, the in-memory

@@ -331,7 +331,25 @@ pub fn public_routes() -> Router<Arc<Shared>> {
 /// saw them in etcd; 404 on a server that is no cluster's manager.
 async fn cluster(State(shared): State<Arc<Shared>>) -> Result<axum::Json<Value>, OpsError> {
     match &shared.config.cluster {
-        Some(view) => Ok(axum::Json(view.0.snapshot())),
+        Some(view) => {
+            let mut snapshot = view.0.snapshot();
+            if let (Some(copies), Some(object)) = (&shared.local_copies, snapshot.as_object_mut()) {
+                let (copies, nodes) = &*copies.lock().expect("not poisoned");
+                let dedicated: Vec<Value> = copies
+                    .dedicated_titles()
+                    .map(|(title, i)| json!({"title": title.0, "interface": nodes[i as usize]}))
+                    .collect();
+                object.insert(
+                    "local_copies".into(),
+                    json!({
+                        "retrieval": copies.retrieval(),
+                        "interfaces_with_copies": nodes,
+                        "dedicated": dedicated,
+                    }),
+                );
+            }
+            Ok(axum::Json(snapshot))
+        }
         None => Err(OpsError(
             StatusCode::NOT_FOUND,
             "this server is not a cluster's manager (rondo serve --etcd)".into(),

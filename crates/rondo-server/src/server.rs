@@ -359,6 +359,17 @@ impl RunningServer {
                 .map_err(io_error("drawing the server's instance id"))?,
             base_url: base_url.clone(),
             staging,
+            local_copies: config.local_copies.map(|c| {
+                std::sync::Mutex::new((
+                    rondo_model::cluster::LocalCopies::new(
+                        c.retrieval,
+                        c.window_ns,
+                        c.threshold_requests,
+                        c.titles_per_interface,
+                    ),
+                    Vec::new(),
+                ))
+            }),
         });
         metrics
             .charged_stroke_percent

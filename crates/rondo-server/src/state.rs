@@ -84,6 +84,9 @@ pub struct Shared {
     pub base_url: String,
     /// The tiers and the titles being staged from them (seed 002).
     pub staging: crate::staging::Staging,
+    /// LDSS/LMSS: the popularity log, the dedicated interface nodes, and
+    /// the copy-capable nodes in the order first heard of (their numbers).
+    pub local_copies: Option<std::sync::Mutex<(rondo_model::cluster::LocalCopies, Vec<String>)>>,
 }
 
 /// Why a title was not removed from the array.

@@ -59,6 +59,21 @@ pub struct InterfaceArgs {
     /// http://<listen address>).
     #[arg(long, value_name = "URL")]
     pub advertise_url: Option<String>,
+    /// A data directory of the node's own (created if absent) for local
+    /// copies of popular titles (seed 001's LDSS, with the manager's
+    /// `rondo serve --retrieval ldss`): the node runs rondo's server over
+    /// it on a loopback port and serves the titles it is given to copy
+    /// from there (docs/cluster.md, "Local copies").
+    #[arg(long, value_name = "DIR")]
+    pub local_data_dir: Option<std::path::PathBuf>,
+    /// Disks of a new --local-data-dir (emulated, the default profile).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        requires = "local_data_dir"
+    )]
+    pub local_disks: u32,
     /// Print the node's address as JSON once it listens.
     #[arg(long)]
     pub json: bool,
@@ -160,21 +175,12 @@ fn interface(args: InterfaceArgs) -> anyhow::Result<()> {
         Some(etcd) => rondo_cluster::Managers::Etcd(etcd),
         None => rondo_cluster::Managers::Listed(args.manager.clone()),
     };
-    let config = rondo_cluster::InterfaceConfig {
-        node_id: node_id.clone(),
-        managers,
-        hold_ns: (args.buffer_s * 1e9) as u64,
-        resume_timeout: std::time::Duration::from_secs(args.resume_timeout_s),
-    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("rondo-interface")
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let node = rondo_cluster::InterfaceNode::new(config)
-            .await
-            .map_err(|e| anyhow::anyhow!("interface node {node_id}: {e}"))?;
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
@@ -188,6 +194,28 @@ fn interface(args: InterfaceArgs) -> anyhow::Result<()> {
             }
             None => format!("http://{address}"),
         };
+        let local_server = match &args.local_data_dir {
+            Some(dir) => Some(start_local_server(dir, args.local_disks).await?),
+            None => None,
+        };
+        let config = rondo_cluster::InterfaceConfig {
+            node_id: node_id.clone(),
+            managers,
+            hold_ns: (args.buffer_s * 1e9) as u64,
+            resume_timeout: std::time::Duration::from_secs(args.resume_timeout_s),
+            url: advertised.clone(),
+            local: local_server.as_ref().map(|s| rondo_cluster::LocalServer {
+                url: s.url(),
+                token: s.token().to_string(),
+            }),
+        };
+        let node = rondo_cluster::InterfaceNode::new(config)
+            .await
+            .map_err(|e| anyhow::anyhow!("interface node {node_id}: {e}"))?;
+        let copies_found = node
+            .find_local_copies()
+            .await
+            .map_err(|e| anyhow::anyhow!("interface node {node_id}: its local server: {e}"))?;
         let _registration = register(
             args.etcd.config(),
             rondo_cluster::Role::Interface,
@@ -207,6 +235,8 @@ fn interface(args: InterfaceArgs) -> anyhow::Result<()> {
                     "buffer_seconds": args.buffer_s,
                     "etcd": args.etcd.etcd,
                     "manager": args.manager,
+                    "local_server": local_server.as_ref().map(|s| s.url()),
+                    "local_copies_found": copies_found,
                 })
             );
         } else {
@@ -218,15 +248,51 @@ fn interface(args: InterfaceArgs) -> anyhow::Result<()> {
                 ),
                 None => println!("  for the manager at {}", args.manager.join(", ")),
             }
+            if let (Some(dir), Some(server)) = (&args.local_data_dir, &local_server) {
+                println!(
+                    "  local copies of popular titles in {} (its server at {}; {copies_found} found)",
+                    dir.display(),
+                    server.url()
+                );
+            }
             println!(
                 "  each stream held back {} s (the interface buffer); Press Ctrl-C to stop.",
                 args.buffer_s
             );
         }
-        node.serve(listener, shutdown_signal())
+        let served = node
+            .serve(listener, shutdown_signal())
             .await
-            .context("serving HTTP")
+            .context("serving HTTP");
+        if let Some(server) = local_server {
+            server.shutdown().await;
+        }
+        served
     })
+}
+
+/// The interface node's own server over `dir` (created with `disks`
+/// emulated disks of the default profile when absent), on a loopback port.
+async fn start_local_server(
+    dir: &std::path::Path,
+    disks: u32,
+) -> anyhow::Result<rondo_server::RunningServer> {
+    anyhow::ensure!(disks >= 1, "--local-disks must be at least 1");
+    let mut create = rondo_store::titles::default_store_config();
+    create.disk_count = disks;
+    if disks < 2 {
+        // One disk holds no backup: `none` reservation.
+        create.scheme = rondo_model::reservation::Scheme::None;
+    }
+    let (store, _created) = rondo_store::titles::open_or_create(dir, create)
+        .with_context(|| format!("opening the local data directory {}", dir.display()))?;
+    let config = rondo_server::ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("a loopback address"),
+        ..rondo_server::ServerConfig::default()
+    };
+    rondo_server::RunningServer::start(store, config)
+        .await
+        .with_context(|| format!("starting the local server on {}", dir.display()))
 }
 
 /// With etcd, registers this node (`role`, `id`, the `address` others reach

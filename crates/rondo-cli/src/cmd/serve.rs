@@ -255,6 +255,29 @@ pub struct ServeArgs {
     /// their rounds back first.
     #[arg(long, value_name = "S", default_value_t = TAKEOVER_GRACE_S_DEFAULT, requires = "etcd")]
     pub takeover_grace_s: f64,
+    /// How a cluster's manager treats popular titles (seed 001 §6): `rdss`
+    /// (the default) serves every stream from the storage nodes through
+    /// the interface node that asked; `ldss` dedicates a popular title to
+    /// the interface node (started with --local-data-dir) whose request
+    /// made it popular: that node copies it to its local disk and serves
+    /// its viewers from there, and the title's viewers at other interface
+    /// nodes are redirected (307) to it; `lmss` as `ldss`, the dedicated
+    /// node also keeping the title's first seconds in memory.
+    #[arg(long, value_enum, default_value = "rdss")]
+    pub retrieval: RetrievalArg,
+    /// With --retrieval ldss|lmss: Δt, the popularity log's window, in
+    /// seconds (assumption, as in the simulated Figure 11: seed 001 gives
+    /// none).
+    #[arg(long, value_name = "S", default_value_t = 60.0)]
+    pub popular_window_s: f64,
+    /// With --retrieval ldss|lmss: requests for a title from its start
+    /// within the window that make it popular (Th_pop·Δt).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub popular_requests: u32,
+    /// With --retrieval ldss|lmss: titles one interface node may be
+    /// dedicated to (seed 001 dedicates one node to its one popular title).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub titles_per_interface: u32,
     #[command(flatten)]
     pub layout: LayoutArgs,
     #[command(flatten)]
@@ -622,6 +645,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         delivery_lag_max_rounds: delivery_lag_max_rounds(args.delivery_lag_max_rounds)?,
         share_reads: !args.no_shared_reads,
         zero_copy_share_min: args.zero_copy_share_min,
+        local_copies: local_copies(&args)?,
         ..ServerConfig::default()
     };
     let data_dir = args.data_dir.clone();
@@ -821,4 +845,46 @@ mod tests {
             "./target/release/rondo"
         );
     }
+}
+
+/// `--retrieval`: seed 001 §6's three policies.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetrievalArg {
+    Rdss,
+    Ldss,
+    Lmss,
+}
+
+/// The manager's LDSS/LMSS settings from the flags (`None` for RDSS).
+fn local_copies(
+    args: &ServeArgs,
+) -> anyhow::Result<Option<rondo_server::config::LocalCopiesConfig>> {
+    use rondo_model::cluster::Retrieval;
+    let retrieval = match args.retrieval {
+        RetrievalArg::Rdss => return Ok(None),
+        RetrievalArg::Ldss => Retrieval::Ldss,
+        RetrievalArg::Lmss => anyhow::bail!(
+            "--retrieval lmss: the dedicated node's memory for a popular title's first seconds is \
+             not built on the real cluster yet (it is in simulation: rondo experiment run \
+             experiments/seed001-fig11.toml); use --retrieval ldss"
+        ),
+    };
+    anyhow::ensure!(
+        args.popular_window_s.is_finite() && args.popular_window_s > 0.0,
+        "--popular-window-s must be a positive number of seconds"
+    );
+    anyhow::ensure!(
+        args.popular_requests >= 1,
+        "--popular-requests must be at least 1"
+    );
+    anyhow::ensure!(
+        args.titles_per_interface >= 1,
+        "--titles-per-interface must be at least 1"
+    );
+    Ok(Some(rondo_server::config::LocalCopiesConfig {
+        retrieval,
+        window_ns: (args.popular_window_s * 1e9) as u64,
+        threshold_requests: args.popular_requests,
+        titles_per_interface: args.titles_per_interface,
+    }))
 }
