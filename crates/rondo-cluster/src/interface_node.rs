@@ -71,7 +71,16 @@ pub struct InterfaceConfig {
     pub url: String,
     /// The node's own rondo server over its local data directory (LDSS).
     pub local: Option<LocalServer>,
+    /// LMSS: seconds of each copy, from its start, kept in memory when the
+    /// manager asks for LMSS (`x-rondo-copy: lmss`).
+    pub memory_prefix_ns: u64,
 }
+
+/// How long before a viewer of a copy held in memory needs the first byte
+/// past the memory prefix the node asks its local server for the rest.
+/// Assumption: the local server's default look-ahead (5 rounds) plus the
+/// round that reads and one round of margin, at 1 s rounds.
+const TAIL_LEAD: Duration = Duration::from_secs(7);
 
 /// An interface node's local server (`rondo node interface
 /// --local-data-dir`): its URL and API token.
@@ -86,8 +95,9 @@ pub struct LocalServer {
 enum LocalCopy {
     /// Being read from the manager and uploaded.
     Copying,
-    /// Stored locally: its stream path on the local server.
-    Ready { local_path: String },
+    /// Stored locally: its stream path on the local server, and under LMSS
+    /// the title's first bytes in memory.
+    Ready { local_path: String, prefix: Bytes },
     /// The copy failed (why); the title is relayed from the manager.
     Failed(String),
 }
@@ -158,6 +168,11 @@ struct Stats {
     buffered_bytes: AtomicU64,
     /// Streams served from the node's local copies.
     streams_local: AtomicU64,
+    /// ... of which started from memory (LMSS).
+    streams_from_memory: AtomicU64,
+    /// Streams from memory whose rest the local server refused, asked of
+    /// the manager instead.
+    tails_from_manager: AtomicU64,
     /// Copies stored, and copies that failed.
     copies_stored: AtomicU64,
     copies_failed: AtomicU64,
@@ -355,9 +370,12 @@ impl InterfaceNode {
         ids.into_iter()
             .map(|id| match &copies[id] {
                 LocalCopy::Copying => json!({"title": id, "state": "copying"}),
-                LocalCopy::Ready { local_path } => {
-                    json!({"title": id, "state": "ready", "local_path": local_path})
-                }
+                LocalCopy::Ready { local_path, prefix } => json!({
+                    "title": id,
+                    "state": "ready",
+                    "local_path": local_path,
+                    "memory_prefix_bytes": prefix.len(),
+                }),
                 LocalCopy::Failed(why) => json!({"title": id, "state": "failed", "error": why}),
             })
             .collect()
@@ -397,7 +415,14 @@ impl InterfaceNode {
                 .strip_prefix(&local.url)
                 .unwrap_or(stream_url)
                 .to_string();
-            copies.insert(id, LocalCopy::Ready { local_path });
+            // A restarted node has no memory prefix (LDSS for these).
+            copies.insert(
+                id,
+                LocalCopy::Ready {
+                    local_path,
+                    prefix: Bytes::new(),
+                },
+            );
             found += 1;
         }
         Ok(found)
@@ -421,7 +446,7 @@ impl InterfaceNode {
 
     /// Starts copying the manager's title `id` (requested as `path`) to the
     /// local server, unless it is copied or being copied.
-    fn start_copy(self: &Arc<Self>, id: u64, path: &str) {
+    fn start_copy(self: &Arc<Self>, id: u64, path: &str, keep_prefix: bool) {
         if self.config.local.is_none() {
             return;
         }
@@ -438,12 +463,17 @@ impl InterfaceNode {
         let node = Arc::clone(self);
         let path = path_without_query(path);
         tokio::spawn(async move {
-            let outcome = node.copy(id, &path).await;
+            let outcome = node.copy(id, &path, keep_prefix).await;
             let state = match outcome {
-                Ok(local_path) => {
-                    tracing::info!(title = id, local_path, "local copy stored (LDSS)");
+                Ok((local_path, prefix)) => {
+                    tracing::info!(
+                        title = id,
+                        local_path,
+                        memory_prefix_bytes = prefix.len(),
+                        "local copy stored"
+                    );
                     node.stats.copies_stored.fetch_add(1, Relaxed);
-                    LocalCopy::Ready { local_path }
+                    LocalCopy::Ready { local_path, prefix }
                 }
                 Err(why) => {
                     tracing::warn!(title = id, "local copy failed: {why}");
@@ -458,13 +488,30 @@ impl InterfaceNode {
     /// Reads the title from the manager as a viewer does (its stream,
     /// admitted and paced there: seed 001's copy "as its next viewer
     /// fetches it") and uploads the bytes as they arrive to the local
-    /// server. Answers the copy's stream path there.
-    async fn copy(&self, id: u64, path: &str) -> Result<String, String> {
+    /// server. Answers the copy's stream path there and, with `keep_prefix`
+    /// (LMSS), the title's first `memory_prefix_ns` of bytes.
+    async fn copy(
+        &self,
+        id: u64,
+        path: &str,
+        keep_prefix: bool,
+    ) -> Result<(String, Bytes), String> {
         let local = self
             .config
             .local
             .as_ref()
             .expect("copies need a local server");
+        let prefix_bytes = match (keep_prefix, self.schedule(id).await) {
+            (true, Some(index)) => {
+                let rounds = self
+                    .config
+                    .memory_prefix_ns
+                    .div_ceil(index.round_duration_ns().max(1));
+                let rounds = (rounds as usize).min(index.rounds());
+                index.rounds_byte_range(0..rounds).end
+            }
+            _ => 0,
+        };
         let upstream = self
             .forward(
                 &Method::GET,
@@ -486,11 +533,23 @@ impl InterfaceNode {
             copy_name(id),
             file
         );
+        let prefix = Arc::new(std::sync::Mutex::new(Vec::with_capacity(
+            prefix_bytes as usize,
+        )));
+        let kept = Arc::clone(&prefix);
+        let body = tokio_stream::StreamExt::map(upstream.bytes_stream(), move |chunk| {
+            if let Ok(bytes) = &chunk {
+                let mut kept = kept.lock().expect("not poisoned");
+                let room = (prefix_bytes as usize).saturating_sub(kept.len());
+                kept.extend_from_slice(&bytes[..room.min(bytes.len())]);
+            }
+            chunk
+        });
         let response = self
             .http
             .post(&upload)
             .bearer_auth(&local.token)
-            .body(reqwest::Body::wrap_stream(upstream.bytes_stream()))
+            .body(reqwest::Body::wrap_stream(body))
             .send()
             .await
             .map_err(|e| format!("uploading to the local server: {e}"))?;
@@ -508,16 +567,21 @@ impl InterfaceNode {
         let stream_url = body["stream_url"]
             .as_str()
             .ok_or("the local server's answer names no stream_url")?;
-        Ok(stream_url
+        let local_path = stream_url
             .strip_prefix(&local.url)
             .unwrap_or(stream_url)
-            .to_string())
+            .to_string();
+        let prefix = Bytes::from(std::mem::take(&mut *prefix.lock().expect("not poisoned")));
+        Ok((local_path, prefix))
     }
 
-    /// The local stream path of title `id`, when its copy is stored.
-    fn local_path(&self, id: u64) -> Option<String> {
+    /// The local stream path of title `id` and its memory prefix (empty
+    /// without LMSS), when its copy is stored.
+    fn local_copy(&self, id: u64) -> Option<(String, Bytes)> {
         match self.copies.lock().expect("not poisoned").get(&id) {
-            Some(LocalCopy::Ready { local_path }) => Some(local_path.clone()),
+            Some(LocalCopy::Ready { local_path, prefix }) => {
+                Some((local_path.clone(), prefix.clone()))
+            }
             _ => None,
         }
     }
@@ -547,6 +611,9 @@ impl InterfaceNode {
             "buffered_bytes": s.buffered_bytes.load(Relaxed),
             "local_server": self.config.local.as_ref().map(|l| l.url.clone()),
             "streams_local": s.streams_local.load(Relaxed),
+            "streams_from_memory": s.streams_from_memory.load(Relaxed),
+            "tails_from_manager": s.tails_from_manager.load(Relaxed),
+            "memory_prefix_seconds": self.config.memory_prefix_ns as f64 / 1e9,
             "copies_stored": s.copies_stored.load(Relaxed),
             "copies_failed": s.copies_failed.load(Relaxed),
             "copies": self.copies_json(),
@@ -729,6 +796,18 @@ async fn interface_metrics(State(node): State<Arc<InterfaceNode>>) -> Response {
             &s.streams_local,
         ),
         (
+            "streams_from_memory_total",
+            "counter",
+            "Local streams started from a copy's first seconds in memory (LMSS).",
+            &s.streams_from_memory,
+        ),
+        (
+            "tails_from_manager_total",
+            "counter",
+            "Streams from memory whose rest the local server refused, asked of the manager.",
+            &s.tails_from_manager,
+        ),
+        (
             "copies_stored_total",
             "counter",
             "Popular titles copied to this node's local disk.",
@@ -764,8 +843,14 @@ async fn stream(
         .is_some_and(|q| q.split('&').any(|p| p.starts_with("t=")));
     let id = file.split('.').next().and_then(|id| id.parse::<u64>().ok());
     if let (Some(id), Some(local)) = (id, &node.config.local)
-        && let Some(local_path) = node.local_path(id)
+        && let Some((local_path, prefix)) = node.local_copy(id)
     {
+        let whole = request.method() == Method::GET
+            && request.uri().query().is_none()
+            && !request.headers().contains_key(header::RANGE);
+        if whole && !prefix.is_empty() {
+            return serve_from_memory(&node, local, id, &local_path, prefix, request).await;
+        }
         return serve_local(&node, local, &local_path, request).await;
     }
     let (Some(id), false, true) = (id, time_seek, request.method() == Method::GET) else {
@@ -805,11 +890,9 @@ async fn stream(
         }
         tokio::time::sleep(RESUME_RETRY).await;
     };
-    if upstream
-        .headers()
-        .contains_key(rondo_server::config::COPY_HEADER)
-    {
-        node.start_copy(id, &path);
+    if let Some(copy) = upstream.headers().get(rondo_server::config::COPY_HEADER) {
+        let keep_prefix = copy.as_bytes() == b"lmss" && node.config.memory_prefix_ns > 0;
+        node.start_copy(id, &path, keep_prefix);
     }
     let span = match upstream.status() {
         StatusCode::OK => Some((0, index.size_bytes())),
@@ -907,6 +990,133 @@ async fn serve_local(
             format!("this node's local server ({}): {e}", local.url),
         ),
     }
+}
+
+/// LMSS: a whole-title viewer of a copy whose first seconds are in memory.
+/// The prefix goes at once (the client's TCP window paces it); the rest is
+/// asked of the local server `TAIL_LEAD` before the viewer needs it, so
+/// the local disk reads nothing for a viewer in its first seconds. If the
+/// local server refuses then, the rest is asked of the manager (relayed
+/// from the storage nodes); if both refuse, the response ends short.
+async fn serve_from_memory(
+    node: &Arc<InterfaceNode>,
+    local: &LocalServer,
+    id: u64,
+    local_path: &str,
+    prefix: Bytes,
+    request: Request,
+) -> Response {
+    let head_url = format!("{}{local_path}", local.url);
+    let head = match node.http.head(&head_url).send().await {
+        Ok(head) if head.status() == StatusCode::OK => head,
+        Ok(head) => {
+            return error(
+                StatusCode::BAD_GATEWAY,
+                format!(
+                    "this node's local server answered {} for {local_path}",
+                    head.status()
+                ),
+            );
+        }
+        Err(e) => return error(StatusCode::BAD_GATEWAY, format!("{head_url}: {e}")),
+    };
+    // (A HEAD answer has no body, so its length is read from the header.)
+    let size_bytes = head
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    let prefix_len = prefix.len() as u64;
+    if size_bytes <= prefix_len {
+        return serve_local(node, local, local_path, request).await;
+    }
+    // When the viewer needs the first byte past the prefix: the start of
+    // its round on the title's schedule.
+    let needed_at_ns = match node.schedule(id).await {
+        Some(index) => index
+            .position_of_byte(prefix_len)
+            .map_or(0, |p| index.round_start_ns(p.round)),
+        None => 0,
+    };
+    let ask_at = Instant::now() + Duration::from_nanos(needed_at_ns).saturating_sub(TAIL_LEAD);
+    node.stats.streams_local.fetch_add(1, Relaxed);
+    node.stats.streams_from_memory.fetch_add(1, Relaxed);
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    let task_node = Arc::clone(node);
+    let tail_url = format!("{}{local_path}", local.url);
+    let manager_path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    tokio::spawn(async move {
+        const CHUNK: usize = 64 * 1024;
+        let mut offset = 0;
+        while offset < prefix.len() {
+            let end = (offset + CHUNK).min(prefix.len());
+            if sender.send(Ok(prefix.slice(offset..end))).await.is_err() {
+                return; // the viewer left
+            }
+            offset = end;
+        }
+        tokio::time::sleep_until(ask_at.into()).await;
+        let range = format!("bytes={prefix_len}-");
+        let local_tail = task_node
+            .http
+            .get(&tail_url)
+            .header(header::RANGE, &range)
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status() == StatusCode::PARTIAL_CONTENT);
+        let tail = match local_tail {
+            Some(tail) => Some(tail),
+            None => {
+                task_node.stats.tails_from_manager.fetch_add(1, Relaxed);
+                let mut headers = task_node.stream_headers(&HeaderMap::new());
+                headers.insert(
+                    header::RANGE,
+                    HeaderValue::from_str(&range).expect("a valid header"),
+                );
+                task_node
+                    .forward(&Method::GET, &manager_path, &headers, None)
+                    .await
+                    .ok()
+                    .filter(|r| r.status() == StatusCode::PARTIAL_CONTENT)
+            }
+        };
+        let Some(tail) = tail else {
+            let _ = sender
+                .send(Err(std::io::Error::other(
+                    "neither the local server nor the manager took the rest of the stream",
+                )))
+                .await;
+            return;
+        };
+        let mut bytes = tail.bytes_stream();
+        while let Some(chunk) = tokio_stream::StreamExt::next(&mut bytes).await {
+            let chunk = chunk.map_err(std::io::Error::other);
+            let failed = chunk.is_err();
+            if sender.send(chunk).await.is_err() || failed {
+                return;
+            }
+        }
+    });
+    let mut response = response_head(&head)
+        .header(
+            "x-rondo-interface",
+            HeaderValue::from_str(&node.config.node_id).unwrap_or(HeaderValue::from_static("?")),
+        )
+        .header("x-rondo-local-copy", "memory");
+    if let Some(headers) = response.headers_mut() {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(size_bytes));
+    }
+    response
+        .body(Body::from_stream(
+            tokio_stream::wrappers::ReceiverStream::new(receiver),
+        ))
+        .unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string()))
 }
 
 fn path_without_query(path: &str) -> String {

@@ -211,8 +211,9 @@ pub const INTERFACE_HEADER: &str = "x-rondo-interface-url";
 /// copies of popular titles (`rondo node interface --local-data-dir`).
 pub const LOCAL_COPIES_HEADER: &str = "x-rondo-local-copies";
 
-/// On the manager's answer to the request that made a title popular: `1`,
-/// the asking interface node is now its dedicated node and copies it.
+/// On the manager's answer to the request that made a title popular:
+/// `ldss` or `lmss`, the asking interface node is now its dedicated node
+/// and copies it (under `lmss` keeping its first seconds in memory).
 pub const COPY_HEADER: &str = "x-rondo-copy";
 
 /// The header an interface node sends when it asks for the rest of a

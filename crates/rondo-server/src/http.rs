@@ -661,8 +661,15 @@ async fn stream(
     if let Some(range) = &selection.content_range {
         builder = builder.header(header::CONTENT_RANGE, range.as_str());
     }
-    if copy {
-        builder = builder.header(crate::config::COPY_HEADER, "1");
+    if copy && let Some(copies) = &shared.local_copies {
+        // The policy's name: under LMSS the node also keeps the title's
+        // first seconds in memory.
+        let retrieval = copies.lock().expect("not poisoned").0.retrieval();
+        let name = match retrieval {
+            rondo_model::cluster::Retrieval::Lmss => "lmss",
+            _ => "ldss",
+        };
+        builder = builder.header(crate::config::COPY_HEADER, name);
     }
     if let Some(start_ns) = selection.start_time_ns {
         // Where a time seek landed: the keyframe's time, the in-memory

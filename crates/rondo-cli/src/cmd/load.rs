@@ -60,6 +60,11 @@ pub struct LoadArgs {
     /// order) is chosen with probability ∝ 1/k^A; 0 is uniform.
     #[arg(long, value_name = "A", default_value_t = 1.0)]
     pub zipf: f64,
+    /// Seed 001 §6.4's popularity instead of --zipf: the first title (in GET
+    /// /api/titles order) takes this share of the streams and the others
+    /// share the rest evenly.
+    #[arg(long, value_name = "P")]
+    pub popular_share: Option<f64>,
     /// Seed of the arrival times and title choices.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
@@ -150,6 +155,9 @@ fn child_args(args: &LoadArgs, index: usize, count: usize) -> Vec<String> {
         "--json".into(),
         "--per-stream".into(),
     ];
+    if let Some(p) = args.popular_share {
+        line.extend(["--popular-share".into(), p.to_string()]);
+    }
     if let Some(ms) = args.playout_delay_ms {
         line.extend(["--playout-delay-ms".into(), ms.to_string()]);
     }
@@ -183,6 +191,11 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
     if !(args.zipf.is_finite() && args.zipf >= 0.0) {
         bail!("--zipf must be a non-negative exponent (0 is uniform)");
     }
+    if let Some(p) = args.popular_share
+        && !(0.0..=1.0).contains(&p)
+    {
+        bail!("--popular-share must be a share between 0 and 1, got {p}");
+    }
     let duration = seconds("duration", args.duration, false)?;
     let warmup = seconds("warmup", args.warmup, true)?;
     if warmup >= duration {
@@ -214,6 +227,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
         rate_per_s: args.rate,
         duration,
         zipf_exponent: args.zipf,
+        popular_share: args.popular_share,
         seed: args.seed,
         max_streams: args.max_streams,
         idle_clients: args.idle_clients,

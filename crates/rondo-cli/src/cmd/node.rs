@@ -74,6 +74,19 @@ pub struct InterfaceArgs {
         requires = "local_data_dir"
     )]
     pub local_disks: u32,
+    /// With a manager's --retrieval lmss: seconds of each local copy, from
+    /// the title's start, kept in this node's memory. A viewer's first
+    /// seconds are sent from memory and the rest is read from the local
+    /// disk only shortly before the viewer needs it (seed 001's LMSS).
+    /// Assumption: 30 s; the simulated Figure 11 kept 16 MiB (89 s at
+    /// Paragon's 1.5 Mbit/s).
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = 30.0,
+        requires = "local_data_dir"
+    )]
+    pub memory_prefix_s: f64,
     /// Print the node's address as JSON once it listens.
     #[arg(long)]
     pub json: bool,
@@ -204,6 +217,7 @@ fn interface(args: InterfaceArgs) -> anyhow::Result<()> {
             hold_ns: (args.buffer_s * 1e9) as u64,
             resume_timeout: std::time::Duration::from_secs(args.resume_timeout_s),
             url: advertised.clone(),
+            memory_prefix_ns: (args.memory_prefix_s.max(0.0) * 1e9) as u64,
             local: local_server.as_ref().map(|s| rondo_cluster::LocalServer {
                 url: s.url(),
                 token: s.token().to_string(),

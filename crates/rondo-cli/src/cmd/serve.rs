@@ -863,11 +863,7 @@ fn local_copies(
     let retrieval = match args.retrieval {
         RetrievalArg::Rdss => return Ok(None),
         RetrievalArg::Ldss => Retrieval::Ldss,
-        RetrievalArg::Lmss => anyhow::bail!(
-            "--retrieval lmss: the dedicated node's memory for a popular title's first seconds is \
-             not built on the real cluster yet (it is in simulation: rondo experiment run \
-             experiments/seed001-fig11.toml); use --retrieval ldss"
-        ),
+        RetrievalArg::Lmss => Retrieval::Lmss,
     };
     anyhow::ensure!(
         args.popular_window_s.is_finite() && args.popular_window_s > 0.0,

@@ -22,6 +22,9 @@ pub struct RunSettings {
     pub rate_per_s: f64,
     pub duration_s: f64,
     pub zipf_exponent: f64,
+    /// `--popular-share`: the first title's share, in place of Zipf.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub popular_share: Option<f64>,
     pub seed: u64,
     pub max_streams: usize,
     pub idle_clients: usize,
@@ -346,11 +349,14 @@ pub fn render_text(r: &Report) -> String {
         out.push('\n');
     };
     line(format!(
-        "rondo load: {} at {} streams/s for {} s (Zipf {}, seed {}{})",
+        "rondo load: {} at {} streams/s for {} s ({}, seed {}{})",
         s.url,
         s.rate_per_s,
         s.duration_s,
-        s.zipf_exponent,
+        match s.popular_share {
+            Some(p) => format!("the first title {:.0}%, the rest even", p * 100.0),
+            None => format!("Zipf {}", s.zipf_exponent),
+        },
         s.seed,
         if s.processes > 1 {
             format!(", {} client processes", s.processes)

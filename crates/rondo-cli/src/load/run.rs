@@ -42,6 +42,8 @@ pub struct LoadConfig {
     pub rate_per_s: f64,
     pub duration: Duration,
     pub zipf_exponent: f64,
+    /// Seed 001's popularity (`TitleChoice::popular`) instead of Zipf.
+    pub popular_share: Option<f64>,
     pub seed: u64,
     pub max_streams: usize,
     pub idle_clients: usize,
@@ -225,6 +227,15 @@ async fn fetch_titles(
 }
 
 /// The load's HTTP client (the clients' and this process's own requests).
+/// Which title each client asks for: Zipf, or one popular title.
+fn title_choice(config: &LoadConfig, titles: usize, seed_offset: u64) -> TitleChoice {
+    let seed = config.seed.wrapping_add(seed_offset);
+    match config.popular_share {
+        Some(share) => TitleChoice::popular(titles, share, seed),
+        None => TitleChoice::zipf(titles, config.zipf_exponent, seed),
+    }
+}
+
 fn http_client(config: &LoadConfig) -> anyhow::Result<reqwest::Client> {
     reqwest::Client::builder()
         .connect_timeout(config.client.header_timeout)
@@ -270,11 +281,7 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     .into();
 
     // Idle clients: opened (and admitted or not) before the first arrival.
-    let mut idle_choice = TitleChoice::zipf(
-        titles.len(),
-        config.zipf_exponent,
-        config.seed.wrapping_add(IDLE_SEED_OFFSET),
-    );
+    let mut idle_choice = title_choice(&config, titles.len(), IDLE_SEED_OFFSET);
     let mut opening = JoinSet::new();
     for index in 0..config.idle_clients {
         let title = titles[idle_choice.next_title()].clone();
@@ -311,11 +318,7 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
 
     // Arrivals.
     let mut arrivals = PoissonArrivals::new(config.rate_per_s, config.seed);
-    let mut choice = TitleChoice::zipf(
-        titles.len(),
-        config.zipf_exponent,
-        config.seed.wrapping_add(TITLE_SEED_OFFSET),
-    );
+    let mut choice = title_choice(&config, titles.len(), TITLE_SEED_OFFSET);
     let duration_s = config.duration.as_secs_f64();
     let run_start = Instant::now();
     let mut tasks: JoinSet<StreamRecord> = JoinSet::new();
@@ -424,6 +427,7 @@ fn run_settings(config: &LoadConfig, drain_timeout: Duration, processes: usize) 
         rate_per_s: config.rate_per_s,
         duration_s: config.duration.as_secs_f64(),
         zipf_exponent: config.zipf_exponent,
+        popular_share: config.popular_share,
         seed: config.seed,
         max_streams: config.max_streams,
         idle_clients: config.idle_clients,
