@@ -38,7 +38,13 @@
 # minimum"), KILL_NODE_AT_S (SIGKILL storage node 0 then), INTERFACE_NODES
 # (1: clients go through an interface node, with a standby manager),
 # BUFFER_S (its buffer, 8), KILL_MANAGER_AT_S (SIGKILL the elected manager
-# then; the server-side window figures are then the standby's).
+# then; the server-side window figures are then the standby's), RETRIEVAL
+# (rdss, ldss or lmss: seed 001 §6's policy on the manager; ldss and lmss
+# give the interface node a local data directory of LOCAL_DISKS (2) disks,
+# with POPULAR_REQUESTS (3) requests within 60 s making a title popular and
+# MEMORY_PREFIX_S (30) seconds in memory under lmss), POPULAR_SHARE (p: the
+# first title takes this share of the streams, the others the rest evenly,
+# in place of ZIPF, for the load and the prediction).
 # Needs: ffmpeg, curl, jq. Wall time ≈ WARMUP_S + MEASURE_S + TITLE_SECONDS (twice with COMPARE_POLICY)
 # + a minute.
 set -euo pipefail
@@ -60,6 +66,9 @@ URL="http://127.0.0.1:$PORT"
 
 STORAGE_NODES=${STORAGE_NODES:-0}
 DISKS_PER_NODE=${DISKS_PER_NODE:-2}
+RETRIEVAL=${RETRIEVAL:-rdss}
+POPULARITY=(--zipf "$ZIPF")
+[[ -n ${POPULAR_SHARE:-} ]] && POPULARITY=(--popular-share "$POPULAR_SHARE")
 
 # shellcheck source=tools/lib.sh
 source "$ROOT/tools/lib.sh"
@@ -112,7 +121,7 @@ run_phase() {
     END_ROUND=$((WARMUP_S + MEASURE_S))
     say "rondo simulate --data-dir (rounds $WARMUP_S..$END_ROUND, ρ = 1.5, Zipf $ZIPF)"
     # shellcheck disable=SC2086
-    "$RONDO" simulate --data-dir "$DATA" $POLICY --load 1.5 --no-capacity --zipf "$ZIPF" \
+    "$RONDO" simulate --data-dir "$DATA" $POLICY --load 1.5 --no-capacity "${POPULARITY[@]}" \
         --start-burst-rounds "$START_BURST_ROUNDS" \
         --seed "$SEED" --warmup-rounds "$WARMUP_S" --end-round "$END_ROUND" \
         --mode simulated-disk --replications 5 --max-replications 30 --ci 0.01 \
@@ -123,7 +132,12 @@ run_phase() {
     # 4. The server (or the cluster) and the load.
     if (( STORAGE_NODES > 0 )); then
         say "a cluster in network namespaces: etcd, $STORAGE_NODES storage nodes of $DISKS_PER_NODE disks, the manager"
-        cluster_start "$POLICY --no-samples --connections-per-client-max 0" "$OUT/serve.log" \
+        local serve_flags="$POLICY --no-samples --connections-per-client-max 0 --retrieval $RETRIEVAL"
+        if [[ $RETRIEVAL != rdss ]]; then
+            serve_flags+=" --popular-requests ${POPULAR_REQUESTS:-3}"
+            INTERFACE_FLAGS="--local-data-dir $WORK/interface-0-local --local-disks ${LOCAL_DISKS:-2} --memory-prefix-s ${MEMORY_PREFIX_S:-30}"
+        fi
+        cluster_start "$serve_flags" "$OUT/serve.log" \
             || { say "the cluster did not start; see $OUT/serve.log"; exit 1; }
     else
         # shellcheck disable=SC2086
@@ -138,7 +152,7 @@ run_phase() {
     fi
     say "rondo serve up (pid $SERVER_PID); rondo load --rate $RATE for $END_ROUND s"
     "$RONDO" load --url "$URL" --rate "$RATE" --duration "$END_ROUND" --warmup "$WARMUP_S" \
-        --zipf "$ZIPF" --seed "$SEED" --json > "$OUT/load.json" 2> "$OUT/load.err" &
+        "${POPULARITY[@]}" --seed "$SEED" --json > "$OUT/load.json" 2> "$OUT/load.err" &
     LOAD_PID=$!
     T0=$(date +%s)
     if (( STORAGE_NODES > 0 )) && [[ -n ${KILL_MANAGER_AT_S:-} ]]; then

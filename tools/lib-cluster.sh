@@ -4,8 +4,9 @@
 # load generator in this namespace. Needs root and iproute2.
 # Callers source tools/lib.sh and set ROOT, RONDO, WORK, DATA, STORAGE_NODES,
 # DISKS_PER_NODE first. With INTERFACE_NODES=1 a standby manager and an
-# interface node (buffer BUFFER_S seconds) start too, each in its own
-# namespace, and URL is the interface node's: the clients' way in.
+# interface node (buffer BUFFER_S seconds, extra flags INTERFACE_FLAGS, e.g.
+# a --local-data-dir for LDSS) start too, each in its own namespace, and URL
+# is the interface node's: the clients' way in.
 
 CLUSTER_TAG="rc$(( $$ % 10000 ))"
 CLUSTER_SUBNET="10.215.$(( $$ % 250 + 1 ))"
@@ -73,8 +74,10 @@ cluster_start() {
             > "$log.standby" 2>&1 &
         CLUSTER_PIDS+=($!)
         cluster_host iface0
+        # shellcheck disable=SC2086 # a list of flags
         ip netns exec "$CLUSTER_TAG-iface0" "$RONDO" node interface --listen "$CLUSTER_IP:8090" \
             --node-id interface-0 --etcd "$etcd" --cluster capacity --buffer-s "${BUFFER_S:-8}" \
+            ${INTERFACE_FLAGS:-} \
             > "$WORK/interface-0.out" 2> "$WORK/interface-0.err" &
         CLUSTER_PIDS+=($!)
         URL="http://$CLUSTER_IP:8090"

@@ -682,7 +682,7 @@ fn popular_title_served_by_its_dedicated_node(retrieval: &str) {
     assert_eq!(served["streams_local"], 2, "{served:#}");
     let from_memory = if retrieval == "lmss" { 2 } else { 0 };
     assert_eq!(served["streams_from_memory"], from_memory, "{served:#}");
-    assert_eq!(served["tails_from_manager"], 0, "{served:#}");
+    assert_eq!(served["local_refused"], 0, "{served:#}");
 
     // Another title is relayed from the storage nodes, at B as at A.
     let (status, headers, _) = fetch(&format!("{}{other_path}", b.url));

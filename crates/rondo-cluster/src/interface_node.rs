@@ -77,9 +77,11 @@ pub struct InterfaceConfig {
 }
 
 /// How long before a viewer of a copy held in memory needs the first byte
-/// past the memory prefix the node asks its local server for the rest.
-/// Assumption: the local server's default look-ahead (5 rounds) plus the
-/// round that reads and one round of margin, at 1 s rounds.
+/// past the memory prefix its rest's reads may start at the latest: the
+/// rest is reserved at the local server when the viewer arrives, deferred
+/// by the time to that byte less this. Assumption: the local server's
+/// default look-ahead (5 rounds) plus the round that reads and one round of
+/// margin, at 1 s rounds.
 const TAIL_LEAD: Duration = Duration::from_secs(7);
 
 /// An interface node's local server (`rondo node interface
@@ -170,9 +172,9 @@ struct Stats {
     streams_local: AtomicU64,
     /// ... of which started from memory (LMSS).
     streams_from_memory: AtomicU64,
-    /// Streams from memory whose rest the local server refused, asked of
-    /// the manager instead.
-    tails_from_manager: AtomicU64,
+    /// Viewers of a copy the local server refused (its disks full), relayed
+    /// from the storage nodes instead.
+    local_refused: AtomicU64,
     /// Copies stored, and copies that failed.
     copies_stored: AtomicU64,
     copies_failed: AtomicU64,
@@ -612,7 +614,7 @@ impl InterfaceNode {
             "local_server": self.config.local.as_ref().map(|l| l.url.clone()),
             "streams_local": s.streams_local.load(Relaxed),
             "streams_from_memory": s.streams_from_memory.load(Relaxed),
-            "tails_from_manager": s.tails_from_manager.load(Relaxed),
+            "local_refused": s.local_refused.load(Relaxed),
             "memory_prefix_seconds": self.config.memory_prefix_ns as f64 / 1e9,
             "copies_stored": s.copies_stored.load(Relaxed),
             "copies_failed": s.copies_failed.load(Relaxed),
@@ -802,10 +804,10 @@ async fn interface_metrics(State(node): State<Arc<InterfaceNode>>) -> Response {
             &s.streams_from_memory,
         ),
         (
-            "tails_from_manager_total",
+            "local_refused_total",
             "counter",
-            "Streams from memory whose rest the local server refused, asked of the manager.",
-            &s.tails_from_manager,
+            "Viewers of a local copy the local server refused, relayed from the storage nodes.",
+            &s.local_refused,
         ),
         (
             "copies_stored_total",
@@ -848,10 +850,19 @@ async fn stream(
         let whole = request.method() == Method::GET
             && request.uri().query().is_none()
             && !request.headers().contains_key(header::RANGE);
-        if whole && !prefix.is_empty() {
-            return serve_from_memory(&node, local, id, &local_path, prefix, request).await;
+        let asked = Asked::of(&request);
+        let served = if whole && !prefix.is_empty() {
+            serve_from_memory(&node, local, id, &local_path, prefix, &asked).await
+        } else {
+            serve_local(&node, local, &local_path, &asked).await
+        };
+        match served {
+            Some(response) => return response,
+            // The local disks are full: relayed from the storage nodes.
+            None => {
+                node.stats.local_refused.fetch_add(1, Relaxed);
+            }
         }
-        return serve_local(&node, local, &local_path, request).await;
     }
     let (Some(id), false, true) = (id, time_seek, request.method() == Method::GET) else {
         return proxy(State(node), request).await;
@@ -946,154 +957,161 @@ async fn stream(
         .unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string()))
 }
 
+/// What a client asked for (a request without its body, which is not
+/// `Sync` and so cannot be held across an await by reference).
+struct Asked {
+    method: Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+}
+
+impl Asked {
+    fn of(request: &Request) -> Asked {
+        Asked {
+            method: request.method().clone(),
+            uri: request.uri().clone(),
+            headers: request.headers().clone(),
+        }
+    }
+}
+
 /// A stream of a title copied here: asked of the local server (the same
 /// path's query, the client's Range), passed on as it answers. The local
 /// server admits and paces it as any rondo server does; no interface buffer
-/// is needed, as no manager's takeover can break it.
+/// is needed, as no manager's takeover can break it. `None` when the local
+/// server refused it for want of room (503): the caller relays it instead.
 async fn serve_local(
     node: &Arc<InterfaceNode>,
     local: &LocalServer,
     local_path: &str,
-    request: Request,
-) -> Response {
+    request: &Asked,
+) -> Option<Response> {
     let query = request
-        .uri()
+        .uri
         .query()
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
     let mut forwarded = node.http.request(
-        request.method().clone(),
+        request.method.clone(),
         format!("{}{local_path}{query}", local.url),
     );
-    for (name, value) in request.headers() {
+    for (name, value) in &request.headers {
         if !is_hop_by_hop(name) && name != header::HOST {
             forwarded = forwarded.header(name, value);
         }
     }
-    match forwarded.send().await {
-        Ok(upstream) => {
-            if upstream.status().is_success() {
-                node.stats.streams_local.fetch_add(1, Relaxed);
-            }
-            let response = response_head(&upstream).header(
-                "x-rondo-interface",
-                HeaderValue::from_str(&node.config.node_id)
-                    .unwrap_or(HeaderValue::from_static("?")),
-            );
-            response
-                .header("x-rondo-local-copy", "1")
-                .body(Body::from_stream(upstream.bytes_stream()))
-                .unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string()))
+    let upstream = match forwarded.send().await {
+        Ok(upstream) => upstream,
+        Err(e) => {
+            return Some(error(
+                StatusCode::BAD_GATEWAY,
+                format!("this node's local server ({}): {e}", local.url),
+            ));
         }
-        Err(e) => error(
-            StatusCode::BAD_GATEWAY,
-            format!("this node's local server ({}): {e}", local.url),
-        ),
+    };
+    if upstream.status() == StatusCode::SERVICE_UNAVAILABLE {
+        return None;
     }
+    if upstream.status().is_success() {
+        node.stats.streams_local.fetch_add(1, Relaxed);
+    }
+    Some(
+        local_response_head(node, &upstream, "1")
+            .body(Body::from_stream(upstream.bytes_stream()))
+            .unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string())),
+    )
+}
+
+/// The head of an answer from this node's copy: the local server's, named.
+fn local_response_head(
+    node: &InterfaceNode,
+    upstream: &reqwest::Response,
+    copy: &'static str,
+) -> axum::http::response::Builder {
+    response_head(upstream)
+        .header(
+            "x-rondo-interface",
+            HeaderValue::from_str(&node.config.node_id).unwrap_or(HeaderValue::from_static("?")),
+        )
+        .header("x-rondo-local-copy", copy)
 }
 
 /// LMSS: a whole-title viewer of a copy whose first seconds are in memory.
-/// The prefix goes at once (the client's TCP window paces it); the rest is
-/// asked of the local server `TAIL_LEAD` before the viewer needs it, so
-/// the local disk reads nothing for a viewer in its first seconds. If the
-/// local server refuses then, the rest is asked of the manager (relayed
-/// from the storage nodes); if both refuse, the response ends short.
+/// When the viewer arrives, the rest (from the first byte past the prefix)
+/// is reserved at the local server with its reads deferred until
+/// `TAIL_LEAD` before the viewer needs them (`x-rondo-defer-ms`), so the
+/// local disk reads nothing for a viewer in its first seconds, and a viewer
+/// is taken only with its rest guaranteed. The prefix then goes at once
+/// (the client's TCP window paces it), the rest as the local server sends
+/// it. `None` when the local server refused the rest (503): the caller
+/// relays the viewer instead.
 async fn serve_from_memory(
     node: &Arc<InterfaceNode>,
     local: &LocalServer,
     id: u64,
     local_path: &str,
     prefix: Bytes,
-    request: Request,
-) -> Response {
-    let head_url = format!("{}{local_path}", local.url);
-    let head = match node.http.head(&head_url).send().await {
-        Ok(head) if head.status() == StatusCode::OK => head,
-        Ok(head) => {
-            return error(
-                StatusCode::BAD_GATEWAY,
-                format!(
-                    "this node's local server answered {} for {local_path}",
-                    head.status()
-                ),
-            );
-        }
-        Err(e) => return error(StatusCode::BAD_GATEWAY, format!("{head_url}: {e}")),
-    };
-    // (A HEAD answer has no body, so its length is read from the header.)
-    let size_bytes = head
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
+    request: &Asked,
+) -> Option<Response> {
+    let index = node.schedule(id).await;
     let prefix_len = prefix.len() as u64;
-    if size_bytes <= prefix_len {
+    let size_bytes = index.as_ref().map_or(0, |i| i.size_bytes());
+    if index.is_none() || size_bytes <= prefix_len {
         return serve_local(node, local, local_path, request).await;
     }
     // When the viewer needs the first byte past the prefix: the start of
     // its round on the title's schedule.
-    let needed_at_ns = match node.schedule(id).await {
-        Some(index) => index
-            .position_of_byte(prefix_len)
-            .map_or(0, |p| index.round_start_ns(p.round)),
-        None => 0,
+    let needed_at_ns = index
+        .as_ref()
+        .and_then(|i| {
+            i.position_of_byte(prefix_len)
+                .map(|p| i.round_start_ns(p.round))
+        })
+        .unwrap_or(0);
+    let defer = Duration::from_nanos(needed_at_ns).saturating_sub(TAIL_LEAD);
+    let tail_url = format!("{}{local_path}", local.url);
+    let tail = match node
+        .http
+        .get(&tail_url)
+        .header(header::RANGE, format!("bytes={prefix_len}-"))
+        .header(
+            rondo_server::config::DEFER_HEADER,
+            defer.as_millis().to_string(),
+        )
+        .send()
+        .await
+    {
+        Ok(tail) if tail.status() == StatusCode::PARTIAL_CONTENT => tail,
+        Ok(tail) if tail.status() == StatusCode::SERVICE_UNAVAILABLE => return None,
+        Ok(tail) => {
+            return Some(error(
+                StatusCode::BAD_GATEWAY,
+                format!(
+                    "this node's local server answered {} for the rest of {local_path}",
+                    tail.status()
+                ),
+            ));
+        }
+        Err(e) => return Some(error(StatusCode::BAD_GATEWAY, format!("{tail_url}: {e}"))),
     };
-    let ask_at = Instant::now() + Duration::from_nanos(needed_at_ns).saturating_sub(TAIL_LEAD);
     node.stats.streams_local.fetch_add(1, Relaxed);
     node.stats.streams_from_memory.fetch_add(1, Relaxed);
+    let mut response = local_response_head(node, &tail, "memory").status(StatusCode::OK);
+    if let Some(headers) = response.headers_mut() {
+        headers.remove(header::CONTENT_RANGE);
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(size_bytes));
+    }
     let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    let task_node = Arc::clone(node);
-    let tail_url = format!("{}{local_path}", local.url);
-    let manager_path = request
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_string();
     tokio::spawn(async move {
         const CHUNK: usize = 64 * 1024;
         let mut offset = 0;
         while offset < prefix.len() {
             let end = (offset + CHUNK).min(prefix.len());
             if sender.send(Ok(prefix.slice(offset..end))).await.is_err() {
-                return; // the viewer left
+                return; // the viewer left; dropping the tail ends its stream
             }
             offset = end;
         }
-        tokio::time::sleep_until(ask_at.into()).await;
-        let range = format!("bytes={prefix_len}-");
-        let local_tail = task_node
-            .http
-            .get(&tail_url)
-            .header(header::RANGE, &range)
-            .send()
-            .await
-            .ok()
-            .filter(|r| r.status() == StatusCode::PARTIAL_CONTENT);
-        let tail = match local_tail {
-            Some(tail) => Some(tail),
-            None => {
-                task_node.stats.tails_from_manager.fetch_add(1, Relaxed);
-                let mut headers = task_node.stream_headers(&HeaderMap::new());
-                headers.insert(
-                    header::RANGE,
-                    HeaderValue::from_str(&range).expect("a valid header"),
-                );
-                task_node
-                    .forward(&Method::GET, &manager_path, &headers, None)
-                    .await
-                    .ok()
-                    .filter(|r| r.status() == StatusCode::PARTIAL_CONTENT)
-            }
-        };
-        let Some(tail) = tail else {
-            let _ = sender
-                .send(Err(std::io::Error::other(
-                    "neither the local server nor the manager took the rest of the stream",
-                )))
-                .await;
-            return;
-        };
         let mut bytes = tail.bytes_stream();
         while let Some(chunk) = tokio_stream::StreamExt::next(&mut bytes).await {
             let chunk = chunk.map_err(std::io::Error::other);
@@ -1103,20 +1121,13 @@ async fn serve_from_memory(
             }
         }
     });
-    let mut response = response_head(&head)
-        .header(
-            "x-rondo-interface",
-            HeaderValue::from_str(&node.config.node_id).unwrap_or(HeaderValue::from_static("?")),
-        )
-        .header("x-rondo-local-copy", "memory");
-    if let Some(headers) = response.headers_mut() {
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(size_bytes));
-    }
-    response
-        .body(Body::from_stream(
-            tokio_stream::wrappers::ReceiverStream::new(receiver),
-        ))
-        .unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string()))
+    Some(
+        response
+            .body(Body::from_stream(
+                tokio_stream::wrappers::ReceiverStream::new(receiver),
+            ))
+            .unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string())),
+    )
 }
 
 fn path_without_query(path: &str) -> String {

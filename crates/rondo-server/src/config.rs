@@ -216,6 +216,12 @@ pub const LOCAL_COPIES_HEADER: &str = "x-rondo-local-copies";
 /// and copies it (under `lmss` keeping its first seconds in memory).
 pub const COPY_HEADER: &str = "x-rondo-copy";
 
+/// On a stream request: reserve the stream now but start its reads no
+/// sooner than this many milliseconds from now (rounded up to whole
+/// rounds). An LMSS interface node asks its local server for the rest of a
+/// viewer whose first seconds it sends from memory.
+pub const DEFER_HEADER: &str = "x-rondo-defer-ms";
+
 /// The header an interface node sends when it asks for the rest of a
 /// stream whose manager was lost: `1`, or the stream's [`SCHEDULE_HEADER`]
 /// from that manager with `at-ns` moved on to when the stream broke

@@ -338,6 +338,26 @@ struct Selection {
     start_time_ns: Option<u64>,
 }
 
+/// `x-rondo-defer-ms` ([`crate::config::DEFER_HEADER`]) as whole rounds
+/// (rounded up): how long the stream's first read waits at least.
+fn deferred_rounds(shared: &Shared, headers: &HeaderMap) -> Result<u64, ApiError> {
+    let Some(value) = headers.get(crate::config::DEFER_HEADER) else {
+        return Ok(0);
+    };
+    let ms: u64 = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "{} must be a whole number of milliseconds",
+                crate::config::DEFER_HEADER
+            ))
+        })?;
+    let round_ms = (shared.array.round_duration_ns / 1_000_000).max(1);
+    Ok(ms.div_ceil(round_ms))
+}
+
 /// What LDSS/LMSS make of a stream request ([`route_local_copies`]).
 enum CopyDecision {
     Serve,
@@ -721,6 +741,7 @@ async fn stream(
             connection: connection.map(|c| c.0),
             prior,
             sink: fast_path.map(|f| f.0.0),
+            defer_rounds: deferred_rounds(&shared, &headers)?,
         },
     )
     .await

@@ -160,6 +160,9 @@ pub struct StreamRequest {
     /// The send loop's end of the connection, when the listener answers
     /// this request itself (`sink`); `None`: hyper sends the body.
     pub sink: Option<Arc<Sink>>,
+    /// Rounds the first read waits at least (`x-rondo-defer-ms`,
+    /// `AdmitRequest::defer_rounds`).
+    pub defer_rounds: u64,
 }
 
 /// An admitted stream and the body that delivers it.
@@ -188,8 +191,12 @@ pub async fn admit(
     let pieces = PieceSender::default();
     let pieces_rx = pieces.clone();
     let taken_rounds = Arc::new(AtomicU32::new(0));
-    let (first_byte, length_bytes, prior) =
-        (request.first_byte, request.length_bytes, request.prior);
+    let (first_byte, length_bytes, prior, defer_rounds) = (
+        request.first_byte,
+        request.length_bytes,
+        request.prior,
+        request.defer_rounds,
+    );
     let (job_title, peer, connection, sink, prefix, job_counters, guard_shared) = (
         Arc::clone(&title),
         request.peer.clone(),
@@ -214,6 +221,7 @@ pub async fn admit(
                         length_bytes,
                     },
                     prior,
+                    defer_rounds,
                 },
                 now_ns,
             );

@@ -823,6 +823,7 @@ impl Executor<'_> {
             title: TitleId(title as u64),
             span,
             prior: None,
+            defer_rounds: 0,
         };
         let outcome = self
             .prepared

@@ -972,6 +972,7 @@ fn whole(title: TitleId) -> rondo_model::array::AdmitRequest {
         title,
         span: rondo_model::array::Span::Whole,
         prior: None,
+        defer_rounds: 0,
     }
 }
 

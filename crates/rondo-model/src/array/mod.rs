@@ -233,6 +233,12 @@ pub struct AdmitRequest {
     /// A stream asked for again after the manager that carried it was lost
     /// (a takeover): where that manager read it. `None`: a new stream.
     pub prior: Option<PriorSchedule>,
+    /// Rounds the stream's first read waits at least, past the first round
+    /// not yet planned: a start reserved now for later (an interface node's
+    /// LMSS, whose viewers play their first seconds from its memory). 0: as
+    /// soon as it fits. The reservation tables refuse a start whose stream
+    /// would end past their horizon (`Rejection::TooLong`).
+    pub defer_rounds: u64,
 }
 
 /// Where an earlier manager read a stream it carried (its shape there, in
@@ -826,7 +832,7 @@ impl Array {
         request: &AdmitRequest,
         lookahead_rounds: u64,
     ) -> Result<Admitted, Rejection> {
-        let earliest_round = self.next_round;
+        let earliest_round = self.next_round.plus(request.defer_rounds);
         let result = self.try_admit(request, earliest_round, lookahead_rounds);
         match &result {
             Ok(a) => self.count_admitted(a.stream),
@@ -852,10 +858,9 @@ impl Array {
         request: &AdmitRequest,
         now_ns: u64,
     ) -> Result<(Admitted, Option<LateStart>), Rejection> {
-        // A stream asked for again is placed on its own diagonal (`admit`).
-        if let Some((admitted, late)) = request
-            .prior
-            .is_none()
+        // A stream asked for again is placed on its own diagonal (`admit`);
+        // a deferred one starts in a later round anyway.
+        if let Some((admitted, late)) = (request.prior.is_none() && request.defer_rounds == 0)
             .then(|| self.try_late_start(request, now_ns))
             .flatten()
         {

@@ -103,6 +103,7 @@ fn whole(title: u64) -> AdmitRequest {
         title: TitleId(title),
         span: Span::Whole,
         prior: None,
+        defer_rounds: 0,
     }
 }
 
@@ -146,6 +147,7 @@ fn spans_map_bytes_and_times_to_playback_rounds() {
                 length_bytes: 2000,
             },
             prior: None,
+            defer_rounds: 0,
         })
         .unwrap();
     // Byte 1500 is 500 into round 2 (round 1 is empty); byte 3499 is in round 3.
@@ -162,6 +164,7 @@ fn spans_map_bytes_and_times_to_playback_rounds() {
                 length_bytes: u64::MAX,
             },
             prior: None,
+            defer_rounds: 0,
         })
         .unwrap();
     assert_eq!(
@@ -176,6 +179,7 @@ fn spans_map_bytes_and_times_to_playback_rounds() {
                 t_ns: 2_500_000_000,
             },
             prior: None,
+            defer_rounds: 0,
         })
         .unwrap();
     assert_eq!(
@@ -190,6 +194,7 @@ fn spans_map_bytes_and_times_to_playback_rounds() {
                 length_bytes: 1
             },
             prior: None,
+            defer_rounds: 0,
         }),
         Err(Rejection::PastEnd { .. })
     ));
@@ -876,6 +881,7 @@ fn a_round_with_no_good_replica_stops_only_the_streams_that_reach_it() {
                 length_bytes: lost_start_byte,
             },
             prior: None,
+            defer_rounds: 0,
         })
         .unwrap();
     assert_eq!(before.end_playback_round, PlaybackRound(4));
@@ -992,6 +998,7 @@ fn a_disk_is_rebuilt_while_another_is_failed_and_the_rest_comes_back() {
                 length_bytes: lost_start_byte,
             },
             prior: None,
+            defer_rounds: 0,
         })
         .unwrap();
     }
@@ -1027,6 +1034,7 @@ fn a_streams_first_send_bytes_are_its_bursts_trimmed_to_its_span() {
             length_bytes,
         },
         prior: None,
+        defer_rounds: 0,
     };
     let s = a.admit(&bytes(10 * KIB, u64::MAX)).unwrap();
     assert_eq!(s.first_send_bytes, 290 * KIB, "less what it skips");
@@ -1449,6 +1457,7 @@ fn a_read_group_is_one_request_and_its_rounds_are_released_in_their_own_rounds()
                 length_bytes: u64::MAX,
             },
             prior: None,
+            defer_rounds: 0,
         })
         .unwrap();
     assert_eq!(s.first_playback_round, PlaybackRound(4));
@@ -2110,6 +2119,7 @@ fn streams_asked_for_again_after_a_takeover_keep_their_diagonals_and_all_fit() {
                     length_bytes: u64::MAX,
                 },
                 prior: prior.then_some(prior_schedule),
+                defer_rounds: 0,
             };
             match b.admit(&request) {
                 Ok(admitted) => {
@@ -2172,6 +2182,7 @@ fn a_prior_schedule_from_a_client_is_bounded() {
             length_bytes: u64::MAX,
         },
         prior: Some(prior),
+        defer_rounds: 0,
     };
     for (id, start_round, first_playback_round, burst_rounds, lost_at_ns) in [
         (1, u64::MAX, 0, 0, 0),
@@ -2348,4 +2359,30 @@ fn a_costlier_bound_is_taken_only_while_the_admitted_streams_fit_it() {
         matches!(refused, RechargeRefused::NotWhole { .. }),
         "{refused}"
     );
+}
+
+/// A deferred start (an LMSS node's rest of a viewer it starts from
+/// memory): reserved when asked, its first read no sooner than the rounds
+/// asked for, never a late start; one that would end past the tables'
+/// horizon is refused, not wrapped around the ring.
+#[test]
+fn a_deferred_stream_is_reserved_now_and_read_no_sooner_than_asked() {
+    let mut a = array(4, Scheme::Minimum, &[1000; 8]);
+    let now = a.admit(&whole(0)).unwrap();
+    let deferred = AdmitRequest {
+        defer_rounds: 7,
+        ..whole(0)
+    };
+    let (later, late) = a.admit_now(&deferred, 10).unwrap();
+    assert!(late.is_none(), "a deferred stream is no late start");
+    assert!(
+        later.start_round >= now.earliest_round.plus(7),
+        "{later:?} against {now:?}"
+    );
+    assert_eq!(later.earliest_round, now.earliest_round.plus(7));
+    let too_far = AdmitRequest {
+        defer_rounds: 1_000_000,
+        ..whole(0)
+    };
+    assert!(matches!(a.admit(&too_far), Err(Rejection::TooLong { .. })));
 }
