@@ -434,6 +434,14 @@ impl InterfaceNode {
     /// this node's URL, and whether it can hold copies.
     fn stream_headers(&self, client: &HeaderMap) -> HeaderMap {
         let mut headers = client.clone();
+        // Only this node says what it is: a client's own claims are dropped.
+        for name in [
+            rondo_server::config::INTERFACE_HEADER,
+            rondo_server::config::LOCAL_COPIES_HEADER,
+            rondo_server::config::DEFER_HEADER,
+        ] {
+            headers.remove(name);
+        }
         if let Ok(url) = HeaderValue::from_str(&self.config.url) {
             headers.insert(rondo_server::config::INTERFACE_HEADER, url);
         }
@@ -1418,6 +1426,55 @@ async fn ask_rest(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `rondo_interface_*` family docs/cluster.md names is one the
+    /// node's `/interface/metrics` exports (the server's own docs test
+    /// leaves these to this one).
+    #[test]
+    fn every_interface_metric_the_docs_name_is_exported() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let text = runtime.block_on(async {
+            let node = InterfaceNode::new(InterfaceConfig {
+                node_id: "i".into(),
+                managers: Managers::Listed(vec!["http://127.0.0.1:9".into()]),
+                hold_ns: 0,
+                resume_timeout: Duration::from_secs(1),
+                url: "http://127.0.0.1:8090".into(),
+                local: None,
+                memory_prefix_ns: 0,
+            })
+            .await
+            .unwrap();
+            let response = interface_metrics(State(node)).await;
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            String::from_utf8(body.to_vec()).unwrap()
+        });
+        let docs = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/cluster.md"),
+        )
+        .unwrap();
+        let mut named = 0;
+        for (at, _) in docs.match_indices("rondo_interface_") {
+            let name: String = docs[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            named += 1;
+            assert!(
+                text.contains(&format!("\n{name} ")),
+                "docs/cluster.md names {name}, which /interface/metrics does not export:\n{text}"
+            );
+        }
+        assert!(
+            named >= 1,
+            "the docs name no interface metric: the scan is broken"
+        );
+    }
 
     #[test]
     fn content_ranges_parse_to_first_and_length() {

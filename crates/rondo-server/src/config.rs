@@ -222,6 +222,11 @@ pub const COPY_HEADER: &str = "x-rondo-copy";
 /// viewer whose first seconds it sends from memory.
 pub const DEFER_HEADER: &str = "x-rondo-defer-ms";
 
+/// The longest deferral [`DEFER_HEADER`] may ask for: 10 minutes
+/// (assumption: far past an LMSS memory prefix, and short enough that a
+/// client cannot hold disk time for hours ahead).
+pub const DEFER_MS_MAX: u64 = 600_000;
+
 /// The header an interface node sends when it asks for the rest of a
 /// stream whose manager was lost: `1`, or the stream's [`SCHEDULE_HEADER`]
 /// from that manager with `at-ns` moved on to when the stream broke

@@ -354,6 +354,13 @@ fn deferred_rounds(shared: &Shared, headers: &HeaderMap) -> Result<u64, ApiError
                 crate::config::DEFER_HEADER
             ))
         })?;
+    if ms > crate::config::DEFER_MS_MAX {
+        return Err(ApiError::bad_request(format!(
+            "{} {ms} is over {} ms",
+            crate::config::DEFER_HEADER,
+            crate::config::DEFER_MS_MAX
+        )));
+    }
     let round_ms = (shared.array.round_duration_ns / 1_000_000).max(1);
     Ok(ms.div_ceil(round_ms))
 }
@@ -379,6 +386,7 @@ fn route_local_copies(
     method: &Method,
     headers: &HeaderMap,
     selection: &Selection,
+    peer: SocketAddr,
 ) -> CopyDecision {
     let Some(copies) = &shared.local_copies else {
         return CopyDecision::Serve;
@@ -386,10 +394,14 @@ fn route_local_copies(
     if method != Method::GET || headers.contains_key(crate::config::RESUME_HEADER) {
         return CopyDecision::Serve;
     }
+    // A node is believed only at its own address: a client that names
+    // another URL is not made a title's dedicated node (whose URL the
+    // manager would send other viewers to).
     let from_url = headers
         .get(crate::config::INTERFACE_HEADER)
         .and_then(|v| v.to_str().ok())
-        .map(|url| url.trim_end_matches('/').to_string());
+        .map(|url| url.trim_end_matches('/').to_string())
+        .filter(|url| url_host_is(url, peer.ip()));
     let can_copy = headers.contains_key(crate::config::LOCAL_COPIES_HEADER);
     let now_ns = shared
         .clock
@@ -432,6 +444,15 @@ fn route_local_copies(
             CopyDecision::Redirect(nodes[interface as usize].clone())
         }
     }
+}
+
+/// Whether `url` (`http://HOST:PORT...`) names the address `ip`.
+fn url_host_is(url: &str, ip: std::net::IpAddr) -> bool {
+    url.parse::<axum::http::Uri>()
+        .ok()
+        .and_then(|uri| uri.host().map(|h| h.trim_matches(['[', ']']).to_string()))
+        .and_then(|host| host.parse::<std::net::IpAddr>().ok())
+        .is_some_and(|host| host == ip || (host.is_loopback() && ip.is_loopback()))
 }
 
 /// Parses `?t=` as non-negative seconds, in ns.
@@ -655,7 +676,7 @@ async fn stream(
         Some(t) => select_time(&title, t).await?,
         None => select(&title, &headers)?,
     };
-    let copy = match route_local_copies(&shared, title.id(), &method, &headers, &selection) {
+    let copy = match route_local_copies(&shared, title.id(), &method, &headers, &selection, peer) {
         CopyDecision::Serve => false,
         CopyDecision::Copy => true,
         CopyDecision::Redirect(base) => {
@@ -1081,7 +1102,20 @@ async fn server_id(
 
 #[cfg(test)]
 mod tests {
-    use super::{RangeChoice, parse_time, resolve_range};
+    use super::{RangeChoice, parse_time, resolve_range, url_host_is};
+
+    /// An interface node is believed only at its own address: the manager
+    /// never dedicates a title to a URL its requester does not sit at.
+    #[test]
+    fn an_interface_url_counts_only_from_its_own_host() {
+        let ip = |t: &str| t.parse::<std::net::IpAddr>().unwrap();
+        assert!(url_host_is("http://10.0.0.5:8090", ip("10.0.0.5")));
+        assert!(!url_host_is("http://10.0.0.6:8090", ip("10.0.0.5")));
+        assert!(!url_host_is("http://evil.example:80", ip("10.0.0.5")));
+        assert!(url_host_is("http://127.0.0.1:8090", ip("127.0.0.2")));
+        assert!(url_host_is("http://[::1]:8090", ip("::1")));
+        assert!(!url_host_is("not a url", ip("10.0.0.5")));
+    }
 
     #[test]
     fn ranges_resolve_as_rfc_9110_says() {
