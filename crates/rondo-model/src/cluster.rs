@@ -326,6 +326,19 @@ impl LocalCopies {
             _ => CopyRoute::Relay,
         }
     }
+
+    /// Routes a continuing request for `title` (a viewer's later range or
+    /// time seek, not a new viewer): not logged as popularity, but a
+    /// dedicated title is still served only by its dedicated node.
+    pub fn route_continuing(&self, title: TitleId, from: Option<u32>) -> CopyRoute {
+        if !self.retrieval.uses_local_copy() {
+            return CopyRoute::Relay;
+        }
+        match self.dedicated.get(&title) {
+            Some(&interface) if from != Some(interface) => CopyRoute::Redirect { interface },
+            _ => CopyRoute::Relay,
+        }
+    }
 }
 
 /// Seed 001 §7.2's history: each edge (I node, S node) keeps the last `m`
@@ -445,6 +458,13 @@ mod tests {
             CopyRoute::Redirect { interface: 1 }
         );
         assert_eq!(copies.route(a, Some(1), 5 * s), CopyRoute::Relay);
+        // A viewer's later range: not popularity, but still only node 1.
+        assert_eq!(
+            copies.route_continuing(a, Some(0)),
+            CopyRoute::Redirect { interface: 1 }
+        );
+        assert_eq!(copies.route_continuing(a, Some(1)), CopyRoute::Relay);
+        assert_eq!(copies.route_continuing(b, Some(0)), CopyRoute::Relay);
         // A second popular title: node 1 has its one title, node 0 takes it.
         for t in 0..3 {
             assert_eq!(copies.route(b, Some(1), (6 + t) * s), CopyRoute::Relay);
@@ -462,6 +482,7 @@ mod tests {
         let mut rdss = LocalCopies::new(Retrieval::Rdss, 60 * s, 1, 1);
         assert_eq!(rdss.route(a, Some(0), 0), CopyRoute::Relay);
         assert_eq!(rdss.dedicated(a), None);
+        assert_eq!(rdss.route_continuing(a, Some(0)), CopyRoute::Relay);
     }
 
     #[test]

@@ -408,42 +408,41 @@ fn route_local_copies(
         .boundary(rondo_model::units::Round(0))
         .elapsed()
         .as_nanos() as u64;
-    let (copies, nodes) = &mut *copies.lock().expect("not poisoned");
-    let from = match (&from_url, can_copy) {
-        (Some(url), true) => Some(match nodes.iter().position(|n| n == url) {
-            Some(i) => i as u32,
-            None => {
-                nodes.push(url.clone());
-                (nodes.len() - 1) as u32
-            }
-        }),
-        _ => None,
-    };
     let new_viewer = selection.first_byte == 0 && selection.start_time_ns.is_none();
-    let route = if new_viewer {
-        copies.route(title, from, now_ns)
-    } else {
-        match copies.dedicated(title) {
-            Some(interface) if from != Some(interface) => {
-                rondo_model::cluster::CopyRoute::Redirect { interface }
+    // The lock covers the node table and the decision only.
+    let route = {
+        let (copies, nodes) = &mut *copies.lock().expect("not poisoned");
+        let from = match (&from_url, can_copy) {
+            (Some(url), true) => Some(match nodes.iter().position(|n| n == url) {
+                Some(i) => i as u32,
+                None => {
+                    nodes.push(url.clone());
+                    (nodes.len() - 1) as u32
+                }
+            }),
+            _ => None,
+        };
+        let route = if new_viewer {
+            copies.route(title, from, now_ns)
+        } else {
+            copies.route_continuing(title, from)
+        };
+        match route {
+            rondo_model::cluster::CopyRoute::Relay => CopyDecision::Serve,
+            rondo_model::cluster::CopyRoute::RelayAndCopy => CopyDecision::Copy,
+            rondo_model::cluster::CopyRoute::Redirect { interface } => {
+                CopyDecision::Redirect(nodes[interface as usize].clone())
             }
-            _ => rondo_model::cluster::CopyRoute::Relay,
         }
     };
-    match route {
-        rondo_model::cluster::CopyRoute::Relay => CopyDecision::Serve,
-        rondo_model::cluster::CopyRoute::RelayAndCopy => {
-            tracing::info!(
-                title = title.0,
-                interface = from_url.as_deref().unwrap_or("?"),
-                "title popular: dedicated to the interface node that asked (it copies the title)"
-            );
-            CopyDecision::Copy
-        }
-        rondo_model::cluster::CopyRoute::Redirect { interface } => {
-            CopyDecision::Redirect(nodes[interface as usize].clone())
-        }
+    if matches!(route, CopyDecision::Copy) {
+        tracing::info!(
+            title = title.0,
+            interface = from_url.as_deref().unwrap_or("?"),
+            "title popular: dedicated to the interface node that asked (it copies the title)"
+        );
     }
+    route
 }
 
 /// Whether `url` (`http://HOST:PORT...`) names the address `ip`.
