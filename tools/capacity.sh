@@ -42,9 +42,13 @@
 # (rdss, ldss or lmss: seed 001 §6's policy on the manager; ldss and lmss
 # give the interface node a local data directory of LOCAL_DISKS (2) disks,
 # with POPULAR_REQUESTS (3) requests within 60 s making a title popular and
-# MEMORY_PREFIX_S (30) seconds in memory under lmss), POPULAR_SHARE (p: the
-# first title takes this share of the streams, the others the rest evenly,
-# in place of ZIPF, for the load and the prediction).
+# MEMORY_PREFIX_S (30) seconds in memory under lmss, and DEDICATED_NODE
+# (shared, or exclusive: a dedicated node serves only its title, seed 001
+# §6.4)), POPULAR_SHARE (p: the first title takes this share of the streams,
+# the others the rest evenly, in place of ZIPF, for the load and the
+# prediction), INTERFACE_BUFFER_MIB (each interface node's B_I_tot: it
+# refuses streams past it). With INTERFACE_NODES > 1 the clients take the
+# interface nodes in turn.
 # Needs: ffmpeg, curl, jq. Wall time ≈ WARMUP_S + MEASURE_S + TITLE_SECONDS (twice with COMPARE_POLICY)
 # + a minute.
 set -euo pipefail
@@ -134,9 +138,12 @@ run_phase() {
         say "a cluster in network namespaces: etcd, $STORAGE_NODES storage nodes of $DISKS_PER_NODE disks, the manager"
         local serve_flags="$POLICY --no-samples --connections-per-client-max 0 --retrieval $RETRIEVAL"
         if [[ $RETRIEVAL != rdss ]]; then
-            serve_flags+=" --popular-requests ${POPULAR_REQUESTS:-3}"
-            INTERFACE_FLAGS="--local-data-dir $WORK/interface-0-local --local-disks ${LOCAL_DISKS:-2} --memory-prefix-s ${MEMORY_PREFIX_S:-30}"
+            serve_flags+=" --popular-requests ${POPULAR_REQUESTS:-3} --dedicated-node ${DEDICATED_NODE:-shared}"
+            INTERFACE_FLAGS="--local-data-dir $WORK/interface-{k}-local --local-disks ${LOCAL_DISKS:-2} --memory-prefix-s ${MEMORY_PREFIX_S:-30}"
+        else
+            INTERFACE_FLAGS=""
         fi
+        [[ -n ${INTERFACE_BUFFER_MIB:-} ]] && INTERFACE_FLAGS+=" --buffer-total-mib $INTERFACE_BUFFER_MIB"
         cluster_start "$serve_flags" "$OUT/serve.log" \
             || { say "the cluster did not start; see $OUT/serve.log"; exit 1; }
     else
@@ -151,7 +158,7 @@ run_phase() {
         curl -sf "$URL/api/titles" >/dev/null || { say "the server did not start; see $OUT/serve.log"; exit 1; }
     fi
     say "rondo serve up (pid $SERVER_PID); rondo load --rate $RATE for $END_ROUND s"
-    "$RONDO" load --url "$URL" --rate "$RATE" --duration "$END_ROUND" --warmup "$WARMUP_S" \
+    "$RONDO" load --url "${URLS:-$URL}" --rate "$RATE" --duration "$END_ROUND" --warmup "$WARMUP_S" \
         "${POPULARITY[@]}" --seed "$SEED" --json > "$OUT/load.json" 2> "$OUT/load.err" &
     LOAD_PID=$!
     T0=$(date +%s)
@@ -184,8 +191,13 @@ run_phase() {
     wait "$LOAD_PID"
     curl -sf "$URL/api/metrics" > "$OUT/metrics-end.json"
     if (( ${INTERFACE_NODES:-0} > 0 )); then
-        curl -sf "$URL/api/interface" > "$OUT/interface-end.json" || true
-        say "interface node: $(jq -c . "$OUT/interface-end.json")"
+        local k=0 u
+        for u in ${URLS//,/ }; do
+            curl -sf "$u/api/interface" > "$OUT/interface-$k-end.json" || true
+            say "interface node $k: $(jq -c 'del(.copies)' "$OUT/interface-$k-end.json")"
+            k=$((k + 1))
+        done
+        cp "$OUT/interface-0-end.json" "$OUT/interface-end.json"
     fi
     if (( STORAGE_NODES > 0 )); then
         cluster_stop

@@ -3,10 +3,11 @@
 # nodes and the manager, each in a namespace of its own on one bridge, the
 # load generator in this namespace. Needs root and iproute2.
 # Callers source tools/lib.sh and set ROOT, RONDO, WORK, DATA, STORAGE_NODES,
-# DISKS_PER_NODE first. With INTERFACE_NODES=1 a standby manager and an
-# interface node (buffer BUFFER_S seconds, extra flags INTERFACE_FLAGS, e.g.
-# a --local-data-dir for LDSS) start too, each in its own namespace, and URL
-# is the interface node's: the clients' way in.
+# DISKS_PER_NODE first. With INTERFACE_NODES=N (N > 0) a standby manager and
+# N interface nodes (buffer BUFFER_S seconds, extra flags INTERFACE_FLAGS, in
+# which {k} becomes the node's number, e.g. a --local-data-dir DIR{k} for
+# LDSS) start too, each in its own namespace; URL is the first interface
+# node's and URLS every one's, comma-separated: the clients' ways in.
 
 CLUSTER_TAG="rc$(( $$ % 10000 ))"
 CLUSTER_SUBNET="10.215.$(( $$ % 250 + 1 ))"
@@ -73,15 +74,22 @@ cluster_start() {
             --listen "$CLUSTER_IP:8080" --etcd "$etcd" --cluster capacity --manager-id standby \
             > "$log.standby" 2>&1 &
         CLUSTER_PIDS+=($!)
-        cluster_host iface0
-        # shellcheck disable=SC2086 # a list of flags
-        ip netns exec "$CLUSTER_TAG-iface0" "$RONDO" node interface --listen "$CLUSTER_IP:8090" \
-            --node-id interface-0 --etcd "$etcd" --cluster capacity --buffer-s "${BUFFER_S:-8}" \
-            ${INTERFACE_FLAGS:-} \
-            > "$WORK/interface-0.out" 2> "$WORK/interface-0.err" &
-        CLUSTER_PIDS+=($!)
-        URL="http://$CLUSTER_IP:8090"
-        cluster_wait_http "$URL/api/interface"
+        URLS=""
+        local k
+        for ((k = 0; k < INTERFACE_NODES; k++)); do
+            cluster_host "iface$k"
+            # shellcheck disable=SC2086 # a list of flags
+            ip netns exec "$CLUSTER_TAG-iface$k" "$RONDO" node interface --listen "$CLUSTER_IP:8090" \
+                --node-id "interface-$k" --etcd "$etcd" --cluster capacity --buffer-s "${BUFFER_S:-8}" \
+                ${INTERFACE_FLAGS//\{k\}/$k} \
+                > "$WORK/interface-$k.out" 2> "$WORK/interface-$k.err" &
+            CLUSTER_PIDS+=($!)
+            cluster_wait_http "http://$CLUSTER_IP:8090/api/interface" || return 1
+            URLS+="${URLS:+,}http://$CLUSTER_IP:8090"
+        done
+        URL=${URLS%%,*}
+    else
+        URLS=$URL
     fi
 }
 

@@ -557,24 +557,31 @@ fn fetch(url: &str) -> (reqwest::StatusCode, reqwest::header::HeaderMap, Vec<u8>
 /// the title to its own disk as one more viewer. From then on the title's
 /// viewers at another interface node are redirected there and served from
 /// the local copy, byte for byte, while other titles are still relayed.
+/// The dedicated node is exclusive (seed 001 §6.4): another title's viewer
+/// that asks it is sent to the node dedicated to none.
 #[test]
 fn a_popular_title_is_copied_to_its_dedicated_interface_node_and_served_there() {
-    popular_title_served_by_its_dedicated_node("ldss");
+    popular_title_served_by_its_dedicated_node("ldss", "exclusive");
 }
 
 /// LMSS: the same, the dedicated node also keeping the copy's first
 /// seconds in memory; a viewer's start comes from memory and its rest from
-/// the node's disk, byte for byte.
+/// the node's disk, byte for byte. The dedicated node is shared (rondo's
+/// default) and serves other titles too. Node B's buffer (B_I_tot) holds
+/// no stream: its viewers of the popular title are still sent to A, and
+/// another title's viewer there is refused (503) naming the buffer.
 #[test]
 fn under_lmss_a_popular_titles_viewers_start_from_the_dedicated_nodes_memory() {
-    popular_title_served_by_its_dedicated_node("lmss");
+    popular_title_served_by_its_dedicated_node("lmss", "shared");
 }
 
-fn popular_title_served_by_its_dedicated_node(retrieval: &str) {
+fn popular_title_served_by_its_dedicated_node(retrieval: &str, dedicated_node: &str) {
+    let exclusive = dedicated_node == "exclusive";
     let cluster = Cluster::start("local-copies");
     let manager = cluster
         .manager("m")
         .args(["--retrieval", retrieval, "--popular-requests", "2"])
+        .args(["--dedicated-node", dedicated_node])
         .start();
     let local_dir = cluster.tmp.path().join("interface-a-local");
     let local_dir_text = local_dir.to_str().unwrap();
@@ -594,9 +601,25 @@ fn popular_title_served_by_its_dedicated_node(retrieval: &str) {
             // Shorter than the sample titles, so a viewer's rest is read.
             "--memory-prefix-s",
             "4",
+            // Room for every stream here: the ledger is kept and returned.
+            "--buffer-total-mib",
+            "256",
         ],
     );
-    let b = cluster.interface("b", "1");
+    let mut b_args = vec![
+        "--node-id",
+        "b",
+        "--buffer-s",
+        "1",
+        "--etcd",
+        cluster.etcd.client_url(),
+        "--cluster",
+        cluster.name,
+    ];
+    if !exclusive {
+        b_args.extend(["--buffer-total-mib", "0.001"]);
+    }
+    let b = InterfaceNode::start(RONDO, &b_args);
     let titles = get_json(&format!("{}/api/titles", manager.url));
     let titles = titles.as_array().unwrap();
     let duration = |t: &Value| t["duration_seconds"].as_f64().unwrap();
@@ -684,9 +707,44 @@ fn popular_title_served_by_its_dedicated_node(retrieval: &str) {
     assert_eq!(served["streams_from_memory"], from_memory, "{served:#}");
     assert_eq!(served["local_refused"], 0, "{served:#}");
 
-    // Another title is relayed from the storage nodes, at B as at A.
-    let (status, headers, _) = fetch(&format!("{}{other_path}", b.url));
-    assert_eq!(status, 200);
-    assert!(headers.get("x-rondo-local-copy").is_none());
+    let node_of = |headers: &reqwest::header::HeaderMap| {
+        headers
+            .get("x-rondo-interface")
+            .map(|v| v.to_str().unwrap().to_string())
+    };
+    if exclusive {
+        // Another title asked of A goes to B (dedicated to none), relayed
+        // from the storage nodes there.
+        let (status, headers, _) = fetch(&format!("{}{other_path}", a.url));
+        assert_eq!(status, 200);
+        assert_eq!(node_of(&headers).as_deref(), Some("b"), "{headers:?}");
+        assert!(headers.get("x-rondo-local-copy").is_none());
+    } else {
+        // Another title is relayed from the storage nodes at A; B, its
+        // buffer too small for any stream, refuses it and says why.
+        let (status, headers, _) = fetch(&format!("{}{other_path}", a.url));
+        assert_eq!(status, 200);
+        assert_eq!(node_of(&headers).as_deref(), Some("a"), "{headers:?}");
+        assert!(headers.get("x-rondo-local-copy").is_none());
+        let (status, headers, body) = fetch(&format!("{}{other_path}", b.url));
+        assert_eq!(status, 503);
+        assert!(headers.get("retry-after").is_some(), "{headers:?}");
+        let refusal: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(refusal["reason"], "interface_buffer", "{refusal:#}");
+        let b_seen = get_json(&format!("{}/api/interface", b.url));
+        assert_eq!(b_seen["streams_refused_buffer"], 1, "{b_seen:#}");
+        assert_eq!(b_seen["buffer_reserved_bytes"], 0, "{b_seen:#}");
+    }
+    // Every stream A served has ended, and returned its buffer.
+    let ended_by = Instant::now() + Duration::from_secs(10);
+    let a_seen = loop {
+        let a_seen = get_json(&format!("{}/api/interface", a.url));
+        if a_seen["buffer_reserved_bytes"] == 0 || Instant::now() > ended_by {
+            break a_seen;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(a_seen["buffer_reserved_bytes"], 0, "{a_seen:#}");
+    assert_eq!(a_seen["streams_refused_buffer"], 0, "{a_seen:#}");
     drop((a, b, manager));
 }

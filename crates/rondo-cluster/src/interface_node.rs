@@ -74,6 +74,10 @@ pub struct InterfaceConfig {
     /// LMSS: seconds of each copy, from its start, kept in memory when the
     /// manager asks for LMSS (`x-rondo-copy: lmss`).
     pub memory_prefix_ns: u64,
+    /// B_I_tot (seed 001 §7.1): the node takes a stream only while its
+    /// streams' buffers B_Ij, with the new one's, stay below this
+    /// (condition (4)); `None`, no limit.
+    pub buffer_total_bytes: Option<u64>,
 }
 
 /// How long before a viewer of a copy held in memory needs the first byte
@@ -132,7 +136,27 @@ pub struct InterfaceNode {
     schedules: std::sync::Mutex<HashMap<u64, Arc<RoundIndex>>>,
     /// Local copies, by the manager's title id.
     copies: std::sync::Mutex<HashMap<u64, LocalCopy>>,
+    /// Condition (4)'s ledger, with `--buffer-total-mib`.
+    buffer: Option<std::sync::Mutex<rondo_model::cluster::InterfaceBuffer>>,
     stats: Stats,
+}
+
+/// A stream's B_Ij, reserved in the node's buffer ledger while the stream
+/// is served and returned when its body is dropped (ended or the client
+/// gone).
+struct BufferReservation {
+    node: Arc<InterfaceNode>,
+    bytes: u64,
+}
+
+impl Drop for BufferReservation {
+    fn drop(&mut self) {
+        if let Some(buffer) = &self.node.buffer {
+            let mut buffer = buffer.lock().expect("not poisoned");
+            buffer.release(self.bytes);
+            (self.node.stats.buffer_reserved_bytes).store(buffer.in_use_bytes(), Relaxed);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -168,6 +192,10 @@ struct Stats {
     resume_bytes_slack_ns_min: AtomicU64,
     bytes_released: AtomicU64,
     buffered_bytes: AtomicU64,
+    /// Streams the node refused because its buffer (B_I_tot) was full.
+    streams_refused_buffer: AtomicU64,
+    /// Σ B_Ij of the streams served now (with --buffer-total-mib).
+    buffer_reserved_bytes: AtomicU64,
     /// Streams served from the node's local copies.
     streams_local: AtomicU64,
     /// ... of which started from memory (LMSS).
@@ -200,6 +228,9 @@ impl InterfaceNode {
             .tcp_nodelay(true)
             .build()
             .map_err(|e| format!("building the HTTP client: {e}"))?;
+        let buffer = config
+            .buffer_total_bytes
+            .map(|b| std::sync::Mutex::new(rondo_model::cluster::InterfaceBuffer::new(b)));
         Ok(Arc::new(InterfaceNode {
             config,
             http,
@@ -208,6 +239,7 @@ impl InterfaceNode {
             listed_next: AtomicU64::new(0),
             schedules: Default::default(),
             copies: Default::default(),
+            buffer,
             stats: Stats {
                 resume_slack_ns_min: AtomicU64::new(u64::MAX),
                 loss_slack_ns_min: AtomicU64::new(u64::MAX),
@@ -362,6 +394,55 @@ impl InterfaceNode {
                     tokio::time::sleep(RESUME_RETRY).await;
                 }
             }
+        }
+    }
+
+    /// Reserves a new stream of `index`'s title in the buffer ledger
+    /// (condition (4)): `Ok(None)` with no B_I_tot, the reservation, or the
+    /// 503 that refuses the stream, naming the buffer.
+    fn reserve_buffer(
+        self: &Arc<Self>,
+        index: &RoundIndex,
+    ) -> Result<Option<BufferReservation>, Box<Response>> {
+        let Some(buffer) = &self.buffer else {
+            return Ok(None);
+        };
+        let bytes = rondo_model::interface::stream_buffer_bytes(index, self.config.hold_ns);
+        let reserved = {
+            let mut buffer = buffer.lock().expect("not poisoned");
+            let reserved = buffer.reserve(bytes);
+            (self.stats.buffer_reserved_bytes).store(buffer.in_use_bytes(), Relaxed);
+            reserved
+        };
+        match reserved {
+            Ok(()) => Ok(Some(BufferReservation {
+                node: Arc::clone(self),
+                bytes,
+            })),
+            Err(rondo_model::cluster::MeasuredRefusal::Buffer {
+                in_use_bytes,
+                total_bytes,
+            }) => {
+                self.stats.streams_refused_buffer.fetch_add(1, Relaxed);
+                let mut response = (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    axum::Json(json!({
+                        "error": format!(
+                            "interface node {} is full: its streams' buffers hold {in_use_bytes} \
+                             of its {total_bytes} bytes (--buffer-total-mib) and this stream needs \
+                             {bytes} more",
+                            self.config.node_id
+                        ),
+                        "reason": "interface_buffer",
+                    })),
+                )
+                    .into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                Err(Box::new(response))
+            }
+            Err(other) => unreachable!("the buffer ledger refuses only on its buffer: {other:?}"),
         }
     }
 
@@ -623,6 +704,9 @@ impl InterfaceNode {
             "streams_local": s.streams_local.load(Relaxed),
             "streams_from_memory": s.streams_from_memory.load(Relaxed),
             "local_refused": s.local_refused.load(Relaxed),
+            "buffer_total_bytes": self.config.buffer_total_bytes,
+            "buffer_reserved_bytes": s.buffer_reserved_bytes.load(Relaxed),
+            "streams_refused_buffer": s.streams_refused_buffer.load(Relaxed),
             "memory_prefix_seconds": self.config.memory_prefix_ns as f64 / 1e9,
             "copies_stored": s.copies_stored.load(Relaxed),
             "copies_failed": s.copies_failed.load(Relaxed),
@@ -818,6 +902,18 @@ async fn interface_metrics(State(node): State<Arc<InterfaceNode>>) -> Response {
             &s.local_refused,
         ),
         (
+            "buffer_reserved_bytes",
+            "gauge",
+            "Interface buffer reserved by the streams served now (B_Ij summed; --buffer-total-mib).",
+            &s.buffer_reserved_bytes,
+        ),
+        (
+            "streams_refused_buffer_total",
+            "counter",
+            "Streams refused (503) because the interface buffer was full (condition (4)).",
+            &s.streams_refused_buffer,
+        ),
+        (
             "copies_stored_total",
             "counter",
             "Popular titles copied to this node's local disk.",
@@ -859,13 +955,20 @@ async fn stream(
             && request.uri().query().is_none()
             && !request.headers().contains_key(header::RANGE);
         let asked = Asked::of(&request);
+        let reservation = match node.schedule(id).await {
+            Some(index) if request.method() == Method::GET => match node.reserve_buffer(&index) {
+                Ok(reservation) => reservation,
+                Err(refusal) => return *refusal,
+            },
+            _ => None,
+        };
         let served = if whole && !prefix.is_empty() {
             serve_from_memory(&node, local, id, &local_path, prefix, &asked).await
         } else {
             serve_local(&node, local, &local_path, &asked).await
         };
         match served {
-            Some(response) => return response,
+            Some(response) => return held_while_sent(response, reservation),
             // The local disks are full: relayed from the storage nodes.
             None => {
                 node.stats.local_refused.fetch_add(1, Relaxed);
@@ -930,6 +1033,13 @@ async fn stream(
         // title as indexed go to the client as they are.
         return pass_on(upstream);
     };
+    // Reserved once the manager has taken the stream, so that a request
+    // the manager redirects (to a title's dedicated node) never counts
+    // here; a refusal drops the upstream, which ends it at the manager.
+    let reservation = match node.reserve_buffer(&index) {
+        Ok(reservation) => reservation,
+        Err(refusal) => return *refusal,
+    };
     let response = response_head(&upstream).header(
         "x-rondo-interface",
         HeaderValue::from_str(&node.config.node_id).unwrap_or(HeaderValue::from_static("?")),
@@ -957,6 +1067,7 @@ async fn stream(
         relay,
         upstream,
         sender,
+        reservation,
     ));
     response
         .body(Body::from_stream(
@@ -1138,6 +1249,20 @@ async fn serve_from_memory(
     )
 }
 
+/// `response` with `reservation` held until its body is dropped (sent, or
+/// the client gone); at once for an answer that is no stream.
+fn held_while_sent(response: Response, reservation: Option<BufferReservation>) -> Response {
+    let Some(reservation) = reservation.filter(|_| response.status().is_success()) else {
+        return response;
+    };
+    let (parts, body) = response.into_parts();
+    let body = tokio_stream::StreamExt::map(body.into_data_stream(), move |chunk| {
+        let _held = &reservation;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(body))
+}
+
 fn path_without_query(path: &str) -> String {
     path.split('?').next().unwrap_or(path).to_string()
 }
@@ -1188,6 +1313,8 @@ async fn relay_stream(
     mut relay: Relay,
     upstream: reqwest::Response,
     client: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    // Held until the relay ends.
+    _reservation: Option<BufferReservation>,
 ) {
     let stats = &node.stats;
     stats.streams_relayed.fetch_add(1, Relaxed);
@@ -1445,6 +1572,7 @@ mod tests {
                 url: "http://127.0.0.1:8090".into(),
                 local: None,
                 memory_prefix_ns: 0,
+                buffer_total_bytes: None,
             })
             .await
             .unwrap();

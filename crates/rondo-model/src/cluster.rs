@@ -262,12 +262,28 @@ pub enum CopyRoute {
 /// - A node is dedicated to at most `titles_per_interface` titles (§6.4
 ///   dedicates one node to the one popular title), and a title stays
 ///   dedicated while the manager runs.
+/// - A dedicated node serves other titles too (rondo's default), or, with
+///   [`LocalCopies::exclusive`] (§6.4 as the paper has it: "other requests
+///   go to the other I nodes"), it serves only its dedicated titles: a new
+///   viewer of another title that comes through it is redirected to a node
+///   not dedicated to any title, taken in turn (the manager does not see
+///   the I nodes' loads, so the paper's least-loaded choice becomes
+///   round-robin). With no such node known, the viewer is relayed there.
+///
+/// I nodes are numbered in the order the manager first hears from them
+/// ([`LocalCopies::interface`]), by the URL they give.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LocalCopies {
     retrieval: Retrieval,
     log: PopularityLog,
     titles_per_interface: u32,
     dedicated: BTreeMap<TitleId, u32>,
+    exclusive: bool,
+    /// I nodes' URLs, by number, and whether each can hold copies.
+    interfaces: Vec<String>,
+    can_copy: Vec<bool>,
+    /// Turn of the next redirect away from a dedicated node (exclusive).
+    next_shared: u32,
 }
 
 impl LocalCopies {
@@ -282,7 +298,63 @@ impl LocalCopies {
             log: PopularityLog::new(window_ns, threshold_requests),
             titles_per_interface: titles_per_interface.max(1),
             dedicated: BTreeMap::new(),
+            exclusive: false,
+            interfaces: Vec::new(),
+            can_copy: Vec::new(),
+            next_shared: 0,
         }
+    }
+
+    /// Dedicated nodes serve only their dedicated titles (seed 001 §6.4).
+    pub fn exclusive(mut self, exclusive: bool) -> LocalCopies {
+        self.exclusive = exclusive;
+        self
+    }
+
+    pub fn is_exclusive(&self) -> bool {
+        self.exclusive
+    }
+
+    /// The number of the I node at `url`, numbering it if new; `can_copy`:
+    /// it has local disks for copies (as it says now).
+    pub fn interface(&mut self, url: &str, can_copy: bool) -> u32 {
+        let i = match self.interfaces.iter().position(|n| n == url) {
+            Some(i) => i,
+            None => {
+                self.interfaces.push(url.to_string());
+                self.can_copy.push(can_copy);
+                self.interfaces.len() - 1
+            }
+        };
+        self.can_copy[i] = can_copy;
+        i as u32
+    }
+
+    /// The URLs of the I nodes, by number.
+    pub fn interfaces(&self) -> &[String] {
+        &self.interfaces
+    }
+
+    /// Under [`LocalCopies::exclusive`], where a request for `title` that
+    /// came through `from` goes when `from` is dedicated to other titles:
+    /// the next node dedicated to none. `None` otherwise.
+    fn away_from_dedicated(&mut self, title: TitleId, from: Option<u32>) -> Option<u32> {
+        let from = from?;
+        if !self.exclusive
+            || self.dedicated.get(&title) == Some(&from)
+            || !self.dedicated.values().any(|&d| d == from)
+        {
+            return None;
+        }
+        let shared: Vec<u32> = (0..self.interfaces.len() as u32)
+            .filter(|i| !self.dedicated.values().any(|d| d == i))
+            .collect();
+        if shared.is_empty() {
+            return None;
+        }
+        let pick = shared[self.next_shared as usize % shared.len()];
+        self.next_shared = self.next_shared.wrapping_add(1);
+        Some(pick)
     }
 
     pub fn retrieval(&self) -> Retrieval {
@@ -300,8 +372,8 @@ impl LocalCopies {
     }
 
     /// Routes a request for `title` at `now_ns` (non-decreasing) that came
-    /// through I node `from`: `Some(i)` for a node able to hold copies,
-    /// `None` for one that is not (or a client of the manager itself).
+    /// through I node `from` ([`LocalCopies::interface`]; `None` for a
+    /// client of the manager itself).
     pub fn route(&mut self, title: TitleId, from: Option<u32>, now_ns: u64) -> CopyRoute {
         if !self.retrieval.uses_local_copy() {
             return CopyRoute::Relay;
@@ -317,26 +389,31 @@ impl LocalCopies {
         match from {
             Some(i)
                 if popular
+                    && self.can_copy.get(i as usize) == Some(&true)
                     && self.dedicated.values().filter(|&&d| d == i).count()
                         < self.titles_per_interface as usize =>
             {
                 self.dedicated.insert(title, i);
                 CopyRoute::RelayAndCopy
             }
-            _ => CopyRoute::Relay,
+            _ => self.route_continuing(title, from),
         }
     }
 
     /// Routes a continuing request for `title` (a viewer's later range or
     /// time seek, not a new viewer): not logged as popularity, but a
-    /// dedicated title is still served only by its dedicated node.
-    pub fn route_continuing(&self, title: TitleId, from: Option<u32>) -> CopyRoute {
+    /// dedicated title is still served only by its dedicated node, and
+    /// (exclusive) a dedicated node serves no other title.
+    pub fn route_continuing(&mut self, title: TitleId, from: Option<u32>) -> CopyRoute {
         if !self.retrieval.uses_local_copy() {
             return CopyRoute::Relay;
         }
         match self.dedicated.get(&title) {
             Some(&interface) if from != Some(interface) => CopyRoute::Redirect { interface },
-            _ => CopyRoute::Relay,
+            _ => match self.away_from_dedicated(title, from) {
+                Some(interface) => CopyRoute::Redirect { interface },
+                None => CopyRoute::Relay,
+            },
         }
     }
 }
@@ -388,6 +465,60 @@ pub enum MeasuredRefusal {
     },
 }
 
+/// Condition (4) of seed 001 §7.1, strict: B_I_tot > Σ B_Ij + B_IM.
+fn buffer_condition(
+    total_bytes: u64,
+    in_use_bytes: u64,
+    new_bytes: u64,
+) -> Result<(), MeasuredRefusal> {
+    if in_use_bytes.saturating_add(new_bytes) >= total_bytes {
+        return Err(MeasuredRefusal::Buffer {
+            in_use_bytes,
+            total_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// A real I node's buffer ledger (`rondo node interface
+/// --buffer-total-mib`): B_I_tot, and the B_Ij reserved by the streams it
+/// serves. A stream is taken only while condition (4) holds with it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct InterfaceBuffer {
+    total_bytes: u64,
+    in_use_bytes: u64,
+}
+
+impl InterfaceBuffer {
+    pub fn new(total_bytes: u64) -> InterfaceBuffer {
+        InterfaceBuffer {
+            total_bytes,
+            in_use_bytes: 0,
+        }
+    }
+
+    /// Reserves a new stream's `bytes` if condition (4) holds with them.
+    pub fn reserve(&mut self, bytes: u64) -> Result<(), MeasuredRefusal> {
+        buffer_condition(self.total_bytes, self.in_use_bytes, bytes)?;
+        self.in_use_bytes += bytes;
+        Ok(())
+    }
+
+    /// Returns a reservation's `bytes` (the stream ended).
+    pub fn release(&mut self, bytes: u64) {
+        debug_assert!(bytes <= self.in_use_bytes, "released more than reserved");
+        self.in_use_bytes = self.in_use_bytes.saturating_sub(bytes);
+    }
+
+    pub fn in_use_bytes(&self) -> u64 {
+        self.in_use_bytes
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes
+    }
+}
+
 /// Seed 001 §7's measured admission on one I node.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct MeasuredAdmission {
@@ -409,13 +540,7 @@ impl MeasuredAdmission {
         in_use_bytes: u64,
         new_bytes: u64,
     ) -> Result<(), MeasuredRefusal> {
-        // (4) is strict: B_I_tot > Σ B_Ij + B_IM.
-        if in_use_bytes + new_bytes >= self.buffer_total_bytes {
-            return Err(MeasuredRefusal::Buffer {
-                in_use_bytes,
-                total_bytes: self.buffer_total_bytes,
-            });
-        }
+        buffer_condition(self.buffer_total_bytes, in_use_bytes, new_bytes)?;
         let limit_ns = self.round_duration_ns.saturating_sub(self.overhead_ns);
         if let Some(&(storage, weight_ns)) = weights.iter().max_by_key(|&&(s, w)| (w, u32::MAX - s))
             && weight_ns >= limit_ns
@@ -444,6 +569,13 @@ mod tests {
         let s = NS_PER_S;
         let (a, b) = (TitleId(1), TitleId(2));
         let mut copies = LocalCopies::new(Retrieval::Ldss, 60 * s, 3, 1);
+        assert_eq!(
+            (
+                copies.interface("http://x:1", true),
+                copies.interface("http://y:1", true)
+            ),
+            (0, 1)
+        );
         assert_eq!(copies.route(a, Some(0), 0), CopyRoute::Relay);
         assert_eq!(copies.route(a, None, s), CopyRoute::Relay);
         // The third within Δt, through node 1: node 1 copies.
@@ -479,10 +611,79 @@ mod tests {
         for k in 0..10 {
             assert_eq!(slow.route(a, Some(0), k * 31 * s), CopyRoute::Relay);
         }
+        // Exclusive (§6.4 as the paper has it): the dedicated node sends
+        // other titles' viewers to the nodes dedicated to none, in turn.
+        let mut only = LocalCopies::new(Retrieval::Ldss, 60 * s, 3, 1).exclusive(true);
+        let (n0, n1, n2) = (
+            only.interface("http://a:1", true),
+            only.interface("http://b:1", true),
+            only.interface("http://c:1", false),
+        );
+        assert_eq!(
+            (n0, n1, n2, only.interface("http://b:1", true)),
+            (0, 1, 2, 1)
+        );
+        assert_eq!(
+            only.route(b, Some(n0), 0),
+            CopyRoute::Relay,
+            "none dedicated yet"
+        );
+        only.route(a, Some(n0), 0);
+        only.route(a, Some(n0), 0);
+        assert_eq!(only.route(a, Some(n0), 0), CopyRoute::RelayAndCopy);
+        let away: Vec<CopyRoute> = (0..3).map(|k| only.route(b, Some(n0), k * s)).collect();
+        assert_eq!(
+            away,
+            [n1, n2, n1].map(|interface| CopyRoute::Redirect { interface }),
+            "b (now popular, n0 at its quota) goes to n1 and n2 in turn"
+        );
+        assert_eq!(only.route(a, Some(n0), 4 * s), CopyRoute::Relay);
+        assert_eq!(
+            only.route_continuing(b, Some(n0)),
+            CopyRoute::Redirect { interface: n2 }
+        );
+        // b popular through n1: n1 is b's, and n2 is the one shared node.
+        assert_eq!(only.route(b, Some(n1), 5 * s), CopyRoute::RelayAndCopy);
+        assert_eq!(
+            only.route(TitleId(3), Some(n1), 6 * s),
+            CopyRoute::Redirect { interface: n2 }
+        );
+        assert_eq!(only.route(TitleId(3), Some(n2), 6 * s), CopyRoute::Relay);
+        // Popular through a node without local disks: no one copies it.
+        for _ in 0..3 {
+            assert_eq!(only.route(TitleId(4), Some(n2), 6 * s), CopyRoute::Relay);
+        }
+        assert_eq!(only.dedicated(TitleId(4)), None);
+        assert_eq!(
+            only.route(a, Some(n2), 7 * s),
+            CopyRoute::Redirect { interface: n0 }
+        );
+        // Shared (rondo's default): the dedicated node serves others too.
+        assert_eq!(copies.route(TitleId(3), Some(1), 10 * s), CopyRoute::Relay);
         let mut rdss = LocalCopies::new(Retrieval::Rdss, 60 * s, 1, 1);
         assert_eq!(rdss.route(a, Some(0), 0), CopyRoute::Relay);
         assert_eq!(rdss.dedicated(a), None);
         assert_eq!(rdss.route_continuing(a, Some(0)), CopyRoute::Relay);
+    }
+
+    #[test]
+    fn an_interface_buffer_takes_streams_while_condition_4_holds() {
+        let mut buffer = InterfaceBuffer::new(100);
+        assert_eq!(buffer.reserve(40), Ok(()));
+        assert_eq!(buffer.reserve(40), Ok(()));
+        // 80 + 20 = 100 is not below B_I_tot: (4) is strict.
+        assert_eq!(
+            buffer.reserve(20),
+            Err(MeasuredRefusal::Buffer {
+                in_use_bytes: 80,
+                total_bytes: 100
+            })
+        );
+        assert_eq!(buffer.reserve(19), Ok(()));
+        assert_eq!(buffer.in_use_bytes(), 99);
+        buffer.release(40);
+        assert_eq!(buffer.reserve(20), Ok(()));
+        assert_eq!((buffer.in_use_bytes(), buffer.total_bytes()), (79, 100));
     }
 
     #[test]

@@ -70,6 +70,26 @@ impl ReleaseCurve {
     }
 }
 
+/// B_Ij, what one stream of `index`'s title may hold in an interface
+/// node's buffer when held back by `hold_ns`: the most bytes any
+/// ⌈hold / T⌉ + 1 consecutive rounds of the title carry (the held-back
+/// playback and the round arriving ahead of its release). The node's
+/// admission reserves this per stream (seed 001 §7.1, condition (4)).
+pub fn stream_buffer_bytes(index: &RoundIndex, hold_ns: u64) -> u64 {
+    let window = hold_ns.div_ceil(index.round_duration_ns()) as usize + 1;
+    let rounds = index.rounds();
+    if rounds <= window {
+        return index.size_bytes();
+    }
+    (0..=rounds - window)
+        .map(|k| {
+            let r = index.rounds_byte_range(k..k + window);
+            r.end - r.start
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// One relayed stream: bytes received from upstream and released to the
 /// client, on a [`ReleaseCurve`] anchored `hold_ns` after the first byte
 /// arrived. Times are nanoseconds on the caller's clock.
@@ -211,6 +231,20 @@ mod tests {
     use super::*;
 
     const T: u64 = 1_000_000_000;
+
+    #[test]
+    fn a_streams_buffer_is_its_titles_busiest_hold_and_one_round() {
+        // Rounds of 10, 40, 10, 10, 30 bytes.
+        let index = RoundIndex::new(&[10, 40, 10, 10, 30], T);
+        assert_eq!(stream_buffer_bytes(&index, 0), 40, "one round");
+        assert_eq!(
+            stream_buffer_bytes(&index, T),
+            50,
+            "two rounds: 10+40 or 40+10"
+        );
+        assert_eq!(stream_buffer_bytes(&index, T + 1), 60, "three rounds");
+        assert_eq!(stream_buffer_bytes(&index, 10 * T), 100, "the whole title");
+    }
 
     fn index() -> RoundIndex {
         // Rounds of 100, 50, 0 (empty), 200 and 10 bytes.

@@ -200,6 +200,9 @@ pub struct LocalCopiesConfig {
     pub threshold_requests: u32,
     /// Titles one interface node may be dedicated to.
     pub titles_per_interface: u32,
+    /// A dedicated node serves only its dedicated titles (seed 001 §6.4);
+    /// otherwise it serves every title (rondo's default).
+    pub exclusive: bool,
 }
 
 /// The header on a stream request an interface node forwards: the node's

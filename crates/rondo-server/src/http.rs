@@ -411,17 +411,10 @@ fn route_local_copies(
     let new_viewer = selection.first_byte == 0 && selection.start_time_ns.is_none();
     // The lock covers the node table and the decision only.
     let route = {
-        let (copies, nodes) = &mut *copies.lock().expect("not poisoned");
-        let from = match (&from_url, can_copy) {
-            (Some(url), true) => Some(match nodes.iter().position(|n| n == url) {
-                Some(i) => i as u32,
-                None => {
-                    nodes.push(url.clone());
-                    (nodes.len() - 1) as u32
-                }
-            }),
-            _ => None,
-        };
+        let copies = &mut *copies.lock().expect("not poisoned");
+        let from = from_url
+            .as_deref()
+            .map(|url| copies.interface(url, can_copy));
         let route = if new_viewer {
             copies.route(title, from, now_ns)
         } else {
@@ -431,7 +424,7 @@ fn route_local_copies(
             rondo_model::cluster::CopyRoute::Relay => CopyDecision::Serve,
             rondo_model::cluster::CopyRoute::RelayAndCopy => CopyDecision::Copy,
             rondo_model::cluster::CopyRoute::Redirect { interface } => {
-                CopyDecision::Redirect(nodes[interface as usize].clone())
+                CopyDecision::Redirect(copies.interfaces()[interface as usize].clone())
             }
         }
     };
@@ -704,7 +697,7 @@ async fn stream(
     if copy && let Some(copies) = &shared.local_copies {
         // The policy's name: under LMSS the node also keeps the title's
         // first seconds in memory.
-        let retrieval = copies.lock().expect("not poisoned").0.retrieval();
+        let retrieval = copies.lock().expect("not poisoned").retrieval();
         let name = match retrieval {
             rondo_model::cluster::Retrieval::Lmss => "lmss",
             _ => "ldss",

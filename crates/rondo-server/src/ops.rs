@@ -334,7 +334,8 @@ async fn cluster(State(shared): State<Arc<Shared>>) -> Result<axum::Json<Value>,
         Some(view) => {
             let mut snapshot = view.0.snapshot();
             if let (Some(copies), Some(object)) = (&shared.local_copies, snapshot.as_object_mut()) {
-                let (copies, nodes) = &*copies.lock().expect("not poisoned");
+                let copies = &*copies.lock().expect("not poisoned");
+                let nodes = copies.interfaces();
                 let dedicated: Vec<Value> = copies
                     .dedicated_titles()
                     .map(|(title, i)| json!({"title": title.0, "interface": nodes[i as usize]}))
@@ -344,6 +345,7 @@ async fn cluster(State(shared): State<Arc<Shared>>) -> Result<axum::Json<Value>,
                     json!({
                         "retrieval": copies.retrieval(),
                         "interfaces_with_copies": nodes,
+                        "dedicated_node": if copies.is_exclusive() { "exclusive" } else { "shared" },
                         "dedicated": dedicated,
                     }),
                 );

@@ -360,15 +360,15 @@ impl RunningServer {
             base_url: base_url.clone(),
             staging,
             local_copies: config.local_copies.map(|c| {
-                std::sync::Mutex::new((
+                std::sync::Mutex::new(
                     rondo_model::cluster::LocalCopies::new(
                         c.retrieval,
                         c.window_ns,
                         c.threshold_requests,
                         c.titles_per_interface,
-                    ),
-                    Vec::new(),
-                ))
+                    )
+                    .exclusive(c.exclusive),
+                )
             }),
         });
         metrics

@@ -86,7 +86,7 @@ pub struct Shared {
     pub staging: crate::staging::Staging,
     /// LDSS/LMSS: the popularity log, the dedicated interface nodes, and
     /// the copy-capable nodes in the order first heard of (their numbers).
-    pub local_copies: Option<std::sync::Mutex<(rondo_model::cluster::LocalCopies, Vec<String>)>>,
+    pub local_copies: Option<std::sync::Mutex<rondo_model::cluster::LocalCopies>>,
 }
 
 /// Why a title was not removed from the array.

@@ -47,9 +47,17 @@ rondo load --url http://127.0.0.1:8080 --rate 50 --duration 300 --warmup 60 --js
 rondo load --rate 100 --max-streams 900 --idle-clients 100 --duration 20 --json --per-stream\n  \
 rondo load --rate 2000 --max-streams 30000 --duration 30 --processes 2   (more connections than one process may open)")]
 pub struct LoadArgs {
-    /// Base URL of the rondo server.
-    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8080")]
-    pub url: String,
+    /// Base URL of the rondo server. Several, comma-separated (a cluster's
+    /// interface nodes): stream k goes to URL k mod n, so the clients spread
+    /// evenly over them; the titles and the server's metrics are read from
+    /// the first.
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "http://127.0.0.1:8080",
+        value_delimiter = ','
+    )]
+    pub url: Vec<String>,
     /// Mean arrival rate of new streams per second (Poisson).
     #[arg(long, value_name = "R", default_value_t = 1.0)]
     pub rate: f64,
@@ -131,7 +139,7 @@ fn child_args(args: &LoadArgs, index: usize, count: usize) -> Vec<String> {
     let mut line: Vec<String> = vec![
         "load".into(),
         "--url".into(),
-        args.url.clone(),
+        args.url.join(","),
         "--rate".into(),
         args.rate.to_string(),
         "--duration".into(),
@@ -218,12 +226,19 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
         Some(text) => run::Shard::parse(text)?,
         None => run::Shard::ALL,
     };
-    let url = args.url.trim_end_matches('/').to_string();
-    if !url.starts_with("http://") {
-        bail!("--url must be an http:// URL of a rondo server, like http://127.0.0.1:8080");
+    let urls: Vec<String> = args
+        .url
+        .iter()
+        .map(|u| u.trim_end_matches('/').to_string())
+        .collect();
+    if let Some(bad) = urls.iter().find(|u| !u.starts_with("http://")) {
+        bail!(
+            "--url {bad:?}: each must be an http:// URL of a rondo server, like http://127.0.0.1:8080"
+        );
     }
     let config = run::LoadConfig {
-        url,
+        url: urls[0].clone(),
+        entry_urls: urls,
         rate_per_s: args.rate,
         duration,
         zipf_exponent: args.zipf,

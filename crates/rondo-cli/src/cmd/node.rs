@@ -88,6 +88,14 @@ pub struct InterfaceArgs {
         requires = "local_data_dir"
     )]
     pub memory_prefix_s: f64,
+    /// B_I_tot, the node's buffer for all its streams, in MiB (seed 001
+    /// §7.1, condition (4)): each stream reserves B_Ij, the most bytes any
+    /// buffer's length (--buffer-s) and one round of its title carry, and
+    /// a stream that would take the total to B_I_tot or past it is refused
+    /// (503, reason interface_buffer), so the node never holds more than
+    /// its memory allows. Default: no limit.
+    #[arg(long, value_name = "MIB")]
+    pub buffer_total_mib: Option<f64>,
     /// Print the node's address as JSON once it listens.
     #[arg(long)]
     pub json: bool,
@@ -181,6 +189,11 @@ fn interface(args: InterfaceArgs) -> anyhow::Result<()> {
             args.buffer_s
         );
     }
+    if let Some(mib) = args.buffer_total_mib
+        && !(mib.is_finite() && mib > 0.0)
+    {
+        bail!("--buffer-total-mib {mib}: a positive number of MiB");
+    }
     let node_id = args
         .node_id
         .clone()
@@ -219,6 +232,9 @@ fn interface(args: InterfaceArgs) -> anyhow::Result<()> {
             resume_timeout: std::time::Duration::from_secs(args.resume_timeout_s),
             url: advertised.clone(),
             memory_prefix_ns: (args.memory_prefix_s.max(0.0) * 1e9) as u64,
+            buffer_total_bytes: args
+                .buffer_total_mib
+                .map(|mib| (mib * 1024.0 * 1024.0) as u64),
             local: local_server.as_ref().map(|s| rondo_cluster::LocalServer {
                 url: s.url(),
                 token: s.token().to_string(),

@@ -278,6 +278,15 @@ pub struct ServeArgs {
     /// dedicated to (seed 001 dedicates one node to its one popular title).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub titles_per_interface: u32,
+    /// With --retrieval ldss|lmss: whether a dedicated interface node
+    /// serves other titles too. `shared` (the default): it does, and only
+    /// its popular title's viewers are sent to it. `exclusive` (seed 001
+    /// §6.4 as the paper has it, "other requests go to the other I
+    /// nodes"): it serves only its dedicated titles, and a new viewer of
+    /// another title that asks through it is redirected (307) to a node
+    /// dedicated to none, in turn.
+    #[arg(long, value_enum, default_value = "shared")]
+    pub dedicated_node: DedicatedNodeArg,
     #[command(flatten)]
     pub layout: LayoutArgs,
     #[command(flatten)]
@@ -855,6 +864,13 @@ pub enum RetrievalArg {
     Lmss,
 }
 
+/// `--dedicated-node`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DedicatedNodeArg {
+    Shared,
+    Exclusive,
+}
+
 /// The manager's LDSS/LMSS settings from the flags (`None` for RDSS).
 fn local_copies(
     args: &ServeArgs,
@@ -882,5 +898,6 @@ fn local_copies(
         window_ns: (args.popular_window_s * 1e9) as u64,
         threshold_requests: args.popular_requests,
         titles_per_interface: args.titles_per_interface,
+        exclusive: args.dedicated_node == DedicatedNodeArg::Exclusive,
     }))
 }

@@ -507,6 +507,16 @@ async fn resume_elsewhere(
     None
 }
 
+/// `url`'s path on the server at `base` (`http://a:1/stream/1.mp4` on
+/// `http://b:2` → `http://b:2/stream/1.mp4`); `url` itself when it has no
+/// path.
+pub fn rebase(url: &str, base: &str) -> String {
+    match stream_path(url) {
+        Some(path) => format!("{base}{path}"),
+        None => url.to_string(),
+    }
+}
+
 /// `http://host:port/stream/1.mp4` → `/stream/1.mp4`.
 fn stream_path(url: &str) -> Option<&str> {
     let after_scheme = url.split_once("://")?.1;

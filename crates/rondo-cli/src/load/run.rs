@@ -39,6 +39,9 @@ use super::server_metrics;
 pub struct LoadConfig {
     /// Base URL, without a trailing slash.
     pub url: String,
+    /// Where streams are asked for, in turn (`url` alone unless several
+    /// were given).
+    pub entry_urls: Vec<String>,
     pub rate_per_s: f64,
     pub duration: Duration,
     pub zipf_exponent: f64,
@@ -341,10 +344,14 @@ async fn run(config: LoadConfig) -> anyhow::Result<Report> {
             break;
         }
         tokio::time::sleep_until((run_start + Duration::from_secs_f64(arrival_s)).into()).await;
-        let title = titles[choice.next_title()].clone();
+        let mut title = titles[choice.next_title()].clone();
         if !config.shard.owns(index) {
             index += 1;
             continue;
+        }
+        if config.entry_urls.len() > 1 {
+            let base = &config.entry_urls[index % config.entry_urls.len()];
+            title.stream_url = super::client::rebase(&title.stream_url, base);
         }
         let plan = StreamPlan {
             index,
