@@ -46,7 +46,9 @@
 # (shared, or exclusive: a dedicated node serves only its title, seed 001
 # §6.4)), POPULAR_SHARE (p: the first title takes this share of the streams,
 # the others the rest evenly, in place of ZIPF, for the load and the
-# prediction), INTERFACE_BUFFER_MIB (each interface node's B_I_tot: it
+# prediction), ARRIVAL_RATE (streams per second offered, to the server and
+# the prediction, in place of 1.5 μ), RETRIEVALS (e.g. "rdss ldss lmss": each in turn on the same
+# titles, in OUT/<policy>), INTERFACE_BUFFER_MIB (each interface node's B_I_tot: it
 # refuses streams past it). With INTERFACE_NODES > 1 the clients take the
 # interface nodes in turn.
 # Needs: ffmpeg, curl, jq. Wall time ≈ WARMUP_S + MEASURE_S + TITLE_SECONDS (twice with COMPARE_POLICY)
@@ -123,9 +125,11 @@ run_phase() {
     uptime > "$OUT/uptime-start.txt"
     # 3. Prediction, same titles, popularity, seed and window.
     END_ROUND=$((WARMUP_S + MEASURE_S))
-    say "rondo simulate --data-dir (rounds $WARMUP_S..$END_ROUND, ρ = 1.5, Zipf $ZIPF)"
+    local offered=(--load 1.5)
+    [[ -n ${ARRIVAL_RATE:-} ]] && offered=(--rate "$ARRIVAL_RATE")
+    say "rondo simulate --data-dir (rounds $WARMUP_S..$END_ROUND, ${offered[*]}, ${POPULARITY[*]})"
     # shellcheck disable=SC2086
-    "$RONDO" simulate --data-dir "$DATA" $POLICY --load 1.5 --no-capacity "${POPULARITY[@]}" \
+    "$RONDO" simulate --data-dir "$DATA" $POLICY "${offered[@]}" --no-capacity "${POPULARITY[@]}" \
         --start-burst-rounds "$START_BURST_ROUNDS" \
         --seed "$SEED" --warmup-rounds "$WARMUP_S" --end-round "$END_ROUND" \
         --mode simulated-disk --replications 5 --max-replications 30 --ci 0.01 \
@@ -275,6 +279,15 @@ run_phase() {
     say "results in $OUT"
 }
 
+if [[ -n ${RETRIEVALS:-} ]]; then
+    # Several of seed 001's policies on the same titles and load, one
+    # after another, each in $OUT/<policy> (a cluster started afresh each).
+    for RETRIEVAL in $RETRIEVALS; do
+        say "retrieval $RETRIEVAL"
+        run_phase "$POLICY" "$RETRIEVAL"
+    done
+    exit 0
+fi
 run_phase "$POLICY" ""
 if [[ -n ${COMPARE_POLICY:-} ]]; then
     # The same directory, arrivals, popularity, seed and window under the
