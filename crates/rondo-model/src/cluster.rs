@@ -371,32 +371,44 @@ impl LocalCopies {
         self.dedicated.iter().map(|(&t, &i)| (t, i))
     }
 
-    /// Routes a request for `title` at `now_ns` (non-decreasing) that came
-    /// through I node `from` ([`LocalCopies::interface`]; `None` for a
-    /// client of the manager itself).
+    /// Routes a new viewer's request for `title` at `now_ns`
+    /// (non-decreasing) that came through I node `from`
+    /// ([`LocalCopies::interface`]; `None` for a client of the manager
+    /// itself): [`LocalCopies::route_continuing`], then, for a request
+    /// served where it came, [`LocalCopies::viewer_admitted`]. The server
+    /// calls the two apart, around its admission, so that only admitted
+    /// viewers are counted (a request refused and asked again, as an
+    /// interface node does through a manager's takeover, is one viewer).
     pub fn route(&mut self, title: TitleId, from: Option<u32>, now_ns: u64) -> CopyRoute {
+        match self.route_continuing(title, from) {
+            CopyRoute::Relay if self.viewer_admitted(title, from, now_ns) => {
+                CopyRoute::RelayAndCopy
+            }
+            route => route,
+        }
+    }
+
+    /// Logs a new viewer of `title` admitted at `now_ns` through `from`.
+    /// `true` when it makes the title popular and `from`, a node able to
+    /// hold copies with room in its quota, is now the title's dedicated
+    /// node: the node copies the title.
+    pub fn viewer_admitted(&mut self, title: TitleId, from: Option<u32>, now_ns: u64) -> bool {
         if !self.retrieval.uses_local_copy() {
-            return CopyRoute::Relay;
+            return false;
         }
         let popular = self.log.record(title, now_ns);
-        if let Some(&interface) = self.dedicated.get(&title) {
-            return if from == Some(interface) {
-                CopyRoute::Relay
-            } else {
-                CopyRoute::Redirect { interface }
-            };
-        }
         match from {
             Some(i)
                 if popular
+                    && !self.dedicated.contains_key(&title)
                     && self.can_copy.get(i as usize) == Some(&true)
                     && self.dedicated.values().filter(|&&d| d == i).count()
                         < self.titles_per_interface as usize =>
             {
                 self.dedicated.insert(title, i);
-                CopyRoute::RelayAndCopy
+                true
             }
-            _ => self.route_continuing(title, from),
+            _ => false,
         }
     }
 
@@ -642,7 +654,10 @@ mod tests {
             only.route_continuing(b, Some(n0)),
             CopyRoute::Redirect { interface: n2 }
         );
-        // b popular through n1: n1 is b's, and n2 is the one shared node.
+        // b popular through n1 (redirected requests are not counted: the
+        // redirected viewer is, where it lands): n1 is b's, and n2 is the
+        // one shared node.
+        assert_eq!(only.route(b, Some(n1), 5 * s), CopyRoute::Relay);
         assert_eq!(only.route(b, Some(n1), 5 * s), CopyRoute::RelayAndCopy);
         assert_eq!(
             only.route(TitleId(3), Some(n1), 6 * s),

@@ -367,19 +367,21 @@ fn deferred_rounds(shared: &Shared, headers: &HeaderMap) -> Result<u64, ApiError
 
 /// What LDSS/LMSS make of a stream request ([`route_local_copies`]).
 enum CopyDecision {
-    Serve,
-    /// Serve it, and tell the asking interface node to copy the title.
-    Copy,
-    /// Send the client to the title's dedicated interface node (its URL).
+    /// Serve it; once admitted, a new viewer through I node `from` is
+    /// logged ([`viewer_admitted`]).
+    Serve { from: Option<u32>, new_viewer: bool },
+    /// Send the client to the title's dedicated interface node, or (an
+    /// exclusive dedicated node asked for another title) to a node
+    /// dedicated to none: its URL.
     Redirect(String),
 }
 
 /// LDSS/LMSS on a cluster's manager (seed 001 §6.4; the decisions are
-/// `rondo_model::cluster::LocalCopies`'): a viewer's request from a title's
-/// start is logged, and may make the title popular and the asking interface
-/// node its dedicated one; any request for a dedicated title through
-/// another node is redirected to it. Resumed streams (an interface node
-/// asking for the rest) and HEAD requests are served as they are.
+/// `rondo_model::cluster::LocalCopies`'), before admission: a request for a
+/// dedicated title through another node is redirected to it, and under
+/// `exclusive` a dedicated node's request for another title is redirected
+/// away. Resumed streams (an interface node asking for the rest) and HEAD
+/// requests are served as they are.
 fn route_local_copies(
     shared: &Shared,
     title: TitleId,
@@ -388,11 +390,15 @@ fn route_local_copies(
     selection: &Selection,
     peer: SocketAddr,
 ) -> CopyDecision {
+    let serve = CopyDecision::Serve {
+        from: None,
+        new_viewer: false,
+    };
     let Some(copies) = &shared.local_copies else {
-        return CopyDecision::Serve;
+        return serve;
     };
     if method != Method::GET || headers.contains_key(crate::config::RESUME_HEADER) {
-        return CopyDecision::Serve;
+        return serve;
     }
     // A node is believed only at its own address: a client that names
     // another URL is not made a title's dedicated node (whose URL the
@@ -403,39 +409,49 @@ fn route_local_copies(
         .map(|url| url.trim_end_matches('/').to_string())
         .filter(|url| url_host_is(url, peer.ip()));
     let can_copy = headers.contains_key(crate::config::LOCAL_COPIES_HEADER);
+    let new_viewer = selection.first_byte == 0 && selection.start_time_ns.is_none();
+    // The lock covers the node table and the decision only.
+    let copies = &mut *copies.lock().expect("not poisoned");
+    let from = from_url
+        .as_deref()
+        .map(|url| copies.interface(url, can_copy));
+    match copies.route_continuing(title, from) {
+        rondo_model::cluster::CopyRoute::Redirect { interface } => {
+            CopyDecision::Redirect(copies.interfaces()[interface as usize].clone())
+        }
+        _ => CopyDecision::Serve { from, new_viewer },
+    }
+}
+
+/// After a new viewer's admission: logs it, and answers the header that
+/// tells the interface node it came through to copy the title (`ldss` or
+/// `lmss`), when this viewer made the title popular there.
+fn viewer_admitted(shared: &Shared, title: TitleId, from: Option<u32>) -> Option<&'static str> {
+    let copies = shared.local_copies.as_ref()?;
     let now_ns = shared
         .clock
         .boundary(rondo_model::units::Round(0))
         .elapsed()
         .as_nanos() as u64;
-    let new_viewer = selection.first_byte == 0 && selection.start_time_ns.is_none();
-    // The lock covers the node table and the decision only.
-    let route = {
+    let (copy, retrieval, url) = {
         let copies = &mut *copies.lock().expect("not poisoned");
-        let from = from_url
-            .as_deref()
-            .map(|url| copies.interface(url, can_copy));
-        let route = if new_viewer {
-            copies.route(title, from, now_ns)
-        } else {
-            copies.route_continuing(title, from)
-        };
-        match route {
-            rondo_model::cluster::CopyRoute::Relay => CopyDecision::Serve,
-            rondo_model::cluster::CopyRoute::RelayAndCopy => CopyDecision::Copy,
-            rondo_model::cluster::CopyRoute::Redirect { interface } => {
-                CopyDecision::Redirect(copies.interfaces()[interface as usize].clone())
-            }
-        }
+        let copy = copies.viewer_admitted(title, from, now_ns);
+        let url = from.map(|i| copies.interfaces()[i as usize].clone());
+        (copy, copies.retrieval(), url)
     };
-    if matches!(route, CopyDecision::Copy) {
-        tracing::info!(
-            title = title.0,
-            interface = from_url.as_deref().unwrap_or("?"),
-            "title popular: dedicated to the interface node that asked (it copies the title)"
-        );
+    if !copy {
+        return None;
     }
-    route
+    tracing::info!(
+        title = title.0,
+        interface = url.as_deref().unwrap_or("?"),
+        "title popular: dedicated to the interface node that asked (it copies the title)"
+    );
+    // Under LMSS the node also keeps the title's first seconds in memory.
+    Some(match retrieval {
+        rondo_model::cluster::Retrieval::Lmss => "lmss",
+        _ => "ldss",
+    })
 }
 
 /// Whether `url` (`http://HOST:PORT...`) names the address `ip`.
@@ -668,19 +684,19 @@ async fn stream(
         Some(t) => select_time(&title, t).await?,
         None => select(&title, &headers)?,
     };
-    let copy = match route_local_copies(&shared, title.id(), &method, &headers, &selection, peer) {
-        CopyDecision::Serve => false,
-        CopyDecision::Copy => true,
-        CopyDecision::Redirect(base) => {
-            let path = uri.path_and_query().map_or("/", |p| p.as_str());
-            return Ok(Response::builder()
-                .status(StatusCode::TEMPORARY_REDIRECT)
-                .header(header::LOCATION, format!("{base}{path}"))
-                .header(header::CACHE_CONTROL, "no-store")
-                .body(Body::empty())
-                .expect("valid response"));
-        }
-    };
+    let (from_interface, new_viewer) =
+        match route_local_copies(&shared, title.id(), &method, &headers, &selection, peer) {
+            CopyDecision::Serve { from, new_viewer } => (from, new_viewer),
+            CopyDecision::Redirect(base) => {
+                let path = uri.path_and_query().map_or("/", |p| p.as_str());
+                return Ok(Response::builder()
+                    .status(StatusCode::TEMPORARY_REDIRECT)
+                    .header(header::LOCATION, format!("{base}{path}"))
+                    .header(header::CACHE_CONTROL, "no-store")
+                    .body(Body::empty())
+                    .expect("valid response"));
+            }
+        };
     let prefix_bytes = selection.prefix.len() as u64;
     let mut builder = Response::builder()
         .status(selection.status)
@@ -693,16 +709,6 @@ async fn stream(
         .header(header::CACHE_CONTROL, "no-store");
     if let Some(range) = &selection.content_range {
         builder = builder.header(header::CONTENT_RANGE, range.as_str());
-    }
-    if copy && let Some(copies) = &shared.local_copies {
-        // The policy's name: under LMSS the node also keeps the title's
-        // first seconds in memory.
-        let retrieval = copies.lock().expect("not poisoned").retrieval();
-        let name = match retrieval {
-            rondo_model::cluster::Retrieval::Lmss => "lmss",
-            _ => "ldss",
-        };
-        builder = builder.header(crate::config::COPY_HEADER, name);
     }
     if let Some(start_ns) = selection.start_time_ns {
         // Where a time seek landed: the keyframe's time, the in-memory
@@ -798,6 +804,9 @@ async fn stream(
             "the server is shutting down".into(),
         ),
     })?;
+    if new_viewer && let Some(copy) = viewer_admitted(&shared, title.id(), from_interface) {
+        builder = builder.header(crate::config::COPY_HEADER, copy);
+    }
     if let Some(schedule) = &admitted.schedule
         && let Ok(value) = HeaderValue::from_str(&crate::config::format_schedule(schedule))
     {

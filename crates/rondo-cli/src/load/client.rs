@@ -563,4 +563,16 @@ mod tests {
         assert_eq!(whole.hex(), parts.hex());
         assert_ne!(whole.hex(), Fnv64::new().hex());
     }
+
+    #[test]
+    fn a_stream_url_moves_to_another_node_with_its_path_and_query() {
+        assert_eq!(
+            rebase(
+                "http://10.0.0.2:8080/stream/3.mp4?t=5",
+                "http://10.0.0.9:8090"
+            ),
+            "http://10.0.0.9:8090/stream/3.mp4?t=5"
+        );
+        assert_eq!(rebase("not a url", "http://b:1"), "not a url");
+    }
 }
