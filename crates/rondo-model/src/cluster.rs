@@ -133,6 +133,14 @@ impl PopularityLog {
         log.len() >= self.threshold_requests as usize
     }
 
+    /// Whether `title` is popular at `now_ns` with the requests logged.
+    pub fn is_popular(&self, title: TitleId, now_ns: u64) -> bool {
+        self.requests.get(&title).is_some_and(|log| {
+            log.iter().filter(|&&t| t + self.window_ns > now_ns).count()
+                >= self.threshold_requests as usize
+        })
+    }
+
     fn expire(log: &mut VecDeque<u64>, now_ns: u64, window_ns: u64) {
         while log.front().is_some_and(|&t| t + window_ns <= now_ns) {
             log.pop_front();
@@ -374,32 +382,46 @@ impl LocalCopies {
     /// Routes a new viewer's request for `title` at `now_ns`
     /// (non-decreasing) that came through I node `from`
     /// ([`LocalCopies::interface`]; `None` for a client of the manager
-    /// itself): [`LocalCopies::route_continuing`], then, for a request
-    /// served where it came, [`LocalCopies::viewer_admitted`]. The server
-    /// calls the two apart, around its admission, so that only admitted
-    /// viewers are counted (a request refused and asked again, as an
-    /// interface node does through a manager's takeover, is one viewer).
+    /// itself): [`LocalCopies::route_continuing`]; for a request served
+    /// where it came, [`LocalCopies::log_request`], then
+    /// [`LocalCopies::viewer_admitted`]. The server calls them apart: the
+    /// request is logged once it is past a takeover's refusal (an
+    /// interface node asks again through it, and that is one request), and
+    /// a node is dedicated only by a viewer admitted through it, whose
+    /// answer carries the order to copy.
     pub fn route(&mut self, title: TitleId, from: Option<u32>, now_ns: u64) -> CopyRoute {
         match self.route_continuing(title, from) {
-            CopyRoute::Relay if self.viewer_admitted(title, from, now_ns) => {
-                CopyRoute::RelayAndCopy
+            CopyRoute::Relay => {
+                self.log_request(title, now_ns);
+                if self.viewer_admitted(title, from, now_ns) {
+                    CopyRoute::RelayAndCopy
+                } else {
+                    CopyRoute::Relay
+                }
             }
             route => route,
         }
     }
 
-    /// Logs a new viewer of `title` admitted at `now_ns` through `from`.
-    /// `true` when it makes the title popular and `from`, a node able to
-    /// hold copies with room in its quota, is now the title's dedicated
-    /// node: the node copies the title.
+    /// Logs a new viewer's request for `title` at `now_ns` (§6.2's log of
+    /// requests, admitted or not).
+    pub fn log_request(&mut self, title: TitleId, now_ns: u64) {
+        if self.retrieval.uses_local_copy() {
+            self.log.record(title, now_ns);
+        }
+    }
+
+    /// A new viewer of `title` was admitted at `now_ns` through `from`:
+    /// `true` when the title is popular and has no node yet, and `from`, a
+    /// node able to hold copies with room in its quota, is now its
+    /// dedicated node: the node copies the title.
     pub fn viewer_admitted(&mut self, title: TitleId, from: Option<u32>, now_ns: u64) -> bool {
         if !self.retrieval.uses_local_copy() {
             return false;
         }
-        let popular = self.log.record(title, now_ns);
         match from {
             Some(i)
-                if popular
+                if self.log.is_popular(title, now_ns)
                     && !self.dedicated.contains_key(&title)
                     && self.can_copy.get(i as usize) == Some(&true)
                     && self.dedicated.values().filter(|&&d| d == i).count()
@@ -743,9 +765,12 @@ mod tests {
         assert!(!log.record(t, 0));
         assert!(!log.record(t, 4 * NS_PER_S));
         assert!(log.record(t, 9 * NS_PER_S));
+        // Asked without a request: the one at 0 s leaves the window at 10 s.
+        assert!(log.is_popular(t, 9 * NS_PER_S) && !log.is_popular(t, 10 * NS_PER_S));
         // The requests at 0 and 4 s have left the window by 14 s.
         assert!(!log.record(t, 14 * NS_PER_S));
         assert!(!log.record(TitleId(8), 14 * NS_PER_S));
+        assert!(!log.is_popular(TitleId(9), 0));
     }
 
     #[test]

@@ -423,7 +423,23 @@ fn route_local_copies(
     }
 }
 
-/// After a new viewer's admission: logs it, and answers the header that
+/// Logs a new viewer's request (past a takeover's refusal, before
+/// admission) in the popularity log.
+fn log_viewer_request(shared: &Shared, title: TitleId) {
+    if let Some(copies) = &shared.local_copies {
+        let now_ns = shared
+            .clock
+            .boundary(rondo_model::units::Round(0))
+            .elapsed()
+            .as_nanos() as u64;
+        copies
+            .lock()
+            .expect("not poisoned")
+            .log_request(title, now_ns);
+    }
+}
+
+/// After a new viewer's admission: answers the header that
 /// tells the interface node it came through to copy the title (`ldss` or
 /// `lmss`), when this viewer made the title popular there.
 fn viewer_admitted(shared: &Shared, title: TitleId, from: Option<u32>) -> Option<&'static str> {
@@ -749,6 +765,9 @@ async fn stream(
         return Err(refusal);
     }
     let prior = resumed_from(&shared, &headers)?;
+    if new_viewer {
+        log_viewer_request(&shared, title.id());
+    }
     let admitted = admit(
         &shared,
         StreamRequest {
