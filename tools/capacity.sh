@@ -143,7 +143,9 @@ run_phase() {
         local serve_flags="$POLICY --no-samples --connections-per-client-max 0 --retrieval $RETRIEVAL"
         if [[ $RETRIEVAL != rdss ]]; then
             serve_flags+=" --popular-requests ${POPULAR_REQUESTS:-3} --dedicated-node ${DEDICATED_NODE:-shared}"
-            INTERFACE_FLAGS="--local-data-dir $WORK/interface-{k}-local --local-disks ${LOCAL_DISKS:-2} --memory-prefix-s ${MEMORY_PREFIX_S:-30}"
+            # A directory of each phase's own: a copy left by an earlier
+            # phase would be served without the manager dedicating it.
+            INTERFACE_FLAGS="--local-data-dir $WORK/local-${2:-main}-interface-{k} --local-disks ${LOCAL_DISKS:-2} --memory-prefix-s ${MEMORY_PREFIX_S:-30}"
         else
             INTERFACE_FLAGS=""
         fi
