@@ -105,19 +105,23 @@ impl Cluster {
     }
 
     fn interface(&self, id: &str, buffer_s: &str) -> InterfaceNode {
-        InterfaceNode::start(
-            RONDO,
-            &[
-                "--node-id",
-                id,
-                "--buffer-s",
-                buffer_s,
-                "--etcd",
-                self.etcd.client_url(),
-                "--cluster",
-                self.name,
-            ],
-        )
+        self.interface_with(id, buffer_s, &[])
+    }
+
+    /// An interface node with these flags besides its name, buffer and etcd.
+    fn interface_with(&self, id: &str, buffer_s: &str, extra: &[&str]) -> InterfaceNode {
+        let mut args = vec![
+            "--node-id",
+            id,
+            "--buffer-s",
+            buffer_s,
+            "--etcd",
+            self.etcd.client_url(),
+            "--cluster",
+            self.name,
+        ];
+        args.extend_from_slice(extra);
+        InterfaceNode::start(RONDO, &args)
     }
 }
 
@@ -585,17 +589,10 @@ fn popular_title_served_by_its_dedicated_node(retrieval: &str, dedicated_node: &
         .start();
     let local_dir = cluster.tmp.path().join("interface-a-local");
     let local_dir_text = local_dir.to_str().unwrap();
-    let a = InterfaceNode::start(
-        RONDO,
+    let a = cluster.interface_with(
+        "a",
+        "1",
         &[
-            "--node-id",
-            "a",
-            "--buffer-s",
-            "1",
-            "--etcd",
-            cluster.etcd.client_url(),
-            "--cluster",
-            cluster.name,
             "--local-data-dir",
             local_dir_text,
             // Shorter than the sample titles, so a viewer's rest is read.
@@ -606,20 +603,13 @@ fn popular_title_served_by_its_dedicated_node(retrieval: &str, dedicated_node: &
             "256",
         ],
     );
-    let mut b_args = vec![
-        "--node-id",
-        "b",
-        "--buffer-s",
-        "1",
-        "--etcd",
-        cluster.etcd.client_url(),
-        "--cluster",
-        cluster.name,
-    ];
-    if !exclusive {
-        b_args.extend(["--buffer-total-mib", "0.001"]);
-    }
-    let b = InterfaceNode::start(RONDO, &b_args);
+    // Under `shared`, B's buffer holds no stream.
+    let b_extra: &[&str] = if exclusive {
+        &[]
+    } else {
+        &["--buffer-total-mib", "0.001"]
+    };
+    let b = cluster.interface_with("b", "1", b_extra);
     let titles = get_json(&format!("{}/api/titles", manager.url));
     let titles = titles.as_array().unwrap();
     let duration = |t: &Value| t["duration_seconds"].as_f64().unwrap();
