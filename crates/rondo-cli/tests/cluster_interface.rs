@@ -610,6 +610,9 @@ fn popular_title_served_by_its_dedicated_node(retrieval: &str, dedicated_node: &
         &["--buffer-total-mib", "0.001"]
     };
     let b = cluster.interface_with("b", "1", b_extra);
+    // The manager believes a node's URL once etcd lists the node.
+    let (seen, cluster_seen) = interfaces_seen(&manager.url, 2);
+    assert_eq!(seen.len(), 2, "{cluster_seen:#}");
     let titles = get_json(&format!("{}/api/titles", manager.url));
     let titles = titles.as_array().unwrap();
     let duration = |t: &Value| t["duration_seconds"].as_f64().unwrap();

@@ -400,14 +400,15 @@ fn route_local_copies(
     if method != Method::GET || headers.contains_key(crate::config::RESUME_HEADER) {
         return serve;
     }
-    // A node is believed only at its own address: a client that names
-    // another URL is not made a title's dedicated node (whose URL the
-    // manager would send other viewers to).
+    // A node is believed only at its own address, and (in a cluster
+    // through etcd) only as an interface node registered there: a client
+    // that names a URL is not made a title's dedicated node, nor a node
+    // other viewers are sent to.
     let from_url = headers
         .get(crate::config::INTERFACE_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(|url| url.trim_end_matches('/').to_string())
-        .filter(|url| url_host_is(url, peer.ip()));
+        .filter(|url| url_host_is(url, peer.ip()) && registered_interface(shared, url));
     let can_copy = headers.contains_key(crate::config::LOCAL_COPIES_HEADER);
     let new_viewer = selection.first_byte == 0 && selection.start_time_ns.is_none();
     // The lock covers the node table and the decision only.
@@ -467,6 +468,21 @@ fn viewer_admitted(shared: &Shared, title: TitleId, from: Option<u32>) -> Option
     Some(match retrieval {
         rondo_model::cluster::Retrieval::Lmss => "lmss",
         _ => "ldss",
+    })
+}
+
+/// Whether `url` is an interface node's address as registered in the
+/// cluster's etcd (the manager's last view of it, refreshed every second);
+/// any URL when the manager has no such view (nodes listed by hand).
+fn registered_interface(shared: &Shared, url: &str) -> bool {
+    let Some(view) = &shared.config.cluster else {
+        return true;
+    };
+    view.0.snapshot()["nodes"].as_array().is_some_and(|nodes| {
+        nodes.iter().any(|n| {
+            n["role"] == "interface"
+                && n["address"].as_str().map(|a| a.trim_end_matches('/')) == Some(url)
+        })
     })
 }
 
