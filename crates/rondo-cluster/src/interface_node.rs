@@ -955,12 +955,15 @@ async fn stream(
             && request.uri().query().is_none()
             && !request.headers().contains_key(header::RANGE);
         let asked = Asked::of(&request);
-        let reservation = match node.schedule(id).await {
-            Some(index) if request.method() == Method::GET => match node.reserve_buffer(&index) {
-                Ok(reservation) => reservation,
-                Err(refusal) => return *refusal,
-            },
-            _ => None,
+        // The title's schedule is fetched only when there is a ledger.
+        let index = match node.buffer.is_some() && request.method() == Method::GET {
+            true => node.schedule(id).await,
+            false => None,
+        };
+        let reservation = match index.map(|index| node.reserve_buffer(&index)) {
+            Some(Ok(reservation)) => reservation,
+            Some(Err(refusal)) => return *refusal,
+            None => None,
         };
         let served = if whole && !prefix.is_empty() {
             serve_from_memory(&node, local, id, &local_path, prefix, &asked).await

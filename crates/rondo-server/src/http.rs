@@ -428,11 +428,7 @@ fn route_local_copies(
 /// admission) in the popularity log.
 fn log_viewer_request(shared: &Shared, title: TitleId) {
     if let Some(copies) = &shared.local_copies {
-        let now_ns = shared
-            .clock
-            .boundary(rondo_model::units::Round(0))
-            .elapsed()
-            .as_nanos() as u64;
+        let now_ns = popularity_now_ns(shared);
         copies
             .lock()
             .expect("not poisoned")
@@ -440,16 +436,21 @@ fn log_viewer_request(shared: &Shared, title: TitleId) {
     }
 }
 
+/// The popularity log's clock: time since the server's round 0.
+fn popularity_now_ns(shared: &Shared) -> u64 {
+    shared
+        .clock
+        .boundary(rondo_model::units::Round(0))
+        .elapsed()
+        .as_nanos() as u64
+}
+
 /// After a new viewer's admission: answers the header that
 /// tells the interface node it came through to copy the title (`ldss` or
 /// `lmss`), when this viewer made the title popular there.
 fn viewer_admitted(shared: &Shared, title: TitleId, from: Option<u32>) -> Option<&'static str> {
     let copies = shared.local_copies.as_ref()?;
-    let now_ns = shared
-        .clock
-        .boundary(rondo_model::units::Round(0))
-        .elapsed()
-        .as_nanos() as u64;
+    let now_ns = popularity_now_ns(shared);
     let (copy, retrieval, url) = {
         let copies = &mut *copies.lock().expect("not poisoned");
         let copy = copies.viewer_admitted(title, from, now_ns);
